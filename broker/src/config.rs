@@ -1,0 +1,184 @@
+//! Broker settings: plain data with defaults, read from a TOML file, then `STRATA_*`
+//! environment variables, then command-line flags (each overriding the one before).
+//!
+//! Keys are flat (`log_segment_bytes`, not `[log] segment_bytes`) so that every key has exactly
+//! one environment variable: `STRATA_` + the key in upper case.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrokerConfig {
+    pub node_id: u64,
+    pub data_dir: PathBuf,
+    pub kafka_addr: SocketAddr,
+    /// Address given to clients in Metadata; defaults to the bound Kafka address.
+    pub advertised_kafka_addr: Option<SocketAddr>,
+    pub admin_addr: SocketAddr,
+    pub rack: Option<String>,
+    pub cluster_id: String,
+    pub auto_create_topics_enable: bool,
+    pub num_partitions: u32,
+    pub default_replication_factor: u16,
+    /// `socket.request.max.bytes`: frames above this close the connection.
+    pub max_request_bytes: u32,
+    pub max_connections: usize,
+    pub log_segment_bytes: u64,
+    pub log_segment_ms: i64,
+    pub log_retention_ms: i64,
+    pub log_retention_bytes: i64,
+    pub log_flush_messages: i64,
+    pub log_flush_ms: i64,
+    pub log_index_interval_bytes: u64,
+    pub log_retention_check_interval_ms: u64,
+    pub message_max_bytes: u32,
+    pub log_message_timestamp_type: String,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            node_id: 1,
+            data_dir: PathBuf::from("./strata-data"),
+            kafka_addr: "127.0.0.1:9092".parse().expect("literal"),
+            advertised_kafka_addr: None,
+            admin_addr: "127.0.0.1:9644".parse().expect("literal"),
+            rack: None,
+            cluster_id: "strata".into(),
+            auto_create_topics_enable: true,
+            num_partitions: 1,
+            default_replication_factor: 1,
+            max_request_bytes: 100 * 1024 * 1024,
+            max_connections: 10_000,
+            log_segment_bytes: 1 << 30,
+            log_segment_ms: 7 * 24 * 3600 * 1000,
+            log_retention_ms: 7 * 24 * 3600 * 1000,
+            log_retention_bytes: -1,
+            log_flush_messages: i64::MAX,
+            log_flush_ms: i64::MAX,
+            log_index_interval_bytes: 4096,
+            log_retention_check_interval_ms: 30_000,
+            message_max_bytes: 1_048_588,
+            log_message_timestamp_type: "CreateTime".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl BrokerConfig {
+    /// File (if any) then `STRATA_*` variables from `env`. Flags are applied by the caller.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Iterator<Item = (String, String)>,
+    ) -> Result<BrokerConfig, ConfigError> {
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                text.parse::<toml::Table>()
+                    .map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?
+            }
+            None => toml::Table::new(),
+        };
+        let known = toml::Table::try_from(BrokerConfig::default())
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        for (name, value) in env {
+            let Some(key) = name.strip_prefix("STRATA_") else {
+                continue;
+            };
+            let key = key.to_ascii_lowercase();
+            let is_string = match known.get(&key) {
+                Some(v) => v.is_str(),
+                // Options default to absent in the table; they are strings (addresses, rack).
+                None if ["advertised_kafka_addr", "rack"].contains(&key.as_str()) => true,
+                None => continue,
+            };
+            let parsed = if is_string {
+                toml::Value::String(value)
+            } else {
+                format!("v = {value}")
+                    .parse::<toml::Table>()
+                    .ok()
+                    .and_then(|mut t| t.remove("v"))
+                    .ok_or_else(|| ConfigError::Invalid(format!("{name}={value}: not a value")))?
+            };
+            table.insert(key, parsed);
+        }
+        let cfg: BrokerConfig = table
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.num_partitions == 0 {
+            return Err(ConfigError::Invalid("num_partitions must be ≥ 1".into()));
+        }
+        if self.log_segment_bytes < 1024 || self.log_segment_bytes > i32::MAX as u64 {
+            return Err(ConfigError::Invalid(
+                "log_segment_bytes must be between 1024 and 2147483647".into(),
+            ));
+        }
+        if !["CreateTime", "LogAppendTime"].contains(&self.log_message_timestamp_type.as_str()) {
+            return Err(ConfigError::Invalid(
+                "log_message_timestamp_type must be CreateTime or LogAppendTime".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn advertised(&self, bound: SocketAddr) -> SocketAddr {
+        self.advertised_kafka_addr.unwrap_or(bound)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_overrides_the_file_and_defaults_fill_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("strata.toml");
+        std::fs::write(&file, "num_partitions = 3\nkafka_addr = \"127.0.0.1:1\"\n").unwrap();
+        let env = vec![
+            ("STRATA_NUM_PARTITIONS".to_string(), "5".to_string()),
+            ("STRATA_RACK".to_string(), "a".to_string()),
+            ("HOME".to_string(), "/".to_string()),
+        ];
+        let cfg = BrokerConfig::load(Some(&file), env.into_iter()).unwrap();
+        assert_eq!(cfg.num_partitions, 5);
+        assert_eq!(cfg.kafka_addr.port(), 1);
+        assert_eq!(cfg.rack.as_deref(), Some("a"));
+        assert_eq!(cfg.log_segment_bytes, 1 << 30);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("strata.toml");
+        std::fs::write(&file, "no_such_key = 1\n").unwrap();
+        let err = BrokerConfig::load(Some(&file), std::iter::empty()).unwrap_err();
+        assert!(err.to_string().contains("no_such_key"), "{err}");
+        let env = vec![("STRATA_NUM_PARTITIONS".to_string(), "lots".to_string())];
+        assert!(BrokerConfig::load(None, env.into_iter()).is_err());
+        let env = vec![("STRATA_NUM_PARTITIONS".to_string(), "0".to_string())];
+        assert!(BrokerConfig::load(None, env.into_iter()).is_err());
+    }
+}

@@ -1,0 +1,357 @@
+//! Kafka RecordBatch v2 headers: parsing, validation and the few in-place edits the broker makes.
+//!
+//! The broker never re-encodes a batch. It reads the fixed 61-byte header, checks the CRC-32C
+//! over everything after the CRC field, and rewrites only fields outside the CRC (base offset,
+//! partition leader epoch) — except for `LogAppendTime` topics, where the timestamp type and max
+//! timestamp change and the CRC is recomputed once per batch.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+pub const HEADER_LEN: usize = 61;
+/// Offset + length prefix that precede the part counted by `batchLength`.
+pub const LOG_OVERHEAD: usize = 12;
+
+const BASE_OFFSET: usize = 0;
+const BATCH_LENGTH: usize = 8;
+const LEADER_EPOCH: usize = 12;
+const MAGIC: usize = 16;
+const CRC: usize = 17;
+const ATTRIBUTES: usize = 21;
+const LAST_OFFSET_DELTA: usize = 23;
+const BASE_TIMESTAMP: usize = 27;
+const MAX_TIMESTAMP: usize = 35;
+const PRODUCER_ID: usize = 43;
+const PRODUCER_EPOCH: usize = 51;
+const BASE_SEQUENCE: usize = 53;
+const RECORD_COUNT: usize = 57;
+
+const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
+const TRANSACTIONAL_BIT: i16 = 1 << 4;
+const CONTROL_BIT: i16 = 1 << 5;
+
+/// Why a batch was refused. Mapped to a Kafka error code by the produce handler.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("record batch truncated: {0}")]
+    Truncated(String),
+    #[error("unsupported record batch magic {0} (only v2 is accepted)")]
+    UnsupportedMagic(i8),
+    #[error("record batch CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    CorruptCrc { stored: u32, computed: u32 },
+    #[error("invalid record batch: {0}")]
+    Invalid(String),
+    #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
+    TooLarge { size: usize, max: usize },
+}
+
+/// The header of one batch, read from its first 61 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    pub batch_length: i32,
+    pub leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    /// Parses a header; `buf` must hold at least [`HEADER_LEN`] bytes.
+    pub fn parse(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+        if buf.len() < HEADER_LEN {
+            return Err(BatchError::Truncated(format!(
+                "{} bytes, header needs {HEADER_LEN}",
+                buf.len()
+            )));
+        }
+        let mut b = buf;
+        Ok(BatchHeader {
+            base_offset: b.get_i64(),
+            batch_length: b.get_i32(),
+            leader_epoch: b.get_i32(),
+            magic: b.get_i8(),
+            crc: b.get_u32(),
+            attributes: b.get_i16(),
+            last_offset_delta: b.get_i32(),
+            base_timestamp: b.get_i64(),
+            max_timestamp: b.get_i64(),
+            producer_id: b.get_i64(),
+            producer_epoch: b.get_i16(),
+            base_sequence: b.get_i32(),
+            record_count: b.get_i32(),
+        })
+    }
+
+    /// Total bytes of the batch on disk and on the wire.
+    pub fn total_len(&self) -> usize {
+        LOG_OVERHEAD + self.batch_length.max(0) as usize
+    }
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset() + 1
+    }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL_BIT != 0
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes & CONTROL_BIT != 0
+    }
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & TIMESTAMP_TYPE_BIT != 0
+    }
+    pub fn is_idempotent(&self) -> bool {
+        self.producer_id >= 0
+    }
+    /// Sequence number of the last record (sequences wrap at i32::MAX).
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return self.base_sequence;
+        }
+        let last = self.base_sequence as i64 + self.last_offset_delta as i64;
+        (last % (i32::MAX as i64 + 1)) as i32
+    }
+}
+
+/// Computes the CRC-32C a v2 batch carries: everything after the CRC field.
+pub fn compute_crc(batch: &[u8]) -> u32 {
+    crc32c::crc32c(&batch[ATTRIBUTES..])
+}
+
+/// Checks one complete batch (`batch.len()` == its total length): magic, CRC, counts.
+/// This is the only place a batch's bytes are all touched, once, on the produce path.
+pub fn validate(batch: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::parse(batch)?;
+    if header.magic != 2 {
+        return Err(BatchError::UnsupportedMagic(header.magic));
+    }
+    if header.total_len() != batch.len() {
+        return Err(BatchError::Truncated(format!(
+            "batchLength says {} bytes, have {}",
+            header.total_len(),
+            batch.len()
+        )));
+    }
+    let computed = compute_crc(batch);
+    if computed != header.crc {
+        return Err(BatchError::CorruptCrc {
+            stored: header.crc,
+            computed,
+        });
+    }
+    if header.record_count <= 0 || header.last_offset_delta != header.record_count - 1 {
+        return Err(BatchError::Invalid(format!(
+            "recordCount {} does not match lastOffsetDelta {}",
+            header.record_count, header.last_offset_delta
+        )));
+    }
+    Ok(header)
+}
+
+/// Splits a produce request's `records` into complete batches, validating each.
+/// Kafka's v2 producers send one batch per partition; several are accepted, each checked.
+pub fn split_and_validate(
+    records: &Bytes,
+    max_message_bytes: usize,
+) -> Result<Vec<(BatchHeader, Bytes)>, BatchError> {
+    let mut out = Vec::with_capacity(1);
+    let mut pos = 0usize;
+    if records.is_empty() {
+        return Err(BatchError::Invalid("no record batch in request".into()));
+    }
+    while pos < records.len() {
+        let rest = &records[pos..];
+        if rest.len() < LOG_OVERHEAD + 5 {
+            return Err(BatchError::Truncated(format!(
+                "{} trailing bytes after the last batch",
+                rest.len()
+            )));
+        }
+        let batch_length = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
+            if rest[MAGIC] != 2 {
+                return Err(BatchError::UnsupportedMagic(rest[MAGIC] as i8));
+            }
+            return Err(BatchError::Invalid(format!("batchLength {batch_length}")));
+        }
+        let total = LOG_OVERHEAD + batch_length as usize;
+        if total > max_message_bytes {
+            return Err(BatchError::TooLarge {
+                size: total,
+                max: max_message_bytes,
+            });
+        }
+        if total > rest.len() {
+            return Err(BatchError::Truncated(format!(
+                "batch of {total} bytes, only {} present",
+                rest.len()
+            )));
+        }
+        let bytes = records.slice(pos..pos + total);
+        let header = validate(&bytes)?;
+        out.push((header, bytes));
+        pos += total;
+    }
+    Ok(out)
+}
+
+/// The 16-byte prefix (base offset, batch length, leader epoch) written in place of the
+/// producer's: neither field is covered by the CRC, so the body is written untouched.
+pub fn assigned_prefix(batch: &[u8], base_offset: i64, leader_epoch: i32) -> [u8; 16] {
+    let mut prefix = [0u8; 16];
+    prefix[BASE_OFFSET..8].copy_from_slice(&base_offset.to_be_bytes());
+    prefix[BATCH_LENGTH..12].copy_from_slice(&batch[BATCH_LENGTH..12]);
+    prefix[LEADER_EPOCH..16].copy_from_slice(&leader_epoch.to_be_bytes());
+    prefix
+}
+
+/// Rewrites a batch for a `LogAppendTime` topic: timestamp type bit set, max timestamp = now,
+/// CRC recomputed. One copy per batch, only on such topics.
+pub fn with_log_append_time(batch: &[u8], now_ms: i64) -> Bytes {
+    let mut b = BytesMut::from(batch);
+    let attrs = i16::from_be_bytes([b[ATTRIBUTES], b[ATTRIBUTES + 1]]) | TIMESTAMP_TYPE_BIT;
+    b[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attrs.to_be_bytes());
+    b[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = compute_crc(&b);
+    b[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    b.freeze()
+}
+
+/// Field offsets used by tests and by the recovery scanner.
+pub mod field {
+    pub const BASE_TIMESTAMP: usize = super::BASE_TIMESTAMP;
+    pub const MAX_TIMESTAMP: usize = super::MAX_TIMESTAMP;
+    pub const PRODUCER_ID: usize = super::PRODUCER_ID;
+    pub const PRODUCER_EPOCH: usize = super::PRODUCER_EPOCH;
+    pub const BASE_SEQUENCE: usize = super::BASE_SEQUENCE;
+    pub const RECORD_COUNT: usize = super::RECORD_COUNT;
+    pub const LAST_OFFSET_DELTA: usize = super::LAST_OFFSET_DELTA;
+    pub const CRC: usize = super::CRC;
+}
+
+#[cfg(test)]
+pub mod testing {
+    //! Builds real v2 batches (uncompressed) for log tests.
+    use super::*;
+    use bytes::BufMut;
+
+    fn put_varint(buf: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        loop {
+            if z < 0x80 {
+                buf.push(z as u8);
+                return;
+            }
+            buf.push((z as u8 & 0x7f) | 0x80);
+            z >>= 7;
+        }
+    }
+
+    /// A batch of `count` records with values `value-<i>` and timestamps `ts + i`.
+    pub fn batch(count: i32, ts: i64) -> Bytes {
+        batch_with_producer(count, ts, -1, -1, -1)
+    }
+
+    pub fn batch_with_producer(count: i32, ts: i64, pid: i64, epoch: i16, seq: i32) -> Bytes {
+        let mut records = Vec::new();
+        for i in 0..count {
+            let mut r = Vec::new();
+            r.push(0u8); // attributes
+            put_varint(&mut r, i as i64); // timestamp delta
+            put_varint(&mut r, i as i64); // offset delta
+            put_varint(&mut r, -1); // key
+            let v = format!("value-{i}");
+            put_varint(&mut r, v.len() as i64);
+            r.extend_from_slice(v.as_bytes());
+            put_varint(&mut r, 0); // headers
+            put_varint(&mut records, r.len() as i64);
+            records.extend_from_slice(&r);
+        }
+        let mut b = BytesMut::new();
+        b.put_i64(0);
+        b.put_i32((HEADER_LEN - LOG_OVERHEAD + records.len()) as i32);
+        b.put_i32(-1);
+        b.put_i8(2);
+        b.put_u32(0);
+        b.put_i16(0);
+        b.put_i32(count - 1);
+        b.put_i64(ts);
+        b.put_i64(ts + count as i64 - 1);
+        b.put_i64(pid);
+        b.put_i16(epoch);
+        b.put_i32(seq);
+        b.put_i32(count);
+        b.extend_from_slice(&records);
+        let crc = compute_crc(&b);
+        b[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        b.freeze()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::batch;
+    use super::*;
+
+    #[test]
+    fn a_well_formed_batch_validates_and_reports_its_header() {
+        let b = batch(5, 1000);
+        let h = validate(&b).unwrap();
+        assert_eq!(h.record_count, 5);
+        assert_eq!(h.last_offset_delta, 4);
+        assert_eq!(h.max_timestamp, 1004);
+        assert_eq!(h.total_len(), b.len());
+    }
+
+    #[test]
+    fn a_flipped_byte_is_a_crc_error() {
+        let mut b = BytesMut::from(&batch(3, 0)[..]);
+        let last = b.len() - 1;
+        b[last] ^= 0xff;
+        assert!(matches!(validate(&b), Err(BatchError::CorruptCrc { .. })));
+    }
+
+    #[test]
+    fn oversized_and_truncated_batches_are_refused() {
+        let b = batch(3, 0);
+        assert!(matches!(
+            split_and_validate(&b, 10),
+            Err(BatchError::TooLarge { .. })
+        ));
+        let cut = b.slice(..b.len() - 1);
+        assert!(matches!(
+            split_and_validate(&cut, 1 << 20),
+            Err(BatchError::Truncated(_))
+        ));
+        let mut two = BytesMut::from(&b[..]);
+        two.extend_from_slice(&batch(2, 5));
+        assert_eq!(split_and_validate(&two.freeze(), 1 << 20).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn log_append_time_rewrite_keeps_the_batch_valid() {
+        let b = with_log_append_time(&batch(2, 10), 99);
+        let h = validate(&b).unwrap();
+        assert!(h.is_log_append_time());
+        assert_eq!(h.max_timestamp, 99);
+    }
+
+    #[test]
+    fn assigned_prefix_changes_only_uncovered_fields() {
+        let b = batch(2, 10);
+        let p = assigned_prefix(&b, 42, 7);
+        let mut stored = BytesMut::from(&p[..]);
+        stored.extend_from_slice(&b[16..]);
+        let h = validate(&stored).unwrap();
+        assert_eq!(h.base_offset, 42);
+        assert_eq!(h.leader_epoch, 7);
+    }
+}

@@ -1,0 +1,536 @@
+//! The partition log engine: a directory of segments of Kafka v2 record batches.
+//!
+//! Layout of a partition directory:
+//! - `<base_offset:020>.log|.index|.timeindex` — segments ([`segment`]);
+//! - `log-start-offset` — first readable offset (moved by retention and DeleteRecords);
+//! - `recovery-point` — every segment below the one holding this offset was flushed and sealed;
+//! - `producer-state.json` — idempotent producer state and the offset it covers;
+//! - `clean-shutdown` — present only between a clean close and the next open.
+//!
+//! Invariants (DESIGN.md §Invariants 1–2):
+//! - offsets are dense and strictly increasing: `log_start ≤ high_watermark ≤ log_end`;
+//! - batches are stored exactly as received except for the broker-assigned base offset and
+//!   leader epoch (and, for LogAppendTime topics, the timestamp), so fetch never re-encodes;
+//! - readers never see bytes at or above the high watermark;
+//! - after a crash, only segments at or above the recovery point are rescanned, and a torn tail
+//!   is truncated at the last batch whose CRC checks.
+
+pub mod batch;
+pub mod index;
+pub mod producer_state;
+pub mod segment;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use crate::topic_config::{LogConfig, TimestampType};
+use batch::BatchHeader;
+use producer_state::{ProducerState, SequenceCheck};
+use segment::Segment;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("offset {offset} is out of range [{start}, {end}]")]
+    OffsetOutOfRange { offset: i64, start: i64, end: i64 },
+    #[error("corrupt log: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Batch(#[from] batch::BatchError),
+    #[error("out of order sequence from producer {producer_id}: expected {expected}, got {got}")]
+    OutOfOrderSequence {
+        producer_id: i64,
+        expected: i32,
+        got: i32,
+    },
+    #[error("producer {producer_id} epoch {got} is fenced by epoch {current}")]
+    ProducerFenced {
+        producer_id: i64,
+        current: i16,
+        got: i16,
+    },
+    #[error("{0}")]
+    Unsupported(&'static str),
+}
+
+/// Result of appending one produce request's batches to a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// -1 unless the topic uses LogAppendTime.
+    pub log_append_time: i64,
+    pub records: u64,
+    pub bytes: u64,
+    /// True when the batch was an idempotent retry already in the log.
+    pub duplicate: bool,
+}
+
+pub struct Log {
+    dir: PathBuf,
+    config: LogConfig,
+    /// Segments by base offset; the last one is active.
+    segments: BTreeMap<i64, Segment>,
+    log_start_offset: i64,
+    high_watermark: i64,
+    recovery_point: i64,
+    producers: ProducerState,
+    last_flush_ms: i64,
+}
+
+const CLEAN_SHUTDOWN: &str = "clean-shutdown";
+const LOG_START: &str = "log-start-offset";
+const RECOVERY_POINT: &str = "recovery-point";
+const PRODUCER_STATE: &str = "producer-state.json";
+
+/// What `Log::open` found, for logs and metrics.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RecoveryReport {
+    pub clean: bool,
+    pub segments: usize,
+    pub rescanned_segments: usize,
+    pub truncated_bytes: u64,
+}
+
+fn read_checkpoint(path: &Path) -> Option<i64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn write_checkpoint(path: &Path, v: i64) -> Result<(), LogError> {
+    index::write_file_atomically(path, v.to_string().as_bytes())?;
+    Ok(())
+}
+
+impl Log {
+    /// Opens (creating if needed) the log in `dir`, recovering from an unclean shutdown.
+    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<(Log, RecoveryReport), LogError> {
+        std::fs::create_dir_all(dir)?;
+        let clean_marker = dir.join(CLEAN_SHUTDOWN);
+        let clean = clean_marker.exists();
+        let mut bases: Vec<i64> = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if let Some(stem) = name.strip_suffix(".log") {
+                if let Ok(base) = stem.parse::<i64>() {
+                    bases.push(base);
+                }
+            } else if name.ends_with(".tmp") {
+                // A write that never reached its rename: the previous file is still in place.
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        bases.sort_unstable();
+        let recovery_point = read_checkpoint(&dir.join(RECOVERY_POINT)).unwrap_or(0);
+        let mut report = RecoveryReport {
+            clean,
+            segments: bases.len(),
+            ..Default::default()
+        };
+        let mut segments = BTreeMap::new();
+        let mut truncated_at: Option<i64> = None;
+        for (i, &base) in bases.iter().enumerate() {
+            if truncated_at.is_some() {
+                // Everything after a torn segment is unreachable: offsets would not be dense.
+                Segment::open(dir, base, config.index_interval_bytes, false)?.0.delete()?;
+                continue;
+            }
+            let next_base = bases.get(i + 1).copied();
+            // Segments wholly below the recovery point were sealed and flushed.
+            let sealed = next_base.is_some_and(|n| n <= recovery_point);
+            let trust = clean || sealed;
+            let (seg, scan) = Segment::open(dir, base, config.index_interval_bytes, trust)?;
+            if !trust {
+                report.rescanned_segments += 1;
+            }
+            report.truncated_bytes += scan.truncated_bytes;
+            if scan.truncated_bytes > 0 || next_base.is_some_and(|n| n != seg.next_offset()) {
+                if scan.truncated_bytes > 0 {
+                    tracing::warn!(dir = %dir.display(), base, bytes = scan.truncated_bytes, "truncated torn tail of segment");
+                }
+                if next_base.is_some() {
+                    truncated_at = Some(seg.next_offset());
+                }
+            }
+            segments.insert(base, seg);
+        }
+        if clean {
+            std::fs::remove_file(&clean_marker)?;
+        }
+        let mut log_start_offset = read_checkpoint(&dir.join(LOG_START)).unwrap_or(0);
+        if segments.is_empty() {
+            let start = log_start_offset.max(0);
+            segments.insert(start, Segment::create(dir, start, config.index_interval_bytes, now_ms)?);
+        }
+        let first_base = *segments.keys().next().expect("at least one segment");
+        let log_end = segments.values().next_back().expect("one").next_offset();
+        log_start_offset = log_start_offset.clamp(first_base, log_end);
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            log_start_offset,
+            high_watermark: log_end,
+            recovery_point: recovery_point.min(log_end),
+            producers: ProducerState::default(),
+            last_flush_ms: now_ms,
+        };
+        log.rebuild_producer_state()?;
+        Ok((log, report))
+    }
+
+    /// Loads the producer snapshot and replays the batch headers after it.
+    fn rebuild_producer_state(&mut self) -> Result<(), LogError> {
+        let (state, from) = match ProducerState::load(&self.dir.join(PRODUCER_STATE)) {
+            Some((s, off)) if off <= self.log_end_offset() && off >= self.first_segment_base() => (s, off),
+            _ => (ProducerState::default(), self.first_segment_base()),
+        };
+        self.producers = state;
+        for seg in self.segments.values_mut() {
+            if seg.next_offset() <= from {
+                continue;
+            }
+            let start = seg.find_batch(from)?.map(|(p, _)| p).unwrap_or(seg.size());
+            for (_, h) in seg.headers_from(start)? {
+                if h.base_offset >= from && h.is_idempotent() {
+                    self.producers.record(&h, h.max_timestamp);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn first_segment_base(&self) -> i64 {
+        *self.segments.keys().next().expect("a log always has a segment")
+    }
+
+    fn active(&mut self) -> &mut Segment {
+        self.segments.values_mut().next_back().expect("a log always has a segment")
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.segments.values().next_back().expect("one").next_offset()
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.size()).sum()
+    }
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+    pub fn producer_count(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// Appends validated batches. Idempotent batches are checked against producer state first;
+    /// a retry of a batch already in the log returns its original offset and appends nothing.
+    pub fn append(
+        &mut self,
+        batches: &[(BatchHeader, Bytes)],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let mut info = AppendInfo {
+            base_offset: -1,
+            last_offset: -1,
+            log_append_time: -1,
+            records: 0,
+            bytes: 0,
+            duplicate: false,
+        };
+        for (header, bytes) in batches {
+            if header.is_transactional() || header.is_control() {
+                return Err(LogError::Unsupported("transactional batches are not supported yet"));
+            }
+            if header.is_idempotent() {
+                match self.producers.check(header) {
+                    SequenceCheck::Accept => {}
+                    SequenceCheck::Duplicate { base_offset, timestamp } => {
+                        info.duplicate = true;
+                        info.base_offset = base_offset;
+                        info.last_offset = base_offset + header.last_offset_delta as i64;
+                        if self.config.timestamp_type == TimestampType::LogAppendTime {
+                            info.log_append_time = timestamp;
+                        }
+                        continue;
+                    }
+                    SequenceCheck::OutOfOrder { expected, got } => {
+                        return Err(LogError::OutOfOrderSequence {
+                            producer_id: header.producer_id,
+                            expected,
+                            got,
+                        })
+                    }
+                    SequenceCheck::Fenced { current, got } => {
+                        return Err(LogError::ProducerFenced {
+                            producer_id: header.producer_id,
+                            current,
+                            got,
+                        })
+                    }
+                }
+            }
+            self.maybe_roll(bytes.len() as u64, now_ms)?;
+            let base_offset = self.log_end_offset();
+            let stored;
+            let body: &Bytes = if self.config.timestamp_type == TimestampType::LogAppendTime {
+                stored = batch::with_log_append_time(bytes, now_ms);
+                info.log_append_time = now_ms;
+                &stored
+            } else {
+                bytes
+            };
+            let mut h = *header;
+            h.base_offset = base_offset;
+            h.leader_epoch = leader_epoch;
+            if self.config.timestamp_type == TimestampType::LogAppendTime {
+                h.max_timestamp = now_ms;
+            }
+            let prefix = batch::assigned_prefix(body, base_offset, leader_epoch);
+            self.active().append(&h, &prefix, body)?;
+            self.producers.record(&h, h.max_timestamp);
+            if info.base_offset < 0 || info.duplicate {
+                info.base_offset = base_offset;
+            }
+            info.duplicate = false;
+            info.last_offset = h.last_offset();
+            info.records += h.record_count as u64;
+            info.bytes += body.len() as u64;
+        }
+        // Single replica: a write is committed once it is in the log. Replication will move
+        // the high watermark by the ISR instead.
+        self.high_watermark = self.log_end_offset();
+        if self.active().unflushed_messages() as i64 >= self.config.flush_messages {
+            self.flush(now_ms)?;
+        }
+        Ok(info)
+    }
+
+    fn maybe_roll(&mut self, incoming: u64, now_ms: i64) -> Result<(), LogError> {
+        let segment_bytes = self.config.segment_bytes;
+        let segment_ms = self.config.segment_ms;
+        let active = self.active();
+        let full = active.size() + incoming > segment_bytes;
+        let old = now_ms.saturating_sub(active.created_ms()) >= segment_ms;
+        // Positions in the index are u32: never let a segment approach 4 GiB.
+        let position_limit = active.size() + incoming > u32::MAX as u64 / 2;
+        if !active.is_empty() && (full || old || position_limit) {
+            self.roll(now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment and starts a new one at the log end.
+    pub fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        let end = self.log_end_offset();
+        self.active().seal()?;
+        let seg = Segment::create(&self.dir, end, self.config.index_interval_bytes, now_ms)?;
+        self.segments.insert(end, seg);
+        self.producers.save(&self.dir.join(PRODUCER_STATE), end)?;
+        self.recovery_point = end;
+        write_checkpoint(&self.dir.join(RECOVERY_POINT), end)?;
+        tracing::debug!(dir = %self.dir.display(), base = end, "rolled segment");
+        Ok(())
+    }
+
+    /// Reads whole batches starting with the one containing `offset`, up to `max_bytes`
+    /// (always at least one batch) and never at or above `limit` (the high watermark for
+    /// consumers). An empty result means there is nothing at `offset` yet.
+    pub fn read(&mut self, offset: i64, max_bytes: usize, limit: i64) -> Result<Bytes, LogError> {
+        let end = self.log_end_offset();
+        if offset < self.log_start_offset || offset > end {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                start: self.log_start_offset,
+                end,
+            });
+        }
+        let capacity = self.config.segment_bytes + self.config.max_message_bytes as u64;
+        let limit = limit.min(self.high_watermark);
+        let bases: Vec<i64> = self.segments.range(..=offset).next_back().map(|(b, _)| *b).into_iter()
+            .chain(self.segments.range(offset + 1..).map(|(b, _)| *b))
+            .collect();
+        for base in bases {
+            let seg = self.segments.get_mut(&base).expect("listed above");
+            if let Some((pos, header)) = seg.find_batch(offset)? {
+                if header.last_offset() >= limit {
+                    return Ok(Bytes::new());
+                }
+                return seg.read_from(pos, max_bytes, limit, capacity);
+            }
+        }
+        Ok(Bytes::new())
+    }
+
+    /// Kafka's ListOffsets by timestamp: the first record with timestamp ≥ `ts`, and its timestamp.
+    pub fn offset_for_timestamp(&mut self, ts: i64) -> Result<Option<(i64, i64)>, LogError> {
+        let start = self.log_start_offset;
+        let hw = self.high_watermark;
+        for seg in self.segments.values_mut() {
+            if seg.next_offset() <= start || seg.max_timestamp() < ts {
+                continue;
+            }
+            let from = seg.time_lookup_start(ts)?;
+            for (pos, h) in seg.headers_from(from)? {
+                if h.base_offset >= hw {
+                    return Ok(None);
+                }
+                if h.max_timestamp < ts || h.last_offset() < start {
+                    continue;
+                }
+                if h.is_log_append_time() {
+                    return Ok(Some((h.base_offset.max(start), h.max_timestamp)));
+                }
+                let bytes = seg.batch_bytes(pos, &h)?;
+                let mut buf = bytes.clone();
+                let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf)
+                    .map_err(|e| LogError::Corrupt(format!("cannot decode batch at {}: {e}", h.base_offset)))?;
+                if let Some(r) = set
+                    .records
+                    .iter()
+                    .find(|r| r.timestamp >= ts && r.offset >= start)
+                {
+                    return Ok(Some((r.offset, r.timestamp)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets MAX_TIMESTAMP: the offset of the record with the largest timestamp.
+    pub fn max_timestamp(&self) -> Option<(i64, i64)> {
+        self.segments
+            .values()
+            .filter(|s| !s.is_empty() && s.next_offset() > self.log_start_offset)
+            .max_by_key(|s| s.max_timestamp())
+            .map(|s| (s.offset_of_max_timestamp(), s.max_timestamp()))
+    }
+
+    /// DeleteRecords: moves the log start to `offset` (≤ high watermark) and drops segments
+    /// wholly below it. Returns the new log start.
+    pub fn delete_records_before(&mut self, offset: i64, now_ms: i64) -> Result<i64, LogError> {
+        if offset < 0 || offset > self.high_watermark {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                start: self.log_start_offset,
+                end: self.high_watermark,
+            });
+        }
+        if offset > self.log_start_offset {
+            self.log_start_offset = offset;
+            write_checkpoint(&self.dir.join(LOG_START), offset)?;
+            self.delete_segments_below_start(now_ms)?;
+        }
+        Ok(self.log_start_offset)
+    }
+
+    fn delete_segments_below_start(&mut self, now_ms: i64) -> Result<usize, LogError> {
+        if self.log_start_offset >= self.log_end_offset() && !self.active().is_empty() {
+            self.roll(now_ms)?;
+        }
+        let doomed: Vec<i64> = self
+            .segments
+            .iter()
+            .take(self.segments.len() - 1)
+            .filter(|(_, s)| s.next_offset() <= self.log_start_offset)
+            .map(|(b, _)| *b)
+            .collect();
+        for base in &doomed {
+            if let Some(seg) = self.segments.remove(base) {
+                seg.delete()?;
+            }
+        }
+        Ok(doomed.len())
+    }
+
+    /// Deletes closed segments past `retention.ms` (by their newest record) or beyond
+    /// `retention.bytes`. Returns how many segments were deleted.
+    pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
+        let mut new_start = self.log_start_offset;
+        let closed: Vec<(i64, i64, u64, i64)> = self
+            .segments
+            .values()
+            .take(self.segments.len() - 1)
+            .map(|s| (s.base_offset(), s.max_timestamp(), s.size(), s.next_offset()))
+            .collect();
+        let mut size = self.size_bytes() as i64;
+        for (_, max_ts, seg_size, next) in closed {
+            let expired = self.config.retention_ms >= 0 && max_ts >= 0 && now_ms - max_ts > self.config.retention_ms;
+            let too_big = self.config.retention_bytes >= 0 && size - seg_size as i64 >= self.config.retention_bytes;
+            if !(expired || too_big) {
+                break;
+            }
+            size -= seg_size as i64;
+            new_start = new_start.max(next);
+        }
+        if new_start > self.log_start_offset {
+            self.log_start_offset = new_start;
+            write_checkpoint(&self.dir.join(LOG_START), new_start)?;
+            return self.delete_segments_below_start(now_ms);
+        }
+        Ok(0)
+    }
+
+    /// Rolls the active segment when `segment.ms` has passed even without new appends.
+    pub fn roll_if_old(&mut self, now_ms: i64) -> Result<(), LogError> {
+        let segment_ms = self.config.segment_ms;
+        let active = self.active();
+        if !active.is_empty() && now_ms.saturating_sub(active.created_ms()) >= segment_ms {
+            self.roll(now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes when `flush.ms` has passed since the last flush.
+    pub fn flush_if_due(&mut self, now_ms: i64) -> Result<(), LogError> {
+        if self.active().unflushed_messages() > 0 && now_ms - self.last_flush_ms >= self.config.flush_ms {
+            self.flush(now_ms)?;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.active().flush()?;
+        self.last_flush_ms = now_ms;
+        Ok(())
+    }
+
+    /// Clean close: flush, write indexes and producer state, and leave the marker that lets
+    /// the next open skip recovery.
+    pub fn close(&mut self) -> Result<(), LogError> {
+        let end = self.log_end_offset();
+        let active = self.active();
+        active.flush()?;
+        active.write_indexes()?;
+        self.producers.save(&self.dir.join(PRODUCER_STATE), end)?;
+        write_checkpoint(&self.dir.join(LOG_START), self.log_start_offset)?;
+        index::write_file_atomically(&self.dir.join(CLEAN_SHUTDOWN), b"")?;
+        Ok(())
+    }
+
+    /// Removes the whole partition directory (topic deletion).
+    pub fn delete_all(self) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        drop(self);
+        std::fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,453 @@
+//! One segment: `<base_offset:020>.log` plus its sparse `.index` and `.timeindex`.
+//!
+//! Invariants:
+//! - the file holds whole v2 batches back to back, their offsets dense from `base_offset` to
+//!   `next_offset - 1`; `size` is the byte length of those batches;
+//! - only the active (last) segment of a log is appended to; a closed segment is never modified;
+//! - bytes handed to readers are slices of a shared read-only mapping, so a reader never copies
+//!   and a reader's slice stays valid even after the segment is deleted (the mapping pins it).
+//!
+//! The active segment is mapped once with room for `capacity` bytes beyond the current end:
+//! Linux allows mapping past EOF, and pages become readable as the file grows. Readers only ever
+//! touch bytes below `size`, which are in the file.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use memmap2::{Mmap, MmapOptions};
+
+use super::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+use super::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use super::LogError;
+
+pub fn log_path(dir: &Path, base_offset: i64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.log"))
+}
+
+/// Owner of a mapped range for `Bytes::from_owner`: keeps the mapping alive while bytes are in use.
+struct MappedSlice {
+    map: Arc<Mmap>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for MappedSlice {
+    fn as_ref(&self) -> &[u8] {
+        &self.map[self.start..self.end]
+    }
+}
+
+pub struct Segment {
+    base_offset: i64,
+    dir: PathBuf,
+    file: File,
+    size: u64,
+    next_offset: i64,
+    index: OffsetIndex,
+    time_index: TimeIndex,
+    bytes_since_index: u64,
+    index_interval: u64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    /// Wall-clock time the segment was created (for `segment.ms`).
+    created_ms: i64,
+    map: Option<Arc<Mmap>>,
+    /// Bytes the current mapping covers (may exceed `size` for the active segment).
+    mapped: u64,
+    unflushed_messages: u64,
+}
+
+/// What a scan found while checking a segment's batches.
+pub struct ScanResult {
+    pub valid_bytes: u64,
+    pub truncated_bytes: u64,
+}
+
+impl Segment {
+    /// Creates a new empty segment.
+    pub fn create(
+        dir: &Path,
+        base_offset: i64,
+        index_interval: u64,
+        now_ms: i64,
+    ) -> Result<Segment, LogError> {
+        let path = log_path(dir, base_offset);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)?;
+        Ok(Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            file,
+            size: 0,
+            next_offset: base_offset,
+            index: OffsetIndex::default(),
+            time_index: TimeIndex::default(),
+            bytes_since_index: 0,
+            index_interval,
+            max_timestamp: -1,
+            offset_of_max_timestamp: base_offset,
+            created_ms: now_ms,
+            map: None,
+            mapped: 0,
+            unflushed_messages: 0,
+        })
+    }
+
+    /// Opens an existing segment. With `trust_index`, loads the index files and scans only the
+    /// tail after the last index entry; otherwise (or when they are missing or inconsistent)
+    /// rescans the whole file, validating every CRC, and truncates a torn tail.
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        index_interval: u64,
+        trust_index: bool,
+    ) -> Result<(Segment, ScanResult), LogError> {
+        let path = log_path(dir, base_offset);
+        let file = OpenOptions::new().read(true).append(true).open(&path)?;
+        let meta = file.metadata()?;
+        let created_ms = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let mut seg = Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            file,
+            size: meta.len(),
+            next_offset: base_offset,
+            index: OffsetIndex::default(),
+            time_index: TimeIndex::default(),
+            bytes_since_index: 0,
+            index_interval,
+            max_timestamp: -1,
+            offset_of_max_timestamp: base_offset,
+            created_ms,
+            map: None,
+            mapped: 0,
+            unflushed_messages: 0,
+        };
+        let loaded = if trust_index {
+            match (
+                OffsetIndex::read_from(&seg.index_path()),
+                TimeIndex::read_from(&seg.time_index_path()),
+            ) {
+                (Some(i), Some(t)) if i.is_consistent(seg.size) => Some((i, t)),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let scan = match loaded {
+            Some((index, time_index)) => {
+                // Scan forward from the last indexed batch, checking CRCs on the way.
+                let start = index.last().map(|e| e.position as u64).unwrap_or(0);
+                seg.index = index;
+                seg.time_index = time_index;
+                seg.scan_from(start, false)?
+            }
+            None => seg.scan_from(0, true)?,
+        };
+        if scan.truncated_bytes > 0 {
+            seg.file.set_len(scan.valid_bytes)?;
+            seg.file.sync_all()?;
+            seg.size = scan.valid_bytes;
+        }
+        Ok((seg, scan))
+    }
+
+    /// Walks batches from `position`, validating each; rebuilds index entries when `rebuild`.
+    /// Stops at the first batch that is incomplete or fails its CRC: everything after is torn.
+    fn scan_from(&mut self, position: u64, rebuild: bool) -> Result<ScanResult, LogError> {
+        if rebuild {
+            self.index = OffsetIndex::default();
+            self.time_index = TimeIndex::default();
+            self.bytes_since_index = 0;
+            self.max_timestamp = -1;
+        }
+        let map = self.map_whole_file()?;
+        let data: &[u8] = map.as_ref().map(|m| &m[..]).unwrap_or(&[]);
+        let mut pos = position as usize;
+        let mut expected_offset: Option<i64> = None;
+        while pos + HEADER_LEN <= data.len() {
+            let total = i32::from_be_bytes([
+                data[pos + 8],
+                data[pos + 9],
+                data[pos + 10],
+                data[pos + 11],
+            ]);
+            if total < (HEADER_LEN - LOG_OVERHEAD) as i32 {
+                break;
+            }
+            let end = pos + LOG_OVERHEAD + total as usize;
+            if end > data.len() {
+                break;
+            }
+            let header = match batch::validate(&data[pos..end]) {
+                Ok(h) => h,
+                Err(_) => break,
+            };
+            if header.base_offset < self.base_offset
+                || expected_offset.is_some_and(|e| header.base_offset != e)
+            {
+                break;
+            }
+            expected_offset = Some(header.next_offset());
+            if rebuild {
+                self.index_batch(&header, pos as u64);
+            } else {
+                self.note_timestamp(&header);
+            }
+            self.next_offset = header.next_offset();
+            pos = end;
+        }
+        let valid = pos as u64;
+        Ok(ScanResult {
+            valid_bytes: valid,
+            truncated_bytes: data.len() as u64 - valid,
+        })
+    }
+
+    fn map_whole_file(&mut self) -> Result<Option<Arc<Mmap>>, LogError> {
+        let len = self.file.metadata()?.len();
+        if len == 0 {
+            return Ok(None);
+        }
+        // SAFETY: segment files are only appended to by this process, never truncated below
+        // a range a reader holds (see module invariants).
+        let map = unsafe { MmapOptions::new().len(len as usize).map(&self.file)? };
+        Ok(Some(Arc::new(map)))
+    }
+
+    fn note_timestamp(&mut self, header: &BatchHeader) {
+        if header.max_timestamp > self.max_timestamp {
+            self.max_timestamp = header.max_timestamp;
+            self.offset_of_max_timestamp = header.last_offset();
+        }
+    }
+
+    /// Records index entries for a batch written at `position`.
+    fn index_batch(&mut self, header: &BatchHeader, position: u64) {
+        self.note_timestamp(header);
+        if self.index.len() == 0 || self.bytes_since_index >= self.index_interval {
+            let rel = (header.base_offset - self.base_offset) as u32;
+            self.index.push(OffsetEntry {
+                relative_offset: rel,
+                position: position as u32,
+            });
+            self.time_index.maybe_push(TimeEntry {
+                timestamp: self.max_timestamp,
+                relative_offset: (self.offset_of_max_timestamp - self.base_offset) as u32,
+            });
+            self.bytes_since_index = 0;
+        }
+        self.bytes_since_index += header.total_len() as u64;
+    }
+
+    /// Appends one batch whose first 16 bytes are replaced by `prefix` (offset, length, epoch).
+    pub fn append(&mut self, header: &BatchHeader, prefix: &[u8; 16], body: &[u8]) -> Result<(), LogError> {
+        let position = self.size;
+        let bufs = [std::io::IoSlice::new(prefix), std::io::IoSlice::new(&body[16..])];
+        write_all_vectored(&mut self.file, &bufs)?;
+        self.size += body.len() as u64;
+        self.index_batch(header, position);
+        self.next_offset = header.next_offset();
+        self.unflushed_messages += header.record_count as u64;
+        Ok(())
+    }
+
+    /// Makes the segment's mapping cover at least `size` bytes. The active segment maps
+    /// `capacity` ahead so that appends rarely need a new mapping.
+    fn ensure_mapped(&mut self, capacity: u64) -> Result<(), LogError> {
+        if self.map.is_some() && self.mapped >= self.size {
+            return Ok(());
+        }
+        let len = capacity.max(self.size).max(1);
+        // SAFETY: see `map_whole_file`; bytes past EOF are never accessed.
+        let map = unsafe { MmapOptions::new().len(len as usize).map(&self.file)? };
+        self.map = Some(Arc::new(map));
+        self.mapped = len;
+        Ok(())
+    }
+
+    /// Position and header of the batch containing `offset` (or the first batch after it).
+    pub fn find_batch(&mut self, offset: i64) -> Result<Option<(u64, BatchHeader)>, LogError> {
+        if offset >= self.next_offset || self.size == 0 {
+            return Ok(None);
+        }
+        self.ensure_mapped(0)?;
+        let rel = (offset.max(self.base_offset) - self.base_offset) as u32;
+        let mut pos = self.index.floor(rel).map(|e| e.position as u64).unwrap_or(0);
+        let map = self.map.as_ref().expect("mapped above");
+        while pos < self.size {
+            let header = BatchHeader::parse(&map[pos as usize..self.size as usize])
+                .map_err(|e| LogError::Corrupt(format!("segment {}: {e}", self.base_offset)))?;
+            if header.last_offset() >= offset {
+                return Ok(Some((pos, header)));
+            }
+            pos += header.total_len() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Whole batches starting at `position`, at most `max_bytes` (but always the first batch),
+    /// none at or above `limit_offset`. Zero-copy: the result is a slice of the mapping.
+    pub fn read_from(
+        &mut self,
+        position: u64,
+        max_bytes: usize,
+        limit_offset: i64,
+        capacity: u64,
+    ) -> Result<Bytes, LogError> {
+        self.ensure_mapped(capacity)?;
+        let map = self.map.as_ref().expect("mapped above").clone();
+        let mut end = position;
+        while end < self.size {
+            let header = BatchHeader::parse(&map[end as usize..self.size as usize])
+                .map_err(|e| LogError::Corrupt(format!("segment {}: {e}", self.base_offset)))?;
+            if header.last_offset() >= limit_offset {
+                break;
+            }
+            let next = end + header.total_len() as u64;
+            if end > position && (next - position) as usize > max_bytes {
+                break;
+            }
+            end = next;
+        }
+        Ok(Bytes::from_owner(MappedSlice {
+            map,
+            start: position as usize,
+            end: end as usize,
+        }))
+    }
+
+    /// Headers of every batch from `position` on (for producer-state rebuild and time lookups).
+    pub fn headers_from(&mut self, position: u64) -> Result<Vec<(u64, BatchHeader)>, LogError> {
+        self.ensure_mapped(0)?;
+        let map = self.map.as_ref().expect("mapped above");
+        let mut out = Vec::new();
+        let mut pos = position;
+        while pos < self.size {
+            let header = BatchHeader::parse(&map[pos as usize..self.size as usize])
+                .map_err(|e| LogError::Corrupt(format!("segment {}: {e}", self.base_offset)))?;
+            out.push((pos, header));
+            pos += header.total_len() as u64;
+        }
+        Ok(out)
+    }
+
+    /// Bytes of the batch at `position` (for decoding records in a timestamp lookup).
+    pub fn batch_bytes(&mut self, position: u64, header: &BatchHeader) -> Result<Bytes, LogError> {
+        self.read_from(position, header.total_len(), i64::MAX, 0)
+    }
+
+    /// Position from which to scan for the first record with timestamp ≥ `ts`.
+    pub fn time_lookup_start(&mut self, ts: i64) -> Result<u64, LogError> {
+        Ok(match self.time_index.floor_before(ts) {
+            Some(e) => self
+                .index
+                .floor(e.relative_offset)
+                .map(|e| e.position as u64)
+                .unwrap_or(0),
+            None => 0,
+        })
+    }
+
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        if self.unflushed_messages > 0 {
+            self.file.sync_data()?;
+            self.unflushed_messages = 0;
+        }
+        Ok(())
+    }
+
+    /// Persists both indexes (at roll and at clean shutdown).
+    pub fn write_indexes(&self) -> Result<(), LogError> {
+        self.index.write_to(&self.index_path())?;
+        self.time_index.write_to(&self.time_index_path())?;
+        Ok(())
+    }
+
+    /// Closes a segment for appends: flush, write indexes, shrink the mapping to the file.
+    pub fn seal(&mut self) -> Result<(), LogError> {
+        self.file.sync_all()?;
+        self.unflushed_messages = 0;
+        self.write_indexes()?;
+        self.map = None;
+        self.mapped = 0;
+        Ok(())
+    }
+
+    /// Removes the segment's files. Readers holding slices keep their mapping.
+    pub fn delete(self) -> Result<(), LogError> {
+        for p in [self.log_path(), self.index_path(), self.time_index_path()] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        log_path(&self.dir, self.base_offset)
+    }
+    fn index_path(&self) -> PathBuf {
+        self.dir.join(format!("{:020}.index", self.base_offset))
+    }
+    fn time_index_path(&self) -> PathBuf {
+        self.dir.join(format!("{:020}.timeindex", self.base_offset))
+    }
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+    pub fn offset_of_max_timestamp(&self) -> i64 {
+        self.offset_of_max_timestamp
+    }
+    pub fn created_ms(&self) -> i64 {
+        self.created_ms
+    }
+    pub fn unflushed_messages(&self) -> u64 {
+        self.unflushed_messages
+    }
+}
+
+fn write_all_vectored(file: &mut File, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<()> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let written = file.write_vectored(bufs)?;
+    if written == total {
+        return Ok(());
+    }
+    // Short write: finish the remainder byte-wise (rare: regular files usually take it all).
+    let mut skip = written;
+    for b in bufs {
+        if skip >= b.len() {
+            skip -= b.len();
+            continue;
+        }
+        file.write_all(&b[skip..])?;
+        skip = 0;
+    }
+    Ok(())
+}

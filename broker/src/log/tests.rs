@@ -1,0 +1,332 @@
+//! Log engine tests: round trips, index boundaries, roll, retention, DeleteRecords, recovery.
+
+use super::batch::testing::{batch, batch_with_producer};
+use super::batch::{split_and_validate, BatchHeader};
+use super::*;
+use crate::topic_config::LogConfig;
+use proptest::prelude::*;
+
+fn validated(b: Bytes) -> Vec<(BatchHeader, Bytes)> {
+    split_and_validate(&b, 1 << 20).unwrap()
+}
+
+fn open(dir: &Path, segment_bytes: u64) -> Log {
+    Log::open(dir, LogConfig::for_tests(segment_bytes), 0).unwrap().0
+}
+
+/// Reads every batch header from `from` to the end.
+fn read_all(log: &mut Log, from: i64) -> Vec<BatchHeader> {
+    let mut out = vec![];
+    let mut next = from;
+    loop {
+        let bytes = log.read(next, 1 << 20, i64::MAX).unwrap();
+        if bytes.is_empty() {
+            return out;
+        }
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let h = batch::validate(&bytes[pos..pos + BatchHeader::parse(&bytes[pos..]).unwrap().total_len()]).unwrap();
+            next = h.next_offset();
+            pos += h.total_len();
+            out.push(h);
+        }
+    }
+}
+
+#[test]
+fn appended_batches_read_back_with_dense_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), 1 << 20);
+    for i in 0..10 {
+        let info = log.append(&validated(batch(3, i * 10)), 0, 0).unwrap();
+        assert_eq!(info.base_offset, i * 3);
+        assert_eq!(info.last_offset, i * 3 + 2);
+    }
+    assert_eq!(log.log_end_offset(), 30);
+    assert_eq!(log.high_watermark(), 30);
+    let headers = read_all(&mut log, 0);
+    assert_eq!(headers.len(), 10);
+    for (i, h) in headers.iter().enumerate() {
+        assert_eq!(h.base_offset, i as i64 * 3);
+    }
+}
+
+#[test]
+fn a_fetch_in_the_middle_of_a_batch_returns_that_whole_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), 1 << 20);
+    log.append(&validated(batch(5, 0)), 0, 0).unwrap();
+    log.append(&validated(batch(5, 0)), 0, 0).unwrap();
+    let bytes = log.read(7, 1 << 20, i64::MAX).unwrap();
+    let h = BatchHeader::parse(&bytes).unwrap();
+    assert_eq!(h.base_offset, 5);
+    assert_eq!(h.last_offset(), 9);
+    // At the log end there is nothing yet, and beyond it is out of range.
+    assert!(log.read(10, 1 << 20, i64::MAX).unwrap().is_empty());
+    assert!(matches!(log.read(11, 100, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
+}
+
+#[test]
+fn max_bytes_limits_a_read_but_never_below_one_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), 1 << 20);
+    let one = batch(10, 0);
+    for _ in 0..4 {
+        log.append(&validated(one.clone()), 0, 0).unwrap();
+    }
+    assert_eq!(log.read(0, 1, i64::MAX).unwrap().len(), one.len());
+    assert_eq!(log.read(0, one.len() * 2 + 1, i64::MAX).unwrap().len(), one.len() * 2);
+    // The limit (high watermark for consumers) cuts whole batches.
+    assert_eq!(log.read(0, 1 << 20, 20).unwrap().len(), one.len() * 2);
+}
+
+#[test]
+fn segments_roll_at_segment_bytes_and_reads_cross_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(4, 0);
+    let mut log = open(dir.path(), (b.len() * 3) as u64);
+    for _ in 0..10 {
+        log.append(&validated(b.clone()), 0, 0).unwrap();
+    }
+    assert_eq!(log.segment_count(), 4);
+    let headers = read_all(&mut log, 0);
+    assert_eq!(headers.len(), 10);
+    assert_eq!(headers.last().unwrap().last_offset(), 39);
+    // Every offset resolves to the batch that holds it, at every segment boundary.
+    for off in 0..40 {
+        let bytes = log.read(off, 1, i64::MAX).unwrap();
+        let h = BatchHeader::parse(&bytes).unwrap();
+        assert!(h.base_offset <= off && off <= h.last_offset(), "offset {off}");
+    }
+}
+
+#[test]
+fn timestamp_lookup_finds_the_first_record_at_or_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(10, 0);
+    let mut log = open(dir.path(), (b.len() * 2) as u64);
+    for i in 0..10 {
+        log.append(&validated(batch(10, 1000 + i * 10)), 0, 0).unwrap();
+    }
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, 1000)));
+    assert_eq!(log.offset_for_timestamp(1000).unwrap(), Some((0, 1000)));
+    assert_eq!(log.offset_for_timestamp(1005).unwrap(), Some((5, 1005)));
+    assert_eq!(log.offset_for_timestamp(1055).unwrap(), Some((55, 1055)));
+    assert_eq!(log.offset_for_timestamp(1099).unwrap(), Some((99, 1099)));
+    assert_eq!(log.offset_for_timestamp(1100).unwrap(), None);
+    assert_eq!(log.max_timestamp(), Some((99, 1099)));
+}
+
+#[test]
+fn delete_records_moves_the_start_and_drops_whole_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(5, 0);
+    let mut log = open(dir.path(), (b.len() * 2) as u64);
+    for _ in 0..6 {
+        log.append(&validated(b.clone()), 0, 0).unwrap();
+    }
+    assert_eq!(log.segment_count(), 3);
+    assert_eq!(log.delete_records_before(12, 0).unwrap(), 12);
+    assert_eq!(log.segment_count(), 2);
+    assert!(matches!(log.read(9, 100, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
+    assert_eq!(BatchHeader::parse(&log.read(12, 1, i64::MAX).unwrap()).unwrap().base_offset, 10);
+    assert!(log.delete_records_before(31, 0).is_err());
+    // Deleting everything leaves an empty log that starts at the end.
+    assert_eq!(log.delete_records_before(30, 0).unwrap(), 30);
+    assert_eq!(log.log_end_offset(), 30);
+    assert!(log.read(30, 100, i64::MAX).unwrap().is_empty());
+    drop(log);
+    let log = open(dir.path(), 1 << 20);
+    assert_eq!(log.log_start_offset(), 30);
+    assert_eq!(log.log_end_offset(), 30);
+}
+
+#[test]
+fn retention_deletes_old_and_excess_segments_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(5, 0);
+    let mut cfg = LogConfig::for_tests((b.len() * 2) as u64);
+    cfg.retention_ms = 1000;
+    let mut log = Log::open(dir.path(), cfg, 0).unwrap().0;
+    for i in 0..6 {
+        log.append(&validated(batch(5, i * 1000)), 0, 0).unwrap();
+    }
+    // Segments hold timestamps ..1004, ..3004, ..5004 (active). At now=3500 only the first expired.
+    assert_eq!(log.enforce_retention(3500).unwrap(), 1);
+    assert_eq!(log.log_start_offset(), 10);
+    // The active segment is never deleted by retention.
+    assert_eq!(log.enforce_retention(100_000).unwrap(), 1);
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.log_start_offset(), 20);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = LogConfig::for_tests((b.len() * 2) as u64);
+    cfg.retention_bytes = (b.len() * 3) as i64;
+    let mut log = Log::open(dir.path(), cfg, 0).unwrap().0;
+    for _ in 0..6 {
+        log.append(&validated(b.clone()), 0, 0).unwrap();
+    }
+    log.enforce_retention(0).unwrap();
+    assert!(log.size_bytes() <= (b.len() * 4) as u64);
+    assert_eq!(log.segment_count(), 2);
+}
+
+#[test]
+fn a_clean_close_reopens_without_rescanning() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(5, 0);
+    let mut log = open(dir.path(), (b.len() * 2) as u64);
+    for _ in 0..5 {
+        log.append(&validated(b.clone()), 0, 0).unwrap();
+    }
+    log.close().unwrap();
+    drop(log);
+    let (mut log, report) = Log::open(dir.path(), LogConfig::for_tests((b.len() * 2) as u64), 0).unwrap();
+    assert!(report.clean);
+    assert_eq!(report.rescanned_segments, 0);
+    assert_eq!(log.log_end_offset(), 25);
+    assert_eq!(read_all(&mut log, 0).len(), 5);
+}
+
+#[test]
+fn a_torn_tail_is_truncated_at_the_last_valid_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(5, 0);
+    let mut log = open(dir.path(), 1 << 20);
+    for _ in 0..4 {
+        log.append(&validated(b.clone()), 0, 0).unwrap();
+    }
+    drop(log); // no clean close: as after kill -9
+    let path = segment::log_path(dir.path(), 0);
+    let len = std::fs::metadata(&path).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(len - 7).unwrap();
+    let (mut log, report) = Log::open(dir.path(), LogConfig::for_tests(1 << 20), 0).unwrap();
+    assert!(!report.clean);
+    assert_eq!(report.truncated_bytes, (b.len() - 7) as u64);
+    assert_eq!(log.log_end_offset(), 15);
+    assert_eq!(read_all(&mut log, 0).len(), 3);
+    // The log keeps working after recovery.
+    assert_eq!(log.append(&validated(b.clone()), 0, 0).unwrap().base_offset, 15);
+}
+
+#[test]
+fn a_corrupted_batch_truncates_the_log_there_even_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(5, 0);
+    let mut log = open(dir.path(), (b.len() * 2) as u64);
+    for _ in 0..6 {
+        log.append(&validated(b.clone()), 0, 0).unwrap();
+    }
+    drop(log);
+    // Flip a byte inside the second batch of the middle segment (base offset 10).
+    let path = segment::log_path(dir.path(), 10);
+    let mut data = std::fs::read(&path).unwrap();
+    let i = b.len() + 40;
+    data[i] ^= 0xff;
+    std::fs::write(&path, &data).unwrap();
+    std::fs::write(dir.path().join(RECOVERY_POINT), "0").unwrap();
+    let (mut log, _) = Log::open(dir.path(), LogConfig::for_tests((b.len() * 2) as u64), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 15);
+    assert_eq!(read_all(&mut log, 0).len(), 3);
+    assert_eq!(log.segment_count(), 2);
+}
+
+#[test]
+fn a_missing_or_garbled_index_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(50, 0);
+    let mut cfg = LogConfig::for_tests(1 << 20);
+    cfg.index_interval_bytes = 1;
+    let mut log = Log::open(dir.path(), cfg.clone(), 0).unwrap().0;
+    for _ in 0..20 {
+        log.append(&validated(b.clone()), 0, 0).unwrap();
+    }
+    log.roll(0).unwrap();
+    log.close().unwrap();
+    drop(log);
+    std::fs::remove_file(dir.path().join(format!("{:020}.index", 0))).unwrap();
+    let (mut log, _) = Log::open(dir.path(), cfg.clone(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 1000);
+    let h = BatchHeader::parse(&log.read(777, 1, i64::MAX).unwrap()).unwrap();
+    assert_eq!(h.base_offset, 750);
+    log.close().unwrap();
+    drop(log);
+    std::fs::write(dir.path().join(format!("{:020}.index", 0)), [0u8, 0, 0, 9, 255, 255, 255, 0]).unwrap();
+    let (mut log, _) = Log::open(dir.path(), cfg, 0).unwrap();
+    let h = BatchHeader::parse(&log.read(777, 1, i64::MAX).unwrap()).unwrap();
+    assert_eq!(h.base_offset, 750);
+}
+
+#[test]
+fn idempotent_retries_are_not_appended_twice_and_state_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), 1 << 20);
+    let first = log.append(&validated(batch_with_producer(3, 0, 42, 0, 0)), 0, 0).unwrap();
+    let retry = log.append(&validated(batch_with_producer(3, 0, 42, 0, 0)), 0, 0).unwrap();
+    assert!(!first.duplicate);
+    assert!(retry.duplicate);
+    assert_eq!(retry.base_offset, first.base_offset);
+    assert_eq!(log.log_end_offset(), 3);
+    assert!(matches!(
+        log.append(&validated(batch_with_producer(1, 0, 42, 0, 7)), 0, 0),
+        Err(LogError::OutOfOrderSequence { expected: 3, got: 7, .. })
+    ));
+    drop(log); // crash: no snapshot written; state comes from replaying headers
+    let mut log = open(dir.path(), 1 << 20);
+    assert!(log.append(&validated(batch_with_producer(3, 0, 42, 0, 0)), 0, 0).unwrap().duplicate);
+    assert_eq!(log.append(&validated(batch_with_producer(2, 0, 42, 0, 3)), 0, 0).unwrap().base_offset, 3);
+    log.close().unwrap();
+    drop(log);
+    let mut log = open(dir.path(), 1 << 20);
+    assert!(log.append(&validated(batch_with_producer(2, 0, 42, 0, 3)), 0, 0).unwrap().duplicate);
+}
+
+#[test]
+fn log_append_time_topics_stamp_batches_with_the_broker_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = LogConfig::for_tests(1 << 20);
+    cfg.timestamp_type = crate::topic_config::TimestampType::LogAppendTime;
+    let mut log = Log::open(dir.path(), cfg, 0).unwrap().0;
+    let info = log.append(&validated(batch(3, 5)), 0, 777).unwrap();
+    assert_eq!(info.log_append_time, 777);
+    let h = batch::validate(&log.read(0, 1, i64::MAX).unwrap()).unwrap();
+    assert!(h.is_log_append_time());
+    assert_eq!(h.max_timestamp, 777);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn any_sequence_of_appends_and_a_crash_reads_back_exactly(
+        counts in proptest::collection::vec(1i32..20, 1..40),
+        segment_batches in 1usize..6,
+        cut in 0usize..200,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let seg_bytes = (batch(10, 0).len() * segment_batches) as u64;
+        let mut log = open(dir.path(), seg_bytes.max(1024));
+        let mut expected = vec![];
+        let mut next = 0i64;
+        for &c in &counts {
+            let info = log.append(&validated(batch(c, next)), 0, 0).unwrap();
+            prop_assert_eq!(info.base_offset, next);
+            expected.push((next, c));
+            next += c as i64;
+        }
+        let got: Vec<(i64, i32)> = read_all(&mut log, 0).iter().map(|h| (h.base_offset, h.record_count)).collect();
+        prop_assert_eq!(&got, &expected);
+        drop(log);
+        // Cut `cut` bytes off the active segment, as a crash mid-write would.
+        let last = std::fs::read_dir(dir.path()).unwrap()
+            .filter_map(|e| e.ok()).map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log")).max().unwrap();
+        let len = std::fs::metadata(&last).unwrap().len();
+        let cut = (cut as u64).min(len);
+        std::fs::OpenOptions::new().write(true).open(&last).unwrap().set_len(len - cut).unwrap();
+        let mut log = open(dir.path(), seg_bytes.max(1024));
+        let got: Vec<(i64, i32)> = read_all(&mut log, 0).iter().map(|h| (h.base_offset, h.record_count)).collect();
+        prop_assert!(expected.starts_with(&got));
+        prop_assert_eq!(log.log_end_offset(), got.last().map(|(b, c)| b + *c as i64).unwrap_or(0));
+    }
+}

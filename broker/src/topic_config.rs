@@ -1,0 +1,221 @@
+//! Topic configuration under Kafka's names: which keys exist, their broker-wide defaults,
+//! validation of values set through CreateTopics / IncrementalAlterConfigs, and the
+//! [`LogConfig`] a partition's log runs with.
+//!
+//! A key Strata does not implement is refused with INVALID_CONFIG rather than stored and ignored.
+
+use std::collections::BTreeMap;
+
+use crate::config::BrokerConfig;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    CreateTime,
+    LogAppendTime,
+}
+
+/// What one partition log needs to know of its topic's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    pub segment_ms: i64,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub flush_messages: i64,
+    pub flush_ms: i64,
+    pub index_interval_bytes: u64,
+    pub max_message_bytes: usize,
+    pub timestamp_type: TimestampType,
+}
+
+impl LogConfig {
+    /// Defaults convenient for tests: small segments, no retention.
+    #[cfg(test)]
+    pub fn for_tests(segment_bytes: u64) -> LogConfig {
+        LogConfig {
+            segment_bytes,
+            segment_ms: i64::MAX,
+            retention_ms: -1,
+            retention_bytes: -1,
+            flush_messages: i64::MAX,
+            flush_ms: i64::MAX,
+            index_interval_bytes: 4096,
+            max_message_bytes: 1 << 20,
+            timestamp_type: TimestampType::CreateTime,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Long,
+    Int,
+    Bool,
+    Str,
+}
+
+impl Kind {
+    /// DescribeConfigs `config_type` codes (v3+).
+    pub fn code(self) -> i8 {
+        match self {
+            Kind::Bool => 1,
+            Kind::Str => 2,
+            Kind::Int => 3,
+            Kind::Long => 5,
+        }
+    }
+}
+
+pub struct KeyDef {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub doc: &'static str,
+}
+
+/// Every topic-level key Strata honours.
+pub const KEYS: &[KeyDef] = &[
+    KeyDef { name: "cleanup.policy", kind: Kind::Str, doc: "delete (compaction arrives with consumer groups)" },
+    KeyDef { name: "compression.type", kind: Kind::Str, doc: "producer: batches are stored as sent" },
+    KeyDef { name: "flush.messages", kind: Kind::Long, doc: "fsync after this many records" },
+    KeyDef { name: "flush.ms", kind: Kind::Long, doc: "fsync when the oldest unflushed record is this old" },
+    KeyDef { name: "index.interval.bytes", kind: Kind::Int, doc: "bytes between offset index entries" },
+    KeyDef { name: "max.message.bytes", kind: Kind::Int, doc: "largest record batch accepted" },
+    KeyDef { name: "message.timestamp.type", kind: Kind::Str, doc: "CreateTime or LogAppendTime" },
+    KeyDef { name: "min.insync.replicas", kind: Kind::Int, doc: "replicas that must hold an acks=all write" },
+    KeyDef { name: "retention.bytes", kind: Kind::Long, doc: "size bound of a partition (-1: none)" },
+    KeyDef { name: "retention.ms", kind: Kind::Long, doc: "age bound of records (-1: none)" },
+    KeyDef { name: "segment.bytes", kind: Kind::Int, doc: "roll the active segment at this size" },
+    KeyDef { name: "segment.ms", kind: Kind::Long, doc: "roll the active segment at this age" },
+    KeyDef { name: "unclean.leader.election.enable", kind: Kind::Bool, doc: "elect leaders outside the ISR" },
+];
+
+pub fn key(name: &str) -> Option<&'static KeyDef> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+/// Broker-wide default of a key, as Kafka's DescribeConfigs shows it.
+pub fn default_value(cfg: &BrokerConfig, name: &str) -> String {
+    match name {
+        "cleanup.policy" => "delete".into(),
+        "compression.type" => "producer".into(),
+        "flush.messages" => cfg.log_flush_messages.to_string(),
+        "flush.ms" => cfg.log_flush_ms.to_string(),
+        "index.interval.bytes" => cfg.log_index_interval_bytes.to_string(),
+        "max.message.bytes" => cfg.message_max_bytes.to_string(),
+        "message.timestamp.type" => cfg.log_message_timestamp_type.clone(),
+        "min.insync.replicas" => "1".into(),
+        "retention.bytes" => cfg.log_retention_bytes.to_string(),
+        "retention.ms" => cfg.log_retention_ms.to_string(),
+        "segment.bytes" => cfg.log_segment_bytes.to_string(),
+        "segment.ms" => cfg.log_segment_ms.to_string(),
+        "unclean.leader.election.enable" => "false".into(),
+        _ => String::new(),
+    }
+}
+
+/// Checks one `key=value` a client wants to set. The message is returned to the client.
+pub fn validate(name: &str, value: &str) -> Result<(), String> {
+    let def = key(name).ok_or_else(|| format!("unknown or unsupported topic config '{name}'"))?;
+    let bad = |why: &str| Err(format!("invalid value '{value}' for {name}: {why}"));
+    match def.kind {
+        Kind::Long => {
+            let Ok(v) = value.parse::<i64>() else {
+                return bad("not a number");
+            };
+            if v < -1 {
+                return bad("must be ≥ -1");
+            }
+            if matches!(name, "flush.messages" | "flush.ms" | "segment.ms") && v < 1 {
+                return bad("must be ≥ 1");
+            }
+        }
+        Kind::Int => {
+            let Ok(v) = value.parse::<i32>() else {
+                return bad("not a 32-bit number");
+            };
+            let min = match name {
+                "segment.bytes" => 1024,
+                "max.message.bytes" => 0,
+                _ => 1,
+            };
+            if v < min {
+                return bad(&format!("must be ≥ {min}"));
+            }
+        }
+        Kind::Bool => {
+            if value != "true" && value != "false" {
+                return bad("must be true or false");
+            }
+        }
+        Kind::Str => {
+            let ok = match name {
+                "cleanup.policy" => value == "delete",
+                "compression.type" => value == "producer",
+                "message.timestamp.type" => value == "CreateTime" || value == "LogAppendTime",
+                _ => true,
+            };
+            if !ok {
+                return bad("not supported");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The effective value of every key: topic overrides, else broker defaults.
+pub fn effective(cfg: &BrokerConfig, overrides: &BTreeMap<String, String>) -> BTreeMap<String, (String, bool)> {
+    KEYS.iter()
+        .map(|k| match overrides.get(k.name) {
+            Some(v) => (k.name.to_string(), (v.clone(), false)),
+            None => (k.name.to_string(), (default_value(cfg, k.name), true)),
+        })
+        .collect()
+}
+
+pub fn log_config(cfg: &BrokerConfig, overrides: &BTreeMap<String, String>) -> LogConfig {
+    let get = |name: &str| overrides.get(name).cloned().unwrap_or_else(|| default_value(cfg, name));
+    let num = |name: &str, fallback: i64| get(name).parse::<i64>().unwrap_or(fallback);
+    LogConfig {
+        segment_bytes: num("segment.bytes", 1 << 30).max(1024) as u64,
+        segment_ms: num("segment.ms", i64::MAX),
+        retention_ms: num("retention.ms", -1),
+        retention_bytes: num("retention.bytes", -1),
+        flush_messages: num("flush.messages", i64::MAX),
+        flush_ms: num("flush.ms", i64::MAX),
+        index_interval_bytes: num("index.interval.bytes", 4096).max(1) as u64,
+        max_message_bytes: num("max.message.bytes", 1_048_588).max(0) as usize,
+        timestamp_type: if get("message.timestamp.type") == "LogAppendTime" {
+            TimestampType::LogAppendTime
+        } else {
+            TimestampType::CreateTime
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_win_over_broker_defaults() {
+        let cfg = BrokerConfig::default();
+        let mut o = BTreeMap::new();
+        o.insert("segment.bytes".to_string(), "1048576".to_string());
+        let lc = log_config(&cfg, &o);
+        assert_eq!(lc.segment_bytes, 1 << 20);
+        assert_eq!(lc.retention_ms, 7 * 24 * 3600 * 1000);
+        let eff = effective(&cfg, &o);
+        assert_eq!(eff["segment.bytes"], ("1048576".to_string(), false));
+        assert!(eff["retention.ms"].1);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused_with_a_reason() {
+        assert!(validate("retention.ms", "100").is_ok());
+        assert!(validate("retention.ms", "soon").unwrap_err().contains("not a number"));
+        assert!(validate("segment.bytes", "10").is_err());
+        assert!(validate("cleanup.policy", "compact").is_err());
+        assert!(validate("no.such.key", "1").unwrap_err().contains("unknown"));
+        assert!(validate("message.timestamp.type", "LogAppendTime").is_ok());
+    }
+}
