@@ -1,11 +1,27 @@
-//! Strata's broker: the Kafka protocol server, the partition log engine, and the CLI.
+//! Strata's broker: the Kafka protocol server, the partition log engine, admin HTTP and the CLI.
 //!
-//! Layout:
-//! - [`config`] — broker settings (file, then `STRATA_*` environment, then flags);
-//! - [`topic_config`] — topic configs under Kafka's names and the per-log settings they yield;
-//! - [`log`] — the partition log engine: segments, indexes, recovery, retention, producer state.
+//! Layout (request path top to bottom):
+//! - [`serve`] — `strata serve`: start-up order, housekeeping, clean shutdown;
+//! - [`server`] — Kafka listener and connections (frames in, responses out, in order);
+//! - [`protocol`] — frames, request decoding, the API versions Strata speaks;
+//! - [`handlers`] — one module per Kafka API;
+//! - [`broker`] — state shared by handlers; topic creation; producer ids;
+//! - [`partition`] — the hosted partitions, kept in step with the metadata state;
+//! - [`log`] — the partition log engine: segments, indexes, recovery, retention, producer state;
+//! - [`config`], [`topic_config`] — broker settings and Kafka topic configs;
+//! - [`error`] — Kafka error codes, chosen in one place;
+//! - [`admin`] — `/metrics`, `/healthz`, `/readyz`;
+//! - [`cli`] — `strata topic|produce|consume|perf`, Kafka clients over librdkafka.
 
+pub mod admin;
+pub mod broker;
+pub mod cli;
 pub mod config;
+pub mod error;
+pub mod handlers;
 pub mod log;
+pub mod partition;
 pub mod protocol;
+pub mod serve;
+pub mod server;
 pub mod topic_config;

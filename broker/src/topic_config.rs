@@ -74,19 +74,71 @@ pub struct KeyDef {
 
 /// Every topic-level key Strata honours.
 pub const KEYS: &[KeyDef] = &[
-    KeyDef { name: "cleanup.policy", kind: Kind::Str, doc: "delete (compaction arrives with consumer groups)" },
-    KeyDef { name: "compression.type", kind: Kind::Str, doc: "producer: batches are stored as sent" },
-    KeyDef { name: "flush.messages", kind: Kind::Long, doc: "fsync after this many records" },
-    KeyDef { name: "flush.ms", kind: Kind::Long, doc: "fsync when the oldest unflushed record is this old" },
-    KeyDef { name: "index.interval.bytes", kind: Kind::Int, doc: "bytes between offset index entries" },
-    KeyDef { name: "max.message.bytes", kind: Kind::Int, doc: "largest record batch accepted" },
-    KeyDef { name: "message.timestamp.type", kind: Kind::Str, doc: "CreateTime or LogAppendTime" },
-    KeyDef { name: "min.insync.replicas", kind: Kind::Int, doc: "replicas that must hold an acks=all write" },
-    KeyDef { name: "retention.bytes", kind: Kind::Long, doc: "size bound of a partition (-1: none)" },
-    KeyDef { name: "retention.ms", kind: Kind::Long, doc: "age bound of records (-1: none)" },
-    KeyDef { name: "segment.bytes", kind: Kind::Int, doc: "roll the active segment at this size" },
-    KeyDef { name: "segment.ms", kind: Kind::Long, doc: "roll the active segment at this age" },
-    KeyDef { name: "unclean.leader.election.enable", kind: Kind::Bool, doc: "elect leaders outside the ISR" },
+    KeyDef {
+        name: "cleanup.policy",
+        kind: Kind::Str,
+        doc: "delete (compaction arrives with consumer groups)",
+    },
+    KeyDef {
+        name: "compression.type",
+        kind: Kind::Str,
+        doc: "producer: batches are stored as sent",
+    },
+    KeyDef {
+        name: "flush.messages",
+        kind: Kind::Long,
+        doc: "fsync after this many records",
+    },
+    KeyDef {
+        name: "flush.ms",
+        kind: Kind::Long,
+        doc: "fsync when the oldest unflushed record is this old",
+    },
+    KeyDef {
+        name: "index.interval.bytes",
+        kind: Kind::Int,
+        doc: "bytes between offset index entries",
+    },
+    KeyDef {
+        name: "max.message.bytes",
+        kind: Kind::Int,
+        doc: "largest record batch accepted",
+    },
+    KeyDef {
+        name: "message.timestamp.type",
+        kind: Kind::Str,
+        doc: "CreateTime or LogAppendTime",
+    },
+    KeyDef {
+        name: "min.insync.replicas",
+        kind: Kind::Int,
+        doc: "replicas that must hold an acks=all write",
+    },
+    KeyDef {
+        name: "retention.bytes",
+        kind: Kind::Long,
+        doc: "size bound of a partition (-1: none)",
+    },
+    KeyDef {
+        name: "retention.ms",
+        kind: Kind::Long,
+        doc: "age bound of records (-1: none)",
+    },
+    KeyDef {
+        name: "segment.bytes",
+        kind: Kind::Int,
+        doc: "roll the active segment at this size",
+    },
+    KeyDef {
+        name: "segment.ms",
+        kind: Kind::Long,
+        doc: "roll the active segment at this age",
+    },
+    KeyDef {
+        name: "unclean.leader.election.enable",
+        kind: Kind::Bool,
+        doc: "elect leaders outside the ISR",
+    },
 ];
 
 pub fn key(name: &str) -> Option<&'static KeyDef> {
@@ -163,7 +215,10 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
 }
 
 /// The effective value of every key: topic overrides, else broker defaults.
-pub fn effective(cfg: &BrokerConfig, overrides: &BTreeMap<String, String>) -> BTreeMap<String, (String, bool)> {
+pub fn effective(
+    cfg: &BrokerConfig,
+    overrides: &BTreeMap<String, String>,
+) -> BTreeMap<String, (String, bool)> {
     KEYS.iter()
         .map(|k| match overrides.get(k.name) {
             Some(v) => (k.name.to_string(), (v.clone(), false)),
@@ -173,7 +228,12 @@ pub fn effective(cfg: &BrokerConfig, overrides: &BTreeMap<String, String>) -> BT
 }
 
 pub fn log_config(cfg: &BrokerConfig, overrides: &BTreeMap<String, String>) -> LogConfig {
-    let get = |name: &str| overrides.get(name).cloned().unwrap_or_else(|| default_value(cfg, name));
+    let get = |name: &str| {
+        overrides
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| default_value(cfg, name))
+    };
     let num = |name: &str, fallback: i64| get(name).parse::<i64>().unwrap_or(fallback);
     LogConfig {
         segment_bytes: num("segment.bytes", 1 << 30).max(1024) as u64,
@@ -212,10 +272,14 @@ mod tests {
     #[test]
     fn unknown_keys_and_bad_values_are_refused_with_a_reason() {
         assert!(validate("retention.ms", "100").is_ok());
-        assert!(validate("retention.ms", "soon").unwrap_err().contains("not a number"));
+        assert!(validate("retention.ms", "soon")
+            .unwrap_err()
+            .contains("not a number"));
         assert!(validate("segment.bytes", "10").is_err());
         assert!(validate("cleanup.policy", "compact").is_err());
-        assert!(validate("no.such.key", "1").unwrap_err().contains("unknown"));
+        assert!(validate("no.such.key", "1")
+            .unwrap_err()
+            .contains("unknown"));
         assert!(validate("message.timestamp.type", "LogAppendTime").is_ok());
     }
 }

@@ -106,7 +106,11 @@ fn write_checkpoint(path: &Path, v: i64) -> Result<(), LogError> {
 
 impl Log {
     /// Opens (creating if needed) the log in `dir`, recovering from an unclean shutdown.
-    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<(Log, RecoveryReport), LogError> {
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        now_ms: i64,
+    ) -> Result<(Log, RecoveryReport), LogError> {
         std::fs::create_dir_all(dir)?;
         let clean_marker = dir.join(CLEAN_SHUTDOWN);
         let clean = clean_marker.exists();
@@ -136,7 +140,9 @@ impl Log {
         for (i, &base) in bases.iter().enumerate() {
             if truncated_at.is_some() {
                 // Everything after a torn segment is unreachable: offsets would not be dense.
-                Segment::open(dir, base, config.index_interval_bytes, false)?.0.delete()?;
+                Segment::open(dir, base, config.index_interval_bytes, false)?
+                    .0
+                    .delete()?;
                 continue;
             }
             let next_base = bases.get(i + 1).copied();
@@ -164,7 +170,10 @@ impl Log {
         let mut log_start_offset = read_checkpoint(&dir.join(LOG_START)).unwrap_or(0);
         if segments.is_empty() {
             let start = log_start_offset.max(0);
-            segments.insert(start, Segment::create(dir, start, config.index_interval_bytes, now_ms)?);
+            segments.insert(
+                start,
+                Segment::create(dir, start, config.index_interval_bytes, now_ms)?,
+            );
         }
         let first_base = *segments.keys().next().expect("at least one segment");
         let log_end = segments.values().next_back().expect("one").next_offset();
@@ -186,7 +195,9 @@ impl Log {
     /// Loads the producer snapshot and replays the batch headers after it.
     fn rebuild_producer_state(&mut self) -> Result<(), LogError> {
         let (state, from) = match ProducerState::load(&self.dir.join(PRODUCER_STATE)) {
-            Some((s, off)) if off <= self.log_end_offset() && off >= self.first_segment_base() => (s, off),
+            Some((s, off)) if off <= self.log_end_offset() && off >= self.first_segment_base() => {
+                (s, off)
+            }
             _ => (ProducerState::default(), self.first_segment_base()),
         };
         self.producers = state;
@@ -205,15 +216,26 @@ impl Log {
     }
 
     fn first_segment_base(&self) -> i64 {
-        *self.segments.keys().next().expect("a log always has a segment")
+        *self
+            .segments
+            .keys()
+            .next()
+            .expect("a log always has a segment")
     }
 
     fn active(&mut self) -> &mut Segment {
-        self.segments.values_mut().next_back().expect("a log always has a segment")
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has a segment")
     }
 
     pub fn log_end_offset(&self) -> i64 {
-        self.segments.values().next_back().expect("one").next_offset()
+        self.segments
+            .values()
+            .next_back()
+            .expect("one")
+            .next_offset()
     }
     pub fn log_start_offset(&self) -> i64 {
         self.log_start_offset
@@ -255,12 +277,17 @@ impl Log {
         };
         for (header, bytes) in batches {
             if header.is_transactional() || header.is_control() {
-                return Err(LogError::Unsupported("transactional batches are not supported yet"));
+                return Err(LogError::Unsupported(
+                    "transactional batches are not supported yet",
+                ));
             }
             if header.is_idempotent() {
                 match self.producers.check(header) {
                     SequenceCheck::Accept => {}
-                    SequenceCheck::Duplicate { base_offset, timestamp } => {
+                    SequenceCheck::Duplicate {
+                        base_offset,
+                        timestamp,
+                    } => {
                         info.duplicate = true;
                         info.base_offset = base_offset;
                         info.last_offset = base_offset + header.last_offset_delta as i64;
@@ -362,7 +389,12 @@ impl Log {
         }
         let capacity = self.config.segment_bytes + self.config.max_message_bytes as u64;
         let limit = limit.min(self.high_watermark);
-        let bases: Vec<i64> = self.segments.range(..=offset).next_back().map(|(b, _)| *b).into_iter()
+        let bases: Vec<i64> = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map(|(b, _)| *b)
+            .into_iter()
             .chain(self.segments.range(offset + 1..).map(|(b, _)| *b))
             .collect();
         for base in bases {
@@ -398,8 +430,10 @@ impl Log {
                 }
                 let bytes = seg.batch_bytes(pos, &h)?;
                 let mut buf = bytes.clone();
-                let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf)
-                    .map_err(|e| LogError::Corrupt(format!("cannot decode batch at {}: {e}", h.base_offset)))?;
+                let set =
+                    kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).map_err(|e| {
+                        LogError::Corrupt(format!("cannot decode batch at {}: {e}", h.base_offset))
+                    })?;
                 if let Some(r) = set
                     .records
                     .iter()
@@ -466,12 +500,22 @@ impl Log {
             .segments
             .values()
             .take(self.segments.len() - 1)
-            .map(|s| (s.base_offset(), s.max_timestamp(), s.size(), s.next_offset()))
+            .map(|s| {
+                (
+                    s.base_offset(),
+                    s.max_timestamp(),
+                    s.size(),
+                    s.next_offset(),
+                )
+            })
             .collect();
         let mut size = self.size_bytes() as i64;
         for (_, max_ts, seg_size, next) in closed {
-            let expired = self.config.retention_ms >= 0 && max_ts >= 0 && now_ms - max_ts > self.config.retention_ms;
-            let too_big = self.config.retention_bytes >= 0 && size - seg_size as i64 >= self.config.retention_bytes;
+            let expired = self.config.retention_ms >= 0
+                && max_ts >= 0
+                && now_ms - max_ts > self.config.retention_ms;
+            let too_big = self.config.retention_bytes >= 0
+                && size - seg_size as i64 >= self.config.retention_bytes;
             if !(expired || too_big) {
                 break;
             }
@@ -498,7 +542,9 @@ impl Log {
 
     /// Flushes when `flush.ms` has passed since the last flush.
     pub fn flush_if_due(&mut self, now_ms: i64) -> Result<(), LogError> {
-        if self.active().unflushed_messages() > 0 && now_ms - self.last_flush_ms >= self.config.flush_ms {
+        if self.active().unflushed_messages() > 0
+            && now_ms - self.last_flush_ms >= self.config.flush_ms
+        {
             self.flush(now_ms)?;
         }
         Ok(())

@@ -39,9 +39,18 @@ pub enum SequenceCheck {
     /// Append it.
     Accept,
     /// An exact retry of a batch already in the log at this base offset.
-    Duplicate { base_offset: i64, timestamp: i64 },
-    OutOfOrder { expected: i32, got: i32 },
-    Fenced { current: i16, got: i16 },
+    Duplicate {
+        base_offset: i64,
+        timestamp: i64,
+    },
+    OutOfOrder {
+        expected: i32,
+        got: i32,
+    },
+    Fenced {
+        current: i16,
+        got: i16,
+    },
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]

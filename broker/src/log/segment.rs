@@ -178,12 +178,8 @@ impl Segment {
         let mut pos = position as usize;
         let mut expected_offset: Option<i64> = None;
         while pos + HEADER_LEN <= data.len() {
-            let total = i32::from_be_bytes([
-                data[pos + 8],
-                data[pos + 9],
-                data[pos + 10],
-                data[pos + 11],
-            ]);
+            let total =
+                i32::from_be_bytes([data[pos + 8], data[pos + 9], data[pos + 10], data[pos + 11]]);
             if total < (HEADER_LEN - LOG_OVERHEAD) as i32 {
                 break;
             }
@@ -253,9 +249,17 @@ impl Segment {
     }
 
     /// Appends one batch whose first 16 bytes are replaced by `prefix` (offset, length, epoch).
-    pub fn append(&mut self, header: &BatchHeader, prefix: &[u8; 16], body: &[u8]) -> Result<(), LogError> {
+    pub fn append(
+        &mut self,
+        header: &BatchHeader,
+        prefix: &[u8; 16],
+        body: &[u8],
+    ) -> Result<(), LogError> {
         let position = self.size;
-        let bufs = [std::io::IoSlice::new(prefix), std::io::IoSlice::new(&body[16..])];
+        let bufs = [
+            std::io::IoSlice::new(prefix),
+            std::io::IoSlice::new(&body[16..]),
+        ];
         write_all_vectored(&mut self.file, &bufs)?;
         self.size += body.len() as u64;
         self.index_batch(header, position);
@@ -285,7 +289,11 @@ impl Segment {
         }
         self.ensure_mapped(0)?;
         let rel = (offset.max(self.base_offset) - self.base_offset) as u32;
-        let mut pos = self.index.floor(rel).map(|e| e.position as u64).unwrap_or(0);
+        let mut pos = self
+            .index
+            .floor(rel)
+            .map(|e| e.position as u64)
+            .unwrap_or(0);
         let map = self.map.as_ref().expect("mapped above");
         while pos < self.size {
             let header = BatchHeader::parse(&map[pos as usize..self.size as usize])

@@ -11,7 +11,9 @@ fn validated(b: Bytes) -> Vec<(BatchHeader, Bytes)> {
 }
 
 fn open(dir: &Path, segment_bytes: u64) -> Log {
-    Log::open(dir, LogConfig::for_tests(segment_bytes), 0).unwrap().0
+    Log::open(dir, LogConfig::for_tests(segment_bytes), 0)
+        .unwrap()
+        .0
 }
 
 /// Reads every batch header from `from` to the end.
@@ -25,7 +27,10 @@ fn read_all(log: &mut Log, from: i64) -> Vec<BatchHeader> {
         }
         let mut pos = 0;
         while pos < bytes.len() {
-            let h = batch::validate(&bytes[pos..pos + BatchHeader::parse(&bytes[pos..]).unwrap().total_len()]).unwrap();
+            let h = batch::validate(
+                &bytes[pos..pos + BatchHeader::parse(&bytes[pos..]).unwrap().total_len()],
+            )
+            .unwrap();
             next = h.next_offset();
             pos += h.total_len();
             out.push(h);
@@ -63,7 +68,10 @@ fn a_fetch_in_the_middle_of_a_batch_returns_that_whole_batch() {
     assert_eq!(h.last_offset(), 9);
     // At the log end there is nothing yet, and beyond it is out of range.
     assert!(log.read(10, 1 << 20, i64::MAX).unwrap().is_empty());
-    assert!(matches!(log.read(11, 100, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
+    assert!(matches!(
+        log.read(11, 100, i64::MAX),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
 }
 
 #[test]
@@ -75,7 +83,10 @@ fn max_bytes_limits_a_read_but_never_below_one_batch() {
         log.append(&validated(one.clone()), 0, 0).unwrap();
     }
     assert_eq!(log.read(0, 1, i64::MAX).unwrap().len(), one.len());
-    assert_eq!(log.read(0, one.len() * 2 + 1, i64::MAX).unwrap().len(), one.len() * 2);
+    assert_eq!(
+        log.read(0, one.len() * 2 + 1, i64::MAX).unwrap().len(),
+        one.len() * 2
+    );
     // The limit (high watermark for consumers) cuts whole batches.
     assert_eq!(log.read(0, 1 << 20, 20).unwrap().len(), one.len() * 2);
 }
@@ -96,7 +107,10 @@ fn segments_roll_at_segment_bytes_and_reads_cross_them() {
     for off in 0..40 {
         let bytes = log.read(off, 1, i64::MAX).unwrap();
         let h = BatchHeader::parse(&bytes).unwrap();
-        assert!(h.base_offset <= off && off <= h.last_offset(), "offset {off}");
+        assert!(
+            h.base_offset <= off && off <= h.last_offset(),
+            "offset {off}"
+        );
     }
 }
 
@@ -106,7 +120,8 @@ fn timestamp_lookup_finds_the_first_record_at_or_after() {
     let b = batch(10, 0);
     let mut log = open(dir.path(), (b.len() * 2) as u64);
     for i in 0..10 {
-        log.append(&validated(batch(10, 1000 + i * 10)), 0, 0).unwrap();
+        log.append(&validated(batch(10, 1000 + i * 10)), 0, 0)
+            .unwrap();
     }
     assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, 1000)));
     assert_eq!(log.offset_for_timestamp(1000).unwrap(), Some((0, 1000)));
@@ -128,8 +143,16 @@ fn delete_records_moves_the_start_and_drops_whole_segments() {
     assert_eq!(log.segment_count(), 3);
     assert_eq!(log.delete_records_before(12, 0).unwrap(), 12);
     assert_eq!(log.segment_count(), 2);
-    assert!(matches!(log.read(9, 100, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
-    assert_eq!(BatchHeader::parse(&log.read(12, 1, i64::MAX).unwrap()).unwrap().base_offset, 10);
+    assert!(matches!(
+        log.read(9, 100, i64::MAX),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(
+        BatchHeader::parse(&log.read(12, 1, i64::MAX).unwrap())
+            .unwrap()
+            .base_offset,
+        10
+    );
     assert!(log.delete_records_before(31, 0).is_err());
     // Deleting everything leaves an empty log that starts at the end.
     assert_eq!(log.delete_records_before(30, 0).unwrap(), 30);
@@ -181,7 +204,8 @@ fn a_clean_close_reopens_without_rescanning() {
     }
     log.close().unwrap();
     drop(log);
-    let (mut log, report) = Log::open(dir.path(), LogConfig::for_tests((b.len() * 2) as u64), 0).unwrap();
+    let (mut log, report) =
+        Log::open(dir.path(), LogConfig::for_tests((b.len() * 2) as u64), 0).unwrap();
     assert!(report.clean);
     assert_eq!(report.rescanned_segments, 0);
     assert_eq!(log.log_end_offset(), 25);
@@ -207,7 +231,10 @@ fn a_torn_tail_is_truncated_at_the_last_valid_batch() {
     assert_eq!(log.log_end_offset(), 15);
     assert_eq!(read_all(&mut log, 0).len(), 3);
     // The log keeps working after recovery.
-    assert_eq!(log.append(&validated(b.clone()), 0, 0).unwrap().base_offset, 15);
+    assert_eq!(
+        log.append(&validated(b.clone()), 0, 0).unwrap().base_offset,
+        15
+    );
 }
 
 #[test]
@@ -226,7 +253,8 @@ fn a_corrupted_batch_truncates_the_log_there_even_across_segments() {
     data[i] ^= 0xff;
     std::fs::write(&path, &data).unwrap();
     std::fs::write(dir.path().join(RECOVERY_POINT), "0").unwrap();
-    let (mut log, _) = Log::open(dir.path(), LogConfig::for_tests((b.len() * 2) as u64), 0).unwrap();
+    let (mut log, _) =
+        Log::open(dir.path(), LogConfig::for_tests((b.len() * 2) as u64), 0).unwrap();
     assert_eq!(log.log_end_offset(), 15);
     assert_eq!(read_all(&mut log, 0).len(), 3);
     assert_eq!(log.segment_count(), 2);
@@ -252,7 +280,11 @@ fn a_missing_or_garbled_index_is_rebuilt() {
     assert_eq!(h.base_offset, 750);
     log.close().unwrap();
     drop(log);
-    std::fs::write(dir.path().join(format!("{:020}.index", 0)), [0u8, 0, 0, 9, 255, 255, 255, 0]).unwrap();
+    std::fs::write(
+        dir.path().join(format!("{:020}.index", 0)),
+        [0u8, 0, 0, 9, 255, 255, 255, 0],
+    )
+    .unwrap();
     let (mut log, _) = Log::open(dir.path(), cfg, 0).unwrap();
     let h = BatchHeader::parse(&log.read(777, 1, i64::MAX).unwrap()).unwrap();
     assert_eq!(h.base_offset, 750);
@@ -262,24 +294,45 @@ fn a_missing_or_garbled_index_is_rebuilt() {
 fn idempotent_retries_are_not_appended_twice_and_state_survives_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path(), 1 << 20);
-    let first = log.append(&validated(batch_with_producer(3, 0, 42, 0, 0)), 0, 0).unwrap();
-    let retry = log.append(&validated(batch_with_producer(3, 0, 42, 0, 0)), 0, 0).unwrap();
+    let first = log
+        .append(&validated(batch_with_producer(3, 0, 42, 0, 0)), 0, 0)
+        .unwrap();
+    let retry = log
+        .append(&validated(batch_with_producer(3, 0, 42, 0, 0)), 0, 0)
+        .unwrap();
     assert!(!first.duplicate);
     assert!(retry.duplicate);
     assert_eq!(retry.base_offset, first.base_offset);
     assert_eq!(log.log_end_offset(), 3);
     assert!(matches!(
         log.append(&validated(batch_with_producer(1, 0, 42, 0, 7)), 0, 0),
-        Err(LogError::OutOfOrderSequence { expected: 3, got: 7, .. })
+        Err(LogError::OutOfOrderSequence {
+            expected: 3,
+            got: 7,
+            ..
+        })
     ));
     drop(log); // crash: no snapshot written; state comes from replaying headers
     let mut log = open(dir.path(), 1 << 20);
-    assert!(log.append(&validated(batch_with_producer(3, 0, 42, 0, 0)), 0, 0).unwrap().duplicate);
-    assert_eq!(log.append(&validated(batch_with_producer(2, 0, 42, 0, 3)), 0, 0).unwrap().base_offset, 3);
+    assert!(
+        log.append(&validated(batch_with_producer(3, 0, 42, 0, 0)), 0, 0)
+            .unwrap()
+            .duplicate
+    );
+    assert_eq!(
+        log.append(&validated(batch_with_producer(2, 0, 42, 0, 3)), 0, 0)
+            .unwrap()
+            .base_offset,
+        3
+    );
     log.close().unwrap();
     drop(log);
     let mut log = open(dir.path(), 1 << 20);
-    assert!(log.append(&validated(batch_with_producer(2, 0, 42, 0, 3)), 0, 0).unwrap().duplicate);
+    assert!(
+        log.append(&validated(batch_with_producer(2, 0, 42, 0, 3)), 0, 0)
+            .unwrap()
+            .duplicate
+    );
 }
 
 #[test]

@@ -27,7 +27,10 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     }
     let size = i32::from_be_bytes(len);
     if size < 0 || size as u32 > max {
-        return Err(FrameError::BadSize { size: size as i64, max });
+        return Err(FrameError::BadSize {
+            size: size as i64,
+            max,
+        });
     }
     let mut buf = BytesMut::zeroed(size as usize);
     reader.read_exact(&mut buf).await?;
@@ -41,8 +44,14 @@ mod tests {
     #[tokio::test]
     async fn frames_are_read_whole_and_oversized_ones_refused() {
         let mut data: &[u8] = &[0, 0, 0, 3, 1, 2, 3, 0x7f, 0xff, 0xff, 0xff];
-        assert_eq!(read_frame(&mut data, 100).await.unwrap().unwrap().as_ref(), &[1, 2, 3]);
-        assert!(matches!(read_frame(&mut data, 100).await, Err(FrameError::BadSize { .. })));
+        assert_eq!(
+            read_frame(&mut data, 100).await.unwrap().unwrap().as_ref(),
+            &[1, 2, 3]
+        );
+        assert!(matches!(
+            read_frame(&mut data, 100).await,
+            Err(FrameError::BadSize { .. })
+        ));
         let mut empty: &[u8] = &[];
         assert!(read_frame(&mut empty, 100).await.unwrap().is_none());
         let mut negative: &[u8] = &[0xff, 0xff, 0xff, 0xff];

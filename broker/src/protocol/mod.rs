@@ -19,9 +19,17 @@ pub enum DecodeError {
     #[error("unknown API key {0}")]
     UnknownApi(i16),
     #[error("{api:?} v{version} is not supported")]
-    UnsupportedVersion { api: ApiKey, version: i16, correlation_id: i32 },
+    UnsupportedVersion {
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+    },
     #[error("malformed {api:?} v{version} request: {reason}")]
-    Malformed { api: ApiKey, version: i16, reason: String },
+    Malformed {
+        api: ApiKey,
+        version: i16,
+        reason: String,
+    },
 }
 
 /// A decoded request with its header.
@@ -41,16 +49,29 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
     let api_key = ApiKey::try_from(key).map_err(|_| DecodeError::UnknownApi(key))?;
     if !versions::is_supported(api_key, version) {
-        return Err(DecodeError::UnsupportedVersion { api: api_key, version, correlation_id });
+        return Err(DecodeError::UnsupportedVersion {
+            api: api_key,
+            version,
+            correlation_id,
+        });
     }
-    let malformed = |reason: String| DecodeError::Malformed { api: api_key, version, reason };
+    let malformed = |reason: String| DecodeError::Malformed {
+        api: api_key,
+        version,
+        reason,
+    };
     let header = RequestHeader::decode(&mut frame, api_key.request_header_version(version))
         .map_err(|e| malformed(format!("header: {e}")))?;
-    let body = RequestKind::decode(api_key, &mut frame, version).map_err(|e| malformed(e.to_string()))?;
+    let body =
+        RequestKind::decode(api_key, &mut frame, version).map_err(|e| malformed(e.to_string()))?;
     if frame.has_remaining() {
         return Err(malformed(format!("{} trailing bytes", frame.remaining())));
     }
-    Ok(Request { api_key, header, body })
+    Ok(Request {
+        api_key,
+        header,
+        body,
+    })
 }
 
 /// Encodes a response frame, length prefix included.
@@ -101,11 +122,20 @@ mod tests {
 
     #[test]
     fn garbage_and_unknown_apis_are_errors_not_panics() {
-        assert!(matches!(decode_request(Bytes::from_static(b"abc")), Err(DecodeError::Short(3))));
-        assert!(matches!(decode_request(frame(999, 0, b"")), Err(DecodeError::UnknownApi(999))));
+        assert!(matches!(
+            decode_request(Bytes::from_static(b"abc")),
+            Err(DecodeError::Short(3))
+        ));
+        assert!(matches!(
+            decode_request(frame(999, 0, b"")),
+            Err(DecodeError::UnknownApi(999))
+        ));
         assert!(matches!(
             decode_request(frame(18, 99, b"")),
-            Err(DecodeError::UnsupportedVersion { correlation_id: 7, .. })
+            Err(DecodeError::UnsupportedVersion {
+                correlation_id: 7,
+                ..
+            })
         ));
         // A Metadata v1 header followed by a truncated body.
         assert!(matches!(

@@ -1,0 +1,265 @@
+//! Every metric the broker exports, in one place. Request and byte counters are updated on the
+//! hot path (atomic adds, once per request or batch, never per record); per-partition gauges
+//! are read from the logs when `/metrics` is scraped.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::error::ErrorCode;
+use crate::partition::Partitions;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabels {
+    api: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TopicLabels {
+    topic: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartitionLabels {
+    topic: String,
+    partition: String,
+}
+
+type PartitionGauge = Family<PartitionLabels, Gauge<i64, std::sync::atomic::AtomicI64>>;
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<ApiLabels, Counter>,
+    latency: Family<ApiLabels, Histogram, fn() -> Histogram>,
+    bytes_in: Counter,
+    bytes_out: Counter,
+    connections: Gauge,
+    rejected_connections: Counter,
+    bad_requests: Family<ErrorLabels, Counter>,
+    produced_records: Family<TopicLabels, Counter<u64, AtomicU64>>,
+    produced_bytes: Family<TopicLabels, Counter>,
+    produce_errors: Family<ErrorLabels, Counter>,
+    fetched_bytes: Counter,
+    log_end_offset: PartitionGauge,
+    high_watermark: PartitionGauge,
+    log_start_offset: PartitionGauge,
+    log_size: PartitionGauge,
+    segments: PartitionGauge,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs .. ~26 s
+    Histogram::new(exponential_buckets(0.00005, 2.0, 20))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("strata");
+        let m = Metrics {
+            requests: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            bytes_in: Counter::default(),
+            bytes_out: Counter::default(),
+            connections: Gauge::default(),
+            rejected_connections: Counter::default(),
+            bad_requests: Family::default(),
+            produced_records: Family::default(),
+            produced_bytes: Family::default(),
+            produce_errors: Family::default(),
+            fetched_bytes: Counter::default(),
+            log_end_offset: Family::default(),
+            high_watermark: Family::default(),
+            log_start_offset: Family::default(),
+            log_size: Family::default(),
+            segments: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "requests",
+            "Kafka requests handled, by API",
+            m.requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Kafka request latency, by API",
+            m.latency.clone(),
+        );
+        registry.register(
+            "network_received_bytes",
+            "Bytes of Kafka requests received",
+            m.bytes_in.clone(),
+        );
+        registry.register(
+            "network_sent_bytes",
+            "Bytes of Kafka responses sent",
+            m.bytes_out.clone(),
+        );
+        registry.register(
+            "connections",
+            "Open Kafka connections",
+            m.connections.clone(),
+        );
+        registry.register(
+            "rejected_connections",
+            "Connections refused at max_connections",
+            m.rejected_connections.clone(),
+        );
+        registry.register(
+            "bad_requests",
+            "Requests refused before handling (bad frame, unknown API, bad version, malformed)",
+            m.bad_requests.clone(),
+        );
+        registry.register(
+            "produced_records",
+            "Records appended, by topic",
+            m.produced_records.clone(),
+        );
+        registry.register(
+            "produced_bytes",
+            "Record batch bytes appended, by topic",
+            m.produced_bytes.clone(),
+        );
+        registry.register(
+            "produce_errors",
+            "Partition produce failures, by error",
+            m.produce_errors.clone(),
+        );
+        registry.register(
+            "fetched_bytes",
+            "Record batch bytes returned by Fetch",
+            m.fetched_bytes.clone(),
+        );
+        registry.register(
+            "partition_log_end_offset",
+            "Log end offset",
+            m.log_end_offset.clone(),
+        );
+        registry.register(
+            "partition_high_watermark",
+            "High watermark",
+            m.high_watermark.clone(),
+        );
+        registry.register(
+            "partition_log_start_offset",
+            "Log start offset",
+            m.log_start_offset.clone(),
+        );
+        registry.register(
+            "partition_size_bytes",
+            "Bytes in local segments",
+            m.log_size.clone(),
+        );
+        registry.register(
+            "partition_segments",
+            "Local segment count",
+            m.segments.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    pub fn request(&self, api: &str, seconds: f64) {
+        let labels = ApiLabels {
+            api: api.to_string(),
+        };
+        self.requests.get_or_create(&labels).inc();
+        self.latency.get_or_create(&labels).observe(seconds);
+    }
+
+    pub fn bad_request(&self, kind: &str) {
+        self.bad_requests
+            .get_or_create(&ErrorLabels {
+                error: kind.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn received(&self, bytes: u64) {
+        self.bytes_in.inc_by(bytes);
+    }
+
+    pub fn sent(&self, bytes: u64) {
+        self.bytes_out.inc_by(bytes);
+    }
+
+    pub fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections.dec();
+    }
+
+    pub fn connection_rejected(&self) {
+        self.rejected_connections.inc();
+    }
+
+    pub fn produced(&self, topic: &str, records: u64, bytes: u64) {
+        let labels = TopicLabels {
+            topic: topic.to_string(),
+        };
+        self.produced_records.get_or_create(&labels).inc_by(records);
+        self.produced_bytes.get_or_create(&labels).inc_by(bytes);
+    }
+
+    pub fn produce_error(&self, code: ErrorCode) {
+        self.produce_errors
+            .get_or_create(&ErrorLabels {
+                error: format!("{code:?}"),
+            })
+            .inc();
+    }
+
+    pub fn fetched(&self, bytes: u64) {
+        self.fetched_bytes.inc_by(bytes);
+    }
+
+    /// Prometheus text exposition, with partition gauges read now.
+    pub fn render(&self, partitions: &Partitions) -> String {
+        for family in [
+            &self.log_end_offset,
+            &self.high_watermark,
+            &self.log_start_offset,
+            &self.log_size,
+            &self.segments,
+        ] {
+            family.clear();
+        }
+        for p in partitions.all() {
+            let (o, size, segments) = p.stats();
+            let labels = PartitionLabels {
+                topic: p.tp.topic.clone(),
+                partition: p.tp.partition.to_string(),
+            };
+            self.log_end_offset.get_or_create(&labels).set(o.log_end);
+            self.high_watermark
+                .get_or_create(&labels)
+                .set(o.high_watermark);
+            self.log_start_offset
+                .get_or_create(&labels)
+                .set(o.log_start);
+            self.log_size.get_or_create(&labels).set(size as i64);
+            self.segments.get_or_create(&labels).set(segments as i64);
+        }
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "failed to encode metrics");
+        }
+        out
+    }
+}

@@ -1,0 +1,317 @@
+//! The state every request handler shares: settings, the metadata quorum, the hosted
+//! partitions, metrics, and the operations several handlers need (creating topics, handing out
+//! producer ids).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use strata_metadata::{Command, CommandResult, Metadata, TopicInfo};
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+use crate::admin::metrics::Metrics;
+use crate::config::BrokerConfig;
+use crate::error::{ApiError, ErrorCode};
+use crate::partition::Partitions;
+use crate::topic_config;
+
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub advertised: SocketAddr,
+    pub metadata: Metadata,
+    pub partitions: Partitions,
+    pub metrics: Metrics,
+    /// The block of producer ids reserved through the quorum: (next, end).
+    producer_ids: Mutex<(i64, i64)>,
+}
+
+/// Producer ids reserved per quorum write.
+const PRODUCER_ID_BLOCK: u64 = 1000;
+
+/// Kafka's legal topic names: 1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::InvalidTopicException,
+            format!(
+                "invalid topic name '{name}': 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'"
+            ),
+        ))
+    }
+}
+
+impl Broker {
+    pub fn new(
+        config: BrokerConfig,
+        advertised: SocketAddr,
+        metadata: Metadata,
+        metrics: Metrics,
+    ) -> Broker {
+        let partitions = Partitions::new(&config);
+        Broker {
+            config,
+            advertised,
+            metadata,
+            partitions,
+            metrics,
+            producer_ids: Mutex::new((0, 0)),
+        }
+    }
+
+    /// Brings local logs in line with the metadata state.
+    pub fn sync_partitions(&self) -> Result<(), ApiError> {
+        self.partitions
+            .sync(&self.metadata.state())
+            .map_err(|e| ApiError::new(ErrorCode::KafkaStorageError, e.to_string()))
+    }
+
+    /// Places `count` partitions of `rf` replicas over the registered brokers, round robin from
+    /// a start derived from the topic name so topics spread their leaders.
+    fn place(
+        &self,
+        name: &str,
+        first_partition: usize,
+        count: usize,
+        rf: usize,
+    ) -> Result<Vec<Vec<u64>>, ApiError> {
+        let brokers: Vec<u64> = self.metadata.state().brokers.keys().copied().collect();
+        if rf == 0 || rf > brokers.len() {
+            return Err(ApiError::new(
+                ErrorCode::InvalidReplicationFactor,
+                format!(
+                    "replication factor {rf} with {} available broker(s)",
+                    brokers.len()
+                ),
+            ));
+        }
+        let start = name
+            .bytes()
+            .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
+        Ok((first_partition..first_partition + count)
+            .map(|p| {
+                (0..rf)
+                    .map(|r| brokers[(start + p + r) % brokers.len()])
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Creates a topic through the quorum and opens its local partitions.
+    /// `assignments`, when given, fixes the replicas of every partition.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        num_partitions: i32,
+        replication_factor: i16,
+        assignments: Option<Vec<Vec<u64>>>,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<TopicInfo, ApiError> {
+        validate_topic_name(name)?;
+        for (k, v) in &configs {
+            topic_config::validate(k, v).map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
+        }
+        let replicas = match assignments {
+            Some(a) => {
+                if num_partitions != -1 || replication_factor != -1 {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidRequest,
+                        "give either replica assignments or partitions and replication factor",
+                    ));
+                }
+                a
+            }
+            None => {
+                let partitions = if num_partitions == -1 {
+                    self.config.num_partitions as i32
+                } else {
+                    num_partitions
+                };
+                if partitions <= 0 {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidPartitions,
+                        format!("{partitions} partitions"),
+                    ));
+                }
+                let rf = if replication_factor == -1 {
+                    self.config.default_replication_factor as i16
+                } else {
+                    replication_factor
+                };
+                if rf <= 0 {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidReplicationFactor,
+                        format!("replication factor {rf}"),
+                    ));
+                }
+                self.place(name, 0, partitions as usize, rf as usize)?
+            }
+        };
+        if validate_only {
+            if self.metadata.state().topic(name).is_some() {
+                return Err(ApiError::new(
+                    ErrorCode::TopicAlreadyExists,
+                    format!("topic '{name}' already exists"),
+                ));
+            }
+            return Ok(TopicInfo {
+                name: name.to_string(),
+                topic_id: Uuid::nil(),
+                partitions: vec![],
+                configs,
+            });
+        }
+        let cmd = Command::CreateTopic {
+            name: name.to_string(),
+            topic_id: Uuid::new_v4(),
+            replicas,
+            configs,
+        };
+        self.apply(cmd).await?;
+        self.sync_partitions()?;
+        self.metadata.state().topic(name).cloned().ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::UnknownServerError,
+                "topic vanished after creation",
+            )
+        })
+    }
+
+    /// Adds partitions so the topic has `total`.
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        total: i32,
+        assignments: Option<Vec<Vec<u64>>>,
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
+        let state = self.metadata.state();
+        let topic = state.topic(name).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("unknown topic '{name}'"),
+            )
+        })?;
+        let current = topic.partitions.len();
+        if total as usize <= current {
+            return Err(ApiError::new(
+                ErrorCode::InvalidPartitions,
+                format!("topic '{name}' has {current} partitions; the new count must be greater, got {total}"),
+            ));
+        }
+        let new = total as usize - current;
+        let new_replicas = match assignments {
+            Some(a) if a.len() != new => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidReplicaAssignment,
+                    format!("{} assignments for {new} new partitions", a.len()),
+                ))
+            }
+            Some(a) => a,
+            None => {
+                let rf = topic
+                    .partitions
+                    .first()
+                    .map(|p| p.replicas.len())
+                    .unwrap_or(1);
+                self.place(name, current, new, rf)?
+            }
+        };
+        if validate_only {
+            return Ok(());
+        }
+        self.apply(Command::CreatePartitions {
+            name: name.to_string(),
+            new_replicas,
+        })
+        .await?;
+        self.sync_partitions()
+    }
+
+    /// Proposes a command and turns a rejection into the Kafka error for it.
+    pub async fn apply(&self, cmd: Command) -> Result<CommandResult, ApiError> {
+        let result = self
+            .metadata
+            .propose(cmd)
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::NotController, e.to_string()))?;
+        match result {
+            CommandResult::Ok | CommandResult::ProducerIds { .. } => Ok(result),
+            CommandResult::TopicAlreadyExists => Err(ApiError::new(
+                ErrorCode::TopicAlreadyExists,
+                "topic already exists",
+            )),
+            CommandResult::UnknownTopic => Err(ApiError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                "unknown topic",
+            )),
+            CommandResult::InvalidPartitions(m) => {
+                Err(ApiError::new(ErrorCode::InvalidPartitions, m))
+            }
+            CommandResult::InvalidReplicaAssignment(m) => {
+                Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, m))
+            }
+        }
+    }
+
+    /// The topic, auto-creating it when allowed. `Ok(None)` means unknown and not created.
+    pub async fn topic_or_create(
+        &self,
+        name: &str,
+        allow: bool,
+    ) -> Result<Option<TopicInfo>, ApiError> {
+        if let Some(t) = self.metadata.state().topic(name) {
+            return Ok(Some(t.clone()));
+        }
+        if !(allow && self.config.auto_create_topics_enable) {
+            return Ok(None);
+        }
+        match self
+            .create_topic(name, -1, -1, None, BTreeMap::new(), false)
+            .await
+        {
+            Ok(t) => {
+                tracing::info!(topic = name, "auto-created topic");
+                Ok(Some(t))
+            }
+            // Another request created it first.
+            Err(e) if e.code == ErrorCode::TopicAlreadyExists => {
+                Ok(self.metadata.state().topic(name).cloned())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A fresh producer id from the reserved block, reserving a new block when it runs out.
+    pub async fn next_producer_id(&self) -> Result<i64, ApiError> {
+        let mut ids = self.producer_ids.lock().await;
+        if ids.0 >= ids.1 {
+            match self
+                .apply(Command::AllocateProducerIds {
+                    count: PRODUCER_ID_BLOCK,
+                })
+                .await?
+            {
+                CommandResult::ProducerIds { first, count } => *ids = (first, first + count as i64),
+                other => {
+                    return Err(ApiError::new(
+                        ErrorCode::UnknownServerError,
+                        format!("unexpected {other:?}"),
+                    ));
+                }
+            }
+        }
+        let id = ids.0;
+        ids.0 += 1;
+        Ok(id)
+    }
+}

@@ -1,0 +1,92 @@
+//! Kafka error codes, and the one error type handlers carry to the place that writes them into
+//! a response. Every failure a client can see is chosen here.
+
+use crate::log::batch::BatchError;
+use crate::log::LogError;
+
+/// The Kafka error codes Strata answers with (values from the Kafka protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i16)]
+pub enum ErrorCode {
+    None = 0,
+    OffsetOutOfRange = 1,
+    CorruptMessage = 2,
+    UnknownTopicOrPartition = 3,
+    MessageTooLarge = 10,
+    NotController = 41,
+    InvalidTopicException = 17,
+    RecordListTooLarge = 18,
+    InvalidRequiredAcks = 21,
+    UnsupportedVersion = 35,
+    TopicAlreadyExists = 36,
+    InvalidPartitions = 37,
+    InvalidReplicationFactor = 38,
+    InvalidReplicaAssignment = 39,
+    InvalidConfig = 40,
+    InvalidRequest = 42,
+    UnsupportedForMessageFormat = 43,
+    OutOfOrderSequenceNumber = 45,
+    InvalidProducerEpoch = 47,
+    KafkaStorageError = 56,
+    UnknownServerError = -1,
+    InvalidRecord = 87,
+    UnknownTopicId = 100,
+    TransactionalIdNotFound = 105,
+}
+
+impl ErrorCode {
+    pub fn code(self) -> i16 {
+        self as i16
+    }
+}
+
+/// An error for one topic, partition or resource of a response.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}: {}", self.code, self.message)
+    }
+}
+
+impl From<BatchError> for ApiError {
+    fn from(e: BatchError) -> ApiError {
+        let code = match e {
+            BatchError::CorruptCrc { .. } | BatchError::Truncated(_) => ErrorCode::CorruptMessage,
+            BatchError::UnsupportedMagic(_) => ErrorCode::UnsupportedForMessageFormat,
+            BatchError::Invalid(_) => ErrorCode::InvalidRecord,
+            BatchError::TooLarge { .. } => ErrorCode::MessageTooLarge,
+        };
+        ApiError::new(code, e.to_string())
+    }
+}
+
+impl From<LogError> for ApiError {
+    fn from(e: LogError) -> ApiError {
+        let code = match &e {
+            LogError::Io(_) | LogError::Corrupt(_) => ErrorCode::KafkaStorageError,
+            LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            LogError::Batch(b) => return ApiError::from(b.clone()),
+            LogError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequenceNumber,
+            LogError::ProducerFenced { .. } => ErrorCode::InvalidProducerEpoch,
+            LogError::Unsupported(_) => ErrorCode::UnsupportedForMessageFormat,
+        };
+        if code == ErrorCode::KafkaStorageError {
+            tracing::error!(error = %e, "storage error");
+        }
+        ApiError::new(code, e.to_string())
+    }
+}

@@ -1,0 +1,29 @@
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+
+use crate::error::ErrorCode;
+use crate::protocol::versions::SUPPORTED;
+
+fn api_keys() -> Vec<ApiVersion> {
+    SUPPORTED
+        .iter()
+        .map(|(k, min, max)| {
+            ApiVersion::default()
+                .with_api_key(*k as i16)
+                .with_min_version(*min)
+                .with_max_version(*max)
+        })
+        .collect()
+}
+
+pub fn handle(_req: ApiVersionsRequest, _version: i16) -> ApiVersionsResponse {
+    ApiVersionsResponse::default().with_api_keys(api_keys())
+}
+
+/// What a client asking for an ApiVersions version newer than ours gets: a v0 response with
+/// UNSUPPORTED_VERSION and our ranges, from which it picks a version and retries (KIP-511).
+pub fn unsupported_version_response() -> ApiVersionsResponse {
+    ApiVersionsResponse::default()
+        .with_error_code(ErrorCode::UnsupportedVersion.code())
+        .with_api_keys(api_keys())
+}

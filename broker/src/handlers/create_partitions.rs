@@ -1,0 +1,32 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let mut results = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let assignments = t.assignments.as_ref().map(|a| {
+            a.iter()
+                .map(|x| x.broker_ids.iter().map(|b| b.0 as u64).collect())
+                .collect()
+        });
+        let outcome = broker
+            .create_partitions(t.name.0.as_str(), t.count, assignments, req.validate_only)
+            .await;
+        let r = CreatePartitionsTopicResult::default().with_name(t.name);
+        results.push(match outcome {
+            Ok(()) => r,
+            Err(e) => r
+                .with_error_code(e.code.code())
+                .with_error_message(Some(str_bytes(e.message))),
+        });
+    }
+    CreatePartitionsResponse::default().with_results(results)
+}

@@ -1,0 +1,31 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+
+pub fn handle(
+    broker: &Arc<Broker>,
+    _req: DescribeClusterRequest,
+    _version: i16,
+) -> DescribeClusterResponse {
+    let state = broker.metadata.state();
+    let brokers = state
+        .brokers
+        .values()
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.node_id as i32))
+                .with_host(str_bytes(b.host.clone()))
+                .with_port(b.port as i32)
+                .with_rack(b.rack.clone().map(str_bytes))
+        })
+        .collect();
+    DescribeClusterResponse::default()
+        .with_cluster_id(str_bytes(broker.config.cluster_id.clone()))
+        .with_controller_id(BrokerId(broker.config.node_id as i32))
+        .with_brokers(brokers)
+        .with_cluster_authorized_operations(i32::MIN)
+}

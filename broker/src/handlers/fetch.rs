@@ -1,0 +1,168 @@
+//! Fetch: whole batches from the requested offsets, zero-copy slices of the segment mappings.
+//! With `min_bytes` unmet the request waits (up to `max_wait_ms`) for an append to any of its
+//! partitions to wake it: appends notify, nothing polls.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use tokio::sync::Notify;
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::error::{ApiError, ErrorCode};
+use crate::partition::Partition;
+
+struct Wanted {
+    topic: TopicName,
+    topic_id: uuid::Uuid,
+    partitions: Vec<(i32, i64, usize, Option<Arc<Partition>>, Option<ApiError>)>,
+}
+
+pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
+    let state = broker.metadata.state();
+    let mut wanted = Vec::with_capacity(req.topics.len());
+    for t in &req.topics {
+        // v13+ names topics by id only.
+        let info = if version >= 13 {
+            state.topic_by_id(&t.topic_id)
+        } else {
+            state.topic(t.topic.0.as_str())
+        };
+        let missing = if version >= 13 {
+            ErrorCode::UnknownTopicId
+        } else {
+            ErrorCode::UnknownTopicOrPartition
+        };
+        let name = info
+            .map(|i| i.name.clone())
+            .unwrap_or_else(|| t.topic.0.as_str().to_string());
+        let partitions = t
+            .partitions
+            .iter()
+            .map(|p| {
+                let part = broker.partitions.get(&name, p.partition);
+                let err = match (&info, &part) {
+                    (None, _) | (_, None) => Some(ApiError::new(
+                        missing,
+                        format!("unknown {name}-{}", p.partition),
+                    )),
+                    _ => None,
+                };
+                (
+                    p.partition,
+                    p.fetch_offset,
+                    p.partition_max_bytes.max(0) as usize,
+                    part,
+                    err,
+                )
+            })
+            .collect();
+        wanted.push(Wanted {
+            topic: TopicName(str_bytes(name)),
+            topic_id: t.topic_id,
+            partitions,
+        });
+    }
+    drop(state);
+
+    let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    let min_bytes = req.min_bytes.max(0) as usize;
+    let max_bytes = if req.max_bytes <= 0 {
+        usize::MAX
+    } else {
+        req.max_bytes as usize
+    };
+    let notify = Arc::new(Notify::new());
+    loop {
+        // Watch before reading, so an append between the read and the wait is not missed.
+        for w in &wanted {
+            for (_, _, _, part, _) in &w.partitions {
+                if let Some(p) = part {
+                    p.watch(&notify);
+                }
+            }
+        }
+        let (resp, bytes, errors) = read_all(&wanted, max_bytes);
+        if bytes >= min_bytes || errors || Instant::now() >= deadline {
+            broker.metrics.fetched(bytes as u64);
+            return resp.with_session_id(0);
+        }
+        if tokio::time::timeout_at(deadline.into(), notify.notified())
+            .await
+            .is_err()
+        {
+            let (resp, bytes, _) = read_all(&wanted, max_bytes);
+            broker.metrics.fetched(bytes as u64);
+            return resp.with_session_id(0);
+        }
+    }
+}
+
+/// One pass over the requested partitions. Returns the response, the bytes in it, and whether
+/// any partition had an error (which answers the fetch at once).
+fn read_all(wanted: &[Wanted], max_bytes: usize) -> (FetchResponse, usize, bool) {
+    let mut total = 0usize;
+    let mut errors = false;
+    let mut topics = Vec::with_capacity(wanted.len());
+    for w in wanted {
+        let mut partitions = Vec::with_capacity(w.partitions.len());
+        for (index, offset, partition_max, part, err) in &w.partitions {
+            let mut data = PartitionData::default()
+                .with_partition_index(*index)
+                .with_high_watermark(-1)
+                .with_last_stable_offset(-1)
+                .with_log_start_offset(-1);
+            let result = match (part, err) {
+                (_, Some(e)) => Err(e.clone()),
+                (Some(p), None) => {
+                    // After the first non-empty partition, stay within the request's max_bytes.
+                    let budget = if total == 0 {
+                        *partition_max
+                    } else {
+                        (*partition_max).min(max_bytes.saturating_sub(total))
+                    };
+                    if budget == 0 && total > 0 {
+                        let o = p.offsets();
+                        Ok((bytes::Bytes::new(), o))
+                    } else {
+                        p.read(*offset, budget.max(1)).map_err(ApiError::from)
+                    }
+                }
+                (None, None) => Err(ApiError::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    "unknown partition",
+                )),
+            };
+            match result {
+                Ok((records, offsets)) => {
+                    total += records.len();
+                    data = data
+                        .with_high_watermark(offsets.high_watermark)
+                        .with_last_stable_offset(offsets.high_watermark)
+                        .with_log_start_offset(offsets.log_start)
+                        .with_records(Some(records));
+                }
+                Err(e) => {
+                    errors = true;
+                    data = data
+                        .with_error_code(e.code.code())
+                        .with_records(Some(bytes::Bytes::new()));
+                }
+            }
+            partitions.push(data);
+        }
+        topics.push(
+            FetchableTopicResponse::default()
+                .with_topic(w.topic.clone())
+                .with_topic_id(w.topic_id)
+                .with_partitions(partitions),
+        );
+    }
+    (
+        FetchResponse::default().with_responses(topics),
+        total,
+        errors,
+    )
+}

@@ -1,0 +1,31 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+
+use crate::broker::Broker;
+use crate::error::ErrorCode;
+
+/// Idempotent producers get a fresh id (epoch 0), or, re-initialising with their current id and
+/// epoch (KIP-360), the same id with the next epoch. Transactional ids are refused until
+/// transactions exist.
+pub async fn handle(broker: &Arc<Broker>, req: InitProducerIdRequest) -> InitProducerIdResponse {
+    let resp = InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    if req
+        .transactional_id
+        .as_ref()
+        .is_some_and(|t| !t.0.is_empty())
+    {
+        return resp.with_error_code(ErrorCode::TransactionalIdNotFound.code());
+    }
+    if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX - 1 {
+        return resp
+            .with_producer_id(req.producer_id)
+            .with_producer_epoch(req.producer_epoch + 1);
+    }
+    match broker.next_producer_id().await {
+        Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
+        Err(e) => resp.with_error_code(e.code.code()),
+    }
+}

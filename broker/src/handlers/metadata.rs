@@ -1,0 +1,121 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use strata_metadata::TopicInfo;
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::error::ErrorCode;
+
+fn topic_response(t: &TopicInfo) -> MetadataResponseTopic {
+    let partitions = t
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            MetadataResponsePartition::default()
+                .with_partition_index(i as i32)
+                .with_error_code(if p.leader.is_some() {
+                    0
+                } else {
+                    5 /* LEADER_NOT_AVAILABLE */
+                })
+                .with_leader_id(BrokerId(p.leader.map(|l| l as i32).unwrap_or(-1)))
+                .with_leader_epoch(p.leader_epoch)
+                .with_replica_nodes(p.replicas.iter().map(|r| BrokerId(*r as i32)).collect())
+                .with_isr_nodes(p.isr.iter().map(|r| BrokerId(*r as i32)).collect())
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(str_bytes(t.name.clone()))))
+        .with_topic_id(t.topic_id)
+        .with_partitions(partitions)
+        .with_topic_authorized_operations(i32::MIN)
+}
+
+fn error_topic(name: Option<TopicName>, id: uuid::Uuid, code: ErrorCode) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_name(name)
+        .with_topic_id(id)
+        .with_error_code(code.code())
+        .with_topic_authorized_operations(i32::MIN)
+}
+
+pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> MetadataResponse {
+    // v0: an empty list means all topics; v1+: null means all, empty means none.
+    let requested = match req.topics {
+        Some(t) if !(version == 0 && t.is_empty()) => Some(t),
+        _ => None,
+    };
+    let allow_create = version < 4 || req.allow_auto_topic_creation;
+    let topics = match requested {
+        None => broker
+            .metadata
+            .state()
+            .topics
+            .values()
+            .map(topic_response)
+            .collect(),
+        Some(requested) => {
+            let mut out = Vec::with_capacity(requested.len());
+            for t in requested {
+                let Some(name) = t.name.clone() else {
+                    // By id (v10+).
+                    match broker
+                        .metadata
+                        .state()
+                        .topics
+                        .values()
+                        .find(|x| x.topic_id == t.topic_id)
+                    {
+                        Some(info) => out.push(topic_response(info)),
+                        None => out.push(error_topic(None, t.topic_id, ErrorCode::UnknownTopicId)),
+                    }
+                    continue;
+                };
+                match broker.topic_or_create(name.0.as_str(), allow_create).await {
+                    Ok(Some(info)) => out.push(topic_response(&info)),
+                    Ok(None) => out.push(error_topic(
+                        Some(name),
+                        uuid::Uuid::nil(),
+                        ErrorCode::UnknownTopicOrPartition,
+                    )),
+                    Err(e) => out.push(error_topic(Some(name), uuid::Uuid::nil(), e.code)),
+                }
+            }
+            out
+        }
+    };
+    let brokers = broker
+        .metadata
+        .state()
+        .brokers
+        .values()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.node_id as i32))
+                .with_host(str_bytes(b.host.clone()))
+                .with_port(b.port as i32)
+                .with_rack(b.rack.clone().map(str_bytes))
+        })
+        .collect();
+    let mut resp = MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_controller_id(BrokerId(broker.config.node_id as i32))
+        .with_topics(topics);
+    if version >= 2 {
+        resp.cluster_id = Some(str_bytes(broker.config.cluster_id.clone()));
+    }
+    if (8..=10).contains(&version) {
+        resp.cluster_authorized_operations = i32::MIN;
+    }
+    if version < 8 {
+        for t in &mut resp.topics {
+            t.topic_authorized_operations = i32::MIN;
+        }
+    }
+    resp
+}

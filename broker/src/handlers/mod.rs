@@ -1,0 +1,71 @@
+//! One module per Kafka API. Each takes the decoded request and returns the response body;
+//! errors are per topic/partition wherever the protocol allows, so one bad partition never
+//! fails the others.
+
+mod api_versions;
+mod create_partitions;
+mod create_topics;
+mod delete_records;
+mod delete_topics;
+mod describe_cluster;
+mod describe_configs;
+mod fetch;
+mod incremental_alter_configs;
+mod init_producer_id;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::{RequestKind, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::broker::Broker;
+use crate::protocol::Request;
+
+pub use api_versions::unsupported_version_response;
+
+/// Handles one request. `None` means no response is sent (Produce with acks=0).
+pub async fn handle(broker: &Arc<Broker>, req: Request) -> Option<ResponseKind> {
+    let v = req.header.request_api_version;
+    Some(match req.body {
+        RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, v)),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(broker, r, v).await),
+        RequestKind::Produce(r) => ResponseKind::Produce(produce::handle(broker, r, v).await?),
+        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(broker, r, v).await),
+        RequestKind::ListOffsets(r) => {
+            ResponseKind::ListOffsets(list_offsets::handle(broker, r, v))
+        }
+        RequestKind::CreateTopics(r) => {
+            ResponseKind::CreateTopics(create_topics::handle(broker, r, v).await)
+        }
+        RequestKind::DeleteTopics(r) => {
+            ResponseKind::DeleteTopics(delete_topics::handle(broker, r, v).await)
+        }
+        RequestKind::CreatePartitions(r) => {
+            ResponseKind::CreatePartitions(create_partitions::handle(broker, r).await)
+        }
+        RequestKind::DescribeConfigs(r) => {
+            ResponseKind::DescribeConfigs(describe_configs::handle(broker, r, v))
+        }
+        RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
+            incremental_alter_configs::handle(broker, r).await,
+        ),
+        RequestKind::DeleteRecords(r) => {
+            ResponseKind::DeleteRecords(delete_records::handle(broker, r))
+        }
+        RequestKind::DescribeCluster(r) => {
+            ResponseKind::DescribeCluster(describe_cluster::handle(broker, r, v))
+        }
+        RequestKind::InitProducerId(r) => {
+            ResponseKind::InitProducerId(init_producer_id::handle(broker, r).await)
+        }
+        // The protocol layer only lets through the APIs listed in `protocol::versions`.
+        _ => return None,
+    })
+}
+
+fn str_bytes(s: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(s.into())
+}

@@ -1,0 +1,111 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::error::{ApiError, ErrorCode};
+use crate::log::batch;
+use crate::topic_config;
+
+/// Appends each partition's batches. With acks=0 the client expects no response at all.
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: ProduceRequest,
+    _version: i16,
+) -> Option<ProduceResponse> {
+    let acks = req.acks;
+    let mut responses = Vec::with_capacity(req.topic_data.len());
+    for topic in req.topic_data {
+        let name = topic.name.0.as_str().to_string();
+        let info = if acks != 0 && acks != 1 && acks != -1 {
+            Err(ApiError::new(
+                ErrorCode::InvalidRequiredAcks,
+                format!("acks={acks}"),
+            ))
+        } else if req.transactional_id.is_some() {
+            Err(ApiError::new(
+                ErrorCode::TransactionalIdNotFound,
+                "transactions are not supported yet",
+            ))
+        } else {
+            match broker.topic_or_create(&name, true).await {
+                Ok(Some(t)) => Ok(t),
+                Ok(None) => Err(ApiError::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("unknown topic '{name}'"),
+                )),
+                Err(e) => Err(e),
+            }
+        };
+        let max_message_bytes = info
+            .as_ref()
+            .map(|t| topic_config::log_config(&broker.config, &t.configs).max_message_bytes)
+            .unwrap_or(0);
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for p in topic.partition_data {
+            let result = match &info {
+                Err(e) => Err(e.clone()),
+                Ok(_) => append(
+                    broker,
+                    &name,
+                    p.index,
+                    p.records.as_ref(),
+                    max_message_bytes,
+                ),
+            };
+            let resp = PartitionProduceResponse::default().with_index(p.index);
+            partitions.push(match result {
+                Ok((base_offset, log_append_time, log_start)) => resp
+                    .with_base_offset(base_offset)
+                    .with_log_append_time_ms(log_append_time)
+                    .with_log_start_offset(log_start),
+                Err(e) => {
+                    broker.metrics.produce_error(e.code);
+                    tracing::debug!(topic = %name, partition = p.index, error = %e, "produce refused");
+                    resp.with_error_code(e.code.code())
+                        .with_base_offset(-1)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(-1)
+                        .with_error_message(Some(str_bytes(e.message)))
+                }
+            });
+        }
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(topic.name)
+                .with_partition_responses(partitions),
+        );
+    }
+    if acks == 0 {
+        return None;
+    }
+    Some(ProduceResponse::default().with_responses(responses))
+}
+
+fn append(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    records: Option<&bytes::Bytes>,
+    max_message_bytes: usize,
+) -> Result<(i64, i64, i64), ApiError> {
+    let partition_ref = broker.partitions.get(topic, partition).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::UnknownTopicOrPartition,
+            format!("unknown partition {topic}-{partition}"),
+        )
+    })?;
+    let records = records.ok_or_else(|| ApiError::new(ErrorCode::InvalidRecord, "null records"))?;
+    let batches = batch::split_and_validate(records, max_message_bytes)?;
+    let info = partition_ref.append(&batches)?;
+    if !info.duplicate {
+        broker.metrics.produced(topic, info.records, info.bytes);
+    }
+    Ok((
+        info.base_offset,
+        info.log_append_time,
+        partition_ref.offsets().log_start,
+    ))
+}

@@ -1,0 +1,312 @@
+//! The partitions this broker hosts: one [`Log`] each, opened, configured and deleted to match
+//! the metadata state machine, which is the only source of topics and partitions.
+//!
+//! Invariants:
+//! - a partition directory `<data>/<topic>-<n>` belongs to exactly one topic id (recorded in its
+//!   `partition.json`); a directory whose topic id is not in the metadata state is deleted, so a
+//!   topic deleted and re-created under the same name never sees the old records;
+//! - appends to one partition are serialised by its log mutex; readers take the same mutex only
+//!   to slice mapped bytes, never across an await;
+//! - every append that adds records wakes the fetches waiting on that partition.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use strata_metadata::ClusterState;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::config::BrokerConfig;
+use crate::log::batch::BatchHeader;
+use crate::log::{AppendInfo, Log, LogError};
+use crate::topic_config;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PartitionMeta {
+    version: u8,
+    topic: String,
+    partition: i32,
+    topic_id: Uuid,
+}
+
+/// Offsets of a partition at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offsets {
+    pub log_start: i64,
+    pub high_watermark: i64,
+    pub log_end: i64,
+}
+
+pub struct Partition {
+    pub tp: TopicPartition,
+    pub topic_id: Uuid,
+    log: Mutex<Log>,
+    waiters: Mutex<Vec<Weak<Notify>>>,
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Partition {
+    fn log(&self) -> std::sync::MutexGuard<'_, Log> {
+        // A panic while holding the lock cannot leave the log half-written (appends are whole
+        // batches or an error), so a poisoned lock is still usable.
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn append(&self, batches: &[(BatchHeader, Bytes)]) -> Result<AppendInfo, LogError> {
+        let info = self.log().append(batches, 0, now_ms())?;
+        if !info.duplicate {
+            self.wake();
+        }
+        Ok(info)
+    }
+
+    fn wake(&self) {
+        let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in waiters {
+            if let Some(n) = w.upgrade() {
+                n.notify_one();
+            }
+        }
+    }
+
+    /// Registers a fetch that waits for the next append.
+    pub fn watch(&self, notify: &Arc<Notify>) {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        waiters.retain(|w| w.strong_count() > 0);
+        waiters.push(Arc::downgrade(notify));
+    }
+
+    /// Batches from `offset` for a consumer (up to the high watermark).
+    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<(Bytes, Offsets), LogError> {
+        let mut log = self.log();
+        let bytes = log.read(offset, max_bytes, i64::MAX)?;
+        Ok((bytes, offsets_of(&log)))
+    }
+
+    pub fn offsets(&self) -> Offsets {
+        offsets_of(&self.log())
+    }
+
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, LogError> {
+        self.log().offset_for_timestamp(ts)
+    }
+
+    pub fn max_timestamp(&self) -> Option<(i64, i64)> {
+        self.log().max_timestamp()
+    }
+
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
+        self.log().delete_records_before(offset, now_ms())
+    }
+
+    pub fn stats(&self) -> (Offsets, u64, usize) {
+        let log = self.log();
+        (offsets_of(&log), log.size_bytes(), log.segment_count())
+    }
+
+    /// Periodic work: retention, time-based roll, time-based flush.
+    pub fn housekeeping(&self, now: i64, retention: bool) -> Result<(), LogError> {
+        let mut log = self.log();
+        if retention {
+            let deleted = log.enforce_retention(now)?;
+            if deleted > 0 {
+                tracing::info!(topic = %self.tp.topic, partition = self.tp.partition, deleted, "retention deleted segments");
+            }
+        }
+        log.roll_if_old(now)?;
+        log.flush_if_due(now)
+    }
+}
+
+fn offsets_of(log: &Log) -> Offsets {
+    Offsets {
+        log_start: log.log_start_offset(),
+        high_watermark: log.high_watermark(),
+        log_end: log.log_end_offset(),
+    }
+}
+
+/// All partitions hosted here, kept in step with the metadata state.
+pub struct Partitions {
+    data_dir: PathBuf,
+    node_id: u64,
+    config: BrokerConfig,
+    map: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
+    /// Serialises `sync` so two callers never open the same log twice.
+    sync_lock: Mutex<()>,
+}
+
+impl Partitions {
+    pub fn new(config: &BrokerConfig) -> Partitions {
+        Partitions {
+            data_dir: config.data_dir.clone(),
+            node_id: config.node_id,
+            config: config.clone(),
+            map: RwLock::new(HashMap::new()),
+            sync_lock: Mutex::new(()),
+        }
+    }
+
+    pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        let tp = TopicPartition {
+            topic: topic.to_string(),
+            partition,
+        };
+        self.map
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&tp)
+            .cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Partition>> {
+        let mut v: Vec<_> = self
+            .map
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.tp.cmp(&b.tp));
+        v
+    }
+
+    fn dir_of(&self, tp: &TopicPartition) -> PathBuf {
+        self.data_dir.join(format!("{}-{}", tp.topic, tp.partition))
+    }
+
+    /// Opens, reconfigures and deletes logs so that this broker hosts exactly the partitions the
+    /// state assigns to it. Idempotent; called on every metadata change.
+    pub fn sync(&self, state: &ClusterState) -> Result<(), LogError> {
+        let _guard = self.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut wanted: HashMap<TopicPartition, (Uuid, topic_config::LogConfig)> = HashMap::new();
+        for topic in state.topics.values() {
+            let log_config = topic_config::log_config(&self.config, &topic.configs);
+            for (i, p) in topic.partitions.iter().enumerate() {
+                if p.replicas.contains(&self.node_id) {
+                    let tp = TopicPartition {
+                        topic: topic.name.clone(),
+                        partition: i as i32,
+                    };
+                    wanted.insert(tp, (topic.topic_id, log_config.clone()));
+                }
+            }
+        }
+        // Drop partitions no longer wanted (topic deleted, or re-created with a new id).
+        let doomed: Vec<Arc<Partition>> = {
+            let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
+            let gone: Vec<TopicPartition> = map
+                .iter()
+                .filter(|(tp, p)| wanted.get(*tp).is_none_or(|(id, _)| *id != p.topic_id))
+                .map(|(tp, _)| tp.clone())
+                .collect();
+            gone.iter().filter_map(|tp| map.remove(tp)).collect()
+        };
+        for p in doomed {
+            tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, "deleting partition");
+            p.wake();
+            let dir = self.dir_of(&p.tp);
+            drop(p);
+            remove_dir_if_exists(&dir)?;
+        }
+        self.delete_stray_dirs(&wanted)?;
+        for (tp, (topic_id, log_config)) in wanted {
+            if let Some(existing) = self.get(&tp.topic, tp.partition) {
+                let mut log = existing.log();
+                if *log.config() != log_config {
+                    log.set_config(log_config);
+                }
+                continue;
+            }
+            let dir = self.dir_of(&tp);
+            std::fs::create_dir_all(&dir)?;
+            let meta = PartitionMeta {
+                version: 1,
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                topic_id,
+            };
+            crate::log::index::write_file_atomically(
+                &dir.join("partition.json"),
+                &serde_json::to_vec(&meta).map_err(std::io::Error::other)?,
+            )?;
+            let (log, report) = Log::open(&dir, log_config, now_ms())?;
+            if !report.clean && report.segments > 0 {
+                tracing::warn!(topic = %tp.topic, partition = tp.partition, rescanned = report.rescanned_segments,
+                    truncated_bytes = report.truncated_bytes, "recovered partition after unclean shutdown");
+            }
+            let partition = Arc::new(Partition {
+                tp: tp.clone(),
+                topic_id,
+                log: Mutex::new(log),
+                waiters: Mutex::new(Vec::new()),
+            });
+            self.map
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(tp, partition);
+        }
+        Ok(())
+    }
+
+    /// Removes partition directories on disk that the state does not know (or knows under
+    /// another topic id): leftovers of topics deleted while this broker was down.
+    fn delete_stray_dirs(
+        &self,
+        wanted: &HashMap<TopicPartition, (Uuid, topic_config::LogConfig)>,
+    ) -> Result<(), LogError> {
+        let Ok(entries) = std::fs::read_dir(&self.data_dir) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            let meta_path = entry.path().join("partition.json");
+            let Ok(data) = std::fs::read(&meta_path) else {
+                continue;
+            };
+            let Ok(meta) = serde_json::from_slice::<PartitionMeta>(&data) else {
+                continue;
+            };
+            let tp = TopicPartition {
+                topic: meta.topic,
+                partition: meta.partition,
+            };
+            if wanted.get(&tp).is_none_or(|(id, _)| *id != meta.topic_id) {
+                tracing::info!(dir = %entry.path().display(), "deleting partition directory of a deleted topic");
+                remove_dir_if_exists(&entry.path())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Clean shutdown of every log.
+    pub fn close_all(&self) {
+        for p in self.all() {
+            if let Err(e) = p.log().close() {
+                tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "failed to close log cleanly");
+            }
+        }
+    }
+}
+
+fn remove_dir_if_exists(dir: &Path) -> Result<(), LogError> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,238 @@
+//! `strata serve`: settings, start-up order, background housekeeping and clean shutdown.
+//!
+//! Start-up: settings → metadata quorum (state rebuilt from its log and snapshot) → register
+//! this broker → open the partitions the state assigns here (recovering logs) → listen.
+//! `READY kafka=… admin=…` on stdout marks the moment clients can connect.
+//! Shutdown (SIGTERM/SIGINT): stop accepting, finish in-flight requests, close every log
+//! (flush, indexes, producer state, clean marker), snapshot and stop the quorum.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use strata_metadata::{Command, Metadata, MetadataOptions};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::admin::metrics::Metrics;
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::partition::now_ms;
+
+#[derive(Args, Debug, Default)]
+pub struct ServeArgs {
+    /// TOML config file; STRATA_* environment variables and these flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Directory for logs and metadata [default: ./strata-data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Kafka listener [default: 127.0.0.1:9092]; port 0 picks a free port.
+    #[arg(long)]
+    pub kafka_addr: Option<SocketAddr>,
+    /// Address advertised to clients [default: the bound Kafka address].
+    #[arg(long)]
+    pub advertised_kafka_addr: Option<SocketAddr>,
+    /// Admin HTTP listener for /metrics, /healthz, /readyz [default: 127.0.0.1:9644].
+    #[arg(long)]
+    pub admin_addr: Option<SocketAddr>,
+    /// This broker's id [default: 1].
+    #[arg(long)]
+    pub node_id: Option<u64>,
+}
+
+impl ServeArgs {
+    fn resolve(&self) -> anyhow::Result<BrokerConfig> {
+        let mut cfg = BrokerConfig::load(self.config.as_deref(), std::env::vars())?;
+        if let Some(v) = &self.data_dir {
+            cfg.data_dir = v.clone();
+        }
+        if let Some(v) = self.kafka_addr {
+            cfg.kafka_addr = v;
+        }
+        if let Some(v) = self.advertised_kafka_addr {
+            cfg.advertised_kafka_addr = Some(v);
+        }
+        if let Some(v) = self.admin_addr {
+            cfg.admin_addr = v;
+        }
+        if let Some(v) = self.node_id {
+            cfg.node_id = v;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
+                .unwrap_or_else(|_| "info,openraft=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = args.resolve()?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("strata")
+        .build()?
+        .block_on(serve(cfg))
+}
+
+async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("cannot create data dir {}", cfg.data_dir.display()))?;
+    let kafka = TcpListener::bind(cfg.kafka_addr)
+        .await
+        .with_context(|| format!("cannot listen for Kafka on {}", cfg.kafka_addr))?;
+    let admin = TcpListener::bind(cfg.admin_addr)
+        .await
+        .with_context(|| format!("cannot listen for admin HTTP on {}", cfg.admin_addr))?;
+    let kafka_addr = kafka.local_addr()?;
+    let admin_addr = admin.local_addr()?;
+    let advertised = cfg.advertised(kafka_addr);
+    if advertised.ip().is_unspecified() {
+        anyhow::bail!("listening on {kafka_addr}: set --advertised-kafka-addr to an address clients can reach");
+    }
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let ready = Arc::new(AtomicBool::new(false));
+    let metrics = Metrics::new();
+    let metadata = Metadata::open_single_voter(MetadataOptions {
+        node_id: cfg.node_id,
+        dir: cfg.data_dir.join("metadata"),
+    })
+    .await
+    .context("cannot start the metadata quorum")?;
+    let broker = Arc::new(Broker::new(
+        cfg.clone(),
+        advertised,
+        metadata.clone(),
+        metrics,
+    ));
+    let admin_task = tokio::spawn(crate::admin::http::serve(
+        admin,
+        broker.clone(),
+        ready.clone(),
+        shutdown_rx.clone(),
+    ));
+
+    let me = metadata.state().brokers.get(&cfg.node_id).cloned();
+    let registered = me.is_some_and(|b| {
+        b.host == advertised.ip().to_string() && b.port == advertised.port() && b.rack == cfg.rack
+    });
+    if !registered {
+        broker
+            .apply(Command::RegisterBroker {
+                node_id: cfg.node_id,
+                host: advertised.ip().to_string(),
+                port: advertised.port(),
+                rack: cfg.rack.clone(),
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot register broker: {e}"))?;
+    }
+    let opened = std::time::Instant::now();
+    broker
+        .sync_partitions()
+        .map_err(|e| anyhow::anyhow!("cannot open partitions: {e}"))?;
+    tracing::info!(
+        partitions = broker.partitions.all().len(),
+        ms = opened.elapsed().as_millis() as u64,
+        "partitions opened"
+    );
+
+    let follower = tokio::spawn(follow_metadata(broker.clone(), shutdown_rx.clone()));
+    let housekeeper = tokio::spawn(housekeeping(broker.clone(), shutdown_rx.clone()));
+    let server = tokio::spawn(crate::server::serve(
+        kafka,
+        broker.clone(),
+        shutdown_rx.clone(),
+    ));
+    ready.store(true, Ordering::Release);
+    tracing::info!(%kafka_addr, %advertised, %admin_addr, data_dir = %cfg.data_dir.display(), "strata is ready");
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "READY kafka={kafka_addr} admin={admin_addr}")?;
+        out.flush()?;
+    }
+
+    wait_for_signal().await;
+    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    ready.store(false, Ordering::Release);
+    let _ = shutdown_tx.send(true);
+    let drained = tokio::time::timeout(Duration::from_secs(30), server).await;
+    if drained.is_err() {
+        tracing::warn!("connections did not finish within 30 s; closing logs anyway");
+    }
+    let _ = follower.await;
+    let _ = housekeeper.await;
+    broker.partitions.close_all();
+    if let Err(e) = metadata.snapshot().await {
+        tracing::warn!(error = %e, "metadata snapshot at shutdown failed");
+    }
+    metadata.shutdown().await.context("metadata shutdown")?;
+    let _ = admin_task.await;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}
+
+/// Applies metadata changes (from this node's own writes or, later, from other controllers)
+/// to the local partitions.
+async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let mut changes = broker.metadata.subscribe();
+    loop {
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { return },
+            _ = shutdown.changed() => return,
+        }
+        if let Err(e) = broker.sync_partitions() {
+            tracing::error!(error = %e, "cannot apply metadata change to local partitions");
+        }
+    }
+}
+
+/// Retention every `log_retention_check_interval_ms`; segment.ms rolls and flush.ms flushes
+/// every 100 ms.
+async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let retention_every = broker.config.log_retention_check_interval_ms.max(100);
+    let mut last_retention = 0i64;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {},
+            _ = shutdown.changed() => return,
+        }
+        let now = now_ms();
+        let retention = now - last_retention >= retention_every as i64;
+        if retention {
+            last_retention = now;
+        }
+        for p in broker.partitions.all() {
+            if let Err(e) = p.housekeeping(now, retention) {
+                tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "housekeeping failed");
+            }
+        }
+    }
+}
