@@ -1,0 +1,83 @@
+//! Typed commands of the metadata quorum and their results.
+//!
+//! A [`Command`] is the application payload of a raft log entry (openraft's `D`); a
+//! [`CommandResult`] is what applying it to the [`ClusterState`](crate::ClusterState) returned
+//! (openraft's `R`).
+//!
+//! Invariants:
+//! - Commands are persisted in the raft log as JSON and replayed after every restart, so a
+//!   variant or field, once released, keeps its name and meaning. New fields must be optional
+//!   (`#[serde(default)]`) so older logs still decode.
+//! - A rejected command (unknown topic, bad assignment, ...) is *not* an error: it is committed
+//!   like any other command, changes nothing, and reports the reason in its [`CommandResult`].
+//!   Errors ([`MetadataError`](crate::MetadataError)) are reserved for the quorum itself failing.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Identifier of a node (broker and/or controller) in the cluster.
+pub type NodeId = u64;
+
+/// A change to the cluster metadata, replicated through raft and applied by
+/// [`ClusterState::apply`](crate::ClusterState::apply).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum Command {
+    /// Registers a broker, replacing any earlier registration of the same node id.
+    RegisterBroker {
+        node_id: NodeId,
+        host: String,
+        port: u16,
+        rack: Option<String>,
+    },
+    /// Creates a topic. `replicas` has one entry per partition: that partition's replica list,
+    /// the first replica being the preferred leader.
+    CreateTopic {
+        name: String,
+        topic_id: uuid::Uuid,
+        replicas: Vec<Vec<NodeId>>,
+        configs: BTreeMap<String, String>,
+    },
+    /// Deletes a topic.
+    DeleteTopic { name: String },
+    /// Appends partitions to a topic. `new_replicas` holds the replica lists of the *new*
+    /// partitions only, in partition order.
+    CreatePartitions {
+        name: String,
+        new_replicas: Vec<Vec<NodeId>>,
+    },
+    /// Changes a topic's configs: first sets every key of `set`, then removes every key of
+    /// `delete` (back to the broker default).
+    AlterTopicConfig {
+        name: String,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+    },
+    /// Reserves a block of `count` producer ids.
+    AllocateProducerIds { count: u64 },
+}
+
+/// The outcome of applying one [`Command`] (or a raft-internal entry, which yields `Ok`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum CommandResult {
+    /// The command was applied.
+    Ok,
+    /// Producer ids `first .. first + count` are reserved for the proposer.
+    ProducerIds { first: i64, count: u64 },
+    /// `CreateTopic`: a topic with this name (or this topic id) already exists.
+    TopicAlreadyExists,
+    /// The named topic does not exist.
+    UnknownTopic,
+    /// The partition count is invalid (no partitions, or too many).
+    InvalidPartitions(String),
+    /// A replica list is empty, has duplicates, names an unregistered broker, or its length
+    /// differs from the topic's other partitions.
+    InvalidReplicaAssignment(String),
+}
+
+impl CommandResult {
+    /// True for the results that mean the command was applied (`Ok`, `ProducerIds`).
+    pub fn is_ok(&self) -> bool {
+        matches!(self, CommandResult::Ok | CommandResult::ProducerIds { .. })
+    }
+}

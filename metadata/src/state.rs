@@ -1,0 +1,632 @@
+//! The replicated cluster metadata and the pure function that applies commands to it.
+//!
+//! Invariants:
+//! - [`ClusterState::apply`] is deterministic: it reads nothing but the state and the command
+//!   (no clock, no randomness, no I/O, no hash-order iteration — every map is a `BTreeMap`), so
+//!   every replica that applies the same log reaches byte-identical state.
+//! - A rejected command leaves the state untouched (validation happens before any mutation).
+//! - Every partition's replica list is non-empty, duplicate-free and names registered brokers
+//!   (at the time it was assigned), and all partitions of a topic have the same number of
+//!   replicas.
+//! - Topic names and topic ids are both unique, so [`ClusterState::topic_by_id`] is unambiguous.
+//! - `next_producer_id` only increases; producer id blocks never overlap.
+//! - Leader epochs and partition epochs only increase (invariant 6 of the design); today they
+//!   start at 0 and no command changes them yet.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Command, CommandResult, NodeId};
+
+/// The first producer id handed out by a fresh cluster. Ids below it are never allocated, which
+/// leaves room for well-known or test ids and keeps `0` (a common "unset" value) out of use.
+pub const FIRST_PRODUCER_ID: i64 = 1000;
+
+/// Kafka numbers partitions with an `i32`; a topic can never have more partitions than that.
+const MAX_PARTITIONS: usize = i32::MAX as usize;
+
+/// The whole cluster metadata: the state machine replicated by the raft quorum.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ClusterState {
+    /// Registered brokers by node id.
+    pub brokers: BTreeMap<NodeId, BrokerInfo>,
+    /// Topics by name.
+    pub topics: BTreeMap<String, TopicInfo>,
+    /// The first producer id of the next block [`Command::AllocateProducerIds`] hands out.
+    /// [`ClusterState::default`] sets it to [`FIRST_PRODUCER_ID`].
+    pub next_producer_id: i64,
+}
+
+impl Default for ClusterState {
+    /// An empty cluster: no brokers, no topics, producer ids starting at [`FIRST_PRODUCER_ID`].
+    fn default() -> Self {
+        ClusterState {
+            brokers: BTreeMap::new(),
+            topics: BTreeMap::new(),
+            next_producer_id: FIRST_PRODUCER_ID,
+        }
+    }
+}
+
+/// A registered broker.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct BrokerInfo {
+    pub node_id: NodeId,
+    pub host: String,
+    pub port: u16,
+    pub rack: Option<String>,
+}
+
+/// A topic and its partitions.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub topic_id: uuid::Uuid,
+    /// Partition `i` is `partitions[i]`.
+    pub partitions: Vec<PartitionInfo>,
+    /// Topic-level config overrides (Kafka names); absent keys take the broker default.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// One partition's replica set and leadership.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PartitionInfo {
+    /// Assigned replicas; the first is the preferred leader.
+    pub replicas: Vec<NodeId>,
+    /// Current leader, `None` if the partition is offline.
+    pub leader: Option<NodeId>,
+    /// In-sync replicas.
+    pub isr: Vec<NodeId>,
+    /// Bumped on every leader change.
+    pub leader_epoch: i32,
+    /// Bumped on every change of replicas, ISR or leader.
+    pub partition_epoch: i32,
+}
+
+impl PartitionInfo {
+    /// A new partition: led by its preferred (first) replica, every replica in sync, epochs 0.
+    fn new(replicas: Vec<NodeId>) -> Self {
+        PartitionInfo {
+            leader: replicas.first().copied(),
+            isr: replicas.clone(),
+            replicas,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        }
+    }
+}
+
+impl ClusterState {
+    /// The topic named `name`.
+    pub fn topic(&self, name: &str) -> Option<&TopicInfo> {
+        self.topics.get(name)
+    }
+
+    /// The topic whose id is `id` (a linear scan; topic counts are small).
+    pub fn topic_by_id(&self, id: &uuid::Uuid) -> Option<&TopicInfo> {
+        self.topics.values().find(|t| &t.topic_id == id)
+    }
+
+    /// Applies `cmd`, returning what happened. Pure and deterministic; a rejected command
+    /// changes nothing.
+    pub fn apply(&mut self, cmd: &Command) -> CommandResult {
+        match cmd {
+            Command::RegisterBroker {
+                node_id,
+                host,
+                port,
+                rack,
+            } => {
+                self.brokers.insert(
+                    *node_id,
+                    BrokerInfo {
+                        node_id: *node_id,
+                        host: host.clone(),
+                        port: *port,
+                        rack: rack.clone(),
+                    },
+                );
+                CommandResult::Ok
+            }
+            Command::CreateTopic {
+                name,
+                topic_id,
+                replicas,
+                configs,
+            } => {
+                if self.topics.contains_key(name) || self.topic_by_id(topic_id).is_some() {
+                    return CommandResult::TopicAlreadyExists;
+                }
+                if replicas.is_empty() {
+                    return CommandResult::InvalidPartitions(
+                        "a topic needs at least one partition".to_string(),
+                    );
+                }
+                if replicas.len() > MAX_PARTITIONS {
+                    return CommandResult::InvalidPartitions(format!(
+                        "{} partitions is more than the maximum {MAX_PARTITIONS}",
+                        replicas.len()
+                    ));
+                }
+                if let Err(reason) = self.check_assignment(replicas, 0, None) {
+                    return CommandResult::InvalidReplicaAssignment(reason);
+                }
+                self.topics.insert(
+                    name.clone(),
+                    TopicInfo {
+                        name: name.clone(),
+                        topic_id: *topic_id,
+                        partitions: replicas.iter().cloned().map(PartitionInfo::new).collect(),
+                        configs: configs.clone(),
+                    },
+                );
+                CommandResult::Ok
+            }
+            Command::DeleteTopic { name } => match self.topics.remove(name) {
+                Some(_) => CommandResult::Ok,
+                None => CommandResult::UnknownTopic,
+            },
+            Command::CreatePartitions { name, new_replicas } => {
+                let Some(topic) = self.topics.get(name) else {
+                    return CommandResult::UnknownTopic;
+                };
+                let existing = topic.partitions.len();
+                if new_replicas.is_empty() {
+                    return CommandResult::InvalidPartitions(format!(
+                        "topic {name} already has {existing} partitions; the new count must be greater"
+                    ));
+                }
+                if new_replicas.len() > MAX_PARTITIONS - existing.min(MAX_PARTITIONS) {
+                    return CommandResult::InvalidPartitions(format!(
+                        "{existing} + {} partitions is more than the maximum {MAX_PARTITIONS}",
+                        new_replicas.len()
+                    ));
+                }
+                let replication_factor = topic.partitions.first().map(|p| p.replicas.len());
+                if let Err(reason) =
+                    self.check_assignment(new_replicas, existing, replication_factor)
+                {
+                    return CommandResult::InvalidReplicaAssignment(reason);
+                }
+                if let Some(topic) = self.topics.get_mut(name) {
+                    topic
+                        .partitions
+                        .extend(new_replicas.iter().cloned().map(PartitionInfo::new));
+                }
+                CommandResult::Ok
+            }
+            Command::AlterTopicConfig { name, set, delete } => {
+                let Some(topic) = self.topics.get_mut(name) else {
+                    return CommandResult::UnknownTopic;
+                };
+                for (key, value) in set {
+                    topic.configs.insert(key.clone(), value.clone());
+                }
+                for key in delete {
+                    topic.configs.remove(key);
+                }
+                CommandResult::Ok
+            }
+            Command::AllocateProducerIds { count } => {
+                let first = self.next_producer_id;
+                // Never wraps: if fewer than `count` ids remain, grant what remains (unreachable
+                // in practice — it would take 2^63 ids).
+                let remaining = u64::try_from(i64::MAX - first).unwrap_or(0);
+                let granted = (*count).min(remaining);
+                // `granted <= i64::MAX - first`, so this neither fails nor overflows.
+                self.next_producer_id = first + i64::try_from(granted).unwrap_or(0);
+                CommandResult::ProducerIds {
+                    first,
+                    count: granted,
+                }
+            }
+        }
+    }
+
+    /// Checks replica lists for partitions numbered from `first_partition`: each must be
+    /// non-empty, duplicate-free, name only registered brokers, and have the same length as
+    /// the others (and as `replication_factor`, if the topic already has partitions).
+    fn check_assignment(
+        &self,
+        assignment: &[Vec<NodeId>],
+        first_partition: usize,
+        replication_factor: Option<usize>,
+    ) -> Result<(), String> {
+        let expected = replication_factor.or_else(|| assignment.first().map(Vec::len));
+        for (i, replicas) in assignment.iter().enumerate() {
+            let partition = first_partition + i;
+            if replicas.is_empty() {
+                return Err(format!("partition {partition} has no replicas"));
+            }
+            let mut seen = BTreeSet::new();
+            for broker in replicas {
+                if !seen.insert(*broker) {
+                    return Err(format!(
+                        "partition {partition} lists broker {broker} more than once"
+                    ));
+                }
+                if !self.brokers.contains_key(broker) {
+                    return Err(format!(
+                        "partition {partition} names broker {broker}, which is not registered"
+                    ));
+                }
+            }
+            if let Some(expected) = expected {
+                if replicas.len() != expected {
+                    return Err(format!(
+                        "partition {partition} has {} replicas but the topic's replication factor is {expected}",
+                        replicas.len()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn register(state: &mut ClusterState, node_id: NodeId) {
+        let result = state.apply(&Command::RegisterBroker {
+            node_id,
+            host: format!("host-{node_id}"),
+            port: 9092,
+            rack: None,
+        });
+        assert_eq!(result, CommandResult::Ok);
+    }
+
+    fn cluster_with_brokers(ids: &[NodeId]) -> ClusterState {
+        let mut state = ClusterState::default();
+        for id in ids {
+            register(&mut state, *id);
+        }
+        state
+    }
+
+    fn create_topic(name: &str, replicas: Vec<Vec<NodeId>>) -> Command {
+        Command::CreateTopic {
+            name: name.to_string(),
+            topic_id: uuid::Uuid::new_v4(),
+            replicas,
+            configs: BTreeMap::new(),
+        }
+    }
+
+    fn assert_rejected_unchanged(state: &mut ClusterState, cmd: Command) -> CommandResult {
+        let before = state.clone();
+        let result = state.apply(&cmd);
+        assert!(
+            !result.is_ok(),
+            "{cmd:?} should be rejected, got {result:?}"
+        );
+        assert_eq!(
+            *state, before,
+            "a rejected command must not change the state"
+        );
+        result
+    }
+
+    #[test]
+    fn a_fresh_state_is_empty_and_hands_out_producer_ids_from_1000() {
+        let state = ClusterState::default();
+        assert!(state.brokers.is_empty());
+        assert!(state.topics.is_empty());
+        assert_eq!(state.next_producer_id, FIRST_PRODUCER_ID);
+        assert_eq!(FIRST_PRODUCER_ID, 1000);
+    }
+
+    #[test]
+    fn register_broker_inserts_and_then_replaces_the_broker() {
+        let mut state = ClusterState::default();
+        register(&mut state, 1);
+        assert_eq!(state.brokers[&1].host, "host-1");
+
+        let result = state.apply(&Command::RegisterBroker {
+            node_id: 1,
+            host: "new-host".to_string(),
+            port: 19092,
+            rack: Some("rack-a".to_string()),
+        });
+        assert_eq!(result, CommandResult::Ok);
+        assert_eq!(state.brokers.len(), 1);
+        assert_eq!(
+            state.brokers[&1],
+            BrokerInfo {
+                node_id: 1,
+                host: "new-host".to_string(),
+                port: 19092,
+                rack: Some("rack-a".to_string()),
+            }
+        );
+    }
+
+    #[test]
+    fn create_topic_starts_each_partition_led_by_its_first_replica_with_full_isr() {
+        let mut state = cluster_with_brokers(&[1, 2, 3]);
+        let topic_id = uuid::Uuid::new_v4();
+        let configs = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
+        let result = state.apply(&Command::CreateTopic {
+            name: "orders".to_string(),
+            topic_id,
+            replicas: vec![vec![1, 2], vec![2, 3], vec![3, 1]],
+            configs: configs.clone(),
+        });
+        assert_eq!(result, CommandResult::Ok);
+
+        let topic = state.topic("orders").expect("topic exists");
+        assert_eq!(topic.name, "orders");
+        assert_eq!(topic.topic_id, topic_id);
+        assert_eq!(topic.configs, configs);
+        assert_eq!(topic.partitions.len(), 3);
+        assert_eq!(
+            topic.partitions[1],
+            PartitionInfo {
+                replicas: vec![2, 3],
+                leader: Some(2),
+                isr: vec![2, 3],
+                leader_epoch: 0,
+                partition_epoch: 0,
+            }
+        );
+        assert_eq!(
+            state.topic_by_id(&topic_id).map(|t| &t.name[..]),
+            Some("orders")
+        );
+        assert!(state.topic_by_id(&uuid::Uuid::new_v4()).is_none());
+        assert!(state.topic("missing").is_none());
+    }
+
+    #[test]
+    fn create_topic_rejects_an_existing_name_or_topic_id() {
+        let mut state = cluster_with_brokers(&[1]);
+        let topic_id = uuid::Uuid::new_v4();
+        let cmd = Command::CreateTopic {
+            name: "t".to_string(),
+            topic_id,
+            replicas: vec![vec![1]],
+            configs: BTreeMap::new(),
+        };
+        assert_eq!(state.apply(&cmd), CommandResult::Ok);
+
+        let same_name = create_topic("t", vec![vec![1]]);
+        assert_eq!(
+            assert_rejected_unchanged(&mut state, same_name),
+            CommandResult::TopicAlreadyExists
+        );
+        let same_id = Command::CreateTopic {
+            name: "other".to_string(),
+            topic_id,
+            replicas: vec![vec![1]],
+            configs: BTreeMap::new(),
+        };
+        assert_eq!(
+            assert_rejected_unchanged(&mut state, same_id),
+            CommandResult::TopicAlreadyExists
+        );
+    }
+
+    #[test]
+    fn create_topic_rejects_zero_partitions() {
+        let mut state = cluster_with_brokers(&[1]);
+        let result = assert_rejected_unchanged(&mut state, create_topic("t", vec![]));
+        assert!(
+            matches!(result, CommandResult::InvalidPartitions(_)),
+            "{result:?}"
+        );
+    }
+
+    #[test]
+    fn create_topic_rejects_empty_duplicate_unregistered_or_uneven_replica_lists() {
+        let mut state = cluster_with_brokers(&[1, 2]);
+        for replicas in [
+            vec![vec![1], vec![]],
+            vec![vec![1, 1]],
+            vec![vec![1, 3]],
+            vec![vec![1, 2], vec![2]],
+        ] {
+            let result = assert_rejected_unchanged(&mut state, create_topic("t", replicas));
+            assert!(
+                matches!(result, CommandResult::InvalidReplicaAssignment(_)),
+                "{result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn delete_topic_removes_it_and_rejects_an_unknown_topic() {
+        let mut state = cluster_with_brokers(&[1]);
+        assert_eq!(
+            state.apply(&create_topic("t", vec![vec![1]])),
+            CommandResult::Ok
+        );
+        let delete = Command::DeleteTopic {
+            name: "t".to_string(),
+        };
+        assert_eq!(state.apply(&delete), CommandResult::Ok);
+        assert!(state.topic("t").is_none());
+        assert_eq!(
+            assert_rejected_unchanged(&mut state, delete),
+            CommandResult::UnknownTopic
+        );
+    }
+
+    #[test]
+    fn create_partitions_appends_new_partitions_after_the_existing_ones() {
+        let mut state = cluster_with_brokers(&[1, 2]);
+        assert_eq!(
+            state.apply(&create_topic("t", vec![vec![1, 2]])),
+            CommandResult::Ok
+        );
+        let result = state.apply(&Command::CreatePartitions {
+            name: "t".to_string(),
+            new_replicas: vec![vec![2, 1], vec![1, 2]],
+        });
+        assert_eq!(result, CommandResult::Ok);
+        let partitions = &state.topics["t"].partitions;
+        assert_eq!(partitions.len(), 3);
+        assert_eq!(partitions[0].replicas, vec![1, 2]);
+        assert_eq!(partitions[1].replicas, vec![2, 1]);
+        assert_eq!(partitions[1].leader, Some(2));
+        assert_eq!(partitions[2].isr, vec![1, 2]);
+    }
+
+    #[test]
+    fn create_partitions_rejects_an_unknown_topic_no_new_partitions_and_bad_assignments() {
+        let mut state = cluster_with_brokers(&[1, 2]);
+        assert_eq!(
+            state.apply(&create_topic("t", vec![vec![1, 2]])),
+            CommandResult::Ok
+        );
+
+        let unknown = Command::CreatePartitions {
+            name: "missing".to_string(),
+            new_replicas: vec![vec![1, 2]],
+        };
+        assert_eq!(
+            assert_rejected_unchanged(&mut state, unknown),
+            CommandResult::UnknownTopic
+        );
+
+        let none = Command::CreatePartitions {
+            name: "t".to_string(),
+            new_replicas: vec![],
+        };
+        let result = assert_rejected_unchanged(&mut state, none);
+        assert!(
+            matches!(result, CommandResult::InvalidPartitions(_)),
+            "{result:?}"
+        );
+
+        for new_replicas in [
+            vec![vec![]],
+            vec![vec![2, 2]],
+            vec![vec![1, 9]],
+            vec![vec![1]],
+            vec![vec![1, 2], vec![2]],
+        ] {
+            let cmd = Command::CreatePartitions {
+                name: "t".to_string(),
+                new_replicas,
+            };
+            let result = assert_rejected_unchanged(&mut state, cmd);
+            assert!(
+                matches!(result, CommandResult::InvalidReplicaAssignment(_)),
+                "{result:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn alter_topic_config_sets_then_deletes_keys() {
+        let mut state = cluster_with_brokers(&[1]);
+        let create = Command::CreateTopic {
+            name: "t".to_string(),
+            topic_id: uuid::Uuid::new_v4(),
+            replicas: vec![vec![1]],
+            configs: BTreeMap::from([
+                ("retention.ms".to_string(), "1".to_string()),
+                ("segment.bytes".to_string(), "2".to_string()),
+            ]),
+        };
+        assert_eq!(state.apply(&create), CommandResult::Ok);
+
+        let result = state.apply(&Command::AlterTopicConfig {
+            name: "t".to_string(),
+            set: BTreeMap::from([
+                ("retention.ms".to_string(), "10".to_string()),
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                ("max.message.bytes".to_string(), "3".to_string()),
+            ]),
+            delete: vec!["segment.bytes".to_string(), "max.message.bytes".to_string()],
+        });
+        assert_eq!(result, CommandResult::Ok);
+        assert_eq!(
+            state.topics["t"].configs,
+            BTreeMap::from([
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                ("retention.ms".to_string(), "10".to_string()),
+            ])
+        );
+    }
+
+    #[test]
+    fn alter_topic_config_rejects_an_unknown_topic() {
+        let mut state = ClusterState::default();
+        let cmd = Command::AlterTopicConfig {
+            name: "missing".to_string(),
+            set: BTreeMap::new(),
+            delete: vec![],
+        };
+        assert_eq!(
+            assert_rejected_unchanged(&mut state, cmd),
+            CommandResult::UnknownTopic
+        );
+    }
+
+    #[test]
+    fn allocate_producer_ids_hands_out_consecutive_non_overlapping_blocks() {
+        let mut state = ClusterState::default();
+        assert_eq!(
+            state.apply(&Command::AllocateProducerIds { count: 100 }),
+            CommandResult::ProducerIds {
+                first: 1000,
+                count: 100
+            }
+        );
+        assert_eq!(
+            state.apply(&Command::AllocateProducerIds { count: 5 }),
+            CommandResult::ProducerIds {
+                first: 1100,
+                count: 5
+            }
+        );
+        assert_eq!(state.next_producer_id, 1105);
+    }
+
+    #[test]
+    fn allocate_producer_ids_never_wraps_past_the_largest_id() {
+        let mut state = ClusterState {
+            next_producer_id: i64::MAX - 3,
+            ..ClusterState::default()
+        };
+        assert_eq!(
+            state.apply(&Command::AllocateProducerIds { count: u64::MAX }),
+            CommandResult::ProducerIds {
+                first: i64::MAX - 3,
+                count: 3
+            }
+        );
+        assert_eq!(state.next_producer_id, i64::MAX);
+    }
+
+    #[test]
+    fn applying_the_same_commands_yields_the_same_state() {
+        let commands = [
+            Command::RegisterBroker {
+                node_id: 1,
+                host: "a".to_string(),
+                port: 1,
+                rack: None,
+            },
+            create_topic("x", vec![vec![1]]),
+            Command::AllocateProducerIds { count: 7 },
+            create_topic("x", vec![vec![1]]),
+            Command::DeleteTopic {
+                name: "nope".to_string(),
+            },
+        ];
+        let mut a = ClusterState::default();
+        let mut b = ClusterState::default();
+        let results_a: Vec<_> = commands.iter().map(|c| a.apply(c)).collect();
+        let results_b: Vec<_> = commands.iter().map(|c| b.apply(c)).collect();
+        assert_eq!(a, b);
+        assert_eq!(results_a, results_b);
+        let json = serde_json::to_string(&a).expect("serialize");
+        let back: ClusterState = serde_json::from_str(&json).expect("deserialize");
+        assert_eq!(back, a);
+    }
+}
