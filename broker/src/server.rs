@@ -156,14 +156,38 @@ async fn connection(
                 }
             }
         };
-        broker.metrics.sent(out.len() as u64);
-        writer.write_all(&out).await?;
+        broker.metrics.sent(out.iter().map(|c| c.len() as u64).sum());
+        write_chunks(&mut writer, out).await?;
     }
     writer.shutdown().await.ok();
     match reader_task.await {
         Ok(r) => r,
         Err(e) => Err(e.into()),
     }
+}
+
+/// Writes a response's chunks with vectored writes, resuming after partial writes.
+async fn write_chunks<W: tokio::io::AsyncWrite + Unpin>(writer: &mut W, mut chunks: Vec<bytes::Bytes>) -> std::io::Result<()> {
+    use bytes::Buf;
+    let mut first = 0;
+    while first < chunks.len() {
+        let slices: Vec<std::io::IoSlice<'_>> = chunks[first..].iter().take(64).map(|c| std::io::IoSlice::new(c)).collect();
+        let mut n = writer.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            let len = chunks[first].len();
+            if n >= len {
+                n -= len;
+                first += 1;
+            } else {
+                chunks[first].advance(n);
+                n = 0;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn api_name(api: ApiKey) -> &'static str {

@@ -6,8 +6,9 @@
 
 pub mod frame;
 pub mod versions;
+pub mod zero_copy;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -74,36 +75,53 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
     })
 }
 
-/// Encodes a response frame, length prefix included.
+/// Encodes a response frame, length prefix included, as chunks for vectored writes: record
+/// batches in Fetch responses are referenced, not copied (see [`zero_copy`]).
 pub fn encode_response(
     api_key: ApiKey,
     version: i16,
     correlation_id: i32,
     body: &ResponseKind,
-) -> anyhow::Result<BytesMut> {
+) -> anyhow::Result<Vec<Bytes>> {
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let header_version = api_key.response_header_version(version);
-    let size = header.compute_size(header_version)? + body_size(body, version)?;
-    let mut buf = BytesMut::with_capacity(4 + size);
-    buf.extend_from_slice(&(size as i32).to_be_bytes());
-    header.encode(&mut buf, header_version)?;
-    body.encode(&mut buf, version)?;
-    Ok(buf)
-}
-
-fn body_size(body: &ResponseKind, version: i16) -> anyhow::Result<usize> {
-    // ResponseKind has no compute_size; encoding into a scratch buffer would copy records
-    // twice, so size the common large responses directly and fall back for the rest.
-    Ok(match body {
+    let body_size = match body {
         ResponseKind::Fetch(r) => r.compute_size(version)?,
         ResponseKind::Produce(r) => r.compute_size(version)?,
         ResponseKind::Metadata(r) => r.compute_size(version)?,
+        // The rest are small: encode them once into a scratch buffer.
         other => {
             let mut scratch = BytesMut::new();
             other.encode(&mut scratch, version)?;
-            scratch.len()
+            let mut buf = BytesMut::with_capacity(4 + 16 + scratch.len());
+            let size = header.compute_size(header_version)? + scratch.len();
+            buf.extend_from_slice(&(size as i32).to_be_bytes());
+            header.encode(&mut buf, header_version)?;
+            buf.extend_from_slice(&scratch);
+            return Ok(vec![buf.freeze()]);
         }
-    })
+    };
+    let size = header.compute_size(header_version)? + body_size;
+    let mut buf = zero_copy::ChunkedBuf::with_capacity(if matches!(body, ResponseKind::Fetch(_)) { 512 } else { 4 + size });
+    if let ResponseKind::Fetch(r) = body {
+        for t in &r.responses {
+            for p in &t.partitions {
+                if let Some(records) = &p.records {
+                    buf.register(records);
+                }
+            }
+        }
+    }
+    buf.put_slice(&(size as i32).to_be_bytes());
+    header.encode(&mut buf, header_version)?;
+    match body {
+        ResponseKind::Fetch(r) => r.encode(&mut buf, version)?,
+        ResponseKind::Produce(r) => r.encode(&mut buf, version)?,
+        ResponseKind::Metadata(r) => r.encode(&mut buf, version)?,
+        _ => unreachable!("small responses returned above"),
+    }
+    debug_assert_eq!(buf.len(), 4 + size);
+    Ok(buf.into_chunks())
 }
 
 #[cfg(test)]
