@@ -1,0 +1,129 @@
+//! Client commands of the `strata` binary, speaking the Kafka protocol through librdkafka so
+//! they work against any Kafka-compatible broker.
+//!
+//! - `strata topic create|list|describe|alter|delete` — [`topic`];
+//! - `strata produce` — lines from stdin to a topic — [`produce`];
+//! - `strata consume` — records to stdout — [`consume`];
+//! - `strata perf produce|consume|e2e` — load generation and latency — [`perf`].
+//!
+//! Every command takes `-b/--bootstrap-server` (env `STRATA_BOOTSTRAP`), repeated
+//! `-X key=value` librdkafka properties and `--request-timeout-ms`.
+
+use clap::Subcommand;
+
+pub mod common;
+pub mod consume;
+mod incremental_alter;
+pub mod perf;
+pub mod produce;
+pub mod topic;
+
+#[derive(Subcommand, Debug)]
+pub enum ClientCommand {
+    /// Create, list, describe, alter and delete topics.
+    #[command(subcommand)]
+    Topic(topic::TopicCommand),
+    /// Produce lines read from stdin, one record per line.
+    Produce(produce::ProduceArgs),
+    /// Consume records and print their values to stdout, one per line.
+    Consume(consume::ConsumeArgs),
+    /// Load generators: produce/consume throughput and end-to-end latency.
+    #[command(subcommand)]
+    Perf(perf::PerfCommand),
+}
+
+pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
+    match cmd {
+        ClientCommand::Topic(cmd) => topic::run(cmd),
+        ClientCommand::Produce(args) => produce::run(args),
+        ClientCommand::Consume(args) => consume::run(args),
+        ClientCommand::Perf(cmd) => perf::run(cmd),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        command: ClientCommand,
+    }
+
+    fn parse(args: &[&str]) -> Result<ClientCommand, clap::Error> {
+        Cli::try_parse_from(std::iter::once("strata").chain(args.iter().copied()))
+            .map(|c| c.command)
+    }
+
+    #[test]
+    fn command_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn topic_create_flags() {
+        let cmd = parse(&[
+            "topic",
+            "create",
+            "t",
+            "-p",
+            "3",
+            "--replication-factor",
+            "1",
+            "--config",
+            "retention.ms=5",
+            "-X",
+            "debug=broker",
+            "-b",
+            "h:1",
+        ])
+        .unwrap();
+        let ClientCommand::Topic(topic::TopicCommand::Create(a)) = cmd else {
+            panic!("{cmd:?}");
+        };
+        assert_eq!(a.name, "t");
+        assert_eq!(a.partitions, Some(3));
+        assert_eq!(a.replication_factor, Some(1));
+        assert_eq!(a.configs, vec![("retention.ms".into(), "5".into())]);
+        assert_eq!(a.conn.bootstrap_server, "h:1");
+        assert_eq!(a.conn.properties, vec![("debug".into(), "broker".into())]);
+    }
+
+    #[test]
+    fn malformed_property_is_rejected() {
+        assert!(parse(&["topic", "list", "-X", "novalue"]).is_err());
+    }
+
+    #[test]
+    fn consume_position_flags_conflict() {
+        assert!(parse(&["consume", "t", "--from-beginning", "--offset", "3"]).is_err());
+        assert!(parse(&["consume", "t", "--group", "g", "--partition", "0"]).is_err());
+        assert!(parse(&["consume", "t", "--offset", "3", "--partition", "1"]).is_ok());
+    }
+
+    #[test]
+    fn perf_produce_defaults() {
+        let cmd = parse(&["perf", "produce", "t", "--records", "10"]).unwrap();
+        let ClientCommand::Perf(perf::PerfCommand::Produce(a)) = cmd else {
+            panic!("{cmd:?}");
+        };
+        assert_eq!(a.record_size, 100);
+        assert_eq!(a.acks, common::Acks::Leader);
+        assert_eq!(a.linger_ms, 5);
+        assert_eq!(a.batch_size, 1_048_576);
+        assert_eq!(a.compression, common::Compression::None);
+        assert_eq!(a.rate, 0);
+    }
+
+    #[test]
+    fn produce_acks_accepts_minus_one() {
+        let cmd = parse(&["produce", "t", "--acks", "-1"]).unwrap();
+        let ClientCommand::Produce(a) = cmd else {
+            panic!("{cmd:?}");
+        };
+        assert_eq!(a.acks, Some(common::Acks::All));
+    }
+}
