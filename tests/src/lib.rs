@@ -1,1 +1,20 @@
+//! Test harness for Strata: starts real `strata serve` processes on free ports and drives them
+//! with real Kafka clients (librdkafka through `rdkafka`) and hand-made `kafka-protocol` frames.
+//!
+//! Every test gets its own broker and data dir, so tests run in parallel. Waits are on
+//! conditions with deadlines ([`util::wait_until`]), never bare sleeps. A failing test prints
+//! the broker's stdout and stderr (see [`Broker`]'s `Drop`).
 
+pub mod broker;
+pub mod clients;
+pub mod http;
+pub mod proxy;
+pub mod raw;
+pub mod util;
+
+pub use broker::{strata_bin, Broker, BrokerOpts};
+pub use clients::{block_on, by_partition, ConsumedRecord, Delivery, TrackingProducer};
+pub use http::{http_get, parse_prometheus, HttpResponse, Sample};
+pub use proxy::FaultProxy;
+pub use raw::{encode_batch, Idempotence, KafkaConn, RawRecord};
+pub use util::{now_ms, unique_topic, wait_for, wait_for_some, wait_until, Rng};

@@ -1,0 +1,470 @@
+#!/usr/bin/env python3
+"""Compatibility checks of a fresh `strata serve` against real Kafka clients.
+
+Clients: confluent-kafka (librdkafka), kafka-python (an independent pure-Python codec) and the
+kcat CLI. Each named step creates topics, produces, consumes, lists offsets or describes
+configs, and compares what it reads back with what it wrote. The script starts its own broker
+on free ports (it parses the READY line), prints one PASS/FAIL line per step, then
+`N passed, M failed`, and exits non-zero if any step failed.
+
+Usage: compat.py [--bin PATH/TO/strata] [--keep]
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def default_bin():
+    if os.environ.get("STRATA_BIN"):
+        return os.environ["STRATA_BIN"]
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
+    return os.path.join(target, "debug", "strata")
+
+
+class Broker:
+    """A `strata serve` child process on free ports with a temporary data dir."""
+
+    def __init__(self, binary, workdir):
+        self.data_dir = os.path.join(workdir, "data")
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.log_path = os.path.join(workdir, "strata.log")
+        self.log = open(self.log_path, "wb")
+        env = dict(os.environ)
+        env.setdefault("STRATA_NUM_PARTITIONS", "1")
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--data-dir", self.data_dir,
+             "--kafka-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, env=env)
+        self.ready = threading.Event()
+        self.kafka = self.admin = None
+        threading.Thread(target=self._drain, daemon=True).start()
+        if not self.ready.wait(30):
+            self.stop()
+            raise RuntimeError("strata printed no READY line within 30 s:\n" + self.output())
+        if self.kafka is None:
+            raise RuntimeError("strata exited before READY:\n" + self.output())
+
+    def _drain(self):
+        for raw in self.proc.stdout:
+            line = raw.decode(errors="replace").strip()
+            self.log.write(b"[out] " + raw)
+            self.log.flush()
+            if line.startswith("READY ") and not self.ready.is_set():
+                fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+                self.kafka, self.admin = fields.get("kafka"), fields.get("admin")
+                self.ready.set()
+        self.ready.set()
+
+    def output(self):
+        self.log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")[-20000:]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+RESULTS = []
+
+
+def step(name, fn):
+    started = time.monotonic()
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - any failure is a failed step
+        RESULTS.append((name, False))
+        print(f"FAIL {name} ({time.monotonic() - started:.1f}s): {type(e).__name__}: {e}", flush=True)
+        tb = traceback.format_exc().strip().splitlines()
+        print("     " + "\n     ".join(tb[-6:]), flush=True)
+    else:
+        RESULTS.append((name, True))
+        print(f"PASS {name} ({time.monotonic() - started:.1f}s)", flush=True)
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def topic_name(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def messages(n, tag):
+    """(key, value, headers) tuples; headers as a list of (str, bytes)."""
+    out = []
+    for i in range(n):
+        key = f"{tag}-key-{i:05d}".encode()
+        value = (f"{tag} value {i} " + "xyz" * (i % 40)).encode()
+        headers = [("index", str(i).encode()), ("tag", tag.encode())] if i % 5 else []
+        out.append((key, value, headers))
+    return out
+
+
+def run(binary, keep):
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
+    import kafka
+    from kafka.admin import ConfigResource as KpConfigResource
+    from kafka.admin import ConfigResourceType as KpConfigResourceType
+    from kafka.admin import KafkaAdminClient, NewTopic as KpNewTopic
+    from kafka.structs import TopicPartition as KpTopicPartition
+
+    workdir = tempfile.mkdtemp(prefix="strata-compat-")
+    broker = Broker(binary, workdir)
+    bootstrap = broker.kafka
+    print(f"strata ready: kafka={broker.kafka} admin={broker.admin} (data {broker.data_dir})", flush=True)
+    ck_conf = {"bootstrap.servers": bootstrap, "broker.address.family": "v4"}
+
+    ck_topic = topic_name("compat-confluent")
+    kp_topic = topic_name("compat-kafkapython")
+    kcat_topic = topic_name("compat-kcat")
+    ts_topic = topic_name("compat-timestamps")
+    ck_msgs = messages(300, "ck")
+    kp_msgs = messages(200, "kp")
+    ts_base = int(time.time() * 1000) - 3_600_000
+    state = {}
+
+    admin_client = AdminClient(ck_conf)  # kept alive: futures fail if their client is dropped
+
+    def ck_admin():
+        return admin_client
+
+    def ck_consume(topic, partitions, expected_count, timeout=30):
+        c = Consumer({**ck_conf, "group.id": topic_name("compat-group"), "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest"})
+        try:
+            c.assign([TopicPartition(topic, p, 0) for p in partitions])
+            out = []
+            deadline = time.monotonic() + timeout
+            while len(out) < expected_count and time.monotonic() < deadline:
+                m = c.poll(0.2)
+                if m is None:
+                    continue
+                if m.error():
+                    continue
+                out.append((m.partition(), m.offset(), m.key(), m.value(), list(m.headers() or [])))
+            check(len(out) == expected_count, f"consumed {len(out)} of {expected_count} records from {topic}")
+            return out
+        finally:
+            c.close()
+
+    def compare_per_partition(sent_by_partition, got, what):
+        by_part = {}
+        for p, off, k, v, h in got:
+            by_part.setdefault(p, []).append((off, k, v, h))
+        for p, sent in sent_by_partition.items():
+            recs = by_part.get(p, [])
+            check(len(recs) == len(sent), f"{what}: partition {p} has {len(recs)} records, sent {len(sent)}")
+            for n, ((off, k, v, h), (sk, sv, sh)) in enumerate(zip(recs, sent)):
+                check(off == n, f"{what}: partition {p} record {n} at offset {off}")
+                check((k, v) == (sk, sv), f"{what}: partition {p} offset {off}: got {(k, v)!r}, sent {(sk, sv)!r}")
+                check([(hk, bytes(hv) if hv is not None else None) for hk, hv in h] == sh,
+                      f"{what}: partition {p} offset {off}: headers {h!r}, sent {sh!r}")
+
+    # ---------------------------------------------------------------- confluent-kafka
+    def confluent_create_topic():
+        fs = ck_admin().create_topics([NewTopic(ck_topic, num_partitions=3, replication_factor=1,
+                                                config={"retention.ms": "3600000", "segment.bytes": "1048576"})],
+                                      operation_timeout=10)
+        fs[ck_topic].result(15)
+        fs = ck_admin().create_topics([NewTopic(ts_topic, num_partitions=1, replication_factor=1),
+                                       NewTopic(kcat_topic, num_partitions=1, replication_factor=1)])
+        for f in fs.values():
+            f.result(15)
+        # Creating it again is an error (TOPIC_ALREADY_EXISTS).
+        fs = ck_admin().create_topics([NewTopic(ck_topic, num_partitions=3, replication_factor=1)])
+        try:
+            fs[ck_topic].result(15)
+        except KafkaException as e:
+            check(e.args[0].code() == 36, f"duplicate create failed with {e}, expected TOPIC_ALREADY_EXISTS")
+        else:
+            raise AssertionError("creating an existing topic succeeded")
+
+    def confluent_list_topics():
+        for what, md in [("one topic", lambda: ck_admin().list_topics(ck_topic, timeout=10)),
+                         ("all topics", lambda: ck_admin().list_topics(timeout=10))]:
+            md = md()
+            check(ck_topic in md.topics, f"list_topics({what}): {ck_topic} not in metadata")
+            check(len(md.topics[ck_topic].partitions) == 3,
+                  f"list_topics({what}): {len(md.topics[ck_topic].partitions)} partitions, expected 3")
+            brokers = [f"{b.host}:{b.port}" for b in md.brokers.values()]
+            check(brokers == [bootstrap], f"list_topics({what}): brokers {brokers}, expected [{bootstrap}]")
+
+    def confluent_produce():
+        p = Producer({**ck_conf, "acks": "all", "linger.ms": 5, "enable.idempotence": True,
+                      "compression.type": "lz4"})
+        delivered = {}
+        errors = []
+
+        def cb(err, msg):
+            if err:
+                errors.append(err)
+            else:
+                delivered[msg.key()] = (msg.partition(), msg.offset())
+
+        for k, v, h in ck_msgs:
+            p.produce(ck_topic, key=k, value=v, headers=h or None, on_delivery=cb)
+            p.poll(0)
+        left = p.flush(30)
+        check(left == 0 and not errors, f"{left} undelivered, errors {errors[:3]}")
+        check(len(delivered) == len(ck_msgs), f"{len(delivered)} delivery reports for {len(ck_msgs)}")
+        by_part = {}
+        for k, v, h in ck_msgs:
+            by_part.setdefault(delivered[k][0], []).append((k, v, h))
+        state["ck_by_partition"] = by_part
+        # Timestamped records for offsets_for_times / kcat -Q: ts_base + 1000*i, i in 0..10.
+        p2 = Producer({**ck_conf, "acks": "all", "linger.ms": 50})
+        for i in range(10):
+            p2.produce(ts_topic, key=f"t{i}".encode(), value=b"ts", timestamp=ts_base + 1000 * i)
+        check(p2.flush(30) == 0, "timestamped records not delivered")
+
+    def confluent_consume():
+        got = ck_consume(ck_topic, [0, 1, 2], len(ck_msgs))
+        compare_per_partition(state["ck_by_partition"], got, "confluent read-back")
+
+    def confluent_list_offsets():
+        c = Consumer({**ck_conf, "group.id": topic_name("compat-group")})
+        try:
+            total = 0
+            for p in range(3):
+                lo, hi = c.get_watermark_offsets(TopicPartition(ck_topic, p), timeout=10)
+                check(lo == 0, f"low watermark of partition {p} is {lo}")
+                check(hi == len(state["ck_by_partition"].get(p, [])), f"high watermark of partition {p} is {hi}")
+                total += hi
+            check(total == len(ck_msgs), f"high watermarks sum to {total}")
+            want = {ts_base - 5000: 0, ts_base + 2500: 3, ts_base + 9000: 9, ts_base + 9001: -1}
+            # One call per timestamp: a list may hold each partition only once.
+            res = [c.offsets_for_times([TopicPartition(ts_topic, 0, ts)], timeout=10)[0] for ts in want]
+            for (ts, off), r in zip(want.items(), res):
+                check(r.offset == off, f"offsets_for_times(base{ts - ts_base:+}) = {r.offset}, expected {off}")
+        finally:
+            c.close()
+        specs = {TopicPartition(ck_topic, p): OffsetSpec.latest() for p in range(3)}
+        res = ck_admin().list_offsets(specs, request_timeout=10)
+        total = sum(f.result(15).offset for f in res.values())
+        check(total == len(ck_msgs), f"AdminClient.list_offsets latest sums to {total}")
+        res = ck_admin().list_offsets({TopicPartition(ck_topic, 0): OffsetSpec.earliest()})
+        check(list(res.values())[0].result(15).offset == 0, "AdminClient.list_offsets earliest")
+
+    def confluent_describe_configs():
+        fs = ck_admin().describe_configs([ConfigResource(ConfigResource.Type.TOPIC, ck_topic)])
+        configs = list(fs.values())[0].result(15)
+        check("retention.ms" in configs, f"no retention.ms in {sorted(configs)}")
+        check(configs["retention.ms"].value == "3600000", f"retention.ms = {configs['retention.ms'].value}")
+        check(configs["segment.bytes"].value == "1048576", f"segment.bytes = {configs['segment.bytes'].value}")
+        check("cleanup.policy" in configs, "no cleanup.policy (a default) in the described configs")
+
+    step("confluent-kafka: create topics (AdminClient.create_topics)", confluent_create_topic)
+    step("confluent-kafka: metadata (AdminClient.list_topics, one topic and all topics)", confluent_list_topics)
+    step("confluent-kafka: produce 300 keyed records with headers (idempotent, lz4)", confluent_produce)
+    step("confluent-kafka: consume and compare per partition", confluent_consume)
+    step("confluent-kafka: list offsets (watermarks, offsets_for_times, AdminClient.list_offsets)",
+         confluent_list_offsets)
+    step("confluent-kafka: describe configs", confluent_describe_configs)
+
+    # ---------------------------------------------------------------- kafka-python
+    def kp_admin():
+        return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+
+    def kafkapython_create_topic():
+        admin = kp_admin()
+        try:
+            admin.create_topics([KpNewTopic(kp_topic, 2, 1, topic_configs={"retention.ms": "7200000"})])
+            topics = admin.list_topics()
+            check(kp_topic in topics, f"{kp_topic} not in {topics}")
+        finally:
+            admin.close()
+
+    def kafkapython_produce():
+        p = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, compression_type="gzip")
+        try:
+            futures = [(m, p.send(kp_topic, key=m[0], value=m[1], headers=m[2])) for m in kp_msgs]
+            p.flush(30)
+            by_part = {}
+            for m, f in futures:
+                md = f.get(timeout=30)
+                by_part.setdefault(md.partition, []).append(m)
+            state["kp_by_partition"] = by_part
+        finally:
+            p.close(10)
+
+    def kp_consume(topic, partitions, count):
+        c = kafka.KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest", consumer_timeout_ms=2000)
+        try:
+            tps = [KpTopicPartition(topic, p) for p in partitions]
+            c.assign(tps)
+            c.seek_to_beginning(*tps)
+            out = []
+            deadline = time.monotonic() + 30
+            while len(out) < count and time.monotonic() < deadline:
+                for tp, recs in c.poll(timeout_ms=500).items():
+                    for r in recs:
+                        out.append((tp.partition, r.offset, r.key, r.value, list(r.headers or [])))
+            check(len(out) == count, f"kafka-python consumed {len(out)} of {count} from {topic}")
+            return out
+        finally:
+            c.close()
+
+    def kafkapython_consume():
+        got = kp_consume(kp_topic, [0, 1], len(kp_msgs))
+        compare_per_partition(state["kp_by_partition"], got, "kafka-python read-back")
+
+    def kafkapython_reads_confluent():
+        got = kp_consume(ck_topic, [0, 1, 2], len(ck_msgs))
+        compare_per_partition(state["ck_by_partition"], got, "kafka-python reading confluent's lz4 batches")
+
+    def confluent_reads_kafkapython():
+        got = ck_consume(kp_topic, [0, 1], len(kp_msgs))
+        compare_per_partition(state["kp_by_partition"], got, "confluent reading kafka-python's gzip batches")
+
+    def kafkapython_list_offsets():
+        c = kafka.KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        try:
+            tps = [KpTopicPartition(kp_topic, p) for p in range(2)]
+            end = c.end_offsets(tps)
+            begin = c.beginning_offsets(tps)
+            check(all(v == 0 for v in begin.values()), f"beginning_offsets {begin}")
+            check(sum(end.values()) == len(kp_msgs), f"end_offsets {end} sum != {len(kp_msgs)}")
+            for tp in tps:
+                check(end[tp] == len(state["kp_by_partition"].get(tp.partition, [])), f"end offset of {tp}")
+            tp = KpTopicPartition(ts_topic, 0)
+            for ts, want in [(ts_base - 5000, 0), (ts_base + 4500, 5), (ts_base + 9000, 9), (ts_base + 10_000, None)]:
+                got = c.offsets_for_times({tp: ts})[tp]
+                if want is None:
+                    check(got is None, f"offsets_for_times(base{ts - ts_base:+}) = {got}, expected None")
+                else:
+                    check(got is not None and got.offset == want and got.timestamp == ts_base + 1000 * want,
+                          f"offsets_for_times(base{ts - ts_base:+}) = {got}, expected offset {want}")
+        finally:
+            c.close()
+
+    def kafkapython_describe_configs():
+        admin = kp_admin()
+        try:
+            res = admin.describe_configs([KpConfigResource(KpConfigResourceType.TOPIC, kp_topic)])
+            entries = {}
+            if isinstance(res, dict):  # kafka-python >= 3: {type: {name: {key: {"value": ...}}}}
+                check(kp_topic in res.get("topic", {}), f"no entry for {kp_topic} in {res}")
+                entries = {k: v.get("value") for k, v in res["topic"][kp_topic].items()}
+            else:  # kafka-python 2.x: a list of raw DescribeConfigsResponse
+                for r in res:
+                    for resource in r.resources:
+                        check(resource[0] == 0, f"describe_configs error {resource[0]} {resource[1]}")
+                        for entry in resource[4]:
+                            entries[entry[0]] = entry[1]
+            check(entries.get("retention.ms") == "7200000",
+                  f"retention.ms = {entries.get('retention.ms')} in {entries}")
+        finally:
+            admin.close()
+
+    step("kafka-python: create topic (KafkaAdminClient.create_topics)", kafkapython_create_topic)
+    step("kafka-python: produce 200 keyed records with headers (gzip)", kafkapython_produce)
+    step("kafka-python: consume and compare per partition", kafkapython_consume)
+    step("kafka-python: read back confluent-kafka's records", kafkapython_reads_confluent)
+    step("confluent-kafka: read back kafka-python's records", confluent_reads_kafkapython)
+    step("kafka-python: list offsets (end_offsets, beginning_offsets, offsets_for_times)", kafkapython_list_offsets)
+    step("kafka-python: describe configs", kafkapython_describe_configs)
+
+    # ---------------------------------------------------------------- kcat
+    def kcat(*args, stdin=None, timeout=60):
+        r = subprocess.run(["kcat", "-b", bootstrap, *args], input=stdin, capture_output=True, timeout=timeout)
+        check(r.returncode == 0, f"kcat {' '.join(args)} exited {r.returncode}: {r.stderr.decode(errors='replace')[-2000:]}")
+        return r.stdout.decode(errors="replace")
+
+    def kcat_metadata():
+        import json
+        md = json.loads(kcat("-L", "-J"))
+        topics = {t["topic"]: t for t in md["topics"]}
+        check(ck_topic in topics, f"{ck_topic} not in kcat -L")
+        check(len(topics[ck_topic]["partitions"]) == 3, "kcat -L: partition count")
+        check(md["brokers"] and md["brokers"][0]["name"].startswith("127.0.0.1:"),
+              f"advertised broker {md['brokers']}")
+        text = kcat("-L", "-t", ck_topic)
+        check(f'topic "{ck_topic}" with 3 partitions' in text, f"kcat -L -t output:\n{text}")
+
+    kcat_lines = [f"kcat-key-{i}:kcat value {i} {'#' * (i % 13)}" for i in range(100)]
+
+    def kcat_produce():
+        kcat("-P", "-t", kcat_topic, "-K", ":", "-z", "snappy", stdin=("\n".join(kcat_lines) + "\n").encode())
+
+    def kcat_consume():
+        out = kcat("-C", "-t", kcat_topic, "-o", "beginning", "-e", "-f", "%k:%s|%o\n")
+        got = [line for line in out.splitlines() if line]
+        want = [f"{line}|{i}" for i, line in enumerate(kcat_lines)]
+        check(got == want, f"kcat -C read {len(got)} lines; first differences: "
+              f"{[(g, w) for g, w in zip(got, want) if g != w][:3]}")
+        # And kcat reads what kafka-python wrote.
+        out = kcat("-C", "-t", kp_topic, "-p", "0", "-o", "beginning", "-e", "-f", "%k\n")
+        want_keys = [k.decode() for k, _, _ in state["kp_by_partition"].get(0, [])]
+        check(out.split() == want_keys, "kcat reading kafka-python's partition 0")
+
+    def kcat_query():
+        for ts, want in [(ts_base - 1, 0), (ts_base + 2500, 3), (ts_base + 7000, 7), (ts_base + 9001, -1)]:
+            out = kcat("-Q", "-t", f"{ts_topic}:0:{ts}")
+            check(f"offset {want}" in out, f"kcat -Q base{ts - ts_base:+}: expected offset {want}, got {out.strip()!r}")
+
+    step("kcat: metadata (-L)", kcat_metadata)
+    step("kcat: produce with keys (-P, snappy)", kcat_produce)
+    step("kcat: consume and compare (-C -e)", kcat_consume)
+    step("kcat: offset by timestamp (-Q)", kcat_query)
+
+    def clean_shutdown():
+        rc = broker.stop()
+        check(rc == 0, f"strata exited with {rc} after SIGTERM")
+
+    step("strata: clean shutdown on SIGTERM", clean_shutdown)
+    broker.stop()
+    failed = [n for n, ok in RESULTS if not ok]
+    if failed:
+        print("---- strata output (tail) ----\n" + broker.output() + "\n---- end ----", flush=True)
+    if keep or failed:
+        print(f"work dir kept: {workdir}", flush=True)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=default_bin(), help="strata binary (default: $STRATA_BIN or target/debug/strata)")
+    ap.add_argument("--keep", action="store_true", help="keep the broker's work dir")
+    args = ap.parse_args()
+    if not os.path.exists(args.bin):
+        print(f"strata binary not found: {args.bin}", file=sys.stderr)
+        print("compat: 0 passed, 1 failed")
+        return 1
+    if shutil.which("kcat") is None:
+        print("kcat not found on PATH", file=sys.stderr)
+    try:
+        run(args.bin, args.keep)
+    except Exception:  # noqa: BLE001 - setup failure (imports, broker start) counts as a failure
+        traceback.print_exc()
+        RESULTS.append(("setup", False))
+    passed = sum(1 for _, ok in RESULTS if ok)
+    failed = len(RESULTS) - passed
+    print(f"compat: {passed} passed, {failed} failed", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need (idempotently), builds the broker, runs the
+# unit/integration/fault tests of the whole workspace, then the client compatibility script.
+#
+#   scripts/test.sh            everything
+#   SKIP_COMPAT=1 scripts/test.sh   without the compatibility script
+#
+# Environment: CARGO_TARGET_DIR (where cargo builds), STRATA_VENV (the Python venv, default
+# ~/.cache/strata-venv), CARGO_TEST_ARGS (extra args after `cargo test --workspace`).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo -n"
+fi
+
+# ---- system packages (kcat for the CLI checks; cmake, pkg-config, zlib and zstd headers for
+# the bundled librdkafka behind the rdkafka crate) ----
+need_apt=()
+for pkg in kcat cmake pkg-config zlib1g-dev libzstd-dev build-essential; do
+    if ! dpkg -s "$pkg" >/dev/null 2>&1; then
+        need_apt+=("$pkg")
+    fi
+done
+if [ "${#need_apt[@]}" -gt 0 ]; then
+    log "installing apt packages: ${need_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq </dev/null
+    $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" </dev/null
+fi
+
+# ---- Python venv with the client libraries for the compatibility script ----
+VENV="${STRATA_VENV:-$HOME/.cache/strata-venv}"
+PYTHON_BIN=""
+for cand in python3 /usr/bin/python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        PYTHON_BIN="$cand"
+        break
+    fi
+done
+if [ -z "$PYTHON_BIN" ]; then
+    log "installing python3-venv"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq </dev/null
+    $SUDO apt-get install -y -qq --no-install-recommends python3 python3-venv </dev/null
+    PYTHON_BIN=/usr/bin/python3
+fi
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    log "creating venv $VENV"
+    rm -rf "$VENV"
+    mkdir -p "$(dirname "$VENV")"
+    "$PYTHON_BIN" -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c 'import confluent_kafka, kafka' >/dev/null 2>&1; then
+    log "installing confluent-kafka and kafka-python into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check confluent-kafka kafka-python </dev/null
+fi
+
+# ---- build and test ----
+log "building strata"
+cargo build -p strata-broker --bin strata
+
+TARGET_DIR="${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')}"
+export STRATA_BIN="$TARGET_DIR/debug/strata"
+
+status=0
+log "cargo test --workspace"
+# shellcheck disable=SC2086
+cargo test --workspace ${CARGO_TEST_ARGS:-} || status=$?
+
+if [ "${SKIP_COMPAT:-0}" != "1" ]; then
+    log "client compatibility script"
+    "$VENV/bin/python" scripts/compat.py --bin "$STRATA_BIN" || status=$?
+fi
+
+if [ "$status" -ne 0 ]; then
+    log "FAILED (exit $status)"
+fi
+exit "$status"

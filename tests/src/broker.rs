@@ -1,0 +1,373 @@
+//! Running `strata serve` as a child process on free ports.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// How long a broker may take to print READY.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a SIGTERM'd broker may take to exit.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Path of the `strata` binary: `$STRATA_BIN`, else `<target>/debug/strata` found from the test
+/// executable (`<target>/debug/deps/<test>-<hash>`).
+pub fn strata_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("STRATA_BIN") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable lives in <target>/<profile>/deps");
+    dir.join(format!("strata{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// How to start a broker.
+#[derive(Clone, Debug, Default)]
+pub struct BrokerOpts {
+    /// Extra environment, e.g. `("STRATA_NUM_PARTITIONS", "3")`.
+    pub env: Vec<(String, String)>,
+    /// Contents of a config file passed with `--config`.
+    pub config: Option<String>,
+    /// `--advertised-kafka-addr`.
+    pub advertised_kafka_addr: Option<String>,
+    /// Run on this data dir instead of a fresh temporary one (kept by the caller).
+    pub data_dir: Option<PathBuf>,
+}
+
+impl BrokerOpts {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets one `STRATA_<KEY>` environment variable.
+    pub fn env(mut self, key: &str, value: impl ToString) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn config(mut self, toml: &str) -> Self {
+        self.config = Some(toml.to_string());
+        self
+    }
+
+    pub fn advertised_kafka_addr(mut self, addr: &str) -> Self {
+        self.advertised_kafka_addr = Some(addr.to_string());
+        self
+    }
+
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+}
+
+/// Everything the broker printed, across restarts; shown when a test fails.
+#[derive(Clone, Default)]
+pub struct OutputLog(Arc<Mutex<Vec<u8>>>);
+
+impl OutputLog {
+    fn push(&self, prefix: &str, line: &[u8]) {
+        let mut buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        buf.extend_from_slice(prefix.as_bytes());
+        buf.extend_from_slice(line);
+        if !line.ends_with(b"\n") {
+            buf.push(b'\n');
+        }
+    }
+
+    pub fn text(&self) -> String {
+        let buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+}
+
+/// A running `strata serve` process with its own data dir.
+pub struct Broker {
+    /// `127.0.0.1:PORT` of the Kafka listener (as printed in READY).
+    pub kafka_addr: String,
+    /// `127.0.0.1:PORT` of the admin HTTP listener.
+    pub admin_addr: String,
+    opts: BrokerOpts,
+    data_dir: PathBuf,
+    _temp: Option<TempDir>,
+    child: Option<Child>,
+    log: OutputLog,
+    generation: u32,
+}
+
+impl Broker {
+    /// Starts a broker with default settings on a fresh temporary data dir.
+    pub fn start_default() -> Broker {
+        Self::start(BrokerOpts::new())
+    }
+
+    /// Starts a broker and waits for its READY line.
+    pub fn start(opts: BrokerOpts) -> Broker {
+        let (temp, data_dir) = match &opts.data_dir {
+            Some(dir) => (None, dir.clone()),
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("strata-test-")
+                    .tempdir()
+                    .expect("create temp data dir");
+                let dir = temp.path().join("data");
+                std::fs::create_dir_all(&dir).expect("create data dir");
+                (Some(temp), dir)
+            }
+        };
+        let mut broker = Broker {
+            kafka_addr: String::new(),
+            admin_addr: String::new(),
+            opts,
+            data_dir,
+            _temp: temp,
+            child: None,
+            log: OutputLog::default(),
+            generation: 0,
+        };
+        broker.spawn();
+        broker
+    }
+
+    fn spawn(&mut self) {
+        assert!(self.child.is_none(), "broker is already running");
+        let bin = strata_bin();
+        assert!(
+            bin.exists(),
+            "strata binary not found at {} (run `cargo build -p strata-broker --bin strata` \
+             first, or set STRATA_BIN)",
+            bin.display()
+        );
+        self.generation += 1;
+        let mut cmd = Command::new(&bin);
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(["--kafka-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"]);
+        if let Some(cfg) = &self.opts.config {
+            let parent = self.data_dir.parent().unwrap_or(Path::new("/tmp"));
+            let path = parent.join(format!("strata-{}.toml", self.generation));
+            std::fs::write(&path, cfg).expect("write config file");
+            cmd.arg("--config").arg(path);
+        }
+        if let Some(adv) = &self.opts.advertised_kafka_addr {
+            cmd.args(["--advertised-kafka-addr", adv]);
+        }
+        for (k, v) in &self.opts.env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+
+        let generation = self.generation;
+        self.log.push(
+            "",
+            format!(
+                "===== strata serve (start #{generation}, pid {}) =====",
+                child.id()
+            )
+            .as_bytes(),
+        );
+        let (tx, rx) = mpsc::channel::<String>();
+        let log = self.log.clone();
+        thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        log.push(&format!("[{generation} out] "), &line);
+                        let _ = tx.send(String::from_utf8_lossy(&line).trim().to_string());
+                    }
+                }
+            }
+        });
+        let log = self.log.clone();
+        let (err_done_tx, err_done_rx) = mpsc::channel::<()>();
+        thread::spawn(move || {
+            let mut reader = BufReader::new(stderr);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => log.push(&format!("[{generation} err] "), &line),
+                }
+            }
+            let _ = err_done_tx.send(());
+        });
+
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let ready = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(rest) = line.strip_prefix("READY ") {
+                        break Ok(rest.to_string());
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    break Err(format!("no READY line within {READY_TIMEOUT:?}"))
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    break Err("stdout closed before READY (the process exited?)".to_string())
+                }
+            }
+        };
+        let ready = match ready {
+            Ok(r) => r,
+            Err(why) => {
+                let _ = child.kill();
+                let status = child.wait();
+                let _ = err_done_rx.recv_timeout(Duration::from_secs(5));
+                panic!(
+                    "strata did not become ready: {why}; exit: {status:?}\n--- broker output ---\n{}",
+                    self.log.text()
+                );
+            }
+        };
+        let mut kafka = None;
+        let mut admin = None;
+        for field in ready.split_whitespace() {
+            if let Some(v) = field.strip_prefix("kafka=") {
+                kafka = Some(v.to_string());
+            } else if let Some(v) = field.strip_prefix("admin=") {
+                admin = Some(v.to_string());
+            }
+        }
+        let (Some(kafka), Some(admin)) = (kafka, admin) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("malformed READY line: READY {ready}");
+        };
+        self.kafka_addr = kafka;
+        self.admin_addr = admin;
+        self.child = Some(child);
+    }
+
+    /// The data directory (survives restarts).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Everything the broker printed so far.
+    pub fn output(&self) -> String {
+        self.log.text()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("broker not running").id()
+    }
+
+    /// True while the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Panics (with the broker's output) if the process has exited.
+    pub fn assert_running(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                panic!(
+                    "strata exited unexpectedly: {status}\n--- broker output ---\n{}",
+                    self.log.text()
+                );
+            }
+        } else {
+            panic!("strata is not running");
+        }
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("broker not running");
+        child.kill().expect("kill -9 strata");
+        let _ = child.wait();
+        self.log.push("", b"===== killed with SIGKILL =====");
+    }
+
+    /// Sends a signal and waits for the process to exit; returns its status.
+    pub fn signal_and_wait(&mut self, signal: i32) -> ExitStatus {
+        let mut child = self.child.take().expect("broker not running");
+        let pid = child.id() as libc::pid_t;
+        // SAFETY: plain kill(2) on our own child's pid, which has not been reaped yet.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+        let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    self.log.push(
+                        "",
+                        format!("===== exited after signal {signal}: {status} =====").as_bytes(),
+                    );
+                    return status;
+                }
+                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "strata did not exit within {SHUTDOWN_TIMEOUT:?} of signal {signal}\n--- broker output ---\n{}",
+                        self.log.text()
+                    );
+                }
+                Err(e) => panic!("wait for strata: {e}"),
+            }
+        }
+    }
+
+    /// SIGTERM: a clean shutdown, which must exit with status 0.
+    pub fn terminate(&mut self) {
+        let status = self.signal_and_wait(libc::SIGTERM);
+        assert!(
+            status.success(),
+            "strata exited with {status} after SIGTERM (expected 0)\n--- broker output ---\n{}",
+            self.log.text()
+        );
+    }
+
+    /// Starts the broker again on the same data dir (after `kill9` or `terminate`); the new
+    /// process listens on new ports.
+    pub fn restart(&mut self) {
+        if self.child.is_some() {
+            self.terminate();
+        }
+        self.spawn();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if thread::panicking() {
+            eprintln!(
+                "--- strata output (data dir {}) ---\n{}--- end of strata output ---",
+                self.data_dir.display(),
+                self.log.text()
+            );
+        }
+    }
+}

@@ -1,0 +1,413 @@
+//! Hand-made Kafka frames with `kafka-protocol`, for bad-input and exact-protocol tests.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{
+    fetch_request::{FetchPartition, FetchTopic},
+    init_producer_id_request::InitProducerIdRequest,
+    list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic},
+    produce_request::{PartitionProduceData, TopicProduceData},
+    produce_response::PartitionProduceResponse,
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    TimestampType, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+};
+
+/// Produce version used by raw tests (non-flexible, topic names).
+pub const PRODUCE_VERSION: i16 = 8;
+/// Fetch version used by raw tests (non-flexible, topic names).
+pub const FETCH_VERSION: i16 = 11;
+/// ListOffsets version used by raw tests.
+pub const LIST_OFFSETS_VERSION: i16 = 5;
+
+/// Kafka error codes the tests check.
+pub mod error {
+    pub const NONE: i16 = 0;
+    pub const CORRUPT_MESSAGE: i16 = 2;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const MESSAGE_TOO_LARGE: i16 = 10;
+    pub const UNSUPPORTED_VERSION: i16 = 35;
+    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+}
+
+/// One TCP connection speaking raw Kafka frames.
+pub struct KafkaConn {
+    stream: TcpStream,
+    next_correlation_id: i32,
+}
+
+impl KafkaConn {
+    pub fn connect(addr: &str) -> Result<KafkaConn> {
+        let stream = TcpStream::connect(addr).with_context(|| format!("connect {addr}"))?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(30)))?;
+        Ok(KafkaConn {
+            stream,
+            next_correlation_id: 1,
+        })
+    }
+
+    pub fn set_read_timeout(&self, timeout: Duration) -> Result<()> {
+        self.stream.set_read_timeout(Some(timeout))?;
+        Ok(())
+    }
+
+    /// Writes raw bytes (no length prefix added).
+    pub fn send_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+        self.stream.write_all(bytes)?;
+        self.stream.flush()?;
+        Ok(())
+    }
+
+    /// Writes a frame: 4-byte big-endian length, then `payload`.
+    pub fn send_frame(&mut self, payload: &[u8]) -> Result<()> {
+        let mut buf = Vec::with_capacity(payload.len() + 4);
+        buf.extend_from_slice(&(payload.len() as i32).to_be_bytes());
+        buf.extend_from_slice(payload);
+        self.send_bytes(&buf)
+    }
+
+    /// Reads one frame's payload; `Ok(None)` if the peer closed the connection.
+    pub fn read_frame(&mut self) -> Result<Option<Bytes>> {
+        let mut len = [0u8; 4];
+        match self.stream.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if is_closed(&e) => return Ok(None),
+            Err(e) => return Err(e).context("read frame length"),
+        }
+        let len = i32::from_be_bytes(len);
+        ensure!(len >= 0, "negative response frame length {len}");
+        let mut buf = vec![0u8; len as usize];
+        self.stream
+            .read_exact(&mut buf)
+            .context("read frame body")?;
+        Ok(Some(Bytes::from(buf)))
+    }
+
+    /// Waits up to `timeout` for the broker to close the connection, discarding anything it
+    /// sends; true if it closed (EOF or reset), false if still open at the deadline.
+    pub fn closed_within(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut buf = [0u8; 4096];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let _ = self
+                .stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))));
+            match self.stream.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if is_closed(&e) => return true,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return false
+                }
+                Err(_) => return true,
+            }
+        }
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+
+    /// Encodes a request frame for API `R` at `version`; returns (correlation id, frame payload).
+    pub fn encode_request<R: Request>(&mut self, version: i16, req: &R) -> Result<(i32, BytesMut)> {
+        let api = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("api key {}", R::KEY))?;
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("strata-tests-raw")));
+        let mut buf = BytesMut::new();
+        header.encode(&mut buf, api.request_header_version(version))?;
+        req.encode(&mut buf, version)?;
+        Ok((correlation_id, buf))
+    }
+
+    /// Sends a request without waiting for its response; returns the correlation id.
+    pub fn send_request<R: Request>(&mut self, version: i16, req: &R) -> Result<i32> {
+        let (id, buf) = self.encode_request(version, req)?;
+        self.send_frame(&buf)?;
+        Ok(id)
+    }
+
+    /// Reads the response to a request sent with [`send_request`].
+    pub fn recv_response<R: Request>(
+        &mut self,
+        version: i16,
+        correlation_id: i32,
+    ) -> Result<R::Response> {
+        let api = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("api key {}", R::KEY))?;
+        let Some(mut frame) = self.read_frame()? else {
+            bail!("connection closed by the broker before the {api:?} v{version} response");
+        };
+        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version))?;
+        ensure!(
+            header.correlation_id == correlation_id,
+            "correlation id {} in response, expected {correlation_id}",
+            header.correlation_id
+        );
+        let resp = <R::Response as Decodable>::decode(&mut frame, version)
+            .with_context(|| format!("decode {api:?} v{version} response"))?;
+        Ok(resp)
+    }
+
+    /// Sends a request and reads its response.
+    pub fn request<R: Request>(&mut self, version: i16, req: &R) -> Result<R::Response> {
+        let id = self.send_request(version, req)?;
+        self.recv_response::<R>(version, id)
+    }
+
+    /// Produces `records` (one or more encoded batches) to one partition with acks=all.
+    pub fn produce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> Result<PartitionProduceResponse> {
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(topic_name(topic))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(records))])]);
+        let resp = self.request(PRODUCE_VERSION, &req)?;
+        let part = resp
+            .responses
+            .into_iter()
+            .find(|t| t.name.0.as_str() == topic)
+            .context("no response for the topic")?
+            .partition_responses
+            .into_iter()
+            .find(|p| p.index == partition)
+            .context("no response for the partition")?;
+        Ok(part)
+    }
+
+    /// Like [`produce`] but fails unless the broker accepted the batch; returns its base offset.
+    pub fn produce_ok(&mut self, topic: &str, partition: i32, records: Bytes) -> Result<i64> {
+        let p = self.produce(topic, partition, records)?;
+        ensure!(
+            p.error_code == error::NONE,
+            "produce to {topic}-{partition} failed with error {} ({:?})",
+            p.error_code,
+            p.error_message
+        );
+        Ok(p.base_offset)
+    }
+
+    /// ListOffsets for one partition at `timestamp` (-1 latest, -2 earliest); returns
+    /// (error code, offset, timestamp).
+    pub fn list_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<(i16, i64, i64)> {
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_timestamp(timestamp)])]);
+        let resp = self.request(LIST_OFFSETS_VERSION, &req)?;
+        let p = resp
+            .topics
+            .into_iter()
+            .next()
+            .context("no topic in ListOffsets response")?
+            .partitions
+            .into_iter()
+            .next()
+            .context("no partition in ListOffsets response")?;
+        Ok((p.error_code, p.offset, p.timestamp))
+    }
+
+    /// A Fetch request for one partition.
+    pub fn fetch_request(
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+        min_bytes: i32,
+    ) -> FetchRequest {
+        FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait_ms)
+            .with_min_bytes(min_bytes)
+            .with_max_bytes(16 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(topic_name(topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(8 << 20)])])
+    }
+
+    /// Fetches one partition; returns the response.
+    pub fn fetch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+    ) -> Result<FetchResponse> {
+        let req = Self::fetch_request(topic, partition, offset, max_wait_ms, 1);
+        self.request(FETCH_VERSION, &req)
+    }
+
+    /// InitProducerId for an idempotent (non-transactional) producer: (producer id, epoch).
+    pub fn init_producer_id(&mut self) -> Result<(i64, i16)> {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000);
+        let resp = self.request(1, &req)?;
+        ensure!(
+            resp.error_code == 0,
+            "InitProducerId failed with error {}",
+            resp.error_code
+        );
+        Ok((resp.producer_id.0, resp.producer_epoch))
+    }
+}
+
+fn is_closed(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::UnexpectedEof
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::BrokenPipe
+    )
+}
+
+pub fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// A record for [`encode_batch`]: key, value, headers, timestamp.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawRecord {
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub timestamp: i64,
+}
+
+impl RawRecord {
+    pub fn new(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, timestamp: i64) -> Self {
+        RawRecord {
+            key: Some(key.into()),
+            value: Some(value.into()),
+            headers: Vec::new(),
+            timestamp,
+        }
+    }
+}
+
+/// Producer identity for idempotent batches.
+#[derive(Clone, Copy, Debug)]
+pub struct Idempotence {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
+/// Encodes `records` as ONE v2 record batch (relative offsets 0..n).
+pub fn encode_batch(
+    records: &[RawRecord],
+    compression: Compression,
+    idem: Option<Idempotence>,
+) -> Bytes {
+    assert!(!records.is_empty());
+    let recs: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut headers = kafka_protocol::indexmap::IndexMap::new();
+            for (k, v) in &r.headers {
+                headers.insert(
+                    StrBytes::from_string(k.clone()),
+                    Some(Bytes::from(v.clone())),
+                );
+            }
+            Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
+                producer_id: idem.map_or(NO_PRODUCER_ID, |p| p.producer_id),
+                producer_epoch: idem.map_or(NO_PRODUCER_EPOCH, |p| p.producer_epoch),
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                // The encoder batches records whose offset - sequence is constant and derives
+                // the base sequence from the first; -1 (no sequence) + i keeps it at -1.
+                sequence: idem
+                    .map_or(NO_SEQUENCE, |p| p.base_sequence)
+                    .wrapping_add(i as i32),
+                timestamp: r.timestamp,
+                key: r.key.clone().map(Bytes::from),
+                value: r.value.clone().map(Bytes::from),
+                headers,
+            }
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        recs.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .expect("encode record batch");
+    let bytes = buf.freeze();
+    let infos =
+        RecordBatchDecoder::decode_batch_info(&mut bytes.clone()).expect("decode own batch");
+    assert_eq!(infos.len(), 1, "records must encode as one batch");
+    bytes
+}
+
+/// A record read back from a raw fetch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchedRecord {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// Decodes the record batches of a fetch response partition (uncompressed only).
+pub fn decode_records(mut records: Bytes) -> Result<Vec<FetchedRecord>> {
+    let mut out = Vec::new();
+    let sets = RecordBatchDecoder::decode_all(&mut records)?;
+    for set in sets {
+        for r in set.records {
+            out.push(FetchedRecord {
+                offset: r.offset,
+                timestamp: r.timestamp,
+                key: r.key.map(|b| b.to_vec()),
+                value: r.value.map(|b| b.to_vec()),
+            });
+        }
+    }
+    Ok(out)
+}
