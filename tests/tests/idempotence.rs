@@ -7,8 +7,8 @@ use kafka_protocol::records::Compression;
 use rdkafka::config::ClientConfig;
 use strata_tests::raw::error;
 use strata_tests::{
-    encode_batch, unique_topic, Broker, BrokerOpts, ConsumedRecord, FaultProxy, Idempotence,
-    KafkaConn, RawRecord, TrackingProducer,
+    encode_batch, unique_topic, wait_for, Broker, BrokerOpts, ConsumedRecord, FaultProxy,
+    Idempotence, KafkaConn, RawRecord, TrackingProducer,
 };
 
 const PARTITIONS: i32 = 3;
@@ -48,19 +48,20 @@ fn produce_through_lost_acks(
     .set("batch.num.messages", "50")
     .set("retry.backoff.ms", "20");
     let producer = TrackingProducer::new(&cfg);
-    for i in 0..n {
-        if i % (n / drops) == n / drops / 2 {
-            proxy.drop_produce_responses(1);
+    // In each round: arm one swallowed response, send a chunk, and wait until the proxy has
+    // swallowed it (the chunk's own Produce requests guarantee there is one to swallow).
+    let chunk = n / drops;
+    for round in 0..drops {
+        proxy.drop_produce_responses(1);
+        for i in round * chunk..(round + 1) * chunk {
+            let key = format!("key-{i:06}");
+            let value = format!("value-{i}");
+            producer.send(i, &topic, None, key.as_bytes(), value.as_bytes(), &[], None);
         }
-        let key = format!("key-{i:06}");
-        producer.send(
-            i,
-            &topic,
-            None,
-            key.as_bytes(),
-            format!("value-{i}").as_bytes(),
-            &[],
-            None,
+        wait_for(
+            &format!("the proxy to swallow Produce response #{}", round + 1),
+            Duration::from_secs(30),
+            || proxy.dropped() > round,
         );
     }
     producer.flush(Duration::from_secs(120));
@@ -68,6 +69,7 @@ fn produce_through_lost_acks(
     assert_eq!(delivered.len(), n);
     let dropped = proxy.dropped();
     proxy.heal();
+    eprintln!("idempotent={idempotent}: {n} records acked, {dropped} Produce responses swallowed");
 
     // Consumers bootstrap on the broker but are sent to the (now healed) proxy by metadata.
     let mut high_sum = 0;
@@ -127,7 +129,7 @@ fn idempotent_producer_retries_after_lost_acks_append_no_duplicates() {
 fn non_idempotent_retries_after_lost_acks_do_duplicate_showing_the_fault_is_real() {
     let n = 5_000;
     let (records, high_sum, dropped) = produce_through_lost_acks(false, n, 5);
-    assert!(dropped > 0, "the proxy swallowed no Produce response");
+    assert_eq!(dropped, 5, "Produce responses swallowed");
     assert!(
         high_sum > n as i64,
         "expected duplicates from {dropped} retried batches, but the log holds {high_sum} records for {n} sent"
