@@ -88,6 +88,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("cannot create data dir {}", cfg.data_dir.display()))?;
+    // One broker per data dir: a second process would interleave writes into the same logs.
+    // The lock is released by the kernel when the process exits, however it exits.
+    let lock = std::fs::File::create(cfg.data_dir.join(".lock"))?;
+    if lock.try_lock().is_err() {
+        anyhow::bail!("data dir {} is in use by another strata process", cfg.data_dir.display());
+    }
     let kafka = TcpListener::bind(cfg.kafka_addr)
         .await
         .with_context(|| format!("cannot listen for Kafka on {}", cfg.kafka_addr))?;
@@ -179,6 +185,7 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     }
     metadata.shutdown().await.context("metadata shutdown")?;
     let _ = admin_task.await;
+    drop(lock);
     tracing::info!("stopped cleanly");
     Ok(())
 }
