@@ -139,7 +139,21 @@ pub fn topic_partitions<C: ClientContext>(
     client: &Client<C>,
     topic: &str,
 ) -> anyhow::Result<Vec<i32>> {
-    let metadata = fetch_metadata(conn, client, Some(topic))?;
+    // A topic being auto-created (or just created) may briefly report no leader.
+    let deadline = std::time::Instant::now() + conn.request_timeout();
+    let metadata = loop {
+        let metadata = fetch_metadata(conn, client, Some(topic))?;
+        let settling = metadata.topics().iter().any(|t| {
+            t.name() == topic
+                && (t.error().map(RDKafkaErrorCode::from)
+                    == Some(RDKafkaErrorCode::LeaderNotAvailable)
+                    || t.partitions().iter().any(|p| p.leader() < 0))
+        });
+        if !settling || std::time::Instant::now() >= deadline {
+            break metadata;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
         bail!("topic `{topic}` not found in metadata");
     };
@@ -183,6 +197,46 @@ pub fn check_partition(topic: &str, partitions: &[i32], partition: i32) -> anyho
             "topic `{topic}` has no partition {partition} (it has {} partitions)",
             partitions.len()
         )
+    }
+}
+
+/// Writes one line to stdout. A closed pipe (`strata topic list | head`) is not an error:
+/// the rest of the output is silently dropped.
+pub fn emit(line: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(line).and_then(|()| out.write_all(b"\n")) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context("writing to stdout")),
+    }
+}
+
+/// Prints consumer errors to stderr without flooding it: a message repeating the previous
+/// one is shown at most every five seconds, with the number of repeats suppressed meanwhile.
+#[derive(Default)]
+pub struct ErrorReporter {
+    last: Option<(String, std::time::Instant)>,
+    suppressed: u64,
+    pub total: u64,
+}
+
+impl ErrorReporter {
+    pub fn report(&mut self, msg: &str) {
+        self.total += 1;
+        if let Some((last, at)) = &self.last {
+            if last == msg && at.elapsed() < Duration::from_secs(5) {
+                self.suppressed += 1;
+                return;
+            }
+        }
+        if self.suppressed > 0 {
+            eprintln!("{msg} (repeated {} more times)", self.suppressed);
+        } else {
+            eprintln!("{msg}");
+        }
+        self.suppressed = 0;
+        self.last = Some((msg.to_string(), std::time::Instant::now()));
     }
 }
 

@@ -14,7 +14,10 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::common::{check_partition, topic_partitions, ConnectArgs};
+use super::common::{check_partition, topic_partitions, ConnectArgs, ErrorReporter};
+
+/// The `group.id` of consumers that assign partitions themselves (never joined or committed).
+pub const GROUPLESS_ID: &str = "strata-cli-assigned";
 
 #[derive(Args, Debug)]
 pub struct ConsumeArgs {
@@ -111,13 +114,19 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             } else {
                 "latest"
             };
-            conn.client_config(&[("group.id", group), ("auto.offset.reset", reset)])
-                .create()
-                .context("creating consumer")?
+            conn.client_config(&[
+                ("group.id", group),
+                ("auto.offset.reset", reset),
+                ("fetch.queue.backoff.ms", "10"),
+            ])
+            .create()
+            .context("creating consumer")?
         }
         None => conn
-            // No group.id: a group-less consumer never talks to a group coordinator.
+            // librdkafka's assign() needs a group.id; nothing joins or commits to it.
             .client_config(&[
+                ("group.id", GROUPLESS_ID),
+                ("fetch.queue.backoff.ms", "10"),
                 ("enable.auto.commit", "false"),
                 ("enable.auto.offset.store", "false"),
             ])
@@ -145,12 +154,24 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let stdout = io::stdout();
     let mut out = io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let idle_limit = args.timeout_ms.map(Duration::from_millis);
+    let started = Instant::now();
+    let mut warned_unassigned = args.group.is_none();
     let mut last_record = Instant::now();
     let mut count: u64 = 0;
-    let mut errors: u64 = 0;
+    let mut errors = ErrorReporter::default();
     let result = loop {
         if args.max_records.is_some_and(|max| count >= max) {
             break Ok(());
+        }
+        if !warned_unassigned && started.elapsed() >= conn.request_timeout() {
+            warned_unassigned = true;
+            if consumer.assignment().is_ok_and(|a| a.count() == 0) {
+                eprintln!(
+                    "warning: no partitions assigned to group member after {} ms (does the \
+                     broker support consumer groups?)",
+                    conn.request_timeout().as_millis()
+                );
+            }
         }
         match consumer.poll(Duration::from_millis(100)) {
             None => {
@@ -170,8 +191,7 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             }
             Some(Err(KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => {
-                errors += 1;
-                eprintln!("consume error: {e}");
+                errors.report(&format!("consume error: {e}"));
                 if idle_limit.is_some_and(|limit| last_record.elapsed() >= limit) {
                     break Ok(());
                 }
@@ -186,8 +206,8 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         Err(e) => return Err(e).context("writing to stdout"),
     }
     eprintln!("consumed {count} record(s)");
-    if count == 0 && errors > 0 {
-        bail!("no records consumed; {errors} error(s)");
+    if count == 0 && errors.total > 0 {
+        bail!("no records consumed; {} error(s)", errors.total);
     }
     Ok(())
 }

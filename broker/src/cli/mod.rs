@@ -32,7 +32,40 @@ pub enum ClientCommand {
     Perf(perf::PerfCommand),
 }
 
+impl ClientCommand {
+    fn conn(&self) -> &common::ConnectArgs {
+        match self {
+            ClientCommand::Topic(cmd) => cmd.conn(),
+            ClientCommand::Produce(args) => &args.conn,
+            ClientCommand::Consume(args) => &args.conn,
+            ClientCommand::Perf(cmd) => cmd.conn(),
+        }
+    }
+}
+
+/// Routes librdkafka's log (through the `log` facade) to stderr once `-X debug=...` asks
+/// librdkafka for debug contexts; silent otherwise, since the commands report the errors
+/// that matter themselves and librdkafka repeats connection errors many times a second.
+/// `STRATA_LOG` (an env-filter directive, e.g. `STRATA_LOG=error`) overrides both.
+fn init_logging(conn: &common::ConnectArgs) {
+    let default = if conn.property("debug").is_some() {
+        "debug"
+    } else {
+        "off"
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
+        .unwrap_or_else(|_| default.into());
+    // Ignored if a subscriber is already installed (e.g. in tests).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .try_init();
+}
+
 pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
+    init_logging(cmd.conn());
     match cmd {
         ClientCommand::Topic(cmd) => topic::run(cmd),
         ClientCommand::Produce(args) => produce::run(args),

@@ -27,8 +27,8 @@ use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer}
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::common::{
-    latency_histogram, mib_per_sec, per_sec, percentile_fields, topic_partitions, Acks,
-    Compression, ConnectArgs,
+    emit, latency_histogram, mib_per_sec, per_sec, percentile_fields, topic_partitions, Acks,
+    Compression, ConnectArgs, ErrorReporter,
 };
 use super::produce::message_timeout;
 
@@ -128,6 +128,16 @@ pub struct PerfE2eArgs {
     /// Give up after this long without receiving a record once all were sent.
     #[arg(long, default_value_t = 10_000, value_name = "MS")]
     pub timeout_ms: u64,
+}
+
+impl PerfCommand {
+    pub fn conn(&self) -> &ConnectArgs {
+        match self {
+            PerfCommand::Produce(a) => &a.conn,
+            PerfCommand::Consume(a) => &a.conn,
+            PerfCommand::E2e(a) => &a.conn,
+        }
+    }
 }
 
 pub fn run(cmd: PerfCommand) -> anyhow::Result<()> {
@@ -376,13 +386,13 @@ fn produce(args: PerfProduceArgs) -> anyhow::Result<()> {
     let acked = ctx.acked.load(Ordering::Relaxed);
     let failed = ctx.failed.load(Ordering::Relaxed);
     let bytes = acked * args.record_size as u64;
-    println!(
+    emit(format_args!(
         "produce records={acked} bytes={bytes} seconds={seconds:.2} records_per_sec={:.0} \
          mb_per_sec={:.1} {} errors={failed}",
         per_sec(acked, seconds),
         mib_per_sec(bytes, seconds),
         percentile_fields(&ctx.histogram()),
-    );
+    ))?;
     result?;
     if failed > 0 {
         bail!(
@@ -401,7 +411,12 @@ fn assigned_consumer(
     extra: &[(&str, &str)],
     offset_of: impl Fn(&BaseConsumer, i32) -> anyhow::Result<Offset>,
 ) -> anyhow::Result<BaseConsumer> {
+    // librdkafka's assign() needs a group.id; nothing joins or commits to it.
     let mut defaults = vec![
+        ("group.id", super::consume::GROUPLESS_ID),
+        // librdkafka pauses a partition's fetching this long once its local queue holds
+        // `queued.min.messages`; the 1 s default idles a fast consumer most of the time.
+        ("fetch.queue.backoff.ms", "10"),
         ("enable.auto.commit", "false"),
         ("enable.auto.offset.store", "false"),
     ];
@@ -437,7 +452,7 @@ fn consume(args: PerfConsumeArgs) -> anyhow::Result<()> {
     let idle_limit = Duration::from_millis(args.timeout_ms);
     let count = AtomicU64::new(0);
     let mut bytes: u64 = 0;
-    let mut errors: u64 = 0;
+    let mut errors = ErrorReporter::default();
     let mut interval = IntervalRate::new();
     let start = Instant::now();
     let mut end = start;
@@ -462,12 +477,7 @@ fn consume(args: PerfConsumeArgs) -> anyhow::Result<()> {
                         end = last_record;
                     }
                     Some(Err(KafkaError::PartitionEOF(_))) => {}
-                    Some(Err(e)) => {
-                        errors += 1;
-                        if errors <= 10 {
-                            eprintln!("consume error: {e}");
-                        }
-                    }
+                    Some(Err(e)) => errors.report(&format!("consume error: {e}")),
                     None => {}
                 }
                 if last_record.elapsed() >= idle_limit {
@@ -478,12 +488,12 @@ fn consume(args: PerfConsumeArgs) -> anyhow::Result<()> {
     );
     let records = count.load(Ordering::Relaxed);
     let seconds = end.duration_since(start).as_secs_f64();
-    println!(
+    emit(format_args!(
         "consume records={records} bytes={bytes} seconds={seconds:.2} records_per_sec={:.0} \
          mb_per_sec={:.1}",
         per_sec(records, seconds),
         mib_per_sec(bytes, seconds),
-    );
+    ))?;
     if records < args.records {
         bail!(
             "consumed only {records} of {} records: nothing received for {} ms",
@@ -555,7 +565,7 @@ fn e2e(args: PerfE2eArgs) -> anyhow::Result<()> {
         || {
             std::thread::scope(|scope| {
                 let consumer_thread = scope.spawn(|| {
-                    let mut errors: u64 = 0;
+                    let mut errors = ErrorReporter::default();
                     let mut n: u64 = 0;
                     let mut last_record = Instant::now();
                     while n < args.records {
@@ -574,12 +584,7 @@ fn e2e(args: PerfE2eArgs) -> anyhow::Result<()> {
                                 last_record = Instant::now();
                             }
                             Some(Err(KafkaError::PartitionEOF(_))) | None => {}
-                            Some(Err(e)) => {
-                                errors += 1;
-                                if errors <= 10 {
-                                    eprintln!("consume error: {e}");
-                                }
-                            }
+                            Some(Err(e)) => errors.report(&format!("consume error: {e}")),
                         }
                         if producer_done.load(Ordering::Acquire)
                             && last_record.elapsed() >= idle_limit
@@ -587,7 +592,7 @@ fn e2e(args: PerfE2eArgs) -> anyhow::Result<()> {
                             break;
                         }
                     }
-                    errors
+                    errors.total
                 });
 
                 let mut payload = make_payload(args.record_size);
@@ -613,7 +618,10 @@ fn e2e(args: PerfE2eArgs) -> anyhow::Result<()> {
         },
     );
     let records = histogram.len();
-    println!("e2e records={records} {}", percentile_fields(&histogram));
+    emit(format_args!(
+        "e2e records={records} {}",
+        percentile_fields(&histogram)
+    ))?;
     send_result?;
     let failed = ctx.failed.load(Ordering::Relaxed);
     if failed > 0 {

@@ -12,7 +12,7 @@ use rdkafka::admin::{
 };
 use rdkafka::client::DefaultClientContext;
 
-use super::common::{fetch_metadata, parse_key_value, topic_partitions, ConnectArgs};
+use super::common::{emit, fetch_metadata, parse_key_value, topic_partitions, ConnectArgs};
 use super::incremental_alter::{self, AlterFailure, ConfigOp};
 
 #[derive(Subcommand, Debug)]
@@ -82,6 +82,18 @@ pub struct DeleteArgs {
     pub name: String,
 }
 
+impl TopicCommand {
+    pub fn conn(&self) -> &ConnectArgs {
+        match self {
+            TopicCommand::Create(a) => &a.conn,
+            TopicCommand::List(a) => &a.conn,
+            TopicCommand::Describe(a) => &a.conn,
+            TopicCommand::Alter(a) => &a.conn,
+            TopicCommand::Delete(a) => &a.conn,
+        }
+    }
+}
+
 pub fn run(cmd: TopicCommand) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -96,7 +108,9 @@ pub fn run(cmd: TopicCommand) -> anyhow::Result<()> {
 }
 
 fn admin_client(conn: &ConnectArgs) -> anyhow::Result<AdminClient<DefaultClientContext>> {
-    conn.client_config(&[])
+    // librdkafka's admin client is a producer handle, whose metadata requests would ask the
+    // broker to auto-create the topic being described or altered.
+    conn.client_config(&[("allow.auto.create.topics", "false")])
         .create()
         .context("creating admin client")
 }
@@ -141,7 +155,7 @@ fn create(runtime: &tokio::runtime::Runtime, args: CreateArgs) -> anyhow::Result
     .with_context(|| format!("creating topic `{}`", args.name))?;
     for result in results {
         match result {
-            Ok(name) => println!("created topic {name}"),
+            Ok(name) => emit(format_args!("created topic {name}"))?,
             Err((name, code)) => bail!("cannot create topic `{name}`: {code}"),
         }
     }
@@ -155,12 +169,16 @@ fn list(args: ListArgs) -> anyhow::Result<()> {
     topics.sort_by(|a, b| a.name().cmp(b.name()));
     for t in topics {
         match t.error() {
-            None => println!("{}\tpartitions={}", t.name(), t.partitions().len()),
-            Some(err) => println!(
+            None => emit(format_args!(
+                "{}\tpartitions={}",
+                t.name(),
+                t.partitions().len()
+            ))?,
+            Some(err) => emit(format_args!(
                 "{}\terror={}",
                 t.name(),
                 rdkafka::error::RDKafkaErrorCode::from(err)
-            ),
+            ))?,
         }
     }
     Ok(())
@@ -199,12 +217,12 @@ fn describe(runtime: &tokio::runtime::Runtime, args: DescribeArgs) -> anyhow::Re
     let mut partitions: Vec<_> = topic.partitions().iter().collect();
     partitions.sort_by_key(|p| p.id());
     let replication = partitions.first().map_or(0, |p| p.replicas().len());
-    println!(
+    emit(format_args!(
         "topic={} partitions={} replication_factor={}",
         args.name,
         partitions.len(),
         replication
-    );
+    ))?;
     let mut failed_watermarks = 0;
     for p in partitions {
         let watermarks = match client.fetch_watermarks(&args.name, p.id(), conn.request_timeout()) {
@@ -218,13 +236,13 @@ fn describe(runtime: &tokio::runtime::Runtime, args: DescribeArgs) -> anyhow::Re
             .error()
             .map(|e| format!(" error=\"{}\"", rdkafka::error::RDKafkaErrorCode::from(e)))
             .unwrap_or_default();
-        println!(
+        emit(format_args!(
             "partition={} leader={} replicas={} isr={} {watermarks}{error}",
             p.id(),
             p.leader(),
             join(p.replicas()),
             join(p.isr()),
-        );
+        ))?;
     }
 
     let opts = admin_options(conn);
@@ -240,7 +258,7 @@ fn describe(runtime: &tokio::runtime::Runtime, args: DescribeArgs) -> anyhow::Re
     for result in results {
         match result {
             Ok(resource) => {
-                println!("configs:");
+                emit(format_args!("configs:"))?;
                 let mut entries: Vec<_> = resource.entries.iter().collect();
                 entries.sort_by(|a, b| a.name.cmp(&b.name));
                 for e in entries {
@@ -250,12 +268,12 @@ fn describe(runtime: &tokio::runtime::Runtime, args: DescribeArgs) -> anyhow::Re
                         e.value.as_deref().unwrap_or("<null>")
                     };
                     let read_only = if e.is_read_only { " read-only" } else { "" };
-                    println!(
+                    emit(format_args!(
                         "  {}={} source={}{read_only}",
                         e.name,
                         value,
                         source_label(&e.source)
-                    );
+                    ))?;
                 }
             }
             Err(code) => config_failed = Some(code),
@@ -323,11 +341,11 @@ fn alter(runtime: &tokio::runtime::Runtime, args: AlterArgs) -> anyhow::Result<(
     }
     for op in &ops {
         match op {
-            ConfigOp::Set(k, v) => println!("set {k}={v}"),
-            ConfigOp::Delete(k) => println!("deleted {k}"),
+            ConfigOp::Set(k, v) => emit(format_args!("set {k}={v}"))?,
+            ConfigOp::Delete(k) => emit(format_args!("deleted {k}"))?,
         }
     }
-    println!("altered topic {}", args.name);
+    emit(format_args!("altered topic {}", args.name))?;
     Ok(())
 }
 
@@ -390,7 +408,7 @@ fn delete(runtime: &tokio::runtime::Runtime, args: DeleteArgs) -> anyhow::Result
     .with_context(|| format!("deleting topic `{}`", args.name))?;
     for result in results {
         match result {
-            Ok(name) => println!("deleted topic {name}"),
+            Ok(name) => emit(format_args!("deleted topic {name}"))?,
             Err((name, code)) => bail!("cannot delete topic `{name}`: {code}"),
         }
     }
