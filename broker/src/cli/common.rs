@@ -212,31 +212,35 @@ pub fn emit(line: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
     }
 }
 
-/// Prints consumer errors to stderr without flooding it: a message repeating the previous
-/// one is shown at most every five seconds, with the number of repeats suppressed meanwhile.
+/// Prints consumer errors to stderr without flooding it: each distinct message is shown at
+/// most once every five seconds, with the number of its repeats suppressed meanwhile.
 #[derive(Default)]
 pub struct ErrorReporter {
-    last: Option<(String, std::time::Instant)>,
-    suppressed: u64,
+    /// Per message: when it was last printed and how many repeats were suppressed since.
+    seen: std::collections::HashMap<String, (std::time::Instant, u64)>,
     pub total: u64,
 }
 
 impl ErrorReporter {
     pub fn report(&mut self, msg: &str) {
         self.total += 1;
-        if let Some((last, at)) = &self.last {
-            if last == msg && at.elapsed() < Duration::from_secs(5) {
-                self.suppressed += 1;
+        let now = std::time::Instant::now();
+        if let Some((last, suppressed)) = self.seen.get_mut(msg) {
+            if now.duration_since(*last) < Duration::from_secs(5) {
+                *suppressed += 1;
                 return;
             }
+            if *suppressed > 0 {
+                eprintln!("{msg} (and {suppressed} more times in the last few seconds)");
+            } else {
+                eprintln!("{msg}");
+            }
+            *last = now;
+            *suppressed = 0;
+            return;
         }
-        if self.suppressed > 0 {
-            eprintln!("{msg} (repeated {} more times)", self.suppressed);
-        } else {
-            eprintln!("{msg}");
-        }
-        self.suppressed = 0;
-        self.last = Some((msg.to_string(), std::time::Instant::now()));
+        eprintln!("{msg}");
+        self.seen.insert(msg.to_string(), (now, 0));
     }
 }
 

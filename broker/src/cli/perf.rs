@@ -298,6 +298,9 @@ fn send_retrying<C: ProducerContext<DeliveryOpaque = usize> + 'static>(
                 record = r;
                 producer.poll(Duration::from_millis(1));
             }
+            Err((e @ KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
+                bail!("send: {e} (librdkafka's limit is -X message.max.bytes, default 1000000)")
+            }
             Err((e, _)) => bail!("send: {e}"),
         }
     }

@@ -172,6 +172,16 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
                     record = r;
                     producer.poll(Duration::from_millis(10));
                 }
+                Err((
+                    e @ KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+                    _,
+                )) => {
+                    bail!(
+                        "cannot produce record {}: {e} (librdkafka's limit is -X \
+                         message.max.bytes, default 1000000)",
+                        sent + 1
+                    )
+                }
                 Err((e, _)) => bail!("cannot produce record {}: {e}", sent + 1),
             }
         }
@@ -199,6 +209,38 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn conn(properties: &[(&str, &str)]) -> ConnectArgs {
+        ConnectArgs {
+            bootstrap_server: "127.0.0.1:9092".into(),
+            properties: properties
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            request_timeout_ms: 1000,
+        }
+    }
+
+    #[test]
+    fn message_timeout_honours_overrides() {
+        assert_eq!(message_timeout(&conn(&[]), 30_000), Duration::from_secs(30));
+        assert_eq!(
+            message_timeout(&conn(&[("message.timeout.ms", "5000")]), 30_000),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            message_timeout(&conn(&[("delivery.timeout.ms", "7000")]), 30_000),
+            Duration::from_secs(7)
+        );
+        // The last -X wins, as it does in librdkafka's configuration.
+        assert_eq!(
+            message_timeout(
+                &conn(&[("message.timeout.ms", "1"), ("message.timeout.ms", "2000")]),
+                30_000
+            ),
+            Duration::from_secs(2)
+        );
+    }
 
     #[test]
     fn newline_trimming() {
