@@ -92,7 +92,10 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     // The lock is released by the kernel when the process exits, however it exits.
     let lock = std::fs::File::create(cfg.data_dir.join(".lock"))?;
     if lock.try_lock().is_err() {
-        anyhow::bail!("data dir {} is in use by another strata process", cfg.data_dir.display());
+        anyhow::bail!(
+            "data dir {} is in use by another strata process",
+            cfg.data_dir.display()
+        );
     }
     let kafka = TcpListener::bind(cfg.kafka_addr)
         .await

@@ -78,20 +78,26 @@ async fn connection(
     broker: &Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let (mut reader, mut writer) = stream.into_split();
+    let (reader, mut writer) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Incoming>(PIPELINE_DEPTH);
     let max = broker.config.max_request_bytes;
     let reader_broker = broker.clone();
     let reader_task = tokio::spawn(async move {
         let broker = reader_broker;
+        let mut frames = frame::FrameReader::new(reader, max);
         loop {
             let frame = tokio::select! {
-                f = frame::read_frame(&mut reader, max) => f,
+                f = frames.next() => f,
                 _ = shutdown.changed() => return Ok(()),
             };
             let frame = match frame {
                 Ok(Some(f)) => f,
                 Ok(None) => return Ok(()),
+                // A reset or a half-sent frame is the client going away, not bad input.
+                Err(e @ (frame::FrameError::Io(_) | frame::FrameError::Truncated)) => {
+                    tracing::debug!(error = %e, "connection ended");
+                    return Ok(());
+                }
                 Err(e) => {
                     broker.metrics.bad_request("frame");
                     tracing::warn!(error = %e, "closing connection: bad frame");
@@ -156,7 +162,9 @@ async fn connection(
                 }
             }
         };
-        broker.metrics.sent(out.iter().map(|c| c.len() as u64).sum());
+        broker
+            .metrics
+            .sent(out.iter().map(|c| c.len() as u64).sum());
         write_chunks(&mut writer, out).await?;
     }
     writer.shutdown().await.ok();
@@ -167,11 +175,18 @@ async fn connection(
 }
 
 /// Writes a response's chunks with vectored writes, resuming after partial writes.
-async fn write_chunks<W: tokio::io::AsyncWrite + Unpin>(writer: &mut W, mut chunks: Vec<bytes::Bytes>) -> std::io::Result<()> {
+async fn write_chunks<W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut W,
+    mut chunks: Vec<bytes::Bytes>,
+) -> std::io::Result<()> {
     use bytes::Buf;
     let mut first = 0;
     while first < chunks.len() {
-        let slices: Vec<std::io::IoSlice<'_>> = chunks[first..].iter().take(64).map(|c| std::io::IoSlice::new(c)).collect();
+        let slices: Vec<std::io::IoSlice<'_>> = chunks[first..]
+            .iter()
+            .take(64)
+            .map(|c| std::io::IoSlice::new(c))
+            .collect();
         let mut n = writer.write_vectored(&slices).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());

@@ -17,7 +17,16 @@ use crate::partition::Partition;
 struct Wanted {
     topic: TopicName,
     topic_id: uuid::Uuid,
-    partitions: Vec<(i32, i64, usize, Option<Arc<Partition>>, Option<ApiError>)>,
+    partitions: Vec<WantedPartition>,
+}
+
+/// One requested partition: where to read, and the partition or why there is none.
+struct WantedPartition {
+    index: i32,
+    offset: i64,
+    max_bytes: usize,
+    partition: Option<Arc<Partition>>,
+    error: Option<ApiError>,
 }
 
 pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
@@ -50,13 +59,13 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
                     )),
                     _ => None,
                 };
-                (
-                    p.partition,
-                    p.fetch_offset,
-                    p.partition_max_bytes.max(0) as usize,
-                    part,
-                    err,
-                )
+                WantedPartition {
+                    index: p.partition,
+                    offset: p.fetch_offset,
+                    max_bytes: p.partition_max_bytes.max(0) as usize,
+                    partition: part,
+                    error: err,
+                }
             })
             .collect();
         wanted.push(Wanted {
@@ -78,8 +87,8 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     loop {
         // Watch before reading, so an append between the read and the wait is not missed.
         for w in &wanted {
-            for (_, _, _, part, _) in &w.partitions {
-                if let Some(p) = part {
+            for wp in &w.partitions {
+                if let Some(p) = &wp.partition {
                     p.watch(&notify);
                 }
             }
@@ -108,7 +117,14 @@ fn read_all(wanted: &[Wanted], max_bytes: usize) -> (FetchResponse, usize, bool)
     let mut topics = Vec::with_capacity(wanted.len());
     for w in wanted {
         let mut partitions = Vec::with_capacity(w.partitions.len());
-        for (index, offset, partition_max, part, err) in &w.partitions {
+        for WantedPartition {
+            index,
+            offset,
+            max_bytes: partition_max,
+            partition: part,
+            error: err,
+        } in &w.partitions
+        {
             let mut data = PartitionData::default()
                 .with_partition_index(*index)
                 .with_high_watermark(-1)

@@ -78,12 +78,14 @@ async fn alter(
                 })?;
                 delete.push(key.to_string());
             }
-            op => return Err(ApiError::new(
-                ErrorCode::InvalidConfig,
-                format!(
+            op => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidConfig,
+                    format!(
                     "operation {op} (APPEND/SUBTRACT) applies to list configs; '{key}' is not one"
                 ),
-            )),
+                ))
+            }
         }
     }
     if validate_only {

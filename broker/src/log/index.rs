@@ -51,8 +51,8 @@ impl OffsetIndex {
         self.entries.last().copied()
     }
 
-    pub fn len(&self) -> usize {
-        self.entries.len()
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     pub fn is_consistent(&self, segment_len: u64) -> bool {
@@ -110,6 +110,10 @@ impl TimeIndex {
     pub fn floor_before(&self, timestamp: i64) -> Option<TimeEntry> {
         let i = self.entries.partition_point(|e| e.timestamp < timestamp);
         i.checked_sub(1).map(|i| self.entries[i])
+    }
+
+    pub fn last(&self) -> Option<TimeEntry> {
+        self.entries.last().copied()
     }
 
     pub fn is_consistent(&self) -> bool {

@@ -255,9 +255,6 @@ impl Log {
     pub fn set_config(&mut self, config: LogConfig) {
         self.config = config;
     }
-    pub fn producer_count(&self) -> usize {
-        self.producers.len()
-    }
 
     /// Appends validated batches. Idempotent batches are checked against producer state first;
     /// a retry of a batch already in the log returns its original offset and appends nothing.

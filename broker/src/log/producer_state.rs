@@ -144,10 +144,6 @@ impl ProducerState {
         });
     }
 
-    pub fn len(&self) -> usize {
-        self.producers.len()
-    }
-
     pub fn save(&self, path: &Path, offset: i64) -> std::io::Result<()> {
         let snap = Snapshot {
             version: 1,

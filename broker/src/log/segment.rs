@@ -150,6 +150,12 @@ impl Segment {
             Some((index, time_index)) => {
                 // Scan forward from the last indexed batch, checking CRCs on the way.
                 let start = index.last().map(|e| e.position as u64).unwrap_or(0);
+                // The newest time entry carries the segment's max timestamp so far; the scan of
+                // the tail after the last index entry can only raise it.
+                if let Some(t) = time_index.last() {
+                    seg.max_timestamp = t.timestamp;
+                    seg.offset_of_max_timestamp = base_offset + t.relative_offset as i64;
+                }
                 seg.index = index;
                 seg.time_index = time_index;
                 seg.scan_from(start, false)?
@@ -233,7 +239,7 @@ impl Segment {
     /// Records index entries for a batch written at `position`.
     fn index_batch(&mut self, header: &BatchHeader, position: u64) {
         self.note_timestamp(header);
-        if self.index.len() == 0 || self.bytes_since_index >= self.index_interval {
+        if self.index.is_empty() || self.bytes_since_index >= self.index_interval {
             let rel = (header.base_offset - self.base_offset) as u32;
             self.index.push(OffsetEntry {
                 relative_offset: rel,

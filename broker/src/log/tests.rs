@@ -199,9 +199,10 @@ fn a_clean_close_reopens_without_rescanning() {
     let dir = tempfile::tempdir().unwrap();
     let b = batch(5, 0);
     let mut log = open(dir.path(), (b.len() * 2) as u64);
-    for _ in 0..5 {
-        log.append(&validated(b.clone()), 0, 0).unwrap();
+    for i in 0..5 {
+        log.append(&validated(batch(5, 100 - i)), 0, 0).unwrap();
     }
+    let max_ts = log.max_timestamp();
     log.close().unwrap();
     drop(log);
     let (mut log, report) =
@@ -209,6 +210,9 @@ fn a_clean_close_reopens_without_rescanning() {
     assert!(report.clean);
     assert_eq!(report.rescanned_segments, 0);
     assert_eq!(log.log_end_offset(), 25);
+    // Segment timestamps (for retention and MAX_TIMESTAMP) come back from the time index.
+    assert_eq!(log.max_timestamp(), max_ts);
+    assert_eq!(max_ts, Some((4, 104)));
     assert_eq!(read_all(&mut log, 0).len(), 5);
 }
 

@@ -66,7 +66,14 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
     let body =
         RequestKind::decode(api_key, &mut frame, version).map_err(|e| malformed(e.to_string()))?;
     if frame.has_remaining() {
-        return Err(malformed(format!("{} trailing bytes", frame.remaining())));
+        // Kafka ignores bytes after a well-formed body, and librdkafka 2.12 sends some
+        // (three after an all-topics Metadata v12), so refusing them would break real clients.
+        tracing::debug!(
+            ?api_key,
+            version,
+            trailing = frame.remaining(),
+            "ignoring trailing request bytes"
+        );
     }
     Ok(Request {
         api_key,
@@ -102,7 +109,11 @@ pub fn encode_response(
         }
     };
     let size = header.compute_size(header_version)? + body_size;
-    let mut buf = zero_copy::ChunkedBuf::with_capacity(if matches!(body, ResponseKind::Fetch(_)) { 512 } else { 4 + size });
+    let mut buf = zero_copy::ChunkedBuf::with_capacity(if matches!(body, ResponseKind::Fetch(_)) {
+        512
+    } else {
+        4 + size
+    });
     if let ResponseKind::Fetch(r) = body {
         for t in &r.responses {
             for p in &t.partitions {

@@ -122,10 +122,11 @@ mod tests {
     fn registered_records_are_referenced_and_the_frame_matches_a_copying_encode() {
         let records = Bytes::from(vec![7u8; 10_000]);
         let small = Bytes::from(vec![1u8; 10]);
-        let resp = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default().with_partitions(vec![
-            PartitionData::default().with_records(Some(records.clone())),
-            PartitionData::default().with_records(Some(small.clone())),
-        ])]);
+        let resp = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+            .with_partitions(vec![
+                PartitionData::default().with_records(Some(records.clone())),
+                PartitionData::default().with_records(Some(small.clone())),
+            ])]);
         for version in [4i16, 11, 12, 16] {
             let mut copy = BytesMut::new();
             resp.encode(&mut copy, version).unwrap();
@@ -134,7 +135,10 @@ mod tests {
             chunked.register(&small);
             resp.encode(&mut chunked, version).unwrap();
             let chunks = chunked.into_chunks();
-            assert!(chunks.iter().any(|c| c.as_ptr() == records.as_ptr()), "v{version}: records were copied");
+            assert!(
+                chunks.iter().any(|c| c.as_ptr() == records.as_ptr()),
+                "v{version}: records were copied"
+            );
             let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
             assert_eq!(joined, copy.to_vec(), "v{version}");
         }

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Single-node benchmark on loopback, as recorded in docs/benchmarks.md:
+# produce/consume throughput, produce latency at half the maximum rate, end-to-end latency, the
+# broker's CPU seconds per GB produced and fetched, and the kernel's own loopback cost (iperf3).
+#
+#   scripts/bench.sh            (builds the release binary first)
+#
+# Needs iperf3 (apt) for the kernel baseline; skipped with a note when missing.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+cargo build --release -p strata-broker --bin strata >&2
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/strata"
+DATA="$(mktemp -d)"
+OUT="$(mktemp)"
+TICKS=$(getconf CLK_TCK)
+
+"$BIN" serve --data-dir "$DATA" --kafka-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 >"$OUT" 2>"$DATA.log" &
+PID=$!
+trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DATA" "$DATA.log" "$OUT"' EXIT
+for _ in $(seq 1 100); do grep -q READY "$OUT" && break; sleep 0.1; done
+KAFKA=$(sed -n 's/^READY kafka=\([^ ]*\) .*/\1/p' "$OUT")
+[ -n "$KAFKA" ] || { echo "broker did not start" >&2; cat "$DATA.log" >&2; exit 1; }
+
+# On a fresh VM the first write to each guest page costs a host-side fault (~1 CPU s/GB
+# here): touch as much page cache as the run will use first, so the numbers are steady state.
+if [ "${BENCH_WARM:-1}" = 1 ]; then
+    dd if=/dev/zero of="$DATA/warm" bs=1M count=4096 status=none && rm -f "$DATA/warm"
+fi
+
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Prints CPU seconds per GB for a tick delta and a byte count.
+per_gb() { awk -v t="$1" -v b="$2" -v hz="$TICKS" 'BEGIN { printf "%.3f", (t / hz) / (b / 1e9) }'; }
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+run_case() {
+    local name=$1 n=$2 size=$3
+    local before after line bytes
+    "$BIN" topic create "$name" -b "$KAFKA" --partitions 1 >/dev/null
+    before=$(cpu $PID)
+    line=$("$BIN" perf produce "$name" -b "$KAFKA" --records "$n" --record-size "$size" 2>/dev/null)
+    after=$(cpu $PID)
+    bytes=$(field bytes "$line")
+    echo "$line"
+    echo "  broker CPU per GB produced: $(per_gb $((after - before)) "$bytes") s"
+    before=$(cpu $PID)
+    line=$("$BIN" perf consume "$name" -b "$KAFKA" --records "$n" 2>/dev/null)
+    after=$(cpu $PID)
+    echo "$line"
+    echo "  broker CPU per GB fetched:  $(per_gb $((after - before)) "$(field bytes "$line")") s"
+}
+
+echo "== 2,000,000 records of 100 B (acks=1, linger.ms=5, batch.size=1048576)"
+run_case perf100 2000000 100
+echo "== 500,000 records of 1 KiB"
+run_case perf1k 500000 1024
+
+echo "== produce latency at half the maximum rate (100 B records)"
+max=$("$BIN" perf produce lat-max -b "$KAFKA" --records 1000000 --record-size 100 2>/dev/null)
+half=$(awk -v r="$(field records_per_sec "$max")" 'BEGIN { printf "%d", r / 2 }')
+echo "max: $max"
+"$BIN" perf produce lat-half -b "$KAFKA" --records $((half * 10)) --record-size 100 --rate "$half" 2>/dev/null
+
+echo "== end-to-end latency (consumer waiting at the tail, default fetch.wait.max.ms)"
+"$BIN" topic create e2e -b "$KAFKA" --partitions 1 >/dev/null
+"$BIN" perf e2e e2e -b "$KAFKA" --records 20000 --rate 2000 2>/dev/null
+
+if command -v iperf3 >/dev/null; then
+    echo "== kernel loopback cost (iperf3, 20 GB)"
+    port=$(( (RANDOM % 20000) + 30000 ))
+    iperf3 -s -p $port >/dev/null 2>&1 &
+    SPID=$!
+    sleep 0.5
+    s0=$(cpu $SPID)
+    c=$( { /usr/bin/time -f "%U %S" iperf3 -c 127.0.0.1 -p $port -n 20G >/dev/null; } 2>&1 | tail -1)
+    s1=$(cpu $SPID)
+    kill $SPID; wait $SPID 2>/dev/null || true
+    echo "  receiver CPU per GB: $(per_gb $((s1 - s0)) 20000000000) s"
+    echo "  sender CPU per GB:   $(awk -v u="${c% *}" -v s="${c#* }" 'BEGIN { printf "%.3f", (u + s) / 20 }') s"
+else
+    echo "(iperf3 not installed: apt-get install iperf3 for the kernel baseline)"
+fi
