@@ -22,20 +22,25 @@ for _ in $(seq 1 100); do grep -q READY "$OUT" && break; sleep 0.1; done
 KAFKA=$(sed -n 's/^READY kafka=\([^ ]*\) .*/\1/p' "$OUT")
 [ -n "$KAFKA" ] || { echo "broker did not start" >&2; cat "$DATA.log" >&2; exit 1; }
 
-# On a fresh VM the first write to each guest page costs a host-side fault (~1 CPU s/GB
-# here): touch as much page cache as the run will use first, so the numbers are steady state.
-if [ "${BENCH_WARM:-1}" = 1 ]; then
-    dd if=/dev/zero of="$DATA/warm" bs=1M count=4096 status=none && rm -f "$DATA/warm"
-fi
-
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # Prints CPU seconds per GB for a tick delta and a byte count.
 per_gb() { awk -v t="$1" -v b="$2" -v hz="$TICKS" 'BEGIN { printf "%.3f", (t / hz) / (b / 1e9) }'; }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
+# What the kernel alone spends to put the same bytes into new page-cache pages of a file.
+# On this VM a never-touched page costs a host-side fault, which dominates both numbers.
+file_write_cost() {
+    local mb=$(( $1 / 1000000 ))
+    local t
+    t=$( { /usr/bin/time -f "%S %U" dd if=/dev/zero of="$DATA/ddbase" bs=1M count="$mb" status=none; } 2>&1 | tail -1)
+    rm -f "$DATA/ddbase"
+    awk -v s="${t% *}" -v u="${t#* }" -v mb="$mb" 'BEGIN { printf "%.3f", (s + u) / (mb / 1000) }'
+}
+
 run_case() {
     local name=$1 n=$2 size=$3
     local before after line bytes
+    echo "  kernel file write (dd, same volume) CPU per GB: $(file_write_cost $((n * size))) s"
     "$BIN" topic create "$name" -b "$KAFKA" --partitions 1 >/dev/null
     before=$(cpu $PID)
     line=$("$BIN" perf produce "$name" -b "$KAFKA" --records "$n" --record-size "$size" 2>/dev/null)
