@@ -344,6 +344,23 @@ mod tests {
         assert_eq!(h.max_timestamp, 99);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic_the_validator(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let _ = split_and_validate(&Bytes::from(data), 1 << 20);
+        }
+
+        #[test]
+        fn any_single_byte_flip_in_the_crc_range_is_caught(pos in 21usize..200, bit in 0u8..8) {
+            let b = batch(5, 0);
+            let pos = pos % b.len();
+            proptest::prop_assume!(pos >= ATTRIBUTES);
+            let mut m = BytesMut::from(&b[..]);
+            m[pos] ^= 1 << bit;
+            proptest::prop_assert!(split_and_validate(&m.freeze(), 1 << 20).is_err());
+        }
+    }
+
     #[test]
     fn assigned_prefix_changes_only_uncovered_fields() {
         let b = batch(2, 10);
