@@ -69,9 +69,10 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | 
 export STRATA_BIN="$TARGET_DIR/debug/strata"
 
 status=0
-log "cargo test --workspace"
+log "cargo test --workspace --no-fail-fast"
+# --no-fail-fast: one failing test binary must not hide the results of the others.
 # shellcheck disable=SC2086
-cargo test --workspace ${CARGO_TEST_ARGS:-} || status=$?
+cargo test --workspace --no-fail-fast ${CARGO_TEST_ARGS:-} || status=$?
 
 if [ "${SKIP_COMPAT:-0}" != "1" ]; then
     log "client compatibility script"

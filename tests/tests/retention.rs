@@ -65,10 +65,27 @@ fn check_tail_intact(broker: &Broker, topic: &str, low: i64, high: i64) {
     assert_eq!(got[0].offset, low, "first offset read from the beginning");
 }
 
+/// (base offset, size) of each segment file of partition 0, oldest first.
+fn segments(broker: &Broker, topic: &str) -> Vec<(i64, u64)> {
+    let dir = broker.data_dir().join(format!("{topic}-0"));
+    let mut v: Vec<(i64, u64)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let base = name.strip_suffix(".log")?.parse().ok()?;
+            Some((base, e.metadata().ok()?.len()))
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 #[test]
 fn retention_bytes_deletes_the_oldest_segments_and_moves_the_log_start() {
     let broker = broker();
     let topic = unique_topic("retention-bytes");
+    let retention: u64 = 2_097_152;
     broker
         .create_topic(
             &topic,
@@ -78,21 +95,29 @@ fn retention_bytes_deletes_the_oldest_segments_and_moves_the_log_start() {
         .unwrap();
     let n = 6000; // ~6 MB: about six segments
     produce(&broker, &topic, 0..n, |_| now_ms());
-    // Kafka keeps segments while the log minus the oldest segment is at least retention.bytes,
-    // so what remains is under retention.bytes plus one segment (plus the active one).
-    let (low, high) = wait_for_some(
-        "retention.bytes to bring the log under 2 MiB + 2 segments",
+    // Kafka deletes the oldest segment while the log without it still holds retention.bytes;
+    // wait for that rule to be satisfied (after which nothing more may be deleted).
+    let segs = wait_for_some(
+        "retention.bytes to delete the oldest segments (and the log start to follow)",
         Duration::from_secs(30),
         || {
-            let (low, high) = broker.watermarks(&topic, 0);
-            (low > 0 && (high - low) * 1010 <= 2_097_152 + 2 * 1_048_576).then_some((low, high))
+            let segs = segments(&broker, &topic);
+            let total: u64 = segs.iter().map(|s| s.1).sum();
+            let settled = segs.len() > 1 && segs[0].0 > 0 && total - segs[0].1 < retention;
+            // ... and the log start offset to follow the oldest remaining segment.
+            (settled && broker.watermarks(&topic, 0).0 == segs[0].0).then_some(segs)
         },
     );
+    let (low, high) = broker.watermarks(&topic, 0);
     assert_eq!(high, n as i64, "high watermark after retention");
+    assert_eq!(
+        low, segs[0].0,
+        "log start offset vs the oldest remaining segment {segs:?}"
+    );
+    let total: u64 = segs.iter().map(|s| s.1).sum();
     assert!(
-        (high - low) * 1010 >= 2_097_152 - 1_048_576,
-        "retention deleted too much: {} records remain for retention.bytes=2 MiB",
-        high - low
+        total >= retention,
+        "retention deleted too much: {total} bytes remain for retention.bytes={retention} ({segs:?})"
     );
     check_tail_intact(&broker, &topic, low, high);
 }
@@ -113,28 +138,30 @@ fn retention_ms_deletes_segments_whose_records_are_all_older() {
     let n_new = 2000; // ~2 MB now
     produce(&broker, &topic, 0..n_old, |i| old + i as i64);
     produce(&broker, &topic, n_old..n_old + n_new, |_| now_ms());
-    let low = wait_for_some(
-        "retention.ms to delete the old segments",
+    // Done when the oldest remaining segment holds a recent record, i.e. the next segment
+    // starts past the last old record (or there is only one segment left).
+    let segs = wait_for_some(
+        "every segment holding only old records to be deleted (and the log start to follow)",
         Duration::from_secs(30),
         || {
-            let (low, _) = broker.watermarks(&topic, 0);
-            (low > 0).then_some(low)
+            let segs = segments(&broker, &topic);
+            let settled = segs.len() == 1 || segs[1].0 > n_old as i64;
+            // ... and the log start offset to follow the oldest remaining segment.
+            (settled && broker.watermarks(&topic, 0).0 == segs[0].0).then_some(segs)
         },
     );
     assert!(
-        low <= n_old as i64,
-        "log start {low} is past the first recent record {n_old}: recent records were deleted"
+        segs[0].0 <= n_old as i64,
+        "the oldest remaining segment starts at {}, past the first recent record {n_old}: \
+         recent records were deleted ({segs:?})",
+        segs[0].0
     );
-    // Segments that hold only old records go; give the cleaner a moment to reach all of them.
-    let low = wait_for_some(
-        "every all-old segment to be deleted",
-        Duration::from_secs(30),
-        || {
-            let (low, _) = broker.watermarks(&topic, 0);
-            (low as usize + 1100 > n_old).then_some(low)
-        },
+    assert!(segs[0].0 > 0, "no segment was deleted ({segs:?})");
+    let (low, high) = broker.watermarks(&topic, 0);
+    assert_eq!(
+        low, segs[0].0,
+        "log start offset vs the oldest remaining segment {segs:?}"
     );
-    let (_, high) = broker.watermarks(&topic, 0);
     assert_eq!(high, (n_old + n_new) as i64);
     check_tail_intact(&broker, &topic, low, high);
 }
