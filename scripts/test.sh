@@ -8,6 +8,8 @@
 # Environment: CARGO_TARGET_DIR (where cargo builds), STRATA_VENV (the Python venv, default
 # ~/.cache/strata-venv), CARGO_TEST_ARGS (extra args after `cargo test --workspace`).
 set -euo pipefail
+HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
+export HOME
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
