@@ -1,7 +1,8 @@
 //! Length-prefixed frames: a 4-byte big-endian size, then that many bytes.
 //!
 //! The size is checked against `max_request_bytes` before anything is allocated, so a client
-//! announcing a 2 GiB frame costs nothing but a closed connection.
+//! announcing a 2 GiB frame costs nothing but a closed connection, and the buffer grows only
+//! as bytes arrive, so one announcing 100 MiB and sending nothing costs nothing either.
 //!
 //! Frames are split off one read buffer per connection. Once the previous frames are dropped
 //! (their batches are in the log), `reserve` reclaims the same allocation, so a steady producer
@@ -41,10 +42,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Reads until `buf` holds at least `n` bytes. `false` on end of stream.
     async fn fill(&mut self, n: usize) -> Result<bool, FrameError> {
         while self.buf.len() < n {
-            if self.buf.capacity() - self.buf.len() < n - self.buf.len()
-                || self.buf.capacity() == self.buf.len()
-            {
-                self.buf.reserve((n - self.buf.len()).max(READ_BUFFER));
+            // Grow by what is still missing, but at most 1 MiB at a time: memory follows the
+            // bytes a client actually sends, not the size it announces.
+            if self.buf.capacity() == self.buf.len() {
+                self.buf
+                    .reserve((n - self.buf.len()).clamp(READ_BUFFER, 4 * READ_BUFFER));
             }
             if self.reader.read_buf(&mut self.buf).await? == 0 {
                 return Ok(false);
