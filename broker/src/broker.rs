@@ -21,6 +21,7 @@ pub struct Broker {
     pub metadata: Metadata,
     pub partitions: Partitions,
     pub metrics: Metrics,
+    pub groups: crate::group::Coordinator,
     /// The block of producer ids reserved through the quorum: (next, end).
     producer_ids: Mutex<(i64, i64)>,
 }
@@ -63,6 +64,7 @@ impl Broker {
             metadata,
             partitions,
             metrics,
+            groups: crate::group::Coordinator::default(),
             producer_ids: Mutex::new((0, 0)),
         }
     }
@@ -184,6 +186,27 @@ impl Broker {
                 "topic vanished after creation",
             )
         })
+    }
+
+    /// Creates an internal topic (names starting with `__`) with broker-chosen configs, which
+    /// bypass the client-facing validation.
+    pub async fn create_internal_topic(
+        &self,
+        name: &str,
+        partitions: usize,
+        configs: BTreeMap<String, String>,
+    ) -> Result<(), ApiError> {
+        let brokers = self.metadata.state().brokers.len().max(1);
+        let rf = brokers.min(3);
+        let replicas = self.place(name, 0, partitions, rf)?;
+        self.apply(Command::CreateTopic {
+            name: name.to_string(),
+            topic_id: Uuid::new_v4(),
+            replicas,
+            configs,
+        })
+        .await?;
+        self.sync_partitions()
     }
 
     /// Adds partitions so the topic has `total`.

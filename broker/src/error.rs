@@ -32,6 +32,19 @@ pub enum ErrorCode {
     InvalidRecord = 87,
     UnknownTopicId = 100,
     TransactionalIdNotFound = 105,
+    OffsetMetadataTooLarge = 12,
+    CoordinatorNotAvailable = 15,
+    NotCoordinator = 16,
+    IllegalGeneration = 22,
+    InconsistentGroupProtocol = 23,
+    InvalidGroupId = 24,
+    UnknownMemberId = 25,
+    InvalidSessionTimeout = 26,
+    RebalanceInProgress = 27,
+    NonEmptyGroup = 68,
+    GroupIdNotFound = 69,
+    MemberIdRequired = 79,
+    FencedInstanceId = 82,
 }
 
 impl ErrorCode {

@@ -6,6 +6,7 @@
 //! - [`protocol`] — frames, request decoding, the API versions Strata speaks;
 //! - [`handlers`] — one module per Kafka API;
 //! - [`broker`] — state shared by handlers; topic creation; producer ids;
+//! - [`group`] — the group coordinator: membership and committed offsets;
 //! - [`partition`] — the hosted partitions, kept in step with the metadata state;
 //! - [`log`] — the partition log engine: segments, indexes, recovery, retention, producer state;
 //! - [`config`], [`topic_config`] — broker settings and Kafka topic configs;
@@ -18,6 +19,7 @@ pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod group;
 pub mod handlers;
 pub mod log;
 pub mod partition;

@@ -157,6 +157,23 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         "partitions opened"
     );
 
+    if broker
+        .metadata
+        .state()
+        .topic(crate::group::store::TOPIC)
+        .is_some()
+    {
+        let loaded = std::time::Instant::now();
+        let records = broker
+            .groups
+            .load(&broker)
+            .map_err(|e| anyhow::anyhow!("cannot load committed offsets: {e}"))?;
+        tracing::info!(
+            records,
+            ms = loaded.elapsed().as_millis() as u64,
+            "loaded committed offsets"
+        );
+    }
     let follower = tokio::spawn(follow_metadata(broker.clone(), shutdown_rx.clone()));
     let housekeeper = tokio::spawn(housekeeping(broker.clone(), shutdown_rx.clone()));
     let server = tokio::spawn(crate::server::serve(
@@ -223,8 +240,8 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
     }
 }
 
-/// Retention every `log_retention_check_interval_ms`; segment.ms rolls and flush.ms flushes
-/// every 100 ms.
+/// Retention every `log_retention_check_interval_ms`; segment.ms rolls, flush.ms flushes and
+/// group session expiry every 100 ms.
 async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let retention_every = broker.config.log_retention_check_interval_ms.max(100);
@@ -239,6 +256,7 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
         if retention {
             last_retention = now;
         }
+        broker.groups.tick();
         for p in broker.partitions.all() {
             if let Err(e) = p.housekeeping(now, retention) {
                 tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "housekeeping failed");

@@ -220,6 +220,17 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::CreatePartitions => "CreatePartitions",
         ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
         ApiKey::DescribeCluster => "DescribeCluster",
+        ApiKey::FindCoordinator => "FindCoordinator",
+        ApiKey::JoinGroup => "JoinGroup",
+        ApiKey::SyncGroup => "SyncGroup",
+        ApiKey::Heartbeat => "Heartbeat",
+        ApiKey::LeaveGroup => "LeaveGroup",
+        ApiKey::OffsetCommit => "OffsetCommit",
+        ApiKey::OffsetFetch => "OffsetFetch",
+        ApiKey::ListGroups => "ListGroups",
+        ApiKey::DescribeGroups => "DescribeGroups",
+        ApiKey::DeleteGroups => "DeleteGroups",
+        ApiKey::OffsetDelete => "OffsetDelete",
         _ => "Other",
     }
 }

@@ -32,6 +32,7 @@ fn topic_response(t: &TopicInfo) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(str_bytes(t.name.clone()))))
         .with_topic_id(t.topic_id)
+        .with_is_internal(t.name.starts_with("__"))
         .with_partitions(partitions)
         .with_topic_authorized_operations(i32::MIN)
 }

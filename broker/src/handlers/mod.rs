@@ -5,16 +5,27 @@
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_groups;
 mod fetch;
+mod find_coordinator;
+mod heartbeat;
 mod incremental_alter_configs;
 mod init_producer_id;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod produce;
+mod sync_group;
 
 use std::sync::Arc;
 
@@ -60,6 +71,39 @@ pub async fn handle(broker: &Arc<Broker>, req: Request) -> Option<ResponseKind> 
         }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(init_producer_id::handle(broker, r).await)
+        }
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(find_coordinator::handle(broker, r, v).await)
+        }
+        RequestKind::JoinGroup(r) => {
+            let client_id = req
+                .header
+                .client_id
+                .as_ref()
+                .map(|c| c.as_str().to_string())
+                .unwrap_or_default();
+            ResponseKind::JoinGroup(join_group::handle(broker, r, v, &client_id).await)
+        }
+        RequestKind::SyncGroup(r) => {
+            ResponseKind::SyncGroup(sync_group::handle(broker, r, v).await)
+        }
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(broker, r)),
+        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(leave_group::handle(broker, r, v)),
+        RequestKind::OffsetCommit(r) => {
+            ResponseKind::OffsetCommit(offset_commit::handle(broker, r).await)
+        }
+        RequestKind::OffsetFetch(r) => {
+            ResponseKind::OffsetFetch(offset_fetch::handle(broker, r, v))
+        }
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(list_groups::handle(broker, r, v)),
+        RequestKind::DescribeGroups(r) => {
+            ResponseKind::DescribeGroups(describe_groups::handle(broker, r, v))
+        }
+        RequestKind::DeleteGroups(r) => {
+            ResponseKind::DeleteGroups(delete_groups::handle(broker, r))
+        }
+        RequestKind::OffsetDelete(r) => {
+            ResponseKind::OffsetDelete(offset_delete::handle(broker, r))
         }
         // The protocol layer only lets through the APIs listed in `protocol::versions`.
         _ => return None,

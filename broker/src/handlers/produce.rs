@@ -24,6 +24,11 @@ pub async fn handle(
                 ErrorCode::InvalidRequiredAcks,
                 format!("acks={acks}"),
             ))
+        } else if name.starts_with("__") {
+            Err(ApiError::new(
+                ErrorCode::InvalidTopicException,
+                format!("'{name}' is an internal topic"),
+            ))
         } else if req.transactional_id.is_some() {
             Err(ApiError::new(
                 ErrorCode::TransactionalIdNotFound,

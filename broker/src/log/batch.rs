@@ -5,7 +5,7 @@
 //! partition leader epoch) — except for `LogAppendTime` topics, where the timestamp type and max
 //! timestamp change and the CRC is recomputed once per batch.
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 pub const HEADER_LEN: usize = 61;
 /// Offset + length prefix that precede the part counted by `batchLength`.
@@ -225,6 +225,62 @@ pub fn with_log_append_time(batch: &[u8], now_ms: i64) -> Bytes {
     b.freeze()
 }
 
+/// A record's key and value; `None` is null.
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// Builds an uncompressed v2 batch of key/value records (for records the broker writes itself,
+/// such as committed offsets). A `None` value is a tombstone. Base offset 0, assigned on append.
+pub fn build(records: &[KeyValue<'_>], timestamp: i64) -> Bytes {
+    fn put_varint(buf: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        while z >= 0x80 {
+            buf.push((z as u8 & 0x7f) | 0x80);
+            z >>= 7;
+        }
+        buf.push(z as u8);
+    }
+    fn put_nullable(buf: &mut Vec<u8>, b: Option<&[u8]>) {
+        match b {
+            Some(b) => {
+                put_varint(buf, b.len() as i64);
+                buf.extend_from_slice(b);
+            }
+            None => put_varint(buf, -1),
+        }
+    }
+    let mut body = Vec::new();
+    for (i, (key, value)) in records.iter().enumerate() {
+        let mut r = Vec::with_capacity(16);
+        r.push(0u8); // attributes
+        put_varint(&mut r, 0); // timestamp delta
+        put_varint(&mut r, i as i64); // offset delta
+        put_nullable(&mut r, *key);
+        put_nullable(&mut r, *value);
+        put_varint(&mut r, 0); // headers
+        put_varint(&mut body, r.len() as i64);
+        body.extend_from_slice(&r);
+    }
+    let count = records.len() as i32;
+    let mut b = BytesMut::with_capacity(HEADER_LEN + body.len());
+    b.put_i64(0);
+    b.put_i32((HEADER_LEN - LOG_OVERHEAD + body.len()) as i32);
+    b.put_i32(-1);
+    b.put_i8(2);
+    b.put_u32(0);
+    b.put_i16(0);
+    b.put_i32(count - 1);
+    b.put_i64(timestamp);
+    b.put_i64(timestamp);
+    b.put_i64(-1);
+    b.put_i16(-1);
+    b.put_i32(-1);
+    b.put_i32(count);
+    b.extend_from_slice(&body);
+    let crc = compute_crc(&b);
+    b[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    b.freeze()
+}
+
 /// Field offsets used by tests and by the recovery scanner.
 pub mod field {
     pub const BASE_TIMESTAMP: usize = super::BASE_TIMESTAMP;
@@ -241,7 +297,6 @@ pub mod field {
 pub mod testing {
     //! Builds real v2 batches (uncompressed) for log tests.
     use super::*;
-    use bytes::BufMut;
 
     fn put_varint(buf: &mut Vec<u8>, v: i64) {
         let mut z = ((v << 1) ^ (v >> 63)) as u64;

@@ -1,0 +1,637 @@
+//! One consumer group under Kafka's classic protocol, as a pure state machine: requests and clock
+//! ticks in, responses (immediate or delivered later through a channel) out. No I/O here.
+//!
+//! Invariants:
+//! - states move Empty → PreparingRebalance → CompletingRebalance → Stable, and back to
+//!   PreparingRebalance on any membership change; Dead only after deletion;
+//! - the generation increases by one each time a rebalance completes;
+//! - a JoinGroup response is sent to every member that joined in the round when it completes;
+//!   members that did not rejoin by the rebalance deadline are removed;
+//! - SyncGroup responses carry the leader's assignment of the current generation only;
+//! - a member that neither heartbeats nor waits on a request for its session timeout is removed.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::error::ErrorCode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+    Dead,
+}
+
+impl GroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct JoinResult {
+    pub error: ErrorCode,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// (member id, instance id, metadata): only for the leader.
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+impl JoinResult {
+    fn error(error: ErrorCode, member_id: &str) -> JoinResult {
+        JoinResult {
+            error,
+            generation: -1,
+            protocol_type: None,
+            protocol: None,
+            leader: String::new(),
+            member_id: member_id.to_string(),
+            members: vec![],
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SyncResult {
+    pub error: ErrorCode,
+    pub assignment: Bytes,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+}
+
+impl SyncResult {
+    fn error(error: ErrorCode) -> SyncResult {
+        SyncResult {
+            error,
+            assignment: Bytes::new(),
+            protocol_type: None,
+            protocol: None,
+        }
+    }
+}
+
+/// A response now, or one that arrives when the round completes.
+pub enum Reply<T> {
+    Now(T),
+    Later(oneshot::Receiver<T>),
+}
+
+pub struct Member {
+    pub id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    pub protocols: Vec<(String, Bytes)>,
+    pub assignment: Bytes,
+    last_seen: Instant,
+    join_waiter: Option<oneshot::Sender<JoinResult>>,
+    sync_waiter: Option<oneshot::Sender<SyncResult>>,
+}
+
+/// What a JoinGroup asks for.
+pub struct JoinRequest {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    /// v4+: a new member first gets an id and must rejoin with it (KIP-394).
+    pub require_known_member_id: bool,
+}
+
+pub struct Group {
+    pub id: String,
+    pub state: GroupState,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    pub members: BTreeMap<String, Member>,
+    /// Ids handed out with MEMBER_ID_REQUIRED, not yet joined.
+    pending: HashSet<String>,
+    deadline: Option<Instant>,
+}
+
+impl Group {
+    pub fn new(id: &str) -> Group {
+        Group {
+            id: id.to_string(),
+            state: GroupState::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: BTreeMap::new(),
+            pending: HashSet::new(),
+            deadline: None,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    pub fn join(&mut self, req: JoinRequest, now: Instant) -> Reply<JoinResult> {
+        if req.protocols.is_empty() || req.protocol_type.is_empty() {
+            return Reply::Now(JoinResult::error(
+                ErrorCode::InconsistentGroupProtocol,
+                &req.member_id,
+            ));
+        }
+        if !self.members.is_empty() {
+            let same_type = self.protocol_type.as_deref() == Some(req.protocol_type.as_str());
+            let shared = req.protocols.iter().any(|(name, _)| {
+                self.members
+                    .values()
+                    .filter(|m| m.id != req.member_id)
+                    .all(|m| m.protocols.iter().any(|(n, _)| n == name))
+            });
+            if !same_type || !shared {
+                return Reply::Now(JoinResult::error(
+                    ErrorCode::InconsistentGroupProtocol,
+                    &req.member_id,
+                ));
+            }
+        }
+        let member_id = if req.member_id.is_empty() {
+            let id = format!("{}-{}", req.client_id, uuid::Uuid::new_v4());
+            if let Some(instance) = &req.instance_id {
+                // A static member restarting: its old id is fenced, its place taken.
+                if let Some(old) = self
+                    .members
+                    .values()
+                    .find(|m| m.instance_id.as_ref() == Some(instance))
+                    .map(|m| m.id.clone())
+                {
+                    self.remove_member(&old);
+                }
+            } else if req.require_known_member_id {
+                self.pending.insert(id.clone());
+                return Reply::Now(JoinResult::error(ErrorCode::MemberIdRequired, &id));
+            }
+            id
+        } else if self.members.contains_key(&req.member_id) || self.pending.remove(&req.member_id) {
+            req.member_id.clone()
+        } else {
+            return Reply::Now(JoinResult::error(
+                ErrorCode::UnknownMemberId,
+                &req.member_id,
+            ));
+        };
+        if self.members.is_empty() {
+            self.protocol_type = Some(req.protocol_type.clone());
+        }
+        let (tx, rx) = oneshot::channel();
+        let changed = match self.members.get_mut(&member_id) {
+            Some(m) => {
+                let changed = m.protocols != req.protocols;
+                m.protocols = req.protocols;
+                m.session_timeout = req.session_timeout;
+                m.rebalance_timeout = req.rebalance_timeout;
+                m.last_seen = now;
+                m.join_waiter = Some(tx);
+                changed || self.leader.as_deref() == Some(member_id.as_str())
+            }
+            None => {
+                self.members.insert(
+                    member_id.clone(),
+                    Member {
+                        id: member_id.clone(),
+                        instance_id: req.instance_id,
+                        client_id: req.client_id,
+                        client_host: req.client_host,
+                        session_timeout: req.session_timeout,
+                        rebalance_timeout: req.rebalance_timeout,
+                        protocols: req.protocols,
+                        assignment: Bytes::new(),
+                        last_seen: now,
+                        join_waiter: Some(tx),
+                        sync_waiter: None,
+                    },
+                );
+                true
+            }
+        };
+        match self.state {
+            GroupState::PreparingRebalance => {}
+            // A follower rejoining a stable group with unchanged metadata gets the current
+            // generation back without disturbing the others.
+            GroupState::Stable | GroupState::CompletingRebalance if !changed => {
+                let result = self.join_result_for(&member_id);
+                if let Some(m) = self.members.get_mut(&member_id) {
+                    m.join_waiter = None;
+                }
+                return Reply::Now(result);
+            }
+            _ => self.prepare_rebalance(now),
+        }
+        self.maybe_complete_join(now, false);
+        Reply::Later(rx)
+    }
+
+    fn prepare_rebalance(&mut self, now: Instant) {
+        for m in self.members.values_mut() {
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(SyncResult::error(ErrorCode::RebalanceInProgress));
+            }
+        }
+        let timeout = self
+            .members
+            .values()
+            .map(|m| m.rebalance_timeout)
+            .max()
+            .unwrap_or(Duration::from_secs(5));
+        self.state = GroupState::PreparingRebalance;
+        self.deadline = Some(now + timeout);
+    }
+
+    /// Completes the join round once every member has rejoined, or at the deadline (`force`),
+    /// dropping those that did not.
+    fn maybe_complete_join(&mut self, now: Instant, force: bool) {
+        if self.state != GroupState::PreparingRebalance {
+            return;
+        }
+        let all_joined = self.members.values().all(|m| m.join_waiter.is_some());
+        if !all_joined && !force {
+            return;
+        }
+        let absent: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.join_waiter.is_none())
+            .map(|m| m.id.clone())
+            .collect();
+        for id in absent {
+            self.members.remove(&id);
+        }
+        self.generation += 1;
+        if self.members.is_empty() {
+            self.state = GroupState::Empty;
+            self.protocol = None;
+            self.leader = None;
+            self.deadline = None;
+            return;
+        }
+        self.protocol = self.select_protocol();
+        if !self
+            .leader
+            .as_ref()
+            .is_some_and(|l| self.members.contains_key(l))
+        {
+            self.leader = self.members.keys().next().cloned();
+        }
+        self.state = GroupState::CompletingRebalance;
+        self.deadline = Some(
+            now + self
+                .members
+                .values()
+                .map(|m| m.rebalance_timeout)
+                .max()
+                .unwrap_or_default(),
+        );
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            let result = self.join_result_for(&id);
+            if let Some(w) = self.members.get_mut(&id).and_then(|m| m.join_waiter.take()) {
+                let _ = w.send(result);
+            }
+        }
+    }
+
+    fn join_result_for(&self, member_id: &str) -> JoinResult {
+        let leader = self.leader.clone().unwrap_or_default();
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let members = if leader == member_id {
+            self.members
+                .values()
+                .map(|m| {
+                    let meta = m
+                        .protocols
+                        .iter()
+                        .find(|(n, _)| *n == protocol)
+                        .map(|(_, b)| b.clone())
+                        .unwrap_or_default();
+                    (m.id.clone(), m.instance_id.clone(), meta)
+                })
+                .collect()
+        } else {
+            vec![]
+        };
+        JoinResult {
+            error: ErrorCode::None,
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol: self.protocol.clone(),
+            leader,
+            member_id: member_id.to_string(),
+            members,
+        }
+    }
+
+    /// Kafka's choice: among protocols every member supports, the one most members list first
+    /// (ties broken by the members' preference order).
+    fn select_protocol(&self) -> Option<String> {
+        let first = self.members.values().next()?;
+        let candidates: Vec<&String> = first
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| {
+                self.members
+                    .values()
+                    .all(|m| m.protocols.iter().any(|(x, _)| x == *n))
+            })
+            .collect();
+        let mut votes: BTreeMap<&String, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some((n, _)) = m.protocols.iter().find(|(n, _)| candidates.contains(&n)) {
+                *votes.entry(n).or_default() += 1;
+            }
+        }
+        candidates
+            .iter()
+            .max_by_key(|c| {
+                (
+                    votes.get(*c).copied().unwrap_or(0),
+                    std::cmp::Reverse(candidates.iter().position(|x| x == *c)),
+                )
+            })
+            .map(|c| (*c).clone())
+    }
+
+    pub fn sync(
+        &mut self,
+        member_id: &str,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+        now: Instant,
+    ) -> Reply<SyncResult> {
+        let Some(member) = self.members.get_mut(member_id) else {
+            return Reply::Now(SyncResult::error(ErrorCode::UnknownMemberId));
+        };
+        member.last_seen = now;
+        if generation != self.generation {
+            return Reply::Now(SyncResult::error(ErrorCode::IllegalGeneration));
+        }
+        match self.state {
+            GroupState::Stable => {
+                let assignment = member.assignment.clone();
+                Reply::Now(SyncResult {
+                    error: ErrorCode::None,
+                    assignment,
+                    protocol_type: self.protocol_type.clone(),
+                    protocol: self.protocol.clone(),
+                })
+            }
+            GroupState::CompletingRebalance => {
+                let (tx, rx) = oneshot::channel();
+                member.sync_waiter = Some(tx);
+                if self.leader.as_deref() == Some(member_id) {
+                    let mut given: BTreeMap<String, Bytes> = assignments.into_iter().collect();
+                    for m in self.members.values_mut() {
+                        m.assignment = given.remove(&m.id).unwrap_or_default();
+                    }
+                    self.state = GroupState::Stable;
+                    self.deadline = None;
+                    for m in self.members.values_mut() {
+                        if let Some(w) = m.sync_waiter.take() {
+                            let _ = w.send(SyncResult {
+                                error: ErrorCode::None,
+                                assignment: m.assignment.clone(),
+                                protocol_type: self.protocol_type.clone(),
+                                protocol: self.protocol.clone(),
+                            });
+                        }
+                    }
+                }
+                Reply::Later(rx)
+            }
+            _ => Reply::Now(SyncResult::error(ErrorCode::RebalanceInProgress)),
+        }
+    }
+
+    pub fn heartbeat(&mut self, member_id: &str, generation: i32, now: Instant) -> ErrorCode {
+        let state = self.state;
+        let current = self.generation;
+        let Some(member) = self.members.get_mut(member_id) else {
+            return ErrorCode::UnknownMemberId;
+        };
+        if generation != current {
+            return ErrorCode::IllegalGeneration;
+        }
+        member.last_seen = now;
+        match state {
+            GroupState::PreparingRebalance => ErrorCode::RebalanceInProgress,
+            _ => ErrorCode::None,
+        }
+    }
+
+    /// Removes a member (LeaveGroup or expiry) and rebalances the rest.
+    pub fn leave(&mut self, member_id: &str, now: Instant) -> ErrorCode {
+        if !self.members.contains_key(member_id) {
+            return ErrorCode::UnknownMemberId;
+        }
+        self.remove_member(member_id);
+        if self.members.is_empty() {
+            if self.state != GroupState::Dead {
+                self.generation += 1;
+                self.state = GroupState::Empty;
+                self.protocol = None;
+                self.leader = None;
+                self.deadline = None;
+            }
+        } else if self.state != GroupState::PreparingRebalance {
+            self.prepare_rebalance(now);
+        }
+        self.maybe_complete_join(now, false);
+        ErrorCode::None
+    }
+
+    fn remove_member(&mut self, member_id: &str) {
+        if let Some(mut m) = self.members.remove(member_id) {
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(JoinResult::error(ErrorCode::UnknownMemberId, member_id));
+            }
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(SyncResult::error(ErrorCode::UnknownMemberId));
+            }
+        }
+        if self.leader.as_deref() == Some(member_id) {
+            self.leader = None;
+        }
+    }
+
+    pub fn instance_member(&self, instance_id: &str) -> Option<String> {
+        self.members
+            .values()
+            .find(|m| m.instance_id.as_deref() == Some(instance_id))
+            .map(|m| m.id.clone())
+    }
+
+    /// Expires silent members and completes rounds whose deadline passed. Returns the ids of
+    /// members removed for their session timeout.
+    pub fn tick(&mut self, now: Instant) -> Vec<String> {
+        let expired: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| {
+                m.join_waiter.is_none()
+                    && m.sync_waiter.is_none()
+                    && now.duration_since(m.last_seen) > m.session_timeout
+            })
+            .map(|m| m.id.clone())
+            .collect();
+        for id in &expired {
+            self.leave(id, now);
+        }
+        if self.deadline.is_some_and(|d| now >= d) {
+            match self.state {
+                GroupState::PreparingRebalance => self.maybe_complete_join(now, true),
+                // The leader never sent its assignment: start over.
+                GroupState::CompletingRebalance => self.prepare_rebalance(now),
+                _ => self.deadline = None,
+            }
+        }
+        expired
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(member: &str, client: &str) -> JoinRequest {
+        JoinRequest {
+            member_id: member.to_string(),
+            instance_id: None,
+            client_id: client.to_string(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(30),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"m"))],
+            require_known_member_id: true,
+        }
+    }
+
+    fn now_join(g: &mut Group, r: JoinRequest, t: Instant) -> JoinResult {
+        match g.join(r, t) {
+            Reply::Now(r) => r,
+            Reply::Later(mut rx) => rx.try_recv().expect("round should have completed"),
+        }
+    }
+
+    #[test]
+    fn a_new_member_gets_an_id_then_joins_and_leads_a_stable_group() {
+        let t = Instant::now();
+        let mut g = Group::new("g");
+        let first = now_join(&mut g, req("", "c1"), t);
+        assert_eq!(first.error, ErrorCode::MemberIdRequired);
+        let joined = now_join(&mut g, req(&first.member_id, "c1"), t);
+        assert_eq!(joined.error, ErrorCode::None);
+        assert_eq!(joined.generation, 1);
+        assert_eq!(joined.leader, first.member_id);
+        assert_eq!(joined.members.len(), 1);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        let Reply::Later(mut rx) = g.sync(
+            &first.member_id,
+            1,
+            vec![(first.member_id.clone(), Bytes::from_static(b"a"))],
+            t,
+        ) else {
+            panic!("leader sync should wait for delivery")
+        };
+        assert_eq!(rx.try_recv().unwrap().assignment, Bytes::from_static(b"a"));
+        assert_eq!(g.state, GroupState::Stable);
+        assert_eq!(g.heartbeat(&first.member_id, 1, t), ErrorCode::None);
+        assert_eq!(
+            g.heartbeat(&first.member_id, 0, t),
+            ErrorCode::IllegalGeneration
+        );
+        assert_eq!(g.heartbeat("nobody", 1, t), ErrorCode::UnknownMemberId);
+    }
+
+    #[test]
+    fn a_second_member_triggers_a_rebalance_that_waits_for_the_first_to_rejoin() {
+        let t = Instant::now();
+        let mut g = Group::new("g");
+        let a = now_join(&mut g, req("", "a"), t).member_id;
+        let _ = now_join(&mut g, req(&a, "a"), t);
+        let _ = g.sync(&a, 1, vec![], t);
+        let b = now_join(&mut g, req("", "b"), t).member_id;
+        let Reply::Later(mut b_rx) = g.join(req(&b, "b"), t) else {
+            panic!()
+        };
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        assert_eq!(g.heartbeat(&a, 1, t), ErrorCode::RebalanceInProgress);
+        assert!(b_rx.try_recv().is_err());
+        let Reply::Later(mut a_rx) = g.join(req(&a, "a"), t) else {
+            panic!()
+        };
+        let (ra, rb) = (a_rx.try_recv().unwrap(), b_rx.try_recv().unwrap());
+        assert_eq!(ra.generation, 2);
+        assert_eq!(rb.generation, 2);
+        assert_eq!(ra.leader, a);
+        assert_eq!(ra.members.len(), 2);
+        assert!(rb.members.is_empty());
+    }
+
+    #[test]
+    fn members_that_do_not_rejoin_are_dropped_at_the_deadline_and_silent_ones_expire() {
+        let t = Instant::now();
+        let mut g = Group::new("g");
+        let a = now_join(&mut g, req("", "a"), t).member_id;
+        let _ = now_join(&mut g, req(&a, "a"), t);
+        let _ = g.sync(&a, 1, vec![], t);
+        let b = now_join(&mut g, req("", "b"), t).member_id;
+        let Reply::Later(mut b_rx) = g.join(req(&b, "b"), t) else {
+            panic!()
+        };
+        g.tick(t + Duration::from_secs(31));
+        let rb = b_rx.try_recv().unwrap();
+        assert_eq!(rb.leader, b);
+        assert!(!g.members.contains_key(&a));
+        let _ = g.sync(&b, rb.generation, vec![], t + Duration::from_secs(31));
+        assert_eq!(g.tick(t + Duration::from_secs(45)), vec![b]);
+        assert_eq!(g.state, GroupState::Empty);
+    }
+
+    #[test]
+    fn incompatible_protocols_are_refused() {
+        let t = Instant::now();
+        let mut g = Group::new("g");
+        let a = now_join(&mut g, req("", "a"), t).member_id;
+        let _ = now_join(&mut g, req(&a, "a"), t);
+        let mut other = req("", "b");
+        other.protocols = vec![("roundrobin".into(), Bytes::new())];
+        assert_eq!(
+            now_join(&mut g, other, t).error,
+            ErrorCode::InconsistentGroupProtocol
+        );
+        let mut other = req("", "b");
+        other.protocol_type = "connect".into();
+        assert_eq!(
+            now_join(&mut g, other, t).error,
+            ErrorCode::InconsistentGroupProtocol
+        );
+    }
+}

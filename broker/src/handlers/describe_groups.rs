@@ -1,0 +1,50 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::group::validate_group_id;
+
+pub fn handle(
+    broker: &Arc<Broker>,
+    req: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
+    let groups = req
+        .groups
+        .into_iter()
+        .map(|id| {
+            let g = DescribedGroup::default()
+                .with_group_id(id.clone())
+                .with_authorized_operations(i32::MIN);
+            if let Err(e) = validate_group_id(id.0.as_str()) {
+                return g.with_error_code(e.code.code());
+            }
+            let view = broker.groups.describe(id.0.as_str());
+            let members = view
+                .members
+                .into_iter()
+                .map(|(member, instance, client, host, meta, assignment)| {
+                    DescribedGroupMember::default()
+                        .with_member_id(str_bytes(member))
+                        .with_group_instance_id(if version >= 4 {
+                            instance.map(str_bytes)
+                        } else {
+                            None
+                        })
+                        .with_client_id(str_bytes(client))
+                        .with_client_host(str_bytes(host))
+                        .with_member_metadata(meta)
+                        .with_member_assignment(assignment)
+                })
+                .collect();
+            g.with_group_state(str_bytes(view.state))
+                .with_protocol_type(str_bytes(view.protocol_type))
+                .with_protocol_data(str_bytes(view.protocol))
+                .with_members(members)
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}

@@ -1,0 +1,83 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::error::{ApiError, ErrorCode};
+use crate::group::{store, validate_group_id};
+
+const GROUP: i8 = 0;
+
+/// The leader of the group's `__consumer_offsets` partition (created on first use).
+async fn locate(broker: &Broker, key: &str, key_type: i8) -> Result<(i32, String, i32), ApiError> {
+    if key_type != GROUP {
+        return Err(ApiError::new(
+            ErrorCode::CoordinatorNotAvailable,
+            "transactions are not supported yet",
+        ));
+    }
+    validate_group_id(key)?;
+    broker.groups.ensure_offsets_topic(broker).await?;
+    let state = broker.metadata.state();
+    let leader = state
+        .topic(store::TOPIC)
+        .and_then(|t| t.partitions.get(store::partition_for(key) as usize))
+        .and_then(|p| p.leader)
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::CoordinatorNotAvailable,
+                "offsets partition has no leader",
+            )
+        })?;
+    let b = state.brokers.get(&leader).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::CoordinatorNotAvailable,
+            "coordinator broker unknown",
+        )
+    })?;
+    Ok((b.node_id as i32, b.host.clone(), b.port as i32))
+}
+
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    if version >= 4 {
+        let mut coordinators = Vec::with_capacity(req.coordinator_keys.len());
+        for key in &req.coordinator_keys {
+            let c = Coordinator::default().with_key(key.clone());
+            coordinators.push(match locate(broker, key.as_str(), req.key_type).await {
+                Ok((id, host, port)) => c
+                    .with_node_id(BrokerId(id))
+                    .with_host(str_bytes(host))
+                    .with_port(port),
+                Err(e) => c
+                    .with_node_id(BrokerId(-1))
+                    .with_port(-1)
+                    .with_error_code(e.code.code())
+                    .with_error_message(Some(str_bytes(e.message))),
+            });
+        }
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    match locate(broker, req.key.as_str(), req.key_type).await {
+        Ok((id, host, port)) => FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(id))
+            .with_host(str_bytes(host))
+            .with_port(port),
+        Err(e) => {
+            let r = FindCoordinatorResponse::default()
+                .with_error_code(e.code.code())
+                .with_node_id(BrokerId(-1))
+                .with_port(-1);
+            if version >= 1 {
+                r.with_error_message(Some(str_bytes(e.message)))
+            } else {
+                r
+            }
+        }
+    }
+}

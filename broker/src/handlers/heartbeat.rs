@@ -1,0 +1,15 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
+
+use crate::broker::Broker;
+
+pub fn handle(broker: &Arc<Broker>, req: HeartbeatRequest) -> HeartbeatResponse {
+    let code = broker.groups.heartbeat(
+        req.group_id.0.as_str(),
+        req.member_id.as_str(),
+        req.generation_id,
+        req.group_instance_id.as_ref().map(|s| s.as_str()),
+    );
+    HeartbeatResponse::default().with_error_code(code.code())
+}

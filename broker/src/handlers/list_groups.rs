@@ -1,0 +1,45 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+
+pub fn handle(broker: &Arc<Broker>, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+    let groups = broker
+        .groups
+        .list()
+        .into_iter()
+        .filter(|(_, _, state)| {
+            req.states_filter.is_empty()
+                || req
+                    .states_filter
+                    .iter()
+                    .any(|s| s.as_str().eq_ignore_ascii_case(state))
+        })
+        .filter(|_| {
+            req.types_filter.is_empty()
+                || req
+                    .types_filter
+                    .iter()
+                    .any(|t| t.as_str().eq_ignore_ascii_case("classic"))
+        })
+        .map(|(id, protocol_type, state)| {
+            let g = ListedGroup::default()
+                .with_group_id(GroupId(str_bytes(id)))
+                .with_protocol_type(str_bytes(protocol_type));
+            let g = if version >= 4 {
+                g.with_group_state(str_bytes(state))
+            } else {
+                g
+            };
+            if version >= 5 {
+                g.with_group_type(str_bytes("classic"))
+            } else {
+                g
+            }
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(groups)
+}

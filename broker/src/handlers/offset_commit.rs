@@ -1,0 +1,71 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
+
+use crate::broker::Broker;
+use crate::group::store::CommittedOffset;
+use crate::group::{validate_group_id, Commit};
+use crate::partition::now_ms;
+
+pub async fn handle(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    let group = req.group_id.0.as_str().to_string();
+    let now = now_ms();
+    let commits: Vec<Commit> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| Commit {
+                topic: t.name.0.as_str().to_string(),
+                partition: p.partition_index,
+                offset: CommittedOffset {
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p
+                        .committed_metadata
+                        .as_ref()
+                        .map(|m| m.as_str().to_string())
+                        .unwrap_or_default(),
+                    commit_timestamp: now,
+                },
+            })
+        })
+        .collect();
+    let total = commits.len();
+    let codes = match validate_group_id(&group) {
+        Err(e) => vec![e.code; total],
+        Ok(()) => match broker.groups.ensure_offsets_topic(broker).await {
+            Err(e) => vec![e.code; total],
+            Ok(()) => broker.groups.commit(
+                broker,
+                &group,
+                req.member_id.as_str(),
+                req.generation_id_or_member_epoch,
+                commits,
+            ),
+        },
+    };
+    let mut codes = codes.into_iter();
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let code = codes.next().map(|c| c.code()).unwrap_or(0);
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}

@@ -1,0 +1,110 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::group::validate_group_id;
+
+type Wanted = Option<Vec<(String, Vec<i32>)>>;
+
+pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    // v8+ asks for several groups at once; earlier versions for one.
+    if version >= 8 {
+        let groups = req
+            .groups
+            .into_iter()
+            .map(|g| {
+                let wanted: Wanted = g.topics.map(|ts| {
+                    ts.into_iter()
+                        .map(|t| (t.name.0.as_str().to_string(), t.partition_indexes))
+                        .collect()
+                });
+                let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+                if let Err(e) = validate_group_id(g.group_id.0.as_str()) {
+                    return group.with_error_code(e.code.code());
+                }
+                let topics = broker
+                    .groups
+                    .fetch(g.group_id.0.as_str(), wanted)
+                    .into_iter()
+                    .map(|(t, parts)| {
+                        let partitions = parts
+                            .into_iter()
+                            .map(|(p, v)| {
+                                let r = OffsetFetchResponsePartitions::default()
+                                    .with_partition_index(p);
+                                match v {
+                                    Some(v) => r
+                                        .with_committed_offset(v.offset)
+                                        .with_committed_leader_epoch(v.leader_epoch)
+                                        .with_metadata(Some(str_bytes(v.metadata))),
+                                    None => r
+                                        .with_committed_offset(-1)
+                                        .with_committed_leader_epoch(-1)
+                                        .with_metadata(Some(str_bytes(""))),
+                                }
+                            })
+                            .collect();
+                        OffsetFetchResponseTopics::default()
+                            .with_name(TopicName(str_bytes(t)))
+                            .with_partitions(partitions)
+                    })
+                    .collect();
+                group.with_topics(topics)
+            })
+            .collect();
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let group: GroupId = req.group_id;
+    if let Err(e) = validate_group_id(group.0.as_str()) {
+        let r = OffsetFetchResponse::default();
+        return if version >= 2 {
+            r.with_error_code(e.code.code())
+        } else {
+            r
+        };
+    }
+    let wanted: Wanted = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.0.as_str().to_string(), t.partition_indexes))
+            .collect()
+    });
+    let topics = broker
+        .groups
+        .fetch(group.0.as_str(), wanted)
+        .into_iter()
+        .map(|(t, parts)| {
+            let partitions = parts
+                .into_iter()
+                .map(|(p, v)| {
+                    let r = OffsetFetchResponsePartition::default().with_partition_index(p);
+                    let r = match v {
+                        Some(v) => r
+                            .with_committed_offset(v.offset)
+                            .with_metadata(Some(str_bytes(v.metadata)))
+                            .with_committed_leader_epoch(v.leader_epoch),
+                        None => r
+                            .with_committed_offset(-1)
+                            .with_metadata(Some(str_bytes("")))
+                            .with_committed_leader_epoch(-1),
+                    };
+                    // Leader epochs exist from v5.
+                    if version < 5 {
+                        r.with_committed_leader_epoch(-1)
+                    } else {
+                        r
+                    }
+                })
+                .collect();
+            OffsetFetchResponseTopic::default()
+                .with_name(TopicName(str_bytes(t)))
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetFetchResponse::default().with_topics(topics)
+}

@@ -1,0 +1,45 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::error::ErrorCode;
+use crate::group::state::Reply;
+
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: SyncGroupRequest,
+    version: i16,
+) -> SyncGroupResponse {
+    let assignments = req
+        .assignments
+        .iter()
+        .map(|a| (a.member_id.as_str().to_string(), a.assignment.clone()))
+        .collect();
+    let reply = broker.groups.sync(
+        req.group_id.0.as_str(),
+        req.member_id.as_str(),
+        req.generation_id,
+        req.group_instance_id.as_ref().map(|s| s.as_str()),
+        assignments,
+    );
+    let result = match reply {
+        Reply::Now(r) => r,
+        Reply::Later(rx) => match rx.await {
+            Ok(r) => r,
+            Err(_) => {
+                return SyncGroupResponse::default()
+                    .with_error_code(ErrorCode::RebalanceInProgress.code())
+            }
+        },
+    };
+    let mut resp = SyncGroupResponse::default()
+        .with_error_code(result.error.code())
+        .with_assignment(result.assignment);
+    if version >= 5 {
+        resp.protocol_type = result.protocol_type.map(str_bytes);
+        resp.protocol_name = result.protocol.map(str_bytes);
+    }
+    resp
+}
