@@ -22,6 +22,7 @@ pub struct Broker {
     pub partitions: Partitions,
     pub metrics: Metrics,
     pub groups: crate::group::Coordinator,
+    pub lag: crate::group::lag::LagTracker,
     /// The block of producer ids reserved through the quorum: (next, end).
     producer_ids: Mutex<(i64, i64)>,
 }
@@ -65,6 +66,7 @@ impl Broker {
             partitions,
             metrics,
             groups: crate::group::Coordinator::default(),
+            lag: crate::group::lag::LagTracker::default(),
             producer_ids: Mutex::new((0, 0)),
         }
     }

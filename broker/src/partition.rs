@@ -106,6 +106,21 @@ impl Partition {
         self.log().offset_for_timestamp(ts)
     }
 
+    /// Timestamp of the record at `offset` (for lag in seconds), if it is readable.
+    pub fn timestamp_at(&self, offset: i64) -> Option<i64> {
+        let bytes = self.log().read(offset, 1, i64::MAX).ok()?;
+        let header = crate::log::batch::BatchHeader::parse(&bytes).ok()?;
+        if header.is_log_append_time() {
+            return Some(header.max_timestamp);
+        }
+        let mut buf = bytes.slice(..header.total_len().min(bytes.len()));
+        let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).ok()?;
+        set.records
+            .iter()
+            .find(|r| r.offset >= offset)
+            .map(|r| r.timestamp)
+    }
+
     pub fn max_timestamp(&self) -> Option<(i64, i64)> {
         self.log().max_timestamp()
     }

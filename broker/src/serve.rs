@@ -241,11 +241,13 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
 }
 
 /// Retention every `log_retention_check_interval_ms`; segment.ms rolls, flush.ms flushes and
-/// group session expiry every 100 ms.
+/// group session expiry every 100 ms; consumer lag
+/// every `lag::SAMPLE_EVERY`.
 async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let retention_every = broker.config.log_retention_check_interval_ms.max(100);
     let mut last_retention = 0i64;
+    let mut last_lag = std::time::Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {},
@@ -257,6 +259,11 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             last_retention = now;
         }
         broker.groups.tick();
+        if last_lag.elapsed() >= crate::group::lag::SAMPLE_EVERY {
+            last_lag = std::time::Instant::now();
+            let lags = broker.lag.sample(&broker);
+            broker.metrics.set_lag(&lags);
+        }
         for p in broker.partitions.all() {
             if let Err(e) = p.housekeeping(now, retention) {
                 tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "housekeeping failed");

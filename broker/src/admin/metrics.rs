@@ -37,6 +37,15 @@ struct PartitionLabels {
 
 type PartitionGauge = Family<PartitionLabels, Gauge<i64, std::sync::atomic::AtomicI64>>;
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LagLabels {
+    group: String,
+    topic: String,
+    partition: String,
+}
+
+type LagGauge = Family<LagLabels, Gauge<f64, AtomicU64>>;
+
 pub struct Metrics {
     registry: Registry,
     requests: Family<ApiLabels, Counter>,
@@ -55,6 +64,11 @@ pub struct Metrics {
     log_start_offset: PartitionGauge,
     log_size: PartitionGauge,
     segments: PartitionGauge,
+    lag_records: LagGauge,
+    lag_seconds: LagGauge,
+    lag_trend: LagGauge,
+    lag_drain: LagGauge,
+    lag_risk: LagGauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -88,6 +102,11 @@ impl Metrics {
             log_start_offset: Family::default(),
             log_size: Family::default(),
             segments: Family::default(),
+            lag_records: Family::default(),
+            lag_seconds: Family::default(),
+            lag_trend: Family::default(),
+            lag_drain: Family::default(),
+            lag_risk: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -170,6 +189,31 @@ impl Metrics {
             "Local segment count",
             m.segments.clone(),
         );
+        registry.register(
+            "consumer_lag_records",
+            "High watermark minus the group's committed offset",
+            m.lag_records.clone(),
+        );
+        registry.register(
+            "consumer_lag_seconds",
+            "Age of the oldest record the group has not consumed",
+            m.lag_seconds.clone(),
+        );
+        registry.register(
+            "consumer_lag_trend_records_per_second",
+            "Slope of lag over the last minute: positive = falling behind, negative = draining",
+            m.lag_trend.clone(),
+        );
+        registry.register(
+            "consumer_lag_drain_seconds",
+            "Estimated time to zero lag at the current trend (only while draining)",
+            m.lag_drain.clone(),
+        );
+        registry.register(
+            "consumer_lag_retention_risk",
+            "1 when lag in seconds exceeds half of the topic's retention.ms: unread data is about to be deleted",
+            m.lag_risk.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -227,6 +271,37 @@ impl Metrics {
 
     pub fn fetched(&self, bytes: u64) {
         self.fetched_bytes.inc_by(bytes);
+    }
+
+    /// Replaces the consumer lag gauges with a new sample.
+    pub fn set_lag(&self, lags: &[crate::group::lag::Lag]) {
+        for family in [
+            &self.lag_records,
+            &self.lag_seconds,
+            &self.lag_trend,
+            &self.lag_drain,
+            &self.lag_risk,
+        ] {
+            family.clear();
+        }
+        for l in lags {
+            let labels = LagLabels {
+                group: l.group.clone(),
+                topic: l.topic.clone(),
+                partition: l.partition.to_string(),
+            };
+            self.lag_records
+                .get_or_create(&labels)
+                .set(l.records as f64);
+            self.lag_seconds.get_or_create(&labels).set(l.seconds);
+            self.lag_trend.get_or_create(&labels).set(l.trend);
+            if let Some(d) = l.drain_seconds {
+                self.lag_drain.get_or_create(&labels).set(d);
+            }
+            self.lag_risk
+                .get_or_create(&labels)
+                .set(if l.retention_risk { 1.0 } else { 0.0 });
+        }
     }
 
     /// Prometheus text exposition, with partition gauges read now.

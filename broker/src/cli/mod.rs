@@ -4,7 +4,8 @@
 //! - `strata topic create|list|describe|alter|delete` — [`topic`];
 //! - `strata produce` — lines from stdin to a topic — [`produce`];
 //! - `strata consume` — records to stdout — [`consume`];
-//! - `strata perf produce|consume|e2e` — load generation and latency — [`perf`].
+//! - `strata perf produce|consume|e2e` — load generation and latency — [`perf`];
+//! - `strata group list|describe|delete|reset-offsets` — consumer groups — [`group`].
 //!
 //! Every command takes `-b/--bootstrap-server` (env `STRATA_BOOTSTRAP`), repeated
 //! `-X key=value` librdkafka properties and `--request-timeout-ms`.
@@ -13,6 +14,7 @@ use clap::Subcommand;
 
 pub mod common;
 pub mod consume;
+pub mod group;
 mod incremental_alter;
 pub mod perf;
 pub mod produce;
@@ -30,6 +32,9 @@ pub enum ClientCommand {
     /// Load generators: produce/consume throughput and end-to-end latency.
     #[command(subcommand)]
     Perf(perf::PerfCommand),
+    /// List, describe (members, lag) and delete consumer groups; reset their offsets.
+    #[command(subcommand)]
+    Group(group::GroupCommand),
 }
 
 impl ClientCommand {
@@ -39,6 +44,7 @@ impl ClientCommand {
             ClientCommand::Produce(args) => &args.conn,
             ClientCommand::Consume(args) => &args.conn,
             ClientCommand::Perf(cmd) => cmd.conn(),
+            ClientCommand::Group(cmd) => cmd.conn(),
         }
     }
 }
@@ -71,6 +77,7 @@ pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Produce(args) => produce::run(args),
         ClientCommand::Consume(args) => consume::run(args),
         ClientCommand::Perf(cmd) => perf::run(cmd),
+        ClientCommand::Group(cmd) => group::run(cmd),
     }
 }
 

@@ -2,7 +2,8 @@
 //! offsets.
 //!
 //! - [`state`] — one group's membership state machine (pure);
-//! - [`store`] — the `__consumer_offsets` record format.
+//! - [`store`] — the `__consumer_offsets` record format;
+//! - [`lag`] — consumer lag in records and seconds, and its trend.
 //!
 //! The coordinator of a group is the leader of partition `partition_for(group)` of
 //! `__consumer_offsets` (50 partitions, created on first use). Commits are appended to that
@@ -11,6 +12,7 @@
 //! kept in memory: after a restart members rejoin (they are told UNKNOWN_MEMBER_ID), as with a
 //! Kafka coordinator failover.
 
+pub mod lag;
 pub mod state;
 pub mod store;
 
@@ -350,6 +352,21 @@ impl Coordinator {
                 by_topic.into_iter().collect()
             }
         }
+    }
+
+    /// Every committed offset: (group, topic, partition, offset).
+    pub fn committed(&self) -> Vec<(String, String, i32, i64)> {
+        let groups = self.lock();
+        let mut out: Vec<_> = groups
+            .iter()
+            .flat_map(|(g, e)| {
+                e.offsets
+                    .iter()
+                    .map(move |((t, p), v)| (g.clone(), t.clone(), *p, v.offset))
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     /// (group id, protocol type, state) of every group with members or offsets.

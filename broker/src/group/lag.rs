@@ -1,0 +1,148 @@
+//! Consumer lag, first-class: for every group and partition with a committed offset, the lag in
+//! records (high watermark − committed), the lag in seconds (age of the oldest unconsumed
+//! record), and its trend d(lag)/dt over a sliding window, whose sign is the diagnosis: growing
+//! means the group is falling behind, shrinking means it is draining (with an estimated drain
+//! time).
+//!
+//! Sampled every [`SAMPLE_EVERY`]; the trend is the least-squares slope over [`WINDOW`].
+//! A group whose lag in seconds exceeds half of the topic's `retention.ms` is flagged (and
+//! logged once), because retention is about to delete records it has not read.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::broker::Broker;
+use crate::partition::now_ms;
+use crate::topic_config;
+
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+pub const WINDOW: Duration = Duration::from_secs(60);
+
+type Key = (String, String, i32);
+
+/// One partition's lag as last sampled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lag {
+    pub group: String,
+    pub topic: String,
+    pub partition: i32,
+    pub committed: i64,
+    pub high_watermark: i64,
+    pub records: i64,
+    pub seconds: f64,
+    /// Records per second; positive = falling behind, negative = draining.
+    pub trend: f64,
+    /// Seconds until the lag reaches zero at the current trend; `None` unless draining.
+    pub drain_seconds: Option<f64>,
+    pub retention_risk: bool,
+}
+
+#[derive(Default)]
+pub struct LagTracker {
+    history: Mutex<HashMap<Key, VecDeque<(Instant, i64)>>>,
+    at_risk: Mutex<std::collections::HashSet<Key>>,
+}
+
+/// Least-squares slope of `(seconds, lag)` points; 0 with fewer than two.
+pub fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return 0.0;
+    }
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let (num, den) = points.iter().fold((0.0, 0.0), |(num, den), (x, y)| {
+        (num + (x - mx) * (y - my), den + (x - mx) * (x - mx))
+    });
+    if den == 0.0 {
+        0.0
+    } else {
+        num / den
+    }
+}
+
+impl LagTracker {
+    /// Samples every committed offset now and returns the lag of each.
+    pub fn sample(&self, broker: &Broker) -> Vec<Lag> {
+        let now = Instant::now();
+        let wall = now_ms();
+        let state = broker.metadata.state();
+        let mut out = Vec::new();
+        let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = std::collections::HashSet::new();
+        for (group, topic, partition, committed) in broker.groups.committed() {
+            let Some(part) = broker.partitions.get(&topic, partition) else {
+                continue;
+            };
+            let o = part.offsets();
+            let records = (o.high_watermark - committed.max(o.log_start)).max(0);
+            let seconds = if records == 0 {
+                0.0
+            } else {
+                match part.timestamp_at(committed.max(o.log_start)) {
+                    Some(ts) if ts >= 0 => ((wall - ts).max(0) as f64) / 1000.0,
+                    _ => 0.0,
+                }
+            };
+            let key = (group.clone(), topic.clone(), partition);
+            seen.insert(key.clone());
+            let h = history.entry(key.clone()).or_default();
+            h.push_back((now, records));
+            while h
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > WINDOW)
+            {
+                h.pop_front();
+            }
+            let points: Vec<(f64, f64)> = h
+                .iter()
+                .map(|(t, l)| (t.duration_since(h[0].0).as_secs_f64(), *l as f64))
+                .collect();
+            let trend = slope(&points);
+            let drain_seconds = (trend < 0.0 && records > 0).then(|| records as f64 / -trend);
+            let retention_ms = state
+                .topic(&topic)
+                .map(|t| topic_config::log_config(&broker.config, &t.configs).retention_ms)
+                .unwrap_or(-1);
+            let retention_risk = retention_ms > 0 && seconds * 1000.0 > retention_ms as f64 / 2.0;
+            let mut at_risk = self.at_risk.lock().unwrap_or_else(|p| p.into_inner());
+            if retention_risk && at_risk.insert(key.clone()) {
+                tracing::warn!(group, topic, partition, lag_seconds = seconds, retention_ms,
+                    "consumer lag exceeds half of retention.ms: records may be deleted before this group reads them");
+            } else if !retention_risk {
+                at_risk.remove(&key);
+            }
+            out.push(Lag {
+                group,
+                topic,
+                partition,
+                committed,
+                high_watermark: o.high_watermark,
+                records,
+                seconds,
+                trend,
+                drain_seconds,
+                retention_risk,
+            });
+        }
+        history.retain(|k, _| seen.contains(k));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slope_has_the_sign_of_the_trend() {
+        assert_eq!(slope(&[]), 0.0);
+        assert_eq!(slope(&[(0.0, 5.0)]), 0.0);
+        assert!((slope(&[(0.0, 0.0), (1.0, 10.0), (2.0, 20.0)]) - 10.0).abs() < 1e-9);
+        assert!(slope(&[(0.0, 100.0), (5.0, 60.0), (10.0, 10.0)]) < 0.0);
+        assert_eq!(slope(&[(1.0, 3.0), (1.0, 7.0)]), 0.0);
+    }
+}
