@@ -322,19 +322,17 @@ fn describe(args: DescribeArgs) -> anyhow::Result<()> {
     for m in &snapshot.members {
         let assignment = match m.assignment.as_deref() {
             None | Some([]) => "-".to_string(),
-            Some(bytes) if snapshot.protocol_type == "consumer" => {
-                match decode_assignment(bytes) {
-                    Ok(a) => {
-                        for (topic, partitions) in &a.partitions {
-                            for p in partitions {
-                                owners.insert((topic.clone(), *p), m.id.clone());
-                            }
+            Some(bytes) if snapshot.protocol_type == "consumer" => match decode_assignment(bytes) {
+                Ok(a) => {
+                    for (topic, partitions) in &a.partitions {
+                        for p in partitions {
+                            owners.insert((topic.clone(), *p), m.id.clone());
                         }
-                        a.to_string()
                     }
-                    Err(e) => format!("<undecodable: {e}>"),
+                    a.to_string()
                 }
-            }
+                Err(e) => format!("<undecodable: {e}>"),
+            },
             Some(bytes) => format!("<{} bytes>", bytes.len()),
         };
         member_rows.push(vec![
@@ -386,14 +384,18 @@ fn describe(args: DescribeArgs) -> anyhow::Result<()> {
     ))?;
     if !member_rows.is_empty() {
         emit(format_args!(""))?;
-        for line in render_table(&["MEMBER-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"], &member_rows)
-        {
+        for line in render_table(
+            &["MEMBER-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"],
+            &member_rows,
+        ) {
             emit(format_args!("{line}"))?;
         }
     }
     if partitions.is_empty() {
         emit(format_args!(""))?;
-        emit(format_args!("no committed offsets and no assigned partitions"))?;
+        emit(format_args!(
+            "no committed offsets and no assigned partitions"
+        ))?;
         return Ok(());
     }
 
@@ -887,9 +889,7 @@ fn delete(args: DeleteArgs) -> anyhow::Result<()> {
 
 fn delete_error(code: RDKafkaErrorCode) -> String {
     match code {
-        RDKafkaErrorCode::NonEmptyGroup => {
-            "group has active members; stop them first".to_string()
-        }
+        RDKafkaErrorCode::NonEmptyGroup => "group has active members; stop them first".to_string(),
         RDKafkaErrorCode::GroupIdNotFound => "no such group".to_string(),
         other => other.to_string(),
     }
@@ -909,25 +909,32 @@ enum ResetTarget {
 
 impl ResetTarget {
     fn from_args(args: &ResetArgs) -> anyhow::Result<ResetTarget> {
-        Ok(match (args.to_earliest, args.to_latest, args.to_timestamp, args.to_offset) {
-            (true, false, None, None) => ResetTarget::Earliest,
-            (false, true, None, None) => ResetTarget::Latest,
-            (false, false, Some(ts), None) => {
-                if ts < 0 {
-                    bail!("--to-timestamp must be >= 0");
+        Ok(
+            match (
+                args.to_earliest,
+                args.to_latest,
+                args.to_timestamp,
+                args.to_offset,
+            ) {
+                (true, false, None, None) => ResetTarget::Earliest,
+                (false, true, None, None) => ResetTarget::Latest,
+                (false, false, Some(ts), None) => {
+                    if ts < 0 {
+                        bail!("--to-timestamp must be >= 0");
+                    }
+                    ResetTarget::Timestamp(ts)
                 }
-                ResetTarget::Timestamp(ts)
-            }
-            (false, false, None, Some(o)) => {
-                if o < 0 {
-                    bail!("--to-offset must be >= 0");
+                (false, false, None, Some(o)) => {
+                    if o < 0 {
+                        bail!("--to-offset must be >= 0");
+                    }
+                    ResetTarget::Offset(o)
                 }
-                ResetTarget::Offset(o)
-            }
-            _ => bail!(
-                "give exactly one of --to-earliest, --to-latest, --to-timestamp, --to-offset"
-            ),
-        })
+                _ => bail!(
+                    "give exactly one of --to-earliest, --to-latest, --to-timestamp, --to-offset"
+                ),
+            },
+        )
     }
 }
 
@@ -986,7 +993,10 @@ fn reset_offsets(args: ResetArgs) -> anyhow::Result<()> {
             let mut out = HashMap::new();
             for elem in resolved.elements() {
                 if let Err(e) = elem.error() {
-                    bail!("resolving --to-timestamp for partition {}: {e}", elem.partition());
+                    bail!(
+                        "resolving --to-timestamp for partition {}: {e}",
+                        elem.partition()
+                    );
                 }
                 if let Offset::Offset(o) = elem.offset() {
                     out.insert(elem.partition(), o);
@@ -1088,7 +1098,10 @@ mod tests {
             assert_eq!(a.version, version);
             assert_eq!(
                 a.partitions,
-                vec![("orders".to_string(), vec![0, 2]), ("t".to_string(), vec![1])]
+                vec![
+                    ("orders".to_string(), vec![0, 2]),
+                    ("t".to_string(), vec![1])
+                ]
             );
             assert_eq!(a.user_data.as_deref(), Some(&b"ud"[..]));
             assert_eq!(a.to_string(), "orders:0,2 t:1");
@@ -1211,8 +1224,7 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<GroupCommand, clap::Error> {
         use clap::Parser as _;
-        Cli::try_parse_from(std::iter::once("group").chain(args.iter().copied()))
-            .map(|c| c.command)
+        Cli::try_parse_from(std::iter::once("group").chain(args.iter().copied())).map(|c| c.command)
     }
 
     fn reset(args: &[&str]) -> Result<ResetArgs, clap::Error> {
@@ -1242,7 +1254,10 @@ mod tests {
         );
         let a = reset(&["--to-offset=-1"]).unwrap();
         assert!(ResetTarget::from_args(&a).is_err());
-        assert!(parse(&["reset-offsets", "g", "--to-latest"]).is_err(), "topic required");
+        assert!(
+            parse(&["reset-offsets", "g", "--to-latest"]).is_err(),
+            "topic required"
+        );
     }
 
     #[test]
