@@ -175,14 +175,33 @@ impl Group {
         let member_id = if req.member_id.is_empty() {
             let id = format!("{}-{}", req.client_id, uuid::Uuid::new_v4());
             if let Some(instance) = &req.instance_id {
-                // A static member restarting: its old id is fenced, its place taken.
-                if let Some(old) = self
-                    .members
-                    .values()
-                    .find(|m| m.instance_id.as_ref() == Some(instance))
-                    .map(|m| m.id.clone())
-                {
-                    self.remove_member(&old);
+                // A static member restarting: its old id is fenced and the new one takes its
+                // place, assignment included. Unchanged metadata in a stable group means no
+                // rebalance: it gets the current generation back (KIP-345).
+                if let Some(old) = self.instance_member(instance) {
+                    if let Some(mut m) = self.members.remove(&old) {
+                        if let Some(w) = m.join_waiter.take() {
+                            let _ = w.send(JoinResult::error(ErrorCode::FencedInstanceId, &old));
+                        }
+                        if let Some(w) = m.sync_waiter.take() {
+                            let _ = w.send(SyncResult::error(ErrorCode::FencedInstanceId));
+                        }
+                        let unchanged = m.protocols == req.protocols;
+                        m.id = id.clone();
+                        m.last_seen = now;
+                        m.session_timeout = req.session_timeout;
+                        m.rebalance_timeout = req.rebalance_timeout;
+                        self.members.insert(id.clone(), m);
+                        if self.leader.as_deref() == Some(old.as_str()) {
+                            self.leader = Some(id.clone());
+                        }
+                        if unchanged && self.state == GroupState::Stable {
+                            return Reply::Now(self.join_result_for(&id));
+                        }
+                        if let Some(m) = self.members.get_mut(&id) {
+                            m.protocols = req.protocols.clone();
+                        }
+                    }
                 }
             } else if req.require_known_member_id {
                 self.pending.insert(id.clone());
@@ -613,6 +632,30 @@ mod tests {
         let _ = g.sync(&b, rb.generation, vec![], t + Duration::from_secs(31));
         assert_eq!(g.tick(t + Duration::from_secs(45)), vec![b]);
         assert_eq!(g.state, GroupState::Empty);
+    }
+
+    #[test]
+    fn a_static_member_restarting_in_a_stable_group_causes_no_rebalance() {
+        let t = Instant::now();
+        let mut g = Group::new("g");
+        let mut first = req("", "a");
+        first.instance_id = Some("i1".into());
+        let joined = now_join(&mut g, first, t);
+        let old = joined.member_id.clone();
+        let _ = g.sync(&old, 1, vec![(old.clone(), Bytes::from_static(b"p0"))], t);
+        assert_eq!(g.state, GroupState::Stable);
+        let mut again = req("", "a");
+        again.instance_id = Some("i1".into());
+        let rejoined = now_join(&mut g, again, t);
+        assert_eq!(rejoined.error, ErrorCode::None);
+        assert_eq!(rejoined.generation, 1, "no new generation");
+        assert_ne!(rejoined.member_id, old);
+        assert_eq!(g.state, GroupState::Stable);
+        let Reply::Now(sync) = g.sync(&rejoined.member_id, 1, vec![], t) else {
+            panic!()
+        };
+        assert_eq!(sync.assignment, Bytes::from_static(b"p0"));
+        assert_eq!(g.heartbeat(&old, 1, t), ErrorCode::UnknownMemberId);
     }
 
     #[test]
