@@ -176,21 +176,22 @@ fn block_on<F: Future>(conn: &ConnectArgs, what: &str, fut: F) -> anyhow::Result
         .map_err(|_| anyhow!("{what}: no answer within {} ms", limit.as_millis()))
 }
 
-/// DescribeGroups for one group (librdkafka answers state `Dead` for an unknown group).
+/// DescribeGroups for one group; `None` when the broker does not know it (librdkafka
+/// describes only the groups ListGroups returns, and brokers list every group with members
+/// or committed offsets).
 fn describe_group(
     conn: &ConnectArgs,
     consumer: &BaseConsumer,
     group: &str,
-) -> anyhow::Result<GroupSnapshot> {
+) -> anyhow::Result<Option<GroupSnapshot>> {
     let list = consumer
         .fetch_group_list(Some(group), conn.request_timeout())
         .map_err(|e| anyhow!("describing group `{group}`: {e}"))?;
-    let info = list
+    Ok(list
         .groups()
         .iter()
         .find(|g| g.name() == group)
-        .ok_or_else(|| anyhow!("describing group `{group}`: not in the broker's answer"))?;
-    Ok(GroupSnapshot::from_info(info))
+        .map(GroupSnapshot::from_info))
 }
 
 /// What DescribeGroups says about a group, owned.
@@ -314,7 +315,9 @@ fn describe(args: DescribeArgs) -> anyhow::Result<()> {
     let conn = &args.conn;
     let group = &args.group;
     let consumer = group_consumer(conn, group)?;
-    let snapshot = describe_group(conn, &consumer, group)?;
+    let Some(snapshot) = describe_group(conn, &consumer, group)? else {
+        bail!("group `{group}` does not exist");
+    };
 
     // Partitions assigned to each member, decoded from the consumer protocol.
     let mut owners: BTreeMap<Tp, String> = BTreeMap::new();
@@ -337,8 +340,8 @@ fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         };
         member_rows.push(vec![
             m.id.clone(),
-            m.client_id.clone(),
-            m.host.clone(),
+            or_dash(&m.client_id).to_string(),
+            or_dash(&m.host).to_string(),
             assignment,
         ]);
     }
@@ -964,9 +967,12 @@ fn reset_offsets(args: ResetArgs) -> anyhow::Result<()> {
     let target = ResetTarget::from_args(&args)?;
     let consumer = group_consumer(conn, group)?;
 
-    let snapshot = describe_group(conn, &consumer, group)?;
-    if !snapshot.members.is_empty() {
-        return Err(active_members_error(group));
+    match describe_group(conn, &consumer, group)? {
+        Some(snapshot) if !snapshot.members.is_empty() => {
+            return Err(active_members_error(group));
+        }
+        Some(_) => {}
+        None => eprintln!("note: group {group} does not exist yet; committing creates it"),
     }
 
     let all = topic_partitions(conn, consumer.client(), &args.topic)?;
