@@ -7,6 +7,7 @@
 
 pub mod broker;
 pub mod clients;
+pub mod groups;
 pub mod http;
 pub mod proxy;
 pub mod raw;

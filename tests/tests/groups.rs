@@ -1,0 +1,1197 @@
+//! Consumer groups: the broker coordinates subscribed librdkafka consumers (and `strata consume
+//! --group` processes), keeps their committed offsets in `__consumer_offsets` across clean and
+//! crash restarts, and answers bad group requests with Kafka's error codes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::records::Compression;
+use rdkafka::admin::AdminOptions;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use strata_tests::groups::{
+    group_error, unique_group, wait_for_stable_assignment, CliMember, GroupClient, Member,
+    HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS,
+};
+use strata_tests::{
+    block_on, encode_batch, now_ms, unique_topic, wait_for, wait_for_some, wait_until, Broker,
+    ConsumedRecord, KafkaConn, RawRecord, TrackingProducer,
+};
+
+/// How long a group may take to settle (joins, the initial rebalance delay, syncs).
+const SETTLE: Duration = Duration::from_secs(60);
+/// How long an assignment must stay unchanged to count as stable.
+const STABLE_FOR: Duration = Duration::from_secs(2);
+
+fn named(mut cfg: ClientConfig, client_id: &str) -> ClientConfig {
+    cfg.set("client.id", client_id);
+    cfg
+}
+
+/// Produces `per_partition` records to each partition (`value = "{tag}-p{p}-{i}"`); returns
+/// the value at each acknowledged (partition, offset).
+fn produce_to_each(
+    broker: &Broker,
+    topic: &str,
+    partitions: i32,
+    per_partition: usize,
+    tag: &str,
+) -> BTreeMap<(i32, i64), String> {
+    let producer = TrackingProducer::new(&broker.producer_config());
+    let mut values = Vec::new();
+    for i in 0..per_partition {
+        for p in 0..partitions {
+            let value = format!("{tag}-p{p}-{i}");
+            producer.send(
+                values.len(),
+                topic,
+                Some(p),
+                format!("k{i}").as_bytes(),
+                value.as_bytes(),
+                &[],
+                None,
+            );
+            values.push(value);
+        }
+    }
+    producer.flush(Duration::from_secs(60));
+    let delivered = producer.all_delivered(values.len());
+    delivered.into_iter().zip(values).collect()
+}
+
+/// Asserts every expected record was consumed exactly once, with its value, and nothing else.
+fn assert_exactly_once(records: &[ConsumedRecord], expected: &BTreeMap<(i32, i64), String>) {
+    let mut seen: HashMap<(i32, i64), usize> = HashMap::new();
+    for r in records {
+        let key = (r.partition, r.offset);
+        *seen.entry(key).or_default() += 1;
+        let want = expected
+            .get(&key)
+            .unwrap_or_else(|| panic!("consumed unexpected record {}/{}", r.partition, r.offset));
+        assert_eq!(
+            r.value.as_deref(),
+            Some(want.as_bytes()),
+            "value at {}/{}",
+            r.partition,
+            r.offset
+        );
+    }
+    let dups: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dups.is_empty(), "records consumed more than once: {dups:?}");
+    let missing: Vec<_> = expected.keys().filter(|k| !seen.contains_key(k)).collect();
+    assert!(missing.is_empty(), "records never consumed: {missing:?}");
+}
+
+/// A subscribed consumer that stores (for the next commit) only records below a per-partition
+/// stop offset, so a commit lands exactly at that offset.
+struct Processor {
+    consumer: BaseConsumer,
+    topic: String,
+    stop_at: BTreeMap<i32, i64>,
+    processed: BTreeMap<i32, Vec<i64>>,
+}
+
+impl Processor {
+    fn subscribe(broker: &Broker, group: &str, topic: &str, stop_at: &BTreeMap<i32, i64>) -> Self {
+        let mut cfg = broker.group_config(group);
+        cfg.set("enable.auto.offset.store", "false");
+        let consumer: BaseConsumer = cfg.create().expect("create consumer");
+        consumer.subscribe(&[topic]).expect("subscribe");
+        Processor {
+            consumer,
+            topic: topic.to_string(),
+            stop_at: stop_at.clone(),
+            processed: BTreeMap::new(),
+        }
+    }
+
+    fn step(&mut self) {
+        match self.consumer.poll(Duration::from_millis(50)) {
+            Some(Ok(m)) => {
+                assert_eq!(m.topic(), self.topic);
+                let stop = self.stop_at.get(&m.partition()).copied().unwrap_or(0);
+                if m.offset() < stop {
+                    self.consumer
+                        .store_offset_from_message(&m)
+                        .expect("store offset");
+                    self.processed
+                        .entry(m.partition())
+                        .or_default()
+                        .push(m.offset());
+                }
+            }
+            Some(Err(e)) => eprintln!("consumer error (retried by librdkafka): {e}"),
+            None => {}
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.stop_at.iter().all(|(p, stop)| {
+            self.processed
+                .get(p)
+                .and_then(|v| v.last())
+                .is_some_and(|last| *last == stop - 1)
+        })
+    }
+
+    /// Processes until every partition reached its stop offset, then commits synchronously.
+    fn run_and_commit(mut self, timeout: Duration) -> BTreeMap<i32, Vec<i64>> {
+        let deadline = Instant::now() + timeout;
+        while !self.done() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {timeout:?} processing up to {:?}; processed {:?}",
+                self.stop_at,
+                self.processed
+                    .iter()
+                    .map(|(p, v)| (p, v.len()))
+                    .collect::<Vec<_>>()
+            );
+            self.step();
+        }
+        self.commit();
+        self.processed
+    }
+
+    fn commit(&self) {
+        self.consumer
+            .commit_consumer_state(CommitMode::Sync)
+            .expect("commit_consumer_state(Sync)");
+        // The committing member itself reads its commits back.
+        let committed = self
+            .consumer
+            .committed(Duration::from_secs(10))
+            .expect("committed()");
+        let got: BTreeMap<i32, i64> = committed
+            .elements_for_topic(&self.topic)
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got, self.stop_at, "committed() right after the commit");
+    }
+}
+
+/// A new member of `group` consumes `topic` until each partition's last offset (`ends[p]` is
+/// the log end); returns what it read per partition.
+fn consume_as_new_member(
+    broker: &Broker,
+    group: &str,
+    topic: &str,
+    ends: &BTreeMap<i32, i64>,
+    timeout: Duration,
+) -> BTreeMap<i32, Vec<ConsumedRecord>> {
+    let consumer: BaseConsumer = broker.group_config(group).create().expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let deadline = Instant::now() + timeout;
+    let mut out: BTreeMap<i32, Vec<ConsumedRecord>> = BTreeMap::new();
+    let done = |out: &BTreeMap<i32, Vec<ConsumedRecord>>| {
+        ends.iter().all(|(p, end)| {
+            out.get(p)
+                .and_then(|v| v.last())
+                .is_some_and(|r| r.offset == end - 1)
+        })
+    };
+    while !done(&out) {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} resuming group {group}: read {:?}",
+            out.iter()
+                .map(|(p, v)| (p, v.first().map(|r| r.offset), v.len()))
+                .collect::<Vec<_>>()
+        );
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => out
+                .entry(m.partition())
+                .or_default()
+                .push(ConsumedRecord::from_message(&m)),
+            Some(Err(e)) => eprintln!("consumer error (retried by librdkafka): {e}"),
+            None => {}
+        }
+    }
+    out
+}
+
+/// Asserts `got[p]` is exactly offsets `from[p]..ends[p]`, in order.
+fn assert_resumed_at(
+    got: &BTreeMap<i32, Vec<ConsumedRecord>>,
+    from: &BTreeMap<i32, i64>,
+    ends: &BTreeMap<i32, i64>,
+) {
+    for (p, start) in from {
+        let offsets: Vec<i64> = got
+            .get(p)
+            .map(|v| v.iter().map(|r| r.offset).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            offsets.first(),
+            Some(start),
+            "first offset the resumed group read from partition {p}"
+        );
+        assert_eq!(
+            offsets,
+            (*start..ends[p]).collect::<Vec<_>>(),
+            "offsets the resumed group read from partition {p}"
+        );
+    }
+}
+
+#[test]
+fn three_members_share_six_partitions_exactly_once() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("share-six");
+    broker.create_topic(&topic, 6, &[]).unwrap();
+    let group = unique_group("share-six");
+
+    let members: Vec<Member> = (0..3)
+        .map(|i| {
+            let name = format!("member-{i}");
+            Member::start(&name, named(broker.group_config(&group), &name), &topic)
+        })
+        .collect();
+    let refs: Vec<&Member> = members.iter().collect();
+    let stable = wait_for_stable_assignment(&refs, 6, STABLE_FOR, SETTLE);
+    let stable_at = Instant::now();
+    for (m, a) in members.iter().zip(&stable) {
+        assert_eq!(
+            a.len(),
+            2,
+            "{} holds {a:?}; six partitions over three members",
+            m.name
+        );
+    }
+    let view = broker
+        .describe_group(&group)
+        .unwrap()
+        .expect("group listed");
+    assert_eq!(view.members.len(), 3, "members in DescribeGroups: {view:?}");
+
+    let expected = produce_to_each(&broker, &topic, 6, 100, "once");
+    wait_for("the group to consume all 600 records", SETTLE, || {
+        members.iter().map(Member::record_count).sum::<usize>() >= expected.len()
+    });
+    // Nothing more may arrive: a second delivery would be a duplicate.
+    let extra = wait_until(Duration::from_secs(1), || {
+        members.iter().map(Member::record_count).sum::<usize>() > expected.len()
+    });
+
+    for (m, a) in members.iter().zip(&stable) {
+        assert_eq!(&m.assignment(), a, "{} assignment changed", m.name);
+        assert!(
+            m.assigned_since().is_some_and(|t| t <= stable_at),
+            "{} was reassigned after the group settled: {:?}",
+            m.name,
+            m.assignment_history()
+        );
+        for r in m.records() {
+            assert!(
+                a.contains(&r.partition),
+                "{} consumed {}/{} outside its assignment {a:?}",
+                m.name,
+                r.partition,
+                r.offset
+            );
+        }
+    }
+    let all: Vec<ConsumedRecord> = members.iter().flat_map(Member::records).collect();
+    assert_exactly_once(&all, &expected);
+    assert!(!extra, "more records consumed than produced");
+}
+
+#[test]
+fn a_member_killed_is_replaced_after_its_session_timeout() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("killed-member");
+    broker.create_topic(&topic, 6, &[]).unwrap();
+    let group = unique_group("killed-member");
+    let session = SESSION_TIMEOUT_MS.to_string();
+    let heartbeat = HEARTBEAT_INTERVAL_MS.to_string();
+
+    let survivors: Vec<Member> = (0..2)
+        .map(|i| {
+            let name = format!("survivor-{i}");
+            Member::start(&name, named(broker.group_config(&group), &name), &topic)
+        })
+        .collect();
+    let mut victim = CliMember::start(
+        &broker,
+        &topic,
+        &group,
+        &[
+            ("client.id", "victim"),
+            ("session.timeout.ms", &session),
+            ("heartbeat.interval.ms", &heartbeat),
+            ("auto.commit.interval.ms", "100"),
+            ("fetch.wait.max.ms", "100"),
+        ],
+    );
+
+    // The three members settle: the victim holds what the survivors do not.
+    let all: BTreeSet<i32> = (0..6).collect();
+    let victim_parts = wait_for_some("three members sharing six partitions", SETTLE, || {
+        let view = broker.describe_group(&group).ok()??;
+        let v = view.member("victim")?.partitions(&topic);
+        let held: Vec<BTreeSet<i32>> = survivors.iter().map(Member::assignment).collect();
+        let total = v.len() + held.iter().map(BTreeSet::len).sum::<usize>();
+        let union: BTreeSet<i32> = held.iter().flatten().chain(&v).copied().collect();
+        let settled = view.state == "Stable"
+            && view.members.len() == 3
+            && total == 6
+            && union == all
+            && !v.is_empty()
+            && held.iter().all(|h| !h.is_empty())
+            && survivors.iter().all(|m| {
+                m.assigned_since()
+                    .is_some_and(|t| t.elapsed() >= STABLE_FOR)
+            });
+        settled.then_some(v)
+    });
+    assert!(victim.is_running(), "victim exited:\n{}", victim.output());
+
+    // Records before the kill: the victim reads and auto-commits its share.
+    let before = produce_to_each(&broker, &topic, 6, 10, "before");
+    wait_for(
+        "the victim to print its partitions' records",
+        SETTLE,
+        || {
+            let got: BTreeSet<(i32, i64)> = victim
+                .records()
+                .iter()
+                .map(|r| (r.partition, r.offset))
+                .collect();
+            victim_parts
+                .iter()
+                .all(|p| (0..10).all(|o| got.contains(&(*p, o))))
+        },
+    );
+    for r in victim.records() {
+        assert!(
+            victim_parts.contains(&r.partition),
+            "victim printed {}/{} outside its assignment {victim_parts:?}",
+            r.partition,
+            r.offset
+        );
+        assert_eq!(Some(&r.value), before.get(&(r.partition, r.offset)));
+    }
+    let parts: Vec<i32> = victim_parts.iter().copied().collect();
+    let want: BTreeMap<i32, Option<i64>> = parts.iter().map(|p| (*p, Some(10))).collect();
+    wait_for("the victim's auto-commits", SETTLE, || {
+        broker
+            .committed(&group, &topic, &parts)
+            .is_ok_and(|c| c == want)
+    });
+
+    victim.kill9();
+    let killed_at = Instant::now();
+    let after = produce_to_each(&broker, &topic, 6, 10, "after");
+
+    let refs: Vec<&Member> = survivors.iter().collect();
+    let taken_over = wait_for_stable_assignment(&refs, 6, Duration::ZERO, SETTLE);
+    let replaced_after = killed_at.elapsed();
+    let view = broker
+        .describe_group(&group)
+        .unwrap()
+        .expect("group listed");
+    assert_eq!(
+        view.members.len(),
+        2,
+        "members after the victim's session expired: {view:?}"
+    );
+    assert!(
+        view.member("victim").is_none(),
+        "victim still listed: {view:?}"
+    );
+    // Heartbeats every 500 ms: the session cannot have expired sooner than 5.5 s after the kill.
+    assert!(
+        replaced_after >= Duration::from_millis(u64::from(SESSION_TIMEOUT_MS) - 1_000),
+        "the victim's partitions moved {replaced_after:?} after kill -9, before its {}ms \
+         session could expire",
+        SESSION_TIMEOUT_MS
+    );
+    eprintln!("victim's partitions {victim_parts:?} reassigned {replaced_after:?} after kill -9: {taken_over:?}");
+
+    wait_for(
+        "the survivors to consume every record produced after the kill",
+        SETTLE,
+        || {
+            let got: BTreeSet<(i32, i64)> = survivors
+                .iter()
+                .flat_map(Member::records)
+                .map(|r| (r.partition, r.offset))
+                .collect();
+            after.keys().all(|k| got.contains(k))
+        },
+    );
+    let records: Vec<ConsumedRecord> = survivors.iter().flat_map(Member::records).collect();
+    for r in &records {
+        let want = before
+            .get(&(r.partition, r.offset))
+            .or_else(|| after.get(&(r.partition, r.offset)));
+        assert_eq!(
+            r.value.as_deref(),
+            want.map(String::as_bytes),
+            "value at {}/{}",
+            r.partition,
+            r.offset
+        );
+    }
+    // The victim's partitions resume at its committed offset: nothing skipped, nothing redone.
+    for p in &victim_parts {
+        let offsets: BTreeSet<i64> = records
+            .iter()
+            .filter(|r| r.partition == *p)
+            .map(|r| r.offset)
+            .collect();
+        assert_eq!(
+            offsets,
+            (10..20).collect(),
+            "offsets of the victim's partition {p} read by the survivors"
+        );
+    }
+}
+
+fn committed_offsets_survive(restart: impl FnOnce(&mut Broker)) {
+    let mut broker = Broker::start_default();
+    let topic = unique_topic("commit-restart");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    let group = unique_group("commit-restart");
+    produce_to_each(&broker, &topic, 2, 100, "restart");
+    let ends: BTreeMap<i32, i64> = [(0, 100), (1, 100)].into();
+
+    let stop_at: BTreeMap<i32, i64> = [(0, 37), (1, 61)].into();
+    let processed = Processor::subscribe(&broker, &group, &topic, &stop_at).run_and_commit(SETTLE);
+    for (p, offsets) in &processed {
+        assert_eq!(
+            offsets,
+            &(0..stop_at[p]).collect::<Vec<_>>(),
+            "partition {p}"
+        );
+    }
+    // A later, lower commit of partition 0 replaces the earlier one: the latest commit wins.
+    GroupClient::connect(&broker.kafka_addr)
+        .unwrap()
+        .simple_commit_ok(&group, &topic, &[(0, 20)]);
+    let stop_at: BTreeMap<i32, i64> = [(0, 20), (1, 61)].into();
+    let want: BTreeMap<i32, Option<i64>> = stop_at.iter().map(|(p, o)| (*p, Some(*o))).collect();
+    assert_eq!(broker.committed(&group, &topic, &[0, 1]).unwrap(), want);
+
+    restart(&mut broker);
+
+    // The coordinator may answer COORDINATOR_LOAD_IN_PROGRESS while it rebuilds its state.
+    let committed = wait_for_some("OffsetFetch after the restart", SETTLE, || {
+        broker.committed(&group, &topic, &[0, 1]).ok()
+    });
+    assert_eq!(
+        committed, want,
+        "committed offsets after the restart (librdkafka)"
+    );
+    let mut raw = GroupClient::connect(&broker.kafka_addr).unwrap();
+    assert_eq!(
+        raw.fetched_offsets(&group, &topic, &[0, 1]),
+        stop_at,
+        "committed offsets after the restart (raw OffsetFetch)"
+    );
+
+    let got = consume_as_new_member(&broker, &group, &topic, &ends, SETTLE);
+    assert_resumed_at(&got, &stop_at, &ends);
+}
+
+#[test]
+fn committed_offsets_survive_a_clean_restart() {
+    committed_offsets_survive(|broker| {
+        broker.terminate();
+        broker.restart();
+    });
+}
+
+#[test]
+fn committed_offsets_survive_a_kill_9() {
+    committed_offsets_survive(|broker| {
+        broker.kill9();
+        broker.restart();
+    });
+}
+
+#[test]
+fn deleted_groups_and_offsets_stay_deleted_after_a_kill_9() {
+    let mut broker = Broker::start_default();
+    let topic = unique_topic("deleted-restart");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    let (gone, trimmed, kept) = (
+        unique_group("gone"),
+        unique_group("trimmed"),
+        unique_group("kept"),
+    );
+    let mut c = GroupClient::connect(&broker.kafka_addr).unwrap();
+    c.simple_commit_ok(&gone, &topic, &[(0, 5), (1, 6)]);
+    c.simple_commit_ok(&trimmed, &topic, &[(0, 7), (1, 8)]);
+    c.simple_commit_ok(&kept, &topic, &[(0, 9), (1, 10)]);
+    assert_eq!(
+        c.delete_groups(&[&gone]).unwrap(),
+        vec![(gone.clone(), group_error::NONE)]
+    );
+    assert_eq!(
+        c.offset_delete(&trimmed, &topic, &[0]).unwrap(),
+        (0, vec![(0, 0)])
+    );
+
+    broker.kill9();
+    broker.restart();
+
+    let mut c = wait_for_some("a group client after the restart", SETTLE, || {
+        GroupClient::connect(&broker.kafka_addr).ok()
+    });
+    // The coordinator may answer COORDINATOR_LOAD_IN_PROGRESS while it rebuilds its state.
+    let fetch = |c: &mut GroupClient, g: &str| {
+        let (err, parts) = wait_for_some("OffsetFetch after the restart", SETTLE, || {
+            c.fetch_offsets(g, &topic, &[0, 1])
+                .ok()
+                .filter(|(e, _)| *e != group_error::COORDINATOR_LOAD_IN_PROGRESS)
+        });
+        assert_eq!(err, 0, "OffsetFetch of {g} after the restart");
+        parts
+            .into_iter()
+            .map(|f| {
+                assert_eq!(f.error, 0, "OffsetFetch of {g}, partition {}", f.partition);
+                (f.partition, f.offset)
+            })
+            .collect::<BTreeMap<i32, i64>>()
+    };
+    assert_eq!(
+        fetch(&mut c, &kept),
+        [(0, 9), (1, 10)].into(),
+        "untouched group"
+    );
+    assert_eq!(
+        fetch(&mut c, &gone),
+        [(0, -1), (1, -1)].into(),
+        "deleted group"
+    );
+    assert_eq!(
+        fetch(&mut c, &trimmed),
+        [(0, -1), (1, 8)].into(),
+        "deleted offset"
+    );
+    let listed = broker.list_groups().unwrap();
+    assert!(
+        !listed.iter().any(|(n, _, _)| *n == gone),
+        "deleted group listed after the restart: {listed:?}"
+    );
+}
+
+#[test]
+fn a_member_that_leaves_hands_over_its_partitions_before_its_session_could_expire() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("leaving");
+    broker.create_topic(&topic, 4, &[]).unwrap();
+    let group = unique_group("leaving");
+    let stayer = Member::start("stayer", broker.group_config(&group), &topic);
+    let leaver = Member::start("leaver", broker.group_config(&group), &topic);
+    let shared = wait_for_stable_assignment(&[&stayer, &leaver], 4, STABLE_FOR, SETTLE);
+    assert!(shared.iter().all(|a| a.len() == 2), "{shared:?}");
+
+    let left_at = Instant::now();
+    leaver.close();
+    let all: BTreeSet<i32> = (0..4).collect();
+    wait_for("the stayer to own every partition", SETTLE, || {
+        stayer.assignment() == all
+    });
+    let handed_over = left_at.elapsed();
+    // LeaveGroup rebalances at once; without it the move would wait for the 6 s session.
+    assert!(
+        handed_over < Duration::from_millis(u64::from(SESSION_TIMEOUT_MS) - 1_000),
+        "partitions moved {handed_over:?} after the member left"
+    );
+    let view = broker
+        .describe_group(&group)
+        .unwrap()
+        .expect("group listed");
+    assert_eq!(
+        (view.state.as_str(), view.members.len()),
+        ("Stable", 1),
+        "{view:?}"
+    );
+}
+
+#[test]
+fn two_groups_on_one_topic_keep_independent_offsets() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("two-groups");
+    broker.create_topic(&topic, 3, &[]).unwrap();
+    produce_to_each(&broker, &topic, 3, 40, "two");
+    let ends: BTreeMap<i32, i64> = (0..3).map(|p| (p, 40)).collect();
+    let (group_a, group_b) = (unique_group("group-a"), unique_group("group-b"));
+    let stop_a: BTreeMap<i32, i64> = [(0, 10), (1, 25), (2, 39)].into();
+    let stop_b: BTreeMap<i32, i64> = [(0, 30), (1, 3), (2, 17)].into();
+
+    // Both groups run at once, each owning every partition.
+    let mut a = Processor::subscribe(&broker, &group_a, &topic, &stop_a);
+    let mut b = Processor::subscribe(&broker, &group_b, &topic, &stop_b);
+    let deadline = Instant::now() + SETTLE;
+    while !(a.done() && b.done()) {
+        assert!(Instant::now() < deadline, "timed out running both groups");
+        a.step();
+        b.step();
+    }
+    let all: BTreeSet<i32> = (0..3).collect();
+    for (name, proc_) in [("a", &a), ("b", &b)] {
+        let assigned: BTreeSet<i32> = proc_
+            .consumer
+            .assignment()
+            .unwrap()
+            .elements_for_topic(&topic)
+            .iter()
+            .map(|e| e.partition())
+            .collect();
+        assert_eq!(
+            assigned, all,
+            "group {name}'s only member owns every partition"
+        );
+    }
+    a.commit();
+    b.commit();
+    drop((a, b));
+
+    let some = |m: &BTreeMap<i32, i64>| -> BTreeMap<i32, Option<i64>> {
+        m.iter().map(|(p, o)| (*p, Some(*o))).collect()
+    };
+    assert_eq!(
+        broker.committed(&group_a, &topic, &[0, 1, 2]).unwrap(),
+        some(&stop_a)
+    );
+    assert_eq!(
+        broker.committed(&group_b, &topic, &[0, 1, 2]).unwrap(),
+        some(&stop_b)
+    );
+
+    let got_b = consume_as_new_member(&broker, &group_b, &topic, &ends, SETTLE);
+    assert_resumed_at(&got_b, &stop_b, &ends);
+    let got_a = consume_as_new_member(&broker, &group_a, &topic, &ends, SETTLE);
+    assert_resumed_at(&got_a, &stop_a, &ends);
+    // Group b reading to the end committed nothing, and did not move group a.
+    assert_eq!(
+        broker.committed(&group_a, &topic, &[0, 1, 2]).unwrap(),
+        some(&stop_a)
+    );
+}
+
+#[test]
+fn a_group_resumes_from_a_commit_in_the_middle_of_a_batch() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("mid-batch-commit");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let records: Vec<RawRecord> = (0..100)
+        .map(|o| RawRecord::new(format!("r{o}"), format!("value {o}"), now_ms()))
+        .collect();
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let base = conn
+        .produce_ok(&topic, 0, encode_batch(&records, Compression::None, None))
+        .unwrap();
+    assert_eq!(base, 0, "base offset of the one 100-record batch");
+    let group = unique_group("mid-batch-commit");
+
+    {
+        let consumer: BaseConsumer = broker.group_config(&group).create().unwrap();
+        consumer.subscribe(&[&topic]).unwrap();
+        let mut got = Vec::new();
+        let deadline = Instant::now() + SETTLE;
+        while got.len() < 100 {
+            assert!(Instant::now() < deadline, "read {} of 100", got.len());
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                got.push(m.offset());
+            }
+        }
+        assert_eq!(got, (0..100).collect::<Vec<_>>());
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&topic, 0, Offset::Offset(37))
+            .unwrap();
+        consumer.commit(&tpl, CommitMode::Sync).unwrap();
+    }
+    assert_eq!(
+        broker.committed(&group, &topic, &[0]).unwrap(),
+        [(0, Some(37))].into()
+    );
+
+    let ends: BTreeMap<i32, i64> = [(0, 100)].into();
+    let got = consume_as_new_member(&broker, &group, &topic, &ends, SETTLE);
+    assert_resumed_at(&got, &[(0, 37)].into(), &ends);
+    for r in &got[&0] {
+        assert_eq!(r.key.as_deref(), Some(format!("r{}", r.offset).as_bytes()));
+        assert_eq!(
+            r.value.as_deref(),
+            Some(format!("value {}", r.offset).as_bytes())
+        );
+    }
+}
+
+#[test]
+fn find_coordinator_names_this_broker_for_single_and_batched_keys() {
+    let broker = Broker::start_default();
+    let (host, port) = broker.kafka_addr.rsplit_once(':').unwrap();
+    let port: i32 = port.parse().unwrap();
+    let mut c = GroupClient::connect(&broker.kafka_addr).unwrap();
+
+    let group = unique_group("coordinator");
+    let (err, node, h, p) = c.find_coordinator(&group).unwrap();
+    assert_eq!(err, 0, "FindCoordinator error");
+    assert_eq!((h.as_str(), p), (host, port), "coordinator address");
+    assert!(node >= 0, "coordinator node id {node}");
+
+    let keys = [group.as_str(), "another-group", "a-third"];
+    let got = c.find_coordinators(&keys).unwrap();
+    let got_keys: Vec<&str> = got.iter().map(|c| c.key.as_str()).collect();
+    assert_eq!(got_keys, keys, "one coordinator per key, in order");
+    for c in &got {
+        assert_eq!(c.error, 0, "error for {}", c.key);
+        assert_eq!(
+            (c.node_id, c.host.as_str(), c.port),
+            (node, host, port),
+            "coordinator for {}",
+            c.key
+        );
+    }
+}
+
+#[test]
+fn bad_group_requests_get_kafka_error_codes_and_other_groups_keep_working() {
+    let mut broker = Broker::start_default();
+    let topic = unique_topic("bad-group-requests");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let mut c = GroupClient::connect(&broker.kafka_addr).unwrap();
+    let mut round = 0;
+    let mut another_group_works = |c: &mut GroupClient| {
+        round += 1;
+        let g = unique_group("healthy");
+        c.simple_commit_ok(&g, &topic, &[(0, round)]);
+        assert_eq!(c.fetched_offsets(&g, &topic, &[0]), [(0, round)].into());
+    };
+
+    // A commit outside group management (generation -1, no member) creates a simple group.
+    let simple = unique_group("simple");
+    c.simple_commit_ok(&simple, &topic, &[(0, 7)]);
+    assert_eq!(c.fetched_offsets(&simple, &topic, &[0]), [(0, 7)].into());
+
+    // A member of a generation of a group that does not exist.
+    let ghost = unique_group("ghost");
+    assert_eq!(
+        c.commit(&ghost, 5, "x", &topic, &[(0, 3)]).unwrap(),
+        vec![(0, group_error::ILLEGAL_GENERATION)],
+        "OffsetCommit by member \"x\" of generation 5 of a group that does not exist"
+    );
+    assert_eq!(c.fetched_offsets(&ghost, &topic, &[0]), [(0, -1)].into());
+    another_group_works(&mut c);
+
+    // A real member makes the group non-empty.
+    let live = unique_group("live");
+    let joined = c
+        .join(&live, 30_000, &topic)
+        .unwrap()
+        .unwrap_or_else(|e| panic!("JoinGroup failed with error {e}"));
+    assert!(!joined.member_id.is_empty(), "member id assigned");
+    assert_eq!(joined.leader, joined.member_id, "the only member leads");
+    assert_eq!(joined.members, vec![joined.member_id.clone()]);
+    assert!(joined.generation >= 1, "generation {}", joined.generation);
+    let (err, mine) = c
+        .sync(
+            &live,
+            joined.generation,
+            &joined.member_id,
+            &topic,
+            &[(&joined.member_id, vec![0])],
+        )
+        .unwrap();
+    assert_eq!((err, mine), (0, [0].into()), "SyncGroup by the leader");
+    assert_eq!(
+        c.heartbeat(&live, joined.generation, &joined.member_id)
+            .unwrap(),
+        0,
+        "Heartbeat of the current generation"
+    );
+    assert_eq!(
+        c.commit(
+            &live,
+            joined.generation,
+            &joined.member_id,
+            &topic,
+            &[(0, 11)]
+        )
+        .unwrap(),
+        vec![(0, 0)],
+        "OffsetCommit by the member"
+    );
+
+    assert_eq!(
+        c.commit(&live, 5, "not-a-member", &topic, &[(0, 99)])
+            .unwrap(),
+        vec![(0, group_error::UNKNOWN_MEMBER_ID)],
+        "OffsetCommit by an unknown member of a non-empty group"
+    );
+    assert_eq!(
+        c.heartbeat(&live, joined.generation - 1, &joined.member_id)
+            .unwrap(),
+        group_error::ILLEGAL_GENERATION,
+        "Heartbeat with a stale generation"
+    );
+    assert_eq!(
+        c.commit(
+            &live,
+            joined.generation - 1,
+            &joined.member_id,
+            &topic,
+            &[(0, 98)]
+        )
+        .unwrap(),
+        vec![(0, group_error::ILLEGAL_GENERATION)],
+        "OffsetCommit with a stale generation"
+    );
+    assert_eq!(
+        c.fetched_offsets(&live, &topic, &[0]),
+        [(0, 11)].into(),
+        "rejected commits left the member's commit alone"
+    );
+    another_group_works(&mut c);
+
+    let resp = c.join_request("", "", 30_000, &topic).unwrap();
+    assert_eq!(
+        resp.error_code,
+        group_error::INVALID_GROUP_ID,
+        "JoinGroup with an empty group id"
+    );
+    another_group_works(&mut c);
+
+    let longest = "g".repeat(255);
+    c.simple_commit_ok(&longest, &topic, &[(0, 255)]);
+    assert_eq!(c.fetched_offsets(&longest, &topic, &[0]), [(0, 255)].into());
+    let resp = c
+        .join_request(&"g".repeat(256), "", 30_000, &topic)
+        .unwrap();
+    assert_eq!(
+        resp.error_code,
+        group_error::INVALID_GROUP_ID,
+        "JoinGroup with a 256-byte group id"
+    );
+    another_group_works(&mut c);
+
+    assert_eq!(c.leave(&live, &joined.member_id).unwrap(), 0, "LeaveGroup");
+    broker.assert_running();
+    let mut fresh = GroupClient::connect(&broker.kafka_addr).unwrap();
+    another_group_works(&mut fresh);
+    assert_eq!(fresh.fetched_offsets(&live, &topic, &[0]), [(0, 11)].into());
+}
+
+#[test]
+fn a_member_that_stops_heartbeating_is_removed_after_its_session_timeout() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("silent-member");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let group = unique_group("silent-member");
+    let mut c = GroupClient::connect(&broker.kafka_addr).unwrap();
+    let session = SESSION_TIMEOUT_MS as i32;
+    let joined = c
+        .join(&group, session, &topic)
+        .unwrap()
+        .unwrap_or_else(|e| panic!("JoinGroup failed with error {e}"));
+    let (err, _) = c
+        .sync(
+            &group,
+            joined.generation,
+            &joined.member_id,
+            &topic,
+            &[(&joined.member_id, vec![0])],
+        )
+        .unwrap();
+    assert_eq!(err, 0, "SyncGroup");
+    assert_eq!(
+        c.heartbeat(&group, joined.generation, &joined.member_id)
+            .unwrap(),
+        0
+    );
+    let last_heartbeat = Instant::now();
+
+    let view = broker
+        .describe_group(&group)
+        .unwrap()
+        .expect("group listed");
+    assert_eq!((view.state.as_str(), view.members.len()), ("Stable", 1));
+    wait_for("the silent member to expire", SETTLE, || {
+        broker
+            .describe_group(&group)
+            .ok()
+            .flatten()
+            .is_some_and(|v| v.members.is_empty())
+    });
+    let expired_after = last_heartbeat.elapsed();
+    assert!(
+        expired_after >= Duration::from_millis(u64::from(SESSION_TIMEOUT_MS) - 500),
+        "member removed {expired_after:?} after its last heartbeat; session is {session} ms"
+    );
+    let view = broker
+        .describe_group(&group)
+        .unwrap()
+        .expect("group listed");
+    assert_eq!(view.state, "Empty", "state after the only member expired");
+    assert_eq!(
+        c.heartbeat(&group, joined.generation, &joined.member_id)
+            .unwrap(),
+        group_error::UNKNOWN_MEMBER_ID,
+        "Heartbeat of the expired member"
+    );
+}
+
+#[test]
+fn list_and_describe_groups() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("described");
+    broker.create_topic(&topic, 4, &[]).unwrap();
+    let group = unique_group("described");
+    let cfg = |name: &str| {
+        let mut cfg = named(broker.group_config(&group), name);
+        cfg.set("partition.assignment.strategy", "roundrobin");
+        cfg
+    };
+    let members = [
+        Member::start("member-a", cfg("member-a"), &topic),
+        Member::start("member-b", cfg("member-b"), &topic),
+    ];
+    let stable = wait_for_stable_assignment(&[&members[0], &members[1]], 4, STABLE_FOR, SETTLE);
+
+    // A simple group: commits only, never a member.
+    let simple = unique_group("simple-listed");
+    GroupClient::connect(&broker.kafka_addr)
+        .unwrap()
+        .simple_commit_ok(&simple, &topic, &[(0, 1)]);
+
+    let view = broker
+        .describe_group(&group)
+        .unwrap()
+        .expect("group listed");
+    assert_eq!(view.name, group);
+    assert_eq!(view.state, "Stable");
+    assert_eq!(view.protocol_type, "consumer");
+    assert_eq!(view.protocol, "roundrobin");
+    assert_eq!(view.members.len(), 2, "{view:?}");
+    let ids: BTreeSet<&str> = view.members.iter().map(|m| m.member_id.as_str()).collect();
+    assert_eq!(ids.len(), 2, "distinct member ids: {view:?}");
+    assert!(ids.iter().all(|id| !id.is_empty()), "{view:?}");
+    for (m, a) in members.iter().zip(&stable) {
+        let v = view
+            .member(&m.name)
+            .unwrap_or_else(|| panic!("{} not described: {view:?}", m.name));
+        assert_eq!(
+            &v.partitions(&topic),
+            a,
+            "{}'s assignment as described",
+            m.name
+        );
+    }
+
+    let listed = broker.list_groups().unwrap();
+    let find = |g: &str| listed.iter().find(|(n, _, _)| n == g).cloned();
+    let (_, ptype, state) = find(&group).unwrap_or_else(|| panic!("{group} not in {listed:?}"));
+    assert_eq!((ptype.as_str(), state.as_str()), ("consumer", "Stable"));
+    let (_, _, state) = find(&simple).unwrap_or_else(|| panic!("{simple} not in {listed:?}"));
+    assert_eq!(state, "Empty", "a group with commits and no members");
+
+    for m in members {
+        m.close();
+    }
+    let view = broker
+        .describe_group(&group)
+        .unwrap()
+        .expect("group listed");
+    assert_eq!(
+        (view.state.as_str(), view.members.len()),
+        ("Empty", 0),
+        "after both members left: {view:?}"
+    );
+}
+
+#[test]
+#[ignore = "group coordinator not yet landed: DescribeGroups answers an empty client_host for every member (Kafka: \"/127.0.0.1\")"]
+fn describe_groups_reports_where_each_member_connects_from() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("client-host");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    let group = unique_group("client-host");
+    let member = Member::start("host", named(broker.group_config(&group), "host"), &topic);
+    wait_for_stable_assignment(&[&member], 2, STABLE_FOR, SETTLE);
+    let view = broker
+        .describe_group(&group)
+        .unwrap()
+        .expect("group listed");
+    let m = view.member("host").unwrap_or_else(|| panic!("{view:?}"));
+    // Kafka answers the member's address as Java prints it: "/127.0.0.1".
+    assert!(
+        m.client_host.contains("127.0.0.1"),
+        "client host of the member: {:?}",
+        m.client_host
+    );
+}
+
+#[test]
+fn delete_groups_removes_an_empty_group_and_refuses_one_with_members() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("deleted");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    produce_to_each(&broker, &topic, 2, 20, "deleted");
+    let admin = broker.admin();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+
+    // A group whose only member committed and left.
+    let empty = unique_group("empty");
+    let stop_at: BTreeMap<i32, i64> = [(0, 12), (1, 20)].into();
+    Processor::subscribe(&broker, &empty, &topic, &stop_at).run_and_commit(SETTLE);
+    let view = broker
+        .describe_group(&empty)
+        .unwrap()
+        .expect("group listed");
+    assert_eq!((view.state.as_str(), view.members.len()), ("Empty", 0));
+
+    // A group with a live member.
+    let busy = unique_group("busy");
+    let member = Member::start("busy", broker.group_config(&busy), &topic);
+    let assigned = wait_for_stable_assignment(&[&member], 2, STABLE_FOR, SETTLE);
+
+    let results = block_on(admin.delete_groups(&[&busy], &opts)).unwrap();
+    assert_eq!(
+        results,
+        vec![Err((busy.clone(), RDKafkaErrorCode::NonEmptyGroup))],
+        "DeleteGroups of a group with a member"
+    );
+    let mut raw = GroupClient::connect(&broker.kafka_addr).unwrap();
+    assert_eq!(
+        raw.delete_groups(&[&busy]).unwrap(),
+        vec![(busy.clone(), group_error::NON_EMPTY_GROUP)]
+    );
+    let view = broker.describe_group(&busy).unwrap().expect("group listed");
+    assert_eq!((view.state.as_str(), view.members.len()), ("Stable", 1));
+    assert_eq!(
+        member.assignment(),
+        assigned[0],
+        "the member kept its partitions"
+    );
+
+    let results = block_on(admin.delete_groups(&[&empty], &opts)).unwrap();
+    assert_eq!(
+        results,
+        vec![Ok(empty.clone())],
+        "DeleteGroups of an empty group"
+    );
+    assert_eq!(
+        raw.fetched_offsets(&empty, &topic, &[0, 1]),
+        [(0, -1), (1, -1)].into(),
+        "OffsetFetch after the group was deleted"
+    );
+    assert_eq!(
+        broker.committed(&empty, &topic, &[0, 1]).unwrap(),
+        [(0, None), (1, None)].into()
+    );
+    let listed = broker.list_groups().unwrap();
+    assert!(
+        !listed.iter().any(|(n, _, _)| *n == empty),
+        "deleted group still listed: {listed:?}"
+    );
+    assert_eq!(
+        raw.delete_groups(&[&empty]).unwrap(),
+        vec![(empty.clone(), group_error::GROUP_ID_NOT_FOUND)],
+        "deleting it again"
+    );
+
+    // The name is free again: a new member starts from the beginning.
+    let ends: BTreeMap<i32, i64> = [(0, 20), (1, 20)].into();
+    let got = consume_as_new_member(&broker, &empty, &topic, &ends, SETTLE);
+    assert_resumed_at(&got, &[(0, 0), (1, 0)].into(), &ends);
+}
+
+#[test]
+fn offset_delete_removes_one_partitions_commit_from_an_empty_group() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("offset-delete");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    let mut c = GroupClient::connect(&broker.kafka_addr).unwrap();
+
+    let idle = unique_group("idle");
+    c.simple_commit_ok(&idle, &topic, &[(0, 5), (1, 6)]);
+    assert_eq!(
+        c.offset_delete(&idle, &topic, &[0]).unwrap(),
+        (0, vec![(0, 0)]),
+        "OffsetDelete in an empty group"
+    );
+    assert_eq!(
+        c.fetched_offsets(&idle, &topic, &[0, 1]),
+        [(0, -1), (1, 6)].into(),
+        "only partition 0's commit is gone"
+    );
+}
+
+#[test]
+#[ignore = "group coordinator not yet landed: OffsetDelete in a running group answers NON_EMPTY_GROUP (68) per partition; Kafka answers GROUP_SUBSCRIBED_TO_TOPIC (86) for subscribed topics and deletes the others"]
+fn offset_delete_refuses_a_topic_a_running_group_is_subscribed_to() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("subscribed");
+    let old_topic = unique_topic("unsubscribed");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    broker.create_topic(&old_topic, 1, &[]).unwrap();
+    let mut c = GroupClient::connect(&broker.kafka_addr).unwrap();
+
+    // A member subscribed to `topic` (only) holds the group's commits of both topics.
+    let live = unique_group("subscribed");
+    let joined = c
+        .join(&live, 30_000, &topic)
+        .unwrap()
+        .unwrap_or_else(|e| panic!("JoinGroup failed with error {e}"));
+    let (err, _) = c
+        .sync(
+            &live,
+            joined.generation,
+            &joined.member_id,
+            &topic,
+            &[(&joined.member_id, vec![0, 1])],
+        )
+        .unwrap();
+    assert_eq!(err, 0, "SyncGroup");
+    assert_eq!(
+        c.commit(
+            &live,
+            joined.generation,
+            &joined.member_id,
+            &topic,
+            &[(0, 9)]
+        )
+        .unwrap(),
+        vec![(0, 0)]
+    );
+    assert_eq!(
+        c.commit(
+            &live,
+            joined.generation,
+            &joined.member_id,
+            &old_topic,
+            &[(0, 4)]
+        )
+        .unwrap(),
+        vec![(0, 0)]
+    );
+
+    let (err, parts) = c.offset_delete(&live, &topic, &[0]).unwrap();
+    assert_eq!(err, 0, "OffsetDelete top-level error");
+    assert_eq!(
+        parts,
+        vec![(0, group_error::GROUP_SUBSCRIBED_TO_TOPIC)],
+        "OffsetDelete of a topic the group is subscribed to"
+    );
+    assert_eq!(c.fetched_offsets(&live, &topic, &[0]), [(0, 9)].into());
+
+    // A topic the members no longer subscribe to can be cleaned up while the group runs.
+    assert_eq!(
+        c.offset_delete(&live, &old_topic, &[0]).unwrap(),
+        (0, vec![(0, 0)]),
+        "OffsetDelete of a topic the running group is not subscribed to"
+    );
+    assert_eq!(c.fetched_offsets(&live, &old_topic, &[0]), [(0, -1)].into());
+}
