@@ -78,6 +78,11 @@ async fn connection(
     broker: &Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    // As Kafka reports it in DescribeGroups: "/<ip>".
+    let client_host = stream
+        .peer_addr()
+        .map(|a| format!("/{}", a.ip()))
+        .unwrap_or_default();
     let (reader, mut writer) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Incoming>(PIPELINE_DEPTH);
     let max = broker.config.max_request_bytes;
@@ -148,7 +153,9 @@ async fn connection(
                     client_id = req.header.client_id.as_ref().map(|c| c.as_str()).unwrap_or(""),
                 );
                 let started = Instant::now();
-                let response = handlers::handle(broker, *req).instrument(span).await;
+                let response = handlers::handle(broker, *req, &client_host)
+                    .instrument(span)
+                    .await;
                 broker
                     .metrics
                     .request(api_name(api), started.elapsed().as_secs_f64());

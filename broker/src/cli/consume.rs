@@ -117,6 +117,9 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             conn.client_config(&[
                 ("group.id", group),
                 ("auto.offset.reset", reset),
+                // Commit only what was printed: librdkafka would otherwise store the offsets
+                // of records it fetched ahead, and `-n` would skip them for the next reader.
+                ("enable.auto.offset.store", "false"),
                 ("fetch.queue.backoff.ms", "10"),
             ])
             .create()
@@ -188,6 +191,11 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
                 if let Err(e) = print(&mut out, &msg, &args) {
                     break Err(e);
                 }
+                if args.group.is_some() {
+                    if let Err(e) = consumer.store_offset_from_message(&msg) {
+                        errors.report(&format!("cannot store offset: {e}"));
+                    }
+                }
             }
             Some(Err(KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => {
@@ -199,6 +207,12 @@ pub fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         }
     };
     let result = result.and_then(|()| out.flush());
+    if args.group.is_some() && count > 0 {
+        // Commit what was printed before exiting rather than waiting for the auto-commit tick.
+        if let Err(e) = consumer.commit_consumer_state(rdkafka::consumer::CommitMode::Sync) {
+            eprintln!("warning: final offset commit failed: {e}");
+        }
+    }
     match result {
         Ok(()) => {}
         // A closed pipe (`| head`) ends the output normally.

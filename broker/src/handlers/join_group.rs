@@ -47,6 +47,7 @@ pub async fn handle(
     req: JoinGroupRequest,
     version: i16,
     client_id: &str,
+    client_host: &str,
 ) -> JoinGroupResponse {
     let group_id = req.group_id.0.as_str().to_string();
     let fail = |code: ErrorCode| {
@@ -82,7 +83,7 @@ pub async fn handle(
             .as_ref()
             .map(|s| s.as_str().to_string()),
         client_id: client_id.to_string(),
-        client_host: String::new(),
+        client_host: client_host.to_string(),
         session_timeout: Duration::from_millis(req.session_timeout_ms as u64),
         rebalance_timeout: Duration::from_millis(rebalance.max(0) as u64),
         protocol_type: req.protocol_type.as_str().to_string(),

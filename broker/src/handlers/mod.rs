@@ -38,7 +38,7 @@ use crate::protocol::Request;
 pub use api_versions::unsupported_version_response;
 
 /// Handles one request. `None` means no response is sent (Produce with acks=0).
-pub async fn handle(broker: &Arc<Broker>, req: Request) -> Option<ResponseKind> {
+pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Option<ResponseKind> {
     let v = req.header.request_api_version;
     Some(match req.body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, v)),
@@ -82,7 +82,7 @@ pub async fn handle(broker: &Arc<Broker>, req: Request) -> Option<ResponseKind> 
                 .as_ref()
                 .map(|c| c.as_str().to_string())
                 .unwrap_or_default();
-            ResponseKind::JoinGroup(join_group::handle(broker, r, v, &client_id).await)
+            ResponseKind::JoinGroup(join_group::handle(broker, r, v, &client_id, client_host).await)
         }
         RequestKind::SyncGroup(r) => {
             ResponseKind::SyncGroup(sync_group::handle(broker, r, v).await)
