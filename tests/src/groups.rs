@@ -298,6 +298,11 @@ impl Member {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// False once the member's thread has ended (it panicked, or was closed).
+    pub fn is_alive(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     /// Partitions of the subscribed topic assigned right now.
     pub fn assignment(&self) -> BTreeSet<i32> {
         self.state().assignment.clone()
@@ -365,6 +370,9 @@ pub fn wait_for_stable_assignment(
     let mut since: Option<(Instant, Vec<BTreeSet<i32>>)> = None;
     let deadline = Instant::now() + timeout;
     loop {
+        for m in members {
+            assert!(m.is_alive(), "member {} stopped: {:?}", m.name, m.errors());
+        }
         let now: Vec<BTreeSet<i32>> = members.iter().map(|m| m.assignment()).collect();
         let total: usize = now.iter().map(BTreeSet::len).sum();
         let union: BTreeSet<i32> = now.iter().flatten().copied().collect();

@@ -619,6 +619,44 @@ fn a_member_that_leaves_hands_over_its_partitions_before_its_session_could_expir
 }
 
 #[test]
+fn a_static_member_restarting_within_its_session_keeps_its_partitions_without_a_rebalance() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("static");
+    broker.create_topic(&topic, 4, &[]).unwrap();
+    let group = unique_group("static");
+    let cfg = |instance: &str| {
+        let mut cfg = named(broker.group_config(&group), instance);
+        // Long enough that the restart below never races the session.
+        cfg.set("group.instance.id", instance)
+            .set("session.timeout.ms", "30000");
+        cfg
+    };
+    let steady = Member::start("steady", cfg("steady"), &topic);
+    let restarting = Member::start("restarting", cfg("restarting"), &topic);
+    let before = wait_for_stable_assignment(&[&steady, &restarting], 4, STABLE_FOR, SETTLE);
+    let steady_history = steady.assignment_history();
+
+    // A static member does not send LeaveGroup on close; its replacement rejoins by instance id.
+    restarting.close();
+    let restarted = Member::start("restarted", cfg("restarting"), &topic);
+    let after = wait_for_stable_assignment(&[&steady, &restarted], 4, STABLE_FOR, SETTLE);
+    assert_eq!(
+        after, before,
+        "assignments after the static member restarted"
+    );
+    assert_eq!(
+        steady.assignment_history(),
+        steady_history,
+        "the other member was never revoked (no rebalance)"
+    );
+    let view = broker
+        .describe_group(&group)
+        .unwrap()
+        .expect("group listed");
+    assert_eq!(view.members.len(), 2, "{view:?}");
+}
+
+#[test]
 fn two_groups_on_one_topic_keep_independent_offsets() {
     let broker = Broker::start_default();
     let topic = unique_topic("two-groups");
