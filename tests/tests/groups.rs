@@ -1050,7 +1050,6 @@ fn list_and_describe_groups() {
 }
 
 #[test]
-#[ignore = "group coordinator not yet landed: DescribeGroups answers an empty client_host for every member (Kafka: \"/127.0.0.1\")"]
 fn describe_groups_reports_where_each_member_connects_from() {
     let broker = Broker::start_default();
     let topic = unique_topic("client-host");
