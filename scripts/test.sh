@@ -58,9 +58,11 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/nul
     mkdir -p "$(dirname "$VENV")"
     "$PYTHON_BIN" -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import confluent_kafka, kafka' >/dev/null 2>&1; then
-    log "installing confluent-kafka and kafka-python into $VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check confluent-kafka kafka-python </dev/null
+# lz4: kafka-python decodes lz4 batches (written by confluent-kafka in the compat script) only
+# with the lz4 module installed.
+if ! "$VENV/bin/python" -c 'import confluent_kafka, kafka, lz4' >/dev/null 2>&1; then
+    log "installing confluent-kafka, kafka-python and lz4 into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check confluent-kafka kafka-python lz4 </dev/null
 fi
 
 # ---- build and test ----
