@@ -45,6 +45,7 @@ pub enum ErrorCode {
     GroupIdNotFound = 69,
     MemberIdRequired = 79,
     FencedInstanceId = 82,
+    GroupSubscribedToTopic = 86,
 }
 
 impl ErrorCode {

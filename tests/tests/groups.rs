@@ -1167,7 +1167,6 @@ fn offset_delete_removes_one_partitions_commit_from_an_empty_group() {
 }
 
 #[test]
-#[ignore = "group coordinator not yet landed: OffsetDelete in a running group answers NON_EMPTY_GROUP (68) per partition; Kafka answers GROUP_SUBSCRIBED_TO_TOPIC (86) for subscribed topics and deletes the others"]
 fn offset_delete_refuses_a_topic_a_running_group_is_subscribed_to() {
     let broker = Broker::start_default();
     let topic = unique_topic("subscribed");

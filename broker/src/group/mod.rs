@@ -461,7 +461,8 @@ impl Coordinator {
         ErrorCode::None
     }
 
-    /// OffsetDelete: removes committed offsets of partitions the group does not consume.
+    /// OffsetDelete: removes committed offsets, except of topics a live consumer group
+    /// subscribes to (GROUP_SUBSCRIBED_TO_TOPIC), as Kafka does.
     pub fn delete_offsets(
         &self,
         broker: &Broker,
@@ -472,23 +473,43 @@ impl Coordinator {
         let Some(entry) = groups.get_mut(group_id) else {
             return Err(ErrorCode::GroupIdNotFound);
         };
-        if entry.group.as_ref().is_some_and(|g| !g.is_empty()) {
-            // Without parsing subscriptions we cannot tell which topics are in use: refuse
-            // rather than delete an offset a live member depends on.
-            return Ok(partitions
-                .iter()
-                .map(|_| ErrorCode::NonEmptyGroup)
-                .collect());
-        }
-        let records: Vec<(Bytes, Option<Bytes>)> = partitions
+        let live = entry.group.as_ref().filter(|g| !g.is_empty());
+        let subscribed = match live {
+            None => Default::default(),
+            Some(g) => match g.subscribed_topics() {
+                Some(t) => t,
+                // Subscriptions unknown (not a consumer group): refuse rather than delete an
+                // offset a live member may depend on.
+                None => return Err(ErrorCode::NonEmptyGroup),
+            },
+        };
+        let codes: Vec<ErrorCode> = partitions
             .iter()
-            .map(|(t, p)| (store::offset_key(group_id, t, *p), None))
+            .map(|(t, _)| {
+                if subscribed.contains(t) {
+                    ErrorCode::GroupSubscribedToTopic
+                } else {
+                    ErrorCode::None
+                }
+            })
             .collect();
-        Self::persist(broker, group_id, &records).map_err(|e| e.code)?;
-        for (t, p) in partitions {
-            entry.offsets.remove(&(t.clone(), *p));
+        let doomed: Vec<&(String, i32)> = partitions
+            .iter()
+            .zip(&codes)
+            .filter(|(_, c)| **c == ErrorCode::None)
+            .map(|(p, _)| p)
+            .collect();
+        if !doomed.is_empty() {
+            let records: Vec<(Bytes, Option<Bytes>)> = doomed
+                .iter()
+                .map(|(t, p)| (store::offset_key(group_id, t, *p), None))
+                .collect();
+            Self::persist(broker, group_id, &records).map_err(|e| e.code)?;
+            for (t, p) in doomed {
+                entry.offsets.remove(&(t.clone(), *p));
+            }
         }
-        Ok(partitions.iter().map(|_| ErrorCode::None).collect())
+        Ok(codes)
     }
 
     /// Session expiry and rebalance deadlines; called every 100 ms.

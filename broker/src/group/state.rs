@@ -499,6 +499,30 @@ impl Group {
         }
     }
 
+    /// Topics the members of a "consumer" group subscribe to, from their protocol metadata
+    /// (ConsumerProtocolSubscription). `None` when the group is not a consumer group or a
+    /// member's metadata cannot be read: then nothing can be ruled out.
+    pub fn subscribed_topics(&self) -> Option<HashSet<String>> {
+        use kafka_protocol::messages::ConsumerProtocolSubscription;
+        use kafka_protocol::protocol::Decodable;
+        if self.protocol_type.as_deref() != Some("consumer") {
+            return None;
+        }
+        let mut topics = HashSet::new();
+        for m in self.members.values() {
+            let (_, meta) = m.protocols.first()?;
+            let mut buf = meta.clone();
+            if buf.len() < 2 {
+                return None;
+            }
+            let version = i16::from_be_bytes([buf[0], buf[1]]);
+            bytes::Buf::advance(&mut buf, 2);
+            let sub = ConsumerProtocolSubscription::decode(&mut buf, version.clamp(0, 3)).ok()?;
+            topics.extend(sub.topics.iter().map(|t| t.as_str().to_string()));
+        }
+        Some(topics)
+    }
+
     pub fn instance_member(&self, instance_id: &str) -> Option<String> {
         self.members
             .values()
