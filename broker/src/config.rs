@@ -34,6 +34,8 @@ pub struct BrokerConfig {
     pub log_flush_ms: i64,
     pub log_index_interval_bytes: u64,
     pub log_retention_check_interval_ms: u64,
+    /// Committed offsets of a group empty for this long are deleted (-1: never).
+    pub offsets_retention_minutes: i64,
     pub message_max_bytes: u32,
     pub log_message_timestamp_type: String,
 }
@@ -61,6 +63,7 @@ impl Default for BrokerConfig {
             log_flush_ms: i64::MAX,
             log_index_interval_bytes: 4096,
             log_retention_check_interval_ms: 30_000,
+            offsets_retention_minutes: 7 * 24 * 60,
             message_max_bytes: 1_048_588,
             log_message_timestamp_type: "CreateTime".into(),
         }

@@ -257,6 +257,16 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
         let retention = now - last_retention >= retention_every as i64;
         if retention {
             last_retention = now;
+            let minutes = broker.config.offsets_retention_minutes;
+            broker.groups.expire_offsets(
+                &broker,
+                now,
+                if minutes < 0 {
+                    -1
+                } else {
+                    minutes.saturating_mul(60_000)
+                },
+            );
         }
         broker.groups.tick();
         if last_lag.elapsed() >= crate::group::lag::SAMPLE_EVERY {

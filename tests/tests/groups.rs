@@ -1231,3 +1231,39 @@ fn offset_delete_refuses_a_topic_a_running_group_is_subscribed_to() {
     );
     assert_eq!(c.fetched_offsets(&live, &old_topic, &[0]), [(0, -1)].into());
 }
+
+#[test]
+fn offsets_of_an_empty_group_expire_after_offsets_retention_and_stay_gone_after_a_restart() {
+    // Retention 0 minutes, checked every 200 ms: an empty group's offsets go at the next check.
+    let mut broker = Broker::start(
+        strata_tests::BrokerOpts::new()
+            .env("STRATA_OFFSETS_RETENTION_MINUTES", 0)
+            .env("STRATA_LOG_RETENTION_CHECK_INTERVAL_MS", 200),
+    );
+    let topic = unique_topic("expiry");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let group = unique_group("expiring");
+    let mut c = GroupClient::connect(&broker.kafka_addr).unwrap();
+    c.simple_commit_ok(&group, &topic, &[(0, 5)]);
+    let offset = |c: &mut GroupClient| {
+        c.fetch_offsets(&group, &topic, &[0])
+            .ok()
+            .map(|(_, p)| p[0].offset)
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), || offset(&mut c) == Some(-1)),
+        "the committed offset did not expire"
+    );
+    broker.kill9();
+    broker.restart();
+    let mut c = wait_for_some(
+        "a group client after the restart",
+        Duration::from_secs(15),
+        || GroupClient::connect(&broker.kafka_addr).ok(),
+    );
+    assert_eq!(
+        offset(&mut c),
+        Some(-1),
+        "expired offsets must not come back from the log"
+    );
+}

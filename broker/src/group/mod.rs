@@ -41,6 +41,19 @@ pub type TopicOffsets = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
 struct Entry {
     group: Option<Group>,
     offsets: Offsets,
+    /// Wall-clock ms when the group was last seen with members (0: not since start-up).
+    last_active_ms: i64,
+}
+
+/// Whether an empty group's offsets have outlived `offsets.retention.minutes` (KIP-211): the
+/// clock starts at the later of its newest commit and the moment it was last seen with members.
+fn offsets_expired(offsets: &Offsets, last_active_ms: i64, now_ms: i64, retention_ms: i64) -> bool {
+    let newest_commit = offsets
+        .values()
+        .map(|o| o.commit_timestamp)
+        .max()
+        .unwrap_or(0);
+    retention_ms >= 0 && now_ms - newest_commit.max(last_active_ms) > retention_ms
 }
 
 #[derive(Default)]
@@ -513,9 +526,50 @@ impl Coordinator {
     }
 
     /// Session expiry and rebalance deadlines; called every 100 ms.
+    /// Deletes (tombstones) the committed offsets of groups that have been empty for longer
+    /// than `retention_ms`. Returns how many groups expired.
+    pub fn expire_offsets(&self, broker: &Broker, now_ms: i64, retention_ms: i64) -> usize {
+        let mut groups = self.lock();
+        let expired: Vec<String> = groups
+            .iter()
+            .filter(|(_, e)| e.group.as_ref().is_none_or(|g| g.is_empty()))
+            .filter(|(_, e)| {
+                !e.offsets.is_empty()
+                    && offsets_expired(&e.offsets, e.last_active_ms, now_ms, retention_ms)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut done = 0;
+        for id in expired {
+            let Some(entry) = groups.get(&id) else {
+                continue;
+            };
+            let records: Vec<(Bytes, Option<Bytes>)> = entry
+                .offsets
+                .keys()
+                .map(|(t, p)| (store::offset_key(&id, t, *p), None))
+                .collect();
+            match Self::persist(broker, &id, &records) {
+                Ok(()) => {
+                    tracing::info!(group = %id, partitions = records.len(), "committed offsets expired (offsets_retention_minutes)");
+                    groups.remove(&id);
+                    done += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(group = %id, error = %e, "cannot expire committed offsets")
+                }
+            }
+        }
+        done
+    }
+
     pub fn tick(&self) {
         let now = Instant::now();
+        let wall = crate::partition::now_ms();
         for (id, entry) in self.lock().iter_mut() {
+            if entry.group.as_ref().is_some_and(|g| !g.is_empty()) {
+                entry.last_active_ms = wall;
+            }
             if let Some(g) = entry.group.as_mut() {
                 for member in g.tick(now) {
                     tracing::info!(group = %id, member, "member expired after its session timeout");
@@ -534,5 +588,46 @@ fn check_instance(
     match instance_id.and_then(|i| group.instance_member(i)) {
         Some(current) if current != member_id => Err(ErrorCode::FencedInstanceId),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets(commit_ts: &[i64]) -> Offsets {
+        commit_ts
+            .iter()
+            .enumerate()
+            .map(|(i, ts)| {
+                (
+                    ("t".to_string(), i as i32),
+                    CommittedOffset {
+                        offset: 1,
+                        leader_epoch: -1,
+                        metadata: String::new(),
+                        commit_timestamp: *ts,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn offsets_expire_only_after_retention_from_the_newest_commit_or_last_activity() {
+        let o = offsets(&[1_000, 5_000]);
+        assert!(
+            !offsets_expired(&o, 0, 10_000, 6_000),
+            "newest commit is 5 s old"
+        );
+        assert!(offsets_expired(&o, 0, 11_001, 6_000));
+        assert!(
+            !offsets_expired(&o, 9_000, 11_001, 6_000),
+            "members were active until 9 s"
+        );
+        assert!(
+            !offsets_expired(&o, 0, i64::MAX, -1),
+            "-1 keeps offsets forever"
+        );
     }
 }
