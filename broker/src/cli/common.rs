@@ -1,12 +1,14 @@
 //! Pieces shared by every client command: connection flags, librdkafka configuration with
 //! bounded timeouts, `key=value` parsing, metadata look-ups and latency formatting.
 
+use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use rdkafka::client::{Client, ClientContext};
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::{Client, ClientContext, DefaultClientContext};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::metadata::Metadata;
 use rdkafka::ClientConfig;
@@ -69,6 +71,41 @@ impl ConnectArgs {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
+}
+
+pub fn admin_client(conn: &ConnectArgs) -> anyhow::Result<AdminClient<DefaultClientContext>> {
+    // librdkafka's admin client is a producer handle, whose metadata requests would ask the
+    // broker to auto-create the topic being described or altered.
+    conn.client_config(&[("allow.auto.create.topics", "false")])
+        .create()
+        .context("creating admin client")
+}
+
+pub fn admin_options(conn: &ConnectArgs) -> AdminOptions {
+    AdminOptions::new()
+        .request_timeout(Some(conn.request_timeout()))
+        .operation_timeout(Some(conn.request_timeout()))
+}
+
+/// Runs an admin future to completion, bounded by the request timeout plus a grace period
+/// (librdkafka enforces the request timeout itself; this guards against a lost result).
+pub fn block_on<F: Future>(
+    runtime: &tokio::runtime::Runtime,
+    conn: &ConnectArgs,
+    what: &str,
+    fut: F,
+) -> anyhow::Result<F::Output> {
+    let limit = conn.request_timeout() + Duration::from_secs(5);
+    runtime
+        .block_on(async { tokio::time::timeout(limit, fut).await })
+        .map_err(|_| anyhow!("{what}: no answer within {} ms", limit.as_millis()))
+}
+
+/// A single-threaded runtime for commands that only wait on admin futures.
+pub fn current_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
 }
 
 /// Parses `key=value` (split at the first `=`; the value may be empty or contain `=`).

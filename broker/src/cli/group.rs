@@ -10,20 +10,21 @@
 //!   only an empty group accepts.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context as _};
 use clap::{ArgGroup, Args, Subcommand};
-use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::admin::ResourceSpecifier;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::groups::GroupInfo;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::common::{check_partition, emit, fetch_metadata, topic_partitions, ConnectArgs};
+use super::common::{
+    admin_client, admin_options, block_on, check_partition, current_thread_runtime, emit,
+    fetch_metadata, topic_partitions, ConnectArgs,
+};
 
 #[derive(Subcommand, Debug)]
 pub enum GroupCommand {
@@ -151,29 +152,6 @@ fn reader_consumer(conn: &ConnectArgs) -> anyhow::Result<BaseConsumer> {
     ])
     .create()
     .context("creating consumer")
-}
-
-fn admin_client(conn: &ConnectArgs) -> anyhow::Result<AdminClient<DefaultClientContext>> {
-    conn.client_config(&[("allow.auto.create.topics", "false")])
-        .create()
-        .context("creating admin client")
-}
-
-fn admin_options(conn: &ConnectArgs) -> AdminOptions {
-    AdminOptions::new()
-        .request_timeout(Some(conn.request_timeout()))
-        .operation_timeout(Some(conn.request_timeout()))
-}
-
-/// Runs an admin future, bounded by the request timeout plus a grace period.
-fn block_on<F: Future>(conn: &ConnectArgs, what: &str, fut: F) -> anyhow::Result<F::Output> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let limit = conn.request_timeout() + Duration::from_secs(5);
-    runtime
-        .block_on(async { tokio::time::timeout(limit, fut).await })
-        .map_err(|_| anyhow!("{what}: no answer within {} ms", limit.as_millis()))
 }
 
 /// DescribeGroups for one group; `None` when the broker does not know it (librdkafka
@@ -632,6 +610,7 @@ fn topic_retention(
     let specs: Vec<ResourceSpecifier<'_>> =
         topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
     let results = block_on(
+        &current_thread_runtime()?,
         conn,
         "describe configs",
         admin.describe_configs(specs.iter(), &admin_options(conn)),
@@ -869,6 +848,7 @@ fn delete(args: DeleteArgs) -> anyhow::Result<()> {
     let admin = admin_client(conn)?;
     let names: Vec<&str> = args.groups.iter().map(String::as_str).collect();
     let results = block_on(
+        &current_thread_runtime()?,
         conn,
         "delete groups",
         admin.delete_groups(&names, &admin_options(conn)),

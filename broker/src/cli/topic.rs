@@ -1,18 +1,18 @@
 //! `strata topic create|list|describe|alter|delete`, through librdkafka's admin API.
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _};
 use clap::{Args, Subcommand};
 use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, ConfigSource, NewTopic, ResourceSpecifier,
-    TopicReplication,
+    AdminClient, AlterConfig, ConfigSource, NewTopic, ResourceSpecifier, TopicReplication,
 };
 use rdkafka::client::DefaultClientContext;
 
-use super::common::{emit, fetch_metadata, parse_key_value, topic_partitions, ConnectArgs};
+use super::common::{
+    admin_client, admin_options, block_on, emit, fetch_metadata, parse_key_value, topic_partitions,
+    ConnectArgs,
+};
 use super::incremental_alter::{self, AlterFailure, ConfigOp};
 
 #[derive(Subcommand, Debug)]
@@ -105,34 +105,6 @@ pub fn run(cmd: TopicCommand) -> anyhow::Result<()> {
         TopicCommand::Alter(args) => alter(&runtime, args),
         TopicCommand::Delete(args) => delete(&runtime, args),
     }
-}
-
-fn admin_client(conn: &ConnectArgs) -> anyhow::Result<AdminClient<DefaultClientContext>> {
-    // librdkafka's admin client is a producer handle, whose metadata requests would ask the
-    // broker to auto-create the topic being described or altered.
-    conn.client_config(&[("allow.auto.create.topics", "false")])
-        .create()
-        .context("creating admin client")
-}
-
-fn admin_options(conn: &ConnectArgs) -> AdminOptions {
-    AdminOptions::new()
-        .request_timeout(Some(conn.request_timeout()))
-        .operation_timeout(Some(conn.request_timeout()))
-}
-
-/// Runs an admin future to completion, bounded by the request timeout plus a grace period
-/// (librdkafka enforces the request timeout itself; this guards against a lost result).
-fn block_on<F: Future>(
-    runtime: &tokio::runtime::Runtime,
-    conn: &ConnectArgs,
-    what: &str,
-    fut: F,
-) -> anyhow::Result<F::Output> {
-    let limit = conn.request_timeout() + Duration::from_secs(5);
-    runtime
-        .block_on(async { tokio::time::timeout(limit, fut).await })
-        .map_err(|_| anyhow!("{what}: no answer within {} ms", limit.as_millis()))
 }
 
 fn create(runtime: &tokio::runtime::Runtime, args: CreateArgs) -> anyhow::Result<()> {
