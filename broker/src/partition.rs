@@ -20,7 +20,6 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
-use crate::log::batch::BatchHeader;
 use crate::log::{AppendInfo, Log, LogError};
 use crate::topic_config;
 
@@ -67,8 +66,13 @@ impl Partition {
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn append(&self, batches: &[(BatchHeader, Bytes)]) -> Result<AppendInfo, LogError> {
-        let info = self.log().append(batches, 0, now_ms())?;
+    /// Validates a produce request's record batches against this topic's
+    /// `max.message.bytes` (outside the log lock: the CRC pass touches every byte) and appends
+    /// them.
+    pub fn append(&self, records: &Bytes) -> Result<AppendInfo, LogError> {
+        let max_message_bytes = self.log().config().max_message_bytes;
+        let batches = crate::log::batch::split_and_validate(records, max_message_bytes)?;
+        let info = self.log().append(&batches, 0, now_ms())?;
         if !info.duplicate {
             self.wake();
         }

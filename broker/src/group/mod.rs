@@ -197,10 +197,23 @@ impl Coordinator {
             .iter()
             .map(|(k, v)| (Some(&k[..]), v.as_deref()))
             .collect();
-        let built = batch::build(&refs, crate::partition::now_ms());
-        let batches = batch::split_and_validate(&built, usize::MAX)?;
-        part.append(&batches)?;
+        part.append(&batch::build(&refs, crate::partition::now_ms()))?;
         Ok(())
+    }
+
+    /// Appends tombstones deleting the given committed offsets (nothing when there are none).
+    fn tombstone<'a>(
+        broker: &Broker,
+        group: &str,
+        partitions: impl Iterator<Item = &'a (String, i32)>,
+    ) -> Result<(), ApiError> {
+        let records: Vec<(Bytes, Option<Bytes>)> = partitions
+            .map(|(t, p)| (store::offset_key(group, t, *p), None))
+            .collect();
+        if records.is_empty() {
+            return Ok(());
+        }
+        Self::persist(broker, group, &records)
     }
 
     pub fn join(&self, group_id: &str, req: JoinRequest) -> Reply<JoinResult> {
@@ -460,15 +473,8 @@ impl Coordinator {
         if entry.group.as_ref().is_some_and(|g| !g.is_empty()) {
             return ErrorCode::NonEmptyGroup;
         }
-        let records: Vec<(Bytes, Option<Bytes>)> = entry
-            .offsets
-            .keys()
-            .map(|(t, p)| (store::offset_key(group_id, t, *p), None))
-            .collect();
-        if !records.is_empty() {
-            if let Err(e) = Self::persist(broker, group_id, &records) {
-                return e.code;
-            }
+        if let Err(e) = Self::tombstone(broker, group_id, entry.offsets.keys()) {
+            return e.code;
         }
         groups.remove(group_id);
         ErrorCode::None
@@ -513,11 +519,7 @@ impl Coordinator {
             .map(|(p, _)| p)
             .collect();
         if !doomed.is_empty() {
-            let records: Vec<(Bytes, Option<Bytes>)> = doomed
-                .iter()
-                .map(|(t, p)| (store::offset_key(group_id, t, *p), None))
-                .collect();
-            Self::persist(broker, group_id, &records).map_err(|e| e.code)?;
+            Self::tombstone(broker, group_id, doomed.iter().copied()).map_err(|e| e.code)?;
             for (t, p) in doomed {
                 entry.offsets.remove(&(t.clone(), *p));
             }
@@ -544,14 +546,9 @@ impl Coordinator {
             let Some(entry) = groups.get(&id) else {
                 continue;
             };
-            let records: Vec<(Bytes, Option<Bytes>)> = entry
-                .offsets
-                .keys()
-                .map(|(t, p)| (store::offset_key(&id, t, *p), None))
-                .collect();
-            match Self::persist(broker, &id, &records) {
+            match Self::tombstone(broker, &id, entry.offsets.keys()) {
                 Ok(()) => {
-                    tracing::info!(group = %id, partitions = records.len(), "committed offsets expired (offsets_retention_minutes)");
+                    tracing::info!(group = %id, partitions = entry.offsets.len(), "committed offsets expired (offsets_retention_minutes)");
                     groups.remove(&id);
                     done += 1;
                 }

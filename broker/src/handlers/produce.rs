@@ -6,8 +6,6 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
-use crate::log::batch;
-use crate::topic_config;
 
 /// Appends each partition's batches. With acks=0 the client expects no response at all.
 pub async fn handle(
@@ -44,21 +42,11 @@ pub async fn handle(
                 Err(e) => Err(e),
             }
         };
-        let max_message_bytes = info
-            .as_ref()
-            .map(|t| topic_config::log_config(&broker.config, &t.configs).max_message_bytes)
-            .unwrap_or(0);
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for p in topic.partition_data {
             let result = match &info {
                 Err(e) => Err(e.clone()),
-                Ok(_) => append(
-                    broker,
-                    &name,
-                    p.index,
-                    p.records.as_ref(),
-                    max_message_bytes,
-                ),
+                Ok(_) => append(broker, &name, p.index, p.records.as_ref()),
             };
             let resp = PartitionProduceResponse::default().with_index(p.index);
             partitions.push(match result {
@@ -94,7 +82,6 @@ fn append(
     topic: &str,
     partition: i32,
     records: Option<&bytes::Bytes>,
-    max_message_bytes: usize,
 ) -> Result<(i64, i64, i64), ApiError> {
     let partition_ref = broker.partitions.get(topic, partition).ok_or_else(|| {
         ApiError::new(
@@ -103,14 +90,9 @@ fn append(
         )
     })?;
     let records = records.ok_or_else(|| ApiError::new(ErrorCode::InvalidRecord, "null records"))?;
-    let batches = batch::split_and_validate(records, max_message_bytes)?;
-    let info = partition_ref.append(&batches)?;
+    let info = partition_ref.append(records)?;
     if !info.duplicate {
         broker.metrics.produced(topic, info.records, info.bytes);
     }
-    Ok((
-        info.base_offset,
-        info.log_append_time,
-        partition_ref.offsets().log_start,
-    ))
+    Ok((info.base_offset, info.log_append_time, info.log_start))
 }

@@ -225,20 +225,22 @@ pub fn with_log_append_time(batch: &[u8], now_ms: i64) -> Bytes {
     b.freeze()
 }
 
+/// Appends a zig-zag varint, the integer encoding inside v2 records.
+fn put_varint(buf: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        buf.push((z as u8 & 0x7f) | 0x80);
+        z >>= 7;
+    }
+    buf.push(z as u8);
+}
+
 /// A record's key and value; `None` is null.
 pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 
 /// Builds an uncompressed v2 batch of key/value records (for records the broker writes itself,
 /// such as committed offsets). A `None` value is a tombstone. Base offset 0, assigned on append.
 pub fn build(records: &[KeyValue<'_>], timestamp: i64) -> Bytes {
-    fn put_varint(buf: &mut Vec<u8>, v: i64) {
-        let mut z = ((v << 1) ^ (v >> 63)) as u64;
-        while z >= 0x80 {
-            buf.push((z as u8 & 0x7f) | 0x80);
-            z >>= 7;
-        }
-        buf.push(z as u8);
-    }
     fn put_nullable(buf: &mut Vec<u8>, b: Option<&[u8]>) {
         match b {
             Some(b) => {
@@ -297,18 +299,6 @@ pub mod field {
 pub mod testing {
     //! Builds real v2 batches (uncompressed) for log tests.
     use super::*;
-
-    fn put_varint(buf: &mut Vec<u8>, v: i64) {
-        let mut z = ((v << 1) ^ (v >> 63)) as u64;
-        loop {
-            if z < 0x80 {
-                buf.push(z as u8);
-                return;
-            }
-            buf.push((z as u8 & 0x7f) | 0x80);
-            z >>= 7;
-        }
-    }
 
     /// A batch of `count` records with values `value-<i>` and timestamps `ts + i`.
     pub fn batch(count: i32, ts: i64) -> Bytes {

@@ -67,6 +67,8 @@ pub struct AppendInfo {
     pub bytes: u64,
     /// True when the batch was an idempotent retry already in the log.
     pub duplicate: bool,
+    /// The log start offset after the append (Produce responses carry it).
+    pub log_start: i64,
 }
 
 pub struct Log {
@@ -271,6 +273,7 @@ impl Log {
             records: 0,
             bytes: 0,
             duplicate: false,
+            log_start: self.log_start_offset,
         };
         for (header, bytes) in batches {
             if header.is_transactional() || header.is_control() {
@@ -386,16 +389,14 @@ impl Log {
         }
         let capacity = self.config.segment_bytes + self.config.max_message_bytes as u64;
         let limit = limit.min(self.high_watermark);
-        let bases: Vec<i64> = self
+        // The segment holding `offset`, or (at a segment's end) the next one.
+        let first = self
             .segments
             .range(..=offset)
             .next_back()
             .map(|(b, _)| *b)
-            .into_iter()
-            .chain(self.segments.range(offset + 1..).map(|(b, _)| *b))
-            .collect();
-        for base in bases {
-            let seg = self.segments.get_mut(&base).expect("listed above");
+            .unwrap_or(offset);
+        for seg in self.segments.range_mut(first..).map(|(_, s)| s) {
             if let Some((pos, header)) = seg.find_batch(offset)? {
                 if header.last_offset() >= limit {
                     return Ok(Bytes::new());

@@ -96,15 +96,14 @@ pub fn encode_response(
         ResponseKind::Fetch(r) => r.compute_size(version)?,
         ResponseKind::Produce(r) => r.compute_size(version)?,
         ResponseKind::Metadata(r) => r.compute_size(version)?,
-        // The rest are small: encode them once into a scratch buffer.
+        // The rest are small: encode them straight after a length placeholder, then patch it.
         other => {
-            let mut scratch = BytesMut::new();
-            other.encode(&mut scratch, version)?;
-            let mut buf = BytesMut::with_capacity(4 + 16 + scratch.len());
-            let size = header.compute_size(header_version)? + scratch.len();
-            buf.extend_from_slice(&(size as i32).to_be_bytes());
+            let mut buf = BytesMut::with_capacity(256);
+            buf.put_i32(0);
             header.encode(&mut buf, header_version)?;
-            buf.extend_from_slice(&scratch);
+            other.encode(&mut buf, version)?;
+            let size = (buf.len() - 4) as i32;
+            buf[..4].copy_from_slice(&size.to_be_bytes());
             return Ok(vec![buf.freeze()]);
         }
     };
