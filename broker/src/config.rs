@@ -38,6 +38,18 @@ pub struct BrokerConfig {
     pub offsets_retention_minutes: i64,
     pub message_max_bytes: u32,
     pub log_message_timestamp_type: String,
+    /// Default `cleanup.policy` of topics.
+    pub log_cleanup_policy: String,
+    pub log_cleaner_enable: bool,
+    /// Pause between cleaner passes when no log is dirty enough.
+    pub log_cleaner_backoff_ms: u64,
+    /// Memory for the key → offset map of one clean; bounds how much dirty log one pass takes.
+    pub log_cleaner_dedupe_buffer_size: u64,
+    /// Bytes read plus written per second by the cleaner (0: unbounded).
+    pub log_cleaner_io_max_bytes_per_second: u64,
+    pub log_cleaner_delete_retention_ms: i64,
+    pub log_cleaner_min_cleanable_ratio: f64,
+    pub log_cleaner_min_compaction_lag_ms: i64,
 }
 
 impl Default for BrokerConfig {
@@ -66,6 +78,14 @@ impl Default for BrokerConfig {
             offsets_retention_minutes: 7 * 24 * 60,
             message_max_bytes: 1_048_588,
             log_message_timestamp_type: "CreateTime".into(),
+            log_cleanup_policy: "delete".into(),
+            log_cleaner_enable: true,
+            log_cleaner_backoff_ms: 15_000,
+            log_cleaner_dedupe_buffer_size: 128 << 20,
+            log_cleaner_io_max_bytes_per_second: 0,
+            log_cleaner_delete_retention_ms: 86_400_000,
+            log_cleaner_min_cleanable_ratio: 0.5,
+            log_cleaner_min_compaction_lag_ms: 0,
         }
     }
 }
@@ -141,6 +161,16 @@ impl BrokerConfig {
         if !["CreateTime", "LogAppendTime"].contains(&self.log_message_timestamp_type.as_str()) {
             return Err(ConfigError::Invalid(
                 "log_message_timestamp_type must be CreateTime or LogAppendTime".into(),
+            ));
+        }
+        if crate::topic_config::cleanup_policy(&self.log_cleanup_policy).is_none() {
+            return Err(ConfigError::Invalid(
+                "log_cleanup_policy must be delete, compact or compact,delete".into(),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.log_cleaner_min_cleanable_ratio) {
+            return Err(ConfigError::Invalid(
+                "log_cleaner_min_cleanable_ratio must be between 0 and 1".into(),
             ));
         }
         Ok(())

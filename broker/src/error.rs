@@ -25,6 +25,7 @@ pub enum ErrorCode {
     InvalidConfig = 40,
     InvalidRequest = 42,
     UnsupportedForMessageFormat = 43,
+    PolicyViolation = 44,
     OutOfOrderSequenceNumber = 45,
     InvalidProducerEpoch = 47,
     KafkaStorageError = 56,
@@ -97,6 +98,7 @@ impl From<LogError> for ApiError {
             LogError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequenceNumber,
             LogError::ProducerFenced { .. } => ErrorCode::InvalidProducerEpoch,
             LogError::Unsupported(_) => ErrorCode::UnsupportedForMessageFormat,
+            LogError::PolicyViolation(_) => ErrorCode::PolicyViolation,
         };
         if code == ErrorCode::KafkaStorageError {
             tracing::error!(error = %e, "storage error");

@@ -8,7 +8,9 @@
 //! - [`broker`] — state shared by handlers; topic creation; producer ids;
 //! - [`group`] — the group coordinator: membership and committed offsets;
 //! - [`partition`] — the hosted partitions, kept in step with the metadata state;
-//! - [`log`] — the partition log engine: segments, indexes, recovery, retention, producer state;
+//! - [`log`] — the partition log engine: segments, indexes, recovery, retention, compaction,
+//!   producer state;
+//! - [`cleaner`] — the background thread that compacts `cleanup.policy=compact` logs;
 //! - [`config`], [`topic_config`] — broker settings and Kafka topic configs;
 //! - [`error`] — Kafka error codes, chosen in one place;
 //! - [`admin`] — `/metrics`, `/healthz`, `/readyz`;
@@ -16,6 +18,7 @@
 
 pub mod admin;
 pub mod broker;
+pub mod cleaner;
 pub mod cli;
 pub mod config;
 pub mod error;

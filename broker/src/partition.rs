@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
+use crate::log::cleaning::CleanStats;
 use crate::log::{AppendInfo, Log, LogError};
 use crate::topic_config;
 
@@ -70,8 +71,16 @@ impl Partition {
     /// `max.message.bytes` (outside the log lock: the CRC pass touches every byte) and appends
     /// them.
     pub fn append(&self, records: &Bytes) -> Result<AppendInfo, LogError> {
-        let max_message_bytes = self.log().config().max_message_bytes;
+        let (max_message_bytes, compact) = {
+            let log = self.log();
+            (log.config().max_message_bytes, log.config().compact)
+        };
         let batches = crate::log::batch::split_and_validate(records, max_message_bytes)?;
+        if compact {
+            for (header, bytes) in &batches {
+                crate::log::compact::check_keys(bytes, header)?;
+            }
+        }
         let info = self.log().append(&batches, 0, now_ms())?;
         if !info.duplicate {
             self.wake();
@@ -131,6 +140,29 @@ impl Partition {
 
     pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
         self.log().delete_records_before(offset, now_ms())
+    }
+
+    /// One compaction pass if the log is dirty enough (see `log::cleaning`). The log lock is
+    /// held only to plan and to swap, never while segments are read or written.
+    pub fn clean(
+        &self,
+        map_memory: usize,
+        progress: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<Option<CleanStats>, LogError> {
+        let now = now_ms();
+        let Some(plan) = self.log().clean_plan(now)? else {
+            return Ok(None);
+        };
+        let Some(cleaned) = plan.clean(map_memory, now, progress)? else {
+            return Ok(None);
+        };
+        let stats = cleaned.stats;
+        Ok(self.log().install_cleaned(cleaned)?.then_some(stats))
+    }
+
+    /// Share of the compactable log not yet cleaned (0 for logs that are not compacted).
+    pub fn dirty_ratio(&self) -> f64 {
+        self.log().dirty_ratio(now_ms())
     }
 
     pub fn stats(&self) -> (Offsets, u64, usize) {

@@ -174,6 +174,8 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
             "loaded committed offsets"
         );
     }
+    let cleaner =
+        crate::cleaner::Cleaner::start(broker.clone()).context("start the log cleaner")?;
     let follower = tokio::spawn(follow_metadata(broker.clone(), shutdown_rx.clone()));
     let housekeeper = tokio::spawn(housekeeping(broker.clone(), shutdown_rx.clone()));
     let server = tokio::spawn(crate::server::serve(
@@ -199,6 +201,9 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     }
     let _ = follower.await;
     let _ = housekeeper.await;
+    tokio::task::spawn_blocking(move || cleaner.stop())
+        .await
+        .context("stop the log cleaner")?;
     broker.partitions.close_all();
     if let Err(e) = metadata.snapshot().await {
         tracing::warn!(error = %e, "metadata snapshot at shutdown failed");

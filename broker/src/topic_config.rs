@@ -26,6 +26,13 @@ pub struct LogConfig {
     pub index_interval_bytes: u64,
     pub max_message_bytes: usize,
     pub timestamp_type: TimestampType,
+    /// `cleanup.policy` contains `compact`: the cleaner keeps the latest record per key.
+    pub compact: bool,
+    /// `cleanup.policy` contains `delete`: retention by time and size applies.
+    pub delete: bool,
+    pub delete_retention_ms: i64,
+    pub min_cleanable_dirty_ratio: f64,
+    pub min_compaction_lag_ms: i64,
 }
 
 impl LogConfig {
@@ -42,6 +49,11 @@ impl LogConfig {
             index_interval_bytes: 4096,
             max_message_bytes: 1 << 20,
             timestamp_type: TimestampType::CreateTime,
+            compact: false,
+            delete: true,
+            delete_retention_ms: 86_400_000,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
         }
     }
 }
@@ -52,6 +64,7 @@ pub enum Kind {
     Int,
     Bool,
     Str,
+    Double,
 }
 
 impl Kind {
@@ -62,6 +75,7 @@ impl Kind {
             Kind::Str => 2,
             Kind::Int => 3,
             Kind::Long => 5,
+            Kind::Double => 6,
         }
     }
 }
@@ -77,12 +91,17 @@ pub const KEYS: &[KeyDef] = &[
     KeyDef {
         name: "cleanup.policy",
         kind: Kind::Str,
-        doc: "delete (compaction arrives with consumer groups)",
+        doc: "delete, compact, or compact,delete",
     },
     KeyDef {
         name: "compression.type",
         kind: Kind::Str,
         doc: "producer: batches are stored as sent",
+    },
+    KeyDef {
+        name: "delete.retention.ms",
+        kind: Kind::Long,
+        doc: "compacted topics: keep tombstones this long after their timestamp",
     },
     KeyDef {
         name: "flush.messages",
@@ -108,6 +127,16 @@ pub const KEYS: &[KeyDef] = &[
         name: "message.timestamp.type",
         kind: Kind::Str,
         doc: "CreateTime or LogAppendTime",
+    },
+    KeyDef {
+        name: "min.cleanable.dirty.ratio",
+        kind: Kind::Double,
+        doc: "compacted topics: clean when this share of the log is dirty",
+    },
+    KeyDef {
+        name: "min.compaction.lag.ms",
+        kind: Kind::Long,
+        doc: "compacted topics: never clean records younger than this",
     },
     KeyDef {
         name: "min.insync.replicas",
@@ -148,8 +177,11 @@ pub fn key(name: &str) -> Option<&'static KeyDef> {
 /// Broker-wide default of a key, as Kafka's DescribeConfigs shows it.
 pub fn default_value(cfg: &BrokerConfig, name: &str) -> String {
     match name {
-        "cleanup.policy" => "delete".into(),
+        "cleanup.policy" => cfg.log_cleanup_policy.clone(),
         "compression.type" => "producer".into(),
+        "delete.retention.ms" => cfg.log_cleaner_delete_retention_ms.to_string(),
+        "min.cleanable.dirty.ratio" => cfg.log_cleaner_min_cleanable_ratio.to_string(),
+        "min.compaction.lag.ms" => cfg.log_cleaner_min_compaction_lag_ms.to_string(),
         "flush.messages" => cfg.log_flush_messages.to_string(),
         "flush.ms" => cfg.log_flush_ms.to_string(),
         "index.interval.bytes" => cfg.log_index_interval_bytes.to_string(),
@@ -199,9 +231,13 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
                 return bad("must be true or false");
             }
         }
+        Kind::Double => match value.parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) => {}
+            _ => return bad("must be a number between 0 and 1"),
+        },
         Kind::Str => {
             let ok = match name {
-                "cleanup.policy" => value == "delete",
+                "cleanup.policy" => cleanup_policy(value).is_some(),
                 "compression.type" => value == "producer",
                 "message.timestamp.type" => value == "CreateTime" || value == "LogAppendTime",
                 _ => true,
@@ -227,6 +263,19 @@ pub fn effective(
         .collect()
 }
 
+/// `(compact, delete)` of a `cleanup.policy` value: a comma-separated subset of the two.
+pub fn cleanup_policy(value: &str) -> Option<(bool, bool)> {
+    let (mut compact, mut delete) = (false, false);
+    for part in value.split(',').map(str::trim) {
+        match part {
+            "compact" => compact = true,
+            "delete" => delete = true,
+            _ => return None,
+        }
+    }
+    Some((compact, delete))
+}
+
 pub fn log_config(cfg: &BrokerConfig, overrides: &BTreeMap<String, String>) -> LogConfig {
     let get = |name: &str| {
         overrides
@@ -235,6 +284,7 @@ pub fn log_config(cfg: &BrokerConfig, overrides: &BTreeMap<String, String>) -> L
             .unwrap_or_else(|| default_value(cfg, name))
     };
     let num = |name: &str, fallback: i64| get(name).parse::<i64>().unwrap_or(fallback);
+    let (compact, delete) = cleanup_policy(&get("cleanup.policy")).unwrap_or((false, true));
     LogConfig {
         segment_bytes: num("segment.bytes", 1 << 30).max(1024) as u64,
         segment_ms: num("segment.ms", i64::MAX),
@@ -249,6 +299,13 @@ pub fn log_config(cfg: &BrokerConfig, overrides: &BTreeMap<String, String>) -> L
         } else {
             TimestampType::CreateTime
         },
+        compact,
+        delete,
+        delete_retention_ms: num("delete.retention.ms", 86_400_000),
+        min_cleanable_dirty_ratio: get("min.cleanable.dirty.ratio")
+            .parse::<f64>()
+            .unwrap_or(0.5),
+        min_compaction_lag_ms: num("min.compaction.lag.ms", 0).max(0),
     }
 }
 
@@ -276,7 +333,11 @@ mod tests {
             .unwrap_err()
             .contains("not a number"));
         assert!(validate("segment.bytes", "10").is_err());
-        assert!(validate("cleanup.policy", "compact").is_err());
+        assert!(validate("cleanup.policy", "compact").is_ok());
+        assert!(validate("cleanup.policy", "compact,delete").is_ok());
+        assert!(validate("cleanup.policy", "shred").is_err());
+        assert!(validate("min.cleanable.dirty.ratio", "0.1").is_ok());
+        assert!(validate("min.cleanable.dirty.ratio", "2").is_err());
         assert!(validate("no.such.key", "1")
             .unwrap_err()
             .contains("unknown"));

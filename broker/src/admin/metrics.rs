@@ -69,6 +69,14 @@ pub struct Metrics {
     lag_trend: LagGauge,
     lag_drain: LagGauge,
     lag_risk: LagGauge,
+    cleaner_runs: Counter,
+    cleaner_bytes_read: Counter,
+    cleaner_bytes_written: Counter,
+    cleaner_records_removed: Counter,
+    cleaner_errors: Counter,
+    cleaner_last_seconds: Gauge<f64, AtomicU64>,
+    cleaner_max_dirty_ratio: Gauge<f64, AtomicU64>,
+    cleaner_uncleanable: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -107,6 +115,14 @@ impl Metrics {
             lag_trend: Family::default(),
             lag_drain: Family::default(),
             lag_risk: Family::default(),
+            cleaner_runs: Counter::default(),
+            cleaner_bytes_read: Counter::default(),
+            cleaner_bytes_written: Counter::default(),
+            cleaner_records_removed: Counter::default(),
+            cleaner_errors: Counter::default(),
+            cleaner_last_seconds: Gauge::default(),
+            cleaner_max_dirty_ratio: Gauge::default(),
+            cleaner_uncleanable: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -214,6 +230,46 @@ impl Metrics {
             "1 when lag in seconds exceeds half of the topic's retention.ms: unread data is about to be deleted",
             m.lag_risk.clone(),
         );
+        registry.register(
+            "log_cleaner_runs",
+            "Compaction passes that swapped in cleaned segments",
+            m.cleaner_runs.clone(),
+        );
+        registry.register(
+            "log_cleaner_read_bytes",
+            "Bytes the log cleaner read",
+            m.cleaner_bytes_read.clone(),
+        );
+        registry.register(
+            "log_cleaner_written_bytes",
+            "Bytes the log cleaner wrote",
+            m.cleaner_bytes_written.clone(),
+        );
+        registry.register(
+            "log_cleaner_removed_records",
+            "Records compaction removed (superseded, keyless, or expired tombstones)",
+            m.cleaner_records_removed.clone(),
+        );
+        registry.register(
+            "log_cleaner_errors",
+            "Compaction passes that failed",
+            m.cleaner_errors.clone(),
+        );
+        registry.register(
+            "log_cleaner_last_run_seconds",
+            "Duration of the last compaction pass",
+            m.cleaner_last_seconds.clone(),
+        );
+        registry.register(
+            "log_cleaner_max_dirty_ratio",
+            "Largest dirty ratio among compacted partitions at the last cleaner pass",
+            m.cleaner_max_dirty_ratio.clone(),
+        );
+        registry.register(
+            "log_cleaner_uncleanable_partitions",
+            "Partitions the cleaner gave up on after an error (until restart)",
+            m.cleaner_uncleanable.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -271,6 +327,23 @@ impl Metrics {
 
     pub fn fetched(&self, bytes: u64) {
         self.fetched_bytes.inc_by(bytes);
+    }
+
+    pub fn cleaned(&self, stats: &crate::log::cleaning::CleanStats, seconds: f64) {
+        self.cleaner_runs.inc();
+        self.cleaner_bytes_read.inc_by(stats.bytes_read);
+        self.cleaner_bytes_written.inc_by(stats.bytes_written);
+        self.cleaner_records_removed.inc_by(stats.records_removed);
+        self.cleaner_last_seconds.set(seconds);
+    }
+
+    pub fn cleaner_failed(&self) {
+        self.cleaner_errors.inc();
+    }
+
+    pub fn set_cleaner_state(&self, max_dirty_ratio: f64, uncleanable: usize) {
+        self.cleaner_max_dirty_ratio.set(max_dirty_ratio);
+        self.cleaner_uncleanable.set(uncleanable as i64);
     }
 
     /// Replaces the consumer lag gauges with a new sample.

@@ -95,16 +95,27 @@ impl Coordinator {
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Creates `__consumer_offsets` if it does not exist yet.
+    /// Creates `__consumer_offsets` if it does not exist yet, compacted like Kafka's: the latest
+    /// record per key (a group's offset for one partition, or its metadata) is all that is kept.
+    /// A topic made by an older Strata (delete policy, no retention) is switched to compaction.
     pub async fn ensure_offsets_topic(&self, broker: &Broker) -> Result<(), ApiError> {
-        if broker.metadata.state().topic(store::TOPIC).is_some() {
+        let mut configs = BTreeMap::new();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        configs.insert("segment.bytes".to_string(), (100 * 1024 * 1024).to_string());
+        if let Some(topic) = broker.metadata.state().topic(store::TOPIC) {
+            if topic.configs.get("cleanup.policy").map(String::as_str) != Some("compact") {
+                broker
+                    .apply(strata_metadata::Command::AlterTopicConfig {
+                        name: store::TOPIC.to_string(),
+                        set: configs,
+                        delete: vec!["retention.ms".to_string()],
+                    })
+                    .await?;
+                broker.sync_partitions()?;
+                tracing::info!("switched {} to cleanup.policy=compact", store::TOPIC);
+            }
             return Ok(());
         }
-        let mut configs = BTreeMap::new();
-        // Compaction is not implemented yet: keep every commit (small records) rather than
-        // letting time retention delete the latest offset of an idle group.
-        configs.insert("retention.ms".to_string(), "-1".to_string());
-        configs.insert("segment.bytes".to_string(), (100 * 1024 * 1024).to_string());
         match broker
             .create_internal_topic(store::TOPIC, store::PARTITIONS, configs)
             .await
@@ -134,6 +145,11 @@ impl Coordinator {
                 }
                 let mut buf = bytes.clone();
                 while !buf.is_empty() {
+                    // Continue after the batch's last offset, not its last record's: a
+                    // compacted batch may have lost its last records but keeps its span.
+                    if let Ok(h) = crate::log::batch::BatchHeader::parse(&buf) {
+                        offset = offset.max(h.next_offset());
+                    }
                     let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf)
                         .map_err(|e| {
                             ApiError::new(

@@ -58,6 +58,38 @@ fn broker_configs(b: &Broker) -> Vec<(&'static str, String, topic_config::Kind)>
             c.log_message_timestamp_type.clone(),
             Str,
         ),
+        ("log.cleanup.policy", c.log_cleanup_policy.clone(), Str),
+        ("log.cleaner.enable", c.log_cleaner_enable.to_string(), Bool),
+        (
+            "log.cleaner.backoff.ms",
+            c.log_cleaner_backoff_ms.to_string(),
+            Long,
+        ),
+        (
+            "log.cleaner.dedupe.buffer.size",
+            c.log_cleaner_dedupe_buffer_size.to_string(),
+            Long,
+        ),
+        (
+            "log.cleaner.io.max.bytes.per.second",
+            c.log_cleaner_io_max_bytes_per_second.to_string(),
+            Double,
+        ),
+        (
+            "log.cleaner.delete.retention.ms",
+            c.log_cleaner_delete_retention_ms.to_string(),
+            Long,
+        ),
+        (
+            "log.cleaner.min.cleanable.ratio",
+            c.log_cleaner_min_cleanable_ratio.to_string(),
+            Double,
+        ),
+        (
+            "log.cleaner.min.compaction.lag.ms",
+            c.log_cleaner_min_compaction_lag_ms.to_string(),
+            Long,
+        ),
     ]
 }
 

@@ -5,10 +5,13 @@
 //! - `log-start-offset` — first readable offset (moved by retention and DeleteRecords);
 //! - `recovery-point` — every segment below the one holding this offset was flushed and sealed;
 //! - `producer-state.json` — idempotent producer state and the offset it covers;
+//! - `cleaner-offset-checkpoint` — compacted logs: where the dirty section starts;
+//! - `cleaning/` — compacted logs: a clean in progress ([`cleaning`]);
 //! - `clean-shutdown` — present only between a clean close and the next open.
 //!
 //! Invariants (DESIGN.md §Invariants 1–2):
-//! - offsets are dense and strictly increasing: `log_start ≤ high_watermark ≤ log_end`;
+//! - offsets strictly increase and `log_start ≤ high_watermark ≤ log_end`; they are dense
+//!   except in a compacted log, where the cleaner leaves gaps (it never renumbers);
 //! - batches are stored exactly as received except for the broker-assigned base offset and
 //!   leader epoch (and, for LogAppendTime topics, the timestamp), so fetch never re-encodes;
 //! - readers never see bytes at or above the high watermark;
@@ -16,6 +19,8 @@
 //!   is truncated at the last batch whose CRC checks.
 
 pub mod batch;
+pub mod cleaning;
+pub mod compact;
 pub mod index;
 pub mod producer_state;
 pub mod segment;
@@ -54,6 +59,8 @@ pub enum LogError {
     },
     #[error("{0}")]
     Unsupported(&'static str),
+    #[error("{0}")]
+    PolicyViolation(&'static str),
 }
 
 /// Result of appending one produce request's batches to a partition.
@@ -81,6 +88,8 @@ pub struct Log {
     recovery_point: i64,
     producers: ProducerState,
     last_flush_ms: i64,
+    /// Compacted logs: offsets below this were cleaned (a segment base).
+    clean_point: i64,
 }
 
 const CLEAN_SHUTDOWN: &str = "clean-shutdown";
@@ -116,6 +125,7 @@ impl Log {
         std::fs::create_dir_all(dir)?;
         let clean_marker = dir.join(CLEAN_SHUTDOWN);
         let clean = clean_marker.exists();
+        cleaning::recover(dir)?;
         let mut bases: Vec<i64> = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
@@ -156,7 +166,9 @@ impl Log {
                 report.rescanned_segments += 1;
             }
             report.truncated_bytes += scan.truncated_bytes;
-            if scan.truncated_bytes > 0 || next_base.is_some_and(|n| n != seg.next_offset()) {
+            // A segment may end before the next one starts (compaction removed its last
+            // records), but never overlap it.
+            if scan.truncated_bytes > 0 || next_base.is_some_and(|n| n < seg.next_offset()) {
                 if scan.truncated_bytes > 0 {
                     tracing::warn!(dir = %dir.display(), base, bytes = scan.truncated_bytes, "truncated torn tail of segment");
                 }
@@ -189,6 +201,7 @@ impl Log {
             recovery_point: recovery_point.min(log_end),
             producers: ProducerState::default(),
             last_flush_ms: now_ms,
+            clean_point: Log::load_clean_point(dir),
         };
         log.rebuild_producer_state()?;
         Ok((log, report))
@@ -456,6 +469,11 @@ impl Log {
     /// DeleteRecords: moves the log start to `offset` (≤ high watermark) and drops segments
     /// wholly below it. Returns the new log start.
     pub fn delete_records_before(&mut self, offset: i64, now_ms: i64) -> Result<i64, LogError> {
+        if self.config.compact && !self.config.delete {
+            return Err(LogError::PolicyViolation(
+                "DeleteRecords is not allowed on a topic with cleanup.policy=compact",
+            ));
+        }
         if offset < 0 || offset > self.high_watermark {
             return Err(LogError::OffsetOutOfRange {
                 offset,
@@ -491,27 +509,24 @@ impl Log {
     }
 
     /// Deletes closed segments past `retention.ms` (by their newest record) or beyond
-    /// `retention.bytes`. Returns how many segments were deleted.
+    /// `retention.bytes`, unless the cleanup policy lacks `delete`. Returns how many segments
+    /// were deleted.
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
+        if !self.config.delete {
+            return Ok(0);
+        }
         let mut new_start = self.log_start_offset;
-        let closed: Vec<(i64, i64, u64, i64)> = self
+        let closed: Vec<(bool, i64, u64, i64)> = self
             .segments
             .values()
             .take(self.segments.len() - 1)
-            .map(|s| {
-                (
-                    s.base_offset(),
-                    s.max_timestamp(),
-                    s.size(),
-                    s.next_offset(),
-                )
-            })
+            .map(|s| (s.is_empty(), s.max_timestamp(), s.size(), s.next_offset()))
             .collect();
         let mut size = self.size_bytes() as i64;
-        for (_, max_ts, seg_size, next) in closed {
+        for (empty, max_ts, seg_size, next) in closed {
+            // A closed segment compaction emptied holds nothing to keep.
             let expired = self.config.retention_ms >= 0
-                && max_ts >= 0
-                && now_ms - max_ts > self.config.retention_ms;
+                && (empty || (max_ts >= 0 && now_ms - max_ts > self.config.retention_ms));
             let too_big = self.config.retention_bytes >= 0
                 && size - seg_size as i64 >= self.config.retention_bytes;
             if !(expired || too_big) {

@@ -1,9 +1,11 @@
 //! One segment: `<base_offset:020>.log` plus its sparse `.index` and `.timeindex`.
 //!
 //! Invariants:
-//! - the file holds whole v2 batches back to back, their offsets dense from `base_offset` to
-//!   `next_offset - 1`; `size` is the byte length of those batches;
-//! - only the active (last) segment of a log is appended to; a closed segment is never modified;
+//! - the file holds whole v2 batches back to back, their offsets increasing from `base_offset`
+//!   to `next_offset - 1` (dense, except where compaction removed records); `size` is the byte
+//!   length of those batches;
+//! - only the active (last) segment of a log is appended to; a closed segment is never modified
+//!   (compaction writes a new file and swaps it in, see `cleaning`);
 //! - bytes handed to readers are slices of a shared read-only mapping, so a reader never copies
 //!   and a reader's slice stays valid even after the segment is deleted (the mapping pins it).
 //!
@@ -25,6 +27,15 @@ use super::LogError;
 
 pub fn log_path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{base_offset:020}.log"))
+}
+
+/// The three files of a segment: log, offset index, time index.
+pub fn files(dir: &Path, base_offset: i64) -> [PathBuf; 3] {
+    [
+        log_path(dir, base_offset),
+        dir.join(format!("{base_offset:020}.index")),
+        dir.join(format!("{base_offset:020}.timeindex")),
+    ]
 }
 
 /// Owner of a mapped range for `Bytes::from_owner`: keeps the mapping alive while bytes are in use.
@@ -197,8 +208,9 @@ impl Segment {
                 Ok(h) => h,
                 Err(_) => break,
             };
+            // Offsets increase strictly; gaps are left by compaction.
             if header.base_offset < self.base_offset
-                || expected_offset.is_some_and(|e| header.base_offset != e)
+                || expected_offset.is_some_and(|e| header.base_offset < e)
             {
                 break;
             }
@@ -358,6 +370,17 @@ impl Segment {
         Ok(out)
     }
 
+    /// The segment's whole contents (for the cleaner of a closed segment), zero-copy.
+    pub fn whole(&mut self) -> Result<Bytes, LogError> {
+        self.ensure_mapped(0)?;
+        let map = self.map.as_ref().expect("mapped above").clone();
+        Ok(Bytes::from_owner(MappedSlice {
+            map,
+            start: 0,
+            end: self.size as usize,
+        }))
+    }
+
     /// Bytes of the batch at `position` (for decoding records in a timestamp lookup).
     pub fn batch_bytes(&mut self, position: u64, header: &BatchHeader) -> Result<Bytes, LogError> {
         self.read_from(position, header.total_len(), i64::MAX, 0)
@@ -402,7 +425,7 @@ impl Segment {
 
     /// Removes the segment's files. Readers holding slices keep their mapping.
     pub fn delete(self) -> Result<(), LogError> {
-        for p in [self.log_path(), self.index_path(), self.time_index_path()] {
+        for p in files(&self.dir, self.base_offset) {
             match std::fs::remove_file(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -412,14 +435,11 @@ impl Segment {
         Ok(())
     }
 
-    pub fn log_path(&self) -> PathBuf {
-        log_path(&self.dir, self.base_offset)
-    }
     fn index_path(&self) -> PathBuf {
-        self.dir.join(format!("{:020}.index", self.base_offset))
+        files(&self.dir, self.base_offset)[1].clone()
     }
     fn time_index_path(&self) -> PathBuf {
-        self.dir.join(format!("{:020}.timeindex", self.base_offset))
+        files(&self.dir, self.base_offset)[2].clone()
     }
     pub fn base_offset(&self) -> i64 {
         self.base_offset

@@ -1,0 +1,745 @@
+//! Compacting a log (`cleanup.policy=compact`): plan under the log lock, rewrite closed
+//! segments into a staging directory without it, then swap under it again.
+//!
+//! The dirty section is `[clean point, first uncleanable offset)`: closed segments not yet
+//! cleaned, stopping at the active segment and at the first segment holding a record younger
+//! than `min.compaction.lag.ms`. A clean builds the key → latest-offset map of the dirty section
+//! and rewrites every closed segment below its end, keeping a record only if it is the latest of
+//! its key, and dropping tombstones older than `delete.retention.ms` (by their timestamp).
+//! Consecutive segments are merged while their original sizes fit in `segment.bytes`.
+//!
+//! Invariants:
+//! - only closed segments are rewritten, and a swap first checks that every segment it
+//!   replaces is still in the log with the size it was read at (retention or DeleteRecords may
+//!   have run meanwhile; then the clean is discarded and repeated later);
+//! - the swap survives a crash at any point as either the old segments or the new ones: the new
+//!   segments are complete and fsynced in `cleaning/` before `cleaning/swap.json` (the commit
+//!   point) names the segments they replace; [`recover`] at open finishes a swap whose manifest
+//!   exists and discards a staging directory without one;
+//! - the clean point moves only after a completed swap, and only to a segment base, so a crash
+//!   at worst repeats work.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::batch::{self, BatchHeader, HEADER_LEN};
+use super::compact::{self, Filtered, OffsetMap};
+use super::segment::{self, Segment};
+use super::{read_checkpoint, write_checkpoint, Log, LogError};
+
+const STAGING: &str = "cleaning";
+const MANIFEST: &str = "swap.json";
+pub(super) const CLEAN_POINT: &str = "cleaner-offset-checkpoint";
+
+/// The segments a swap replaces with one new segment at `base` (the first of them).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Group {
+    base: i64,
+    replaces: Vec<i64>,
+    /// Sizes at the time of reading, to detect a segment that changed before the swap.
+    #[serde(skip)]
+    sizes: Vec<u64>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Manifest {
+    groups: Vec<Group>,
+}
+
+/// A closed segment as the cleaner reads it: the bytes of the whole file.
+struct SegmentView {
+    base: i64,
+    size: u64,
+    data: Bytes,
+}
+
+/// What a clean will work on, taken under the log lock.
+pub struct CleanPlan {
+    dir: PathBuf,
+    clean_point: i64,
+    dirty_end: i64,
+    segments: Vec<SegmentView>,
+    segment_bytes: u64,
+    index_interval: u64,
+    delete_retention_ms: i64,
+    pub dirty_ratio: f64,
+}
+
+/// What one clean did.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct CleanStats {
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub records_removed: u64,
+    pub tombstones_removed: u64,
+    pub segments_before: usize,
+    pub segments_after: usize,
+}
+
+/// Rewritten segments waiting in `cleaning/` for [`Log::install_cleaned`].
+pub struct Cleaned {
+    groups: Vec<Group>,
+    clean_point: i64,
+    pub stats: CleanStats,
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Called from `Log::open` before segments are listed: finishes or discards a clean that a
+/// crash interrupted. Returns true if a swap was finished.
+pub(super) fn recover(dir: &Path) -> Result<bool, LogError> {
+    let staging = dir.join(STAGING);
+    if !staging.exists() {
+        return Ok(false);
+    }
+    if staging.join(MANIFEST).exists() {
+        complete_swap(dir)?;
+        tracing::warn!(dir = %dir.display(), "finished a compaction swap interrupted by a crash");
+        Ok(true)
+    } else {
+        std::fs::remove_dir_all(&staging)?;
+        tracing::info!(dir = %dir.display(), "discarded an unfinished compaction");
+        Ok(false)
+    }
+}
+
+/// Moves the staged segments over the ones the manifest says they replace. Idempotent, so a
+/// crash inside it is finished by the next open.
+fn complete_swap(dir: &Path) -> Result<(), LogError> {
+    let staging = dir.join(STAGING);
+    let manifest: Manifest = serde_json::from_slice(&std::fs::read(staging.join(MANIFEST))?)
+        .map_err(|e| LogError::Corrupt(format!("{}: {e}", staging.join(MANIFEST).display())))?;
+    for g in &manifest.groups {
+        for &b in g.replaces.iter().filter(|&&b| b != g.base) {
+            for p in segment::files(dir, b) {
+                remove_if_exists(&p)?;
+            }
+        }
+        #[cfg(test)]
+        crash_point::hit(crash_point::AFTER_REMOVING_REPLACED)?;
+        // Renames overwrite the old files at `base`; the log file moves last.
+        for (from, to) in segment::files(&staging, g.base)
+            .into_iter()
+            .zip(segment::files(dir, g.base))
+            .rev()
+        {
+            if from.exists() {
+                std::fs::rename(&from, &to)?;
+                #[cfg(test)]
+                crash_point::hit(crash_point::AFTER_FIRST_RENAME)?;
+            }
+        }
+    }
+    sync_dir(dir)?;
+    std::fs::remove_dir_all(&staging)?;
+    sync_dir(dir)?;
+    Ok(())
+}
+
+fn remove_if_exists(p: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(p) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Walks the whole batches of a segment's bytes.
+fn batches(data: &Bytes) -> impl Iterator<Item = Result<(BatchHeader, Bytes), LogError>> + '_ {
+    let mut pos = 0usize;
+    std::iter::from_fn(move || {
+        if pos >= data.len() {
+            return None;
+        }
+        let item = BatchHeader::parse(&data[pos..])
+            .map_err(|e| LogError::Corrupt(format!("while cleaning: {e}")))
+            .and_then(|h| {
+                let end = pos + h.total_len();
+                if h.total_len() < HEADER_LEN || end > data.len() {
+                    return Err(LogError::Corrupt(format!(
+                        "while cleaning: batch at {} runs past its segment",
+                        h.base_offset
+                    )));
+                }
+                let b = data.slice(pos..end);
+                pos = end;
+                Ok((h, b))
+            });
+        if item.is_err() {
+            pos = data.len();
+        }
+        Some(item)
+    })
+}
+
+impl Log {
+    /// The dirty section `[clean point, first uncleanable)` and the dirty ratio, or `None` when
+    /// the log is not compacted or nothing is dirty.
+    fn dirty_section(&self, now_ms: i64) -> Option<(i64, i64, f64)> {
+        if !self.config.compact {
+            return None;
+        }
+        let active_base = *self.segments.keys().next_back()?;
+        let lag = self.config.min_compaction_lag_ms;
+        let dirty_end = self
+            .segments
+            .values()
+            .find(|s| {
+                s.base_offset() == active_base
+                    || (lag > 0 && s.max_timestamp() > now_ms.saturating_sub(lag))
+            })
+            .map(|s| s.base_offset())
+            .unwrap_or(active_base);
+        let clean_point = self.clean_point.max(self.first_segment_base());
+        let (mut clean, mut dirty) = (0u64, 0u64);
+        for s in self.segments.range(..dirty_end).map(|(_, s)| s) {
+            if s.base_offset() >= clean_point {
+                dirty += s.size();
+            } else {
+                clean += s.size();
+            }
+        }
+        if dirty == 0 {
+            return None;
+        }
+        Some((
+            clean_point,
+            dirty_end,
+            dirty as f64 / (clean + dirty) as f64,
+        ))
+    }
+
+    /// The share of the cleanable bytes not yet cleaned (0 when nothing is dirty).
+    pub fn dirty_ratio(&self, now_ms: i64) -> f64 {
+        self.dirty_section(now_ms).map(|d| d.2).unwrap_or(0.0)
+    }
+
+    /// A plan when the dirty ratio has reached `min.cleanable.dirty.ratio`.
+    pub fn clean_plan(&mut self, now_ms: i64) -> Result<Option<CleanPlan>, LogError> {
+        let Some((clean_point, dirty_end, ratio)) = self.dirty_section(now_ms) else {
+            return Ok(None);
+        };
+        if ratio < self.config.min_cleanable_dirty_ratio {
+            return Ok(None);
+        }
+        let mut segments = Vec::new();
+        for s in self.segments.range_mut(..dirty_end).map(|(_, s)| s) {
+            segments.push(SegmentView {
+                base: s.base_offset(),
+                size: s.size(),
+                data: s.whole()?,
+            });
+        }
+        Ok(Some(CleanPlan {
+            dir: self.dir.clone(),
+            clean_point,
+            dirty_end,
+            segments,
+            segment_bytes: self.config.segment_bytes,
+            index_interval: self.config.index_interval_bytes,
+            delete_retention_ms: self.config.delete_retention_ms,
+            dirty_ratio: ratio,
+        }))
+    }
+
+    /// Swaps cleaned segments in. Returns false (and discards them) if a segment they replace
+    /// changed since the plan was taken.
+    pub fn install_cleaned(&mut self, cleaned: Cleaned) -> Result<bool, LogError> {
+        let staging = self.dir.join(STAGING);
+        let active_base = *self.segments.keys().next_back().expect("one segment");
+        let unchanged = cleaned.groups.iter().all(|g| {
+            g.replaces.iter().zip(&g.sizes).all(|(b, size)| {
+                *b != active_base && self.segments.get(b).is_some_and(|s| s.size() == *size)
+            })
+        });
+        if !unchanged {
+            std::fs::remove_dir_all(&staging)?;
+            return Ok(false);
+        }
+        if !cleaned.groups.is_empty() {
+            let manifest = Manifest {
+                groups: cleaned.groups.clone(),
+            };
+            super::index::write_file_atomically(
+                &staging.join(MANIFEST),
+                &serde_json::to_vec(&manifest).map_err(std::io::Error::other)?,
+            )?;
+            sync_dir(&staging)?;
+            #[cfg(test)]
+            crash_point::hit(crash_point::AFTER_MANIFEST)?;
+            complete_swap(&self.dir)?;
+            for g in &cleaned.groups {
+                for b in &g.replaces {
+                    // Dropped, not deleted: the files at `g.base` are the new segment's now,
+                    // and readers still holding slices keep the old mapping alive.
+                    self.segments.remove(b);
+                }
+                let (seg, _) =
+                    Segment::open(&self.dir, g.base, self.config.index_interval_bytes, true)?;
+                self.segments.insert(g.base, seg);
+            }
+        } else if staging.exists() {
+            std::fs::remove_dir_all(&staging)?;
+        }
+        self.clean_point = cleaned.clean_point;
+        write_checkpoint(&self.dir.join(CLEAN_POINT), cleaned.clean_point)?;
+        Ok(true)
+    }
+
+    pub(super) fn load_clean_point(dir: &Path) -> i64 {
+        read_checkpoint(&dir.join(CLEAN_POINT)).unwrap_or(0)
+    }
+}
+
+impl CleanPlan {
+    /// Seals one output segment, or drops it when it is an unchanged copy of a single segment
+    /// (swapping it in would gain nothing).
+    fn finish_output(
+        &self,
+        (mut out, group, removed): (Segment, Group, u64),
+        groups: &mut Vec<Group>,
+        stats: &mut CleanStats,
+    ) -> Result<(), LogError> {
+        stats.records_removed += removed;
+        stats.segments_after += 1;
+        if group.replaces.len() == 1 && removed == 0 {
+            drop(out);
+            for p in segment::files(&self.dir.join(STAGING), group.base) {
+                remove_if_exists(&p)?;
+            }
+            return Ok(());
+        }
+        out.seal()?;
+        groups.push(group);
+        Ok(())
+    }
+
+    /// Rewrites the segments of the plan into `cleaning/`. `progress` is told the bytes read and
+    /// written after every batch (it throttles) and returning false aborts the clean, which
+    /// then leaves nothing behind. `None` means aborted.
+    pub fn clean(
+        self,
+        map_memory: usize,
+        now_ms: i64,
+        progress: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<Option<Cleaned>, LogError> {
+        let mut stats = CleanStats::default();
+        // 1. The latest offset of every key in the dirty section, as far as the map holds.
+        let mut map = OffsetMap::with_memory(map_memory);
+        let mut dirty_end = self.dirty_end;
+        let mut mapped_any = false;
+        for seg in self.segments.iter().filter(|s| s.base >= self.clean_point) {
+            let mut records = 0usize;
+            for item in batches(&seg.data) {
+                records += item?.0.record_count.max(0) as usize;
+            }
+            if mapped_any && records > map.room() {
+                dirty_end = seg.base;
+                break;
+            }
+            for item in batches(&seg.data) {
+                let (h, b) = item?;
+                let section = compact::records_section(&b, &h)?;
+                compact::for_each_record(&section, &h, |r| {
+                    if let Some(k) = r.key {
+                        map.put(k, r.offset);
+                    }
+                })?;
+            }
+            mapped_any = true;
+            if !progress(seg.size) {
+                return Ok(None);
+            }
+        }
+
+        // 2. Rewrite every segment below the dirty end. Consecutive segments share an output
+        //    while what is written so far plus the next segment's size fits in segment.bytes.
+        let staging = self.dir.join(STAGING);
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)?;
+        }
+        // Not create_dir_all: if the partition was deleted meanwhile, stop here.
+        std::fs::create_dir(&staging)?;
+        let retention = self.delete_retention_ms;
+        let mut out_groups = Vec::new();
+        let mut current: Option<(Segment, Group, u64)> = None;
+        for s in self.segments.iter().filter(|s| s.base < dirty_end) {
+            stats.segments_before += 1;
+            let fits = current.as_ref().is_some_and(|(out, g, _)| {
+                out.size() + s.size <= self.segment_bytes && s.base - g.base < i32::MAX as i64
+            });
+            if !fits {
+                if let Some(done) = current.take() {
+                    self.finish_output(done, &mut out_groups, &mut stats)?;
+                }
+                let out = Segment::create(&staging, s.base, self.index_interval, now_ms)?;
+                let group = Group {
+                    base: s.base,
+                    replaces: Vec::new(),
+                    sizes: Vec::new(),
+                };
+                current = Some((out, group, 0));
+            }
+            let (out, group, removed_here) = current.as_mut().expect("set above");
+            group.replaces.push(s.base);
+            group.sizes.push(s.size);
+            for item in batches(&s.data) {
+                let (h, b) = item?;
+                let mut tombstones = 0u64;
+                let (outcome, removed) = compact::filter_batch(&b, &h, |r| {
+                    let Some(key) = r.key else { return false };
+                    if map.latest(key).is_some_and(|latest| r.offset < latest) {
+                        return false;
+                    }
+                    let expired = r.is_tombstone
+                        && retention >= 0
+                        && r.timestamp.saturating_add(retention) < now_ms;
+                    tombstones += expired as u64;
+                    !expired
+                })?;
+                *removed_here += removed;
+                stats.tombstones_removed += tombstones;
+                let written = match outcome {
+                    Filtered::Kept => {
+                        let prefix = batch::assigned_prefix(&b, h.base_offset, h.leader_epoch);
+                        out.append(&h, &prefix, &b)?;
+                        b.len()
+                    }
+                    Filtered::Rewritten(nb) => {
+                        let nh = BatchHeader::parse(&nb)?;
+                        let prefix = batch::assigned_prefix(&nb, nh.base_offset, nh.leader_epoch);
+                        out.append(&nh, &prefix, &nb)?;
+                        nb.len()
+                    }
+                    Filtered::Dropped => 0,
+                };
+                stats.bytes_written += written as u64;
+                if !progress((b.len() + written) as u64) {
+                    drop(current);
+                    std::fs::remove_dir_all(&staging)?;
+                    return Ok(None);
+                }
+            }
+            stats.bytes_read += s.size;
+        }
+        if let Some(done) = current.take() {
+            self.finish_output(done, &mut out_groups, &mut stats)?;
+        }
+        sync_dir(&staging)?;
+        Ok(Some(Cleaned {
+            groups: out_groups,
+            clean_point: dirty_end,
+            stats,
+        }))
+    }
+}
+
+#[cfg(test)]
+pub mod crash_point {
+    //! Test-only fault injection: a test arms a point and the swap stops there with an error,
+    //! leaving the files exactly as a crash at that instant would.
+    use std::cell::Cell;
+
+    pub const AFTER_MANIFEST: u8 = 1;
+    pub const AFTER_REMOVING_REPLACED: u8 = 2;
+    pub const AFTER_FIRST_RENAME: u8 = 3;
+
+    thread_local!(static ARMED: Cell<u8> = const { Cell::new(0) });
+
+    pub fn arm(point: u8) {
+        ARMED.with(|a| a.set(point));
+    }
+
+    pub fn hit(point: u8) -> Result<(), super::LogError> {
+        if ARMED.with(|a| a.get()) == point {
+            ARMED.with(|a| a.set(0));
+            return Err(super::LogError::Io(std::io::Error::other("crash point")));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::log::batch::{build, split_and_validate};
+    use crate::topic_config::LogConfig;
+
+    const NOW: i64 = 10_000_000;
+
+    fn config() -> LogConfig {
+        LogConfig {
+            compact: true,
+            delete: false,
+            min_cleanable_dirty_ratio: 0.01,
+            delete_retention_ms: 1_000,
+            ..LogConfig::for_tests(2_000)
+        }
+    }
+
+    fn open(dir: &Path) -> Log {
+        Log::open(dir, config(), NOW).unwrap().0
+    }
+
+    /// Appends one single-record batch; `None` value is a tombstone.
+    fn put(log: &mut Log, key: &str, value: Option<&str>, ts: i64) -> i64 {
+        let b = build(&[(Some(key.as_bytes()), value.map(str::as_bytes))], ts);
+        let batches = split_and_validate(&b, 1 << 20).unwrap();
+        log.append(&batches, 0, NOW).unwrap().base_offset
+    }
+
+    /// Every record readable from the log start: offset → (key, value).
+    fn contents(log: &mut Log) -> BTreeMap<i64, (String, Option<String>)> {
+        let mut out = BTreeMap::new();
+        let mut next = log.log_start_offset();
+        loop {
+            let mut bytes = log.read(next, 1 << 20, i64::MAX).unwrap();
+            if bytes.is_empty() {
+                return out;
+            }
+            while !bytes.is_empty() {
+                let h = BatchHeader::parse(&bytes).unwrap();
+                next = h.next_offset();
+                let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes).unwrap();
+                for r in set.records {
+                    let s = |b: Option<Bytes>| b.map(|b| String::from_utf8(b.to_vec()).unwrap());
+                    out.insert(r.offset, (s(r.key).unwrap(), s(r.value)));
+                }
+            }
+        }
+    }
+
+    /// The latest record of every key (what a compacted log must keep).
+    fn latest(
+        all: &BTreeMap<i64, (String, Option<String>)>,
+    ) -> BTreeMap<i64, (String, Option<String>)> {
+        let mut by_key = BTreeMap::new();
+        for (o, (k, v)) in all {
+            by_key.insert(k.clone(), (*o, v.clone()));
+        }
+        by_key.into_iter().map(|(k, (o, v))| (o, (k, v))).collect()
+    }
+
+    fn clean(log: &mut Log, now: i64) -> Option<CleanStats> {
+        let plan = log.clean_plan(now).unwrap()?;
+        let cleaned = plan.clean(1 << 20, now, &mut |_| true).unwrap()?;
+        let stats = cleaned.stats;
+        log.install_cleaned(cleaned).unwrap().then_some(stats)
+    }
+
+    /// 300 updates of 10 keys across many small segments.
+    fn updates(log: &mut Log) -> BTreeMap<i64, (String, Option<String>)> {
+        for i in 0..300 {
+            put(log, &format!("key-{}", i % 10), Some(&format!("v{i}")), NOW);
+        }
+        log.roll(NOW).unwrap();
+        contents(log)
+    }
+
+    #[test]
+    fn the_latest_value_of_every_key_survives_at_its_original_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        let before = updates(&mut log);
+        let segments = log.segment_count();
+        let end = log.log_end_offset();
+        let stats = clean(&mut log, NOW).expect("dirty enough to clean");
+        assert_eq!(contents(&mut log), latest(&before));
+        assert_eq!(log.log_end_offset(), end, "the log end never moves");
+        assert_eq!(stats.records_removed, 290);
+        assert!(log.segment_count() < segments, "small segments are merged");
+        // The result survives a restart, and appends continue after it.
+        drop(log);
+        let mut log = open(dir.path());
+        assert_eq!(contents(&mut log), latest(&before));
+        assert_eq!(put(&mut log, "key-0", Some("after"), NOW), end);
+        assert_eq!(log.dirty_ratio(NOW), 0.0, "only the active segment is new");
+    }
+
+    #[test]
+    fn a_second_clean_removes_what_newer_records_superseded() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        updates(&mut log);
+        clean(&mut log, NOW).unwrap();
+        put(&mut log, "key-3", Some("newest"), NOW);
+        log.roll(NOW).unwrap();
+        let all = contents(&mut log);
+        clean(&mut log, NOW).unwrap();
+        let after = contents(&mut log);
+        assert_eq!(after, latest(&all));
+        assert_eq!(after.values().filter(|(k, _)| k == "key-3").count(), 1);
+    }
+
+    #[test]
+    fn tombstones_delete_their_key_and_go_after_delete_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        put(&mut log, "a", Some("1"), NOW);
+        put(&mut log, "b", Some("2"), NOW);
+        let old = put(&mut log, "a", None, NOW - 5_000);
+        let fresh = put(&mut log, "b", None, NOW);
+        log.roll(NOW).unwrap();
+        clean(&mut log, NOW).unwrap();
+        // The old tombstone is past delete.retention.ms (1 s) and goes with its key; the fresh
+        // one stays so that consumers can still see the delete.
+        let after = contents(&mut log);
+        assert!(!after.contains_key(&old));
+        assert_eq!(after.get(&fresh), Some(&("b".to_string(), None)));
+        assert_eq!(after.len(), 1);
+        // Later, the fresh one expires too (a new dirty segment triggers the pass).
+        put(&mut log, "c", Some("3"), NOW);
+        log.roll(NOW).unwrap();
+        let stats = clean(&mut log, NOW + 2_000).unwrap();
+        assert_eq!(stats.tombstones_removed, 1);
+        assert_eq!(contents(&mut log).len(), 1);
+    }
+
+    #[test]
+    fn nothing_is_cleaned_below_the_dirty_ratio_or_inside_the_compaction_lag() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        updates(&mut log);
+        let mut cfg = config();
+        cfg.min_cleanable_dirty_ratio = 1.0;
+        cfg.min_compaction_lag_ms = 60_000;
+        log.set_config(cfg.clone());
+        // All records are younger than the lag: nothing is cleanable at all.
+        assert_eq!(log.dirty_ratio(NOW), 0.0);
+        assert!(log.clean_plan(NOW).unwrap().is_none());
+        // An hour later the lag has passed; the whole log is dirty (ratio 1.0 ≥ 1.0).
+        assert!(log.clean_plan(NOW + 3_600_000).unwrap().is_some());
+        clean(&mut log, NOW + 3_600_000).unwrap();
+        // After a clean, a little new dirt is below a ratio of 0.9.
+        put(&mut log, "key-1", Some("x"), NOW);
+        log.roll(NOW).unwrap();
+        cfg.min_cleanable_dirty_ratio = 0.9;
+        log.set_config(cfg);
+        assert!(log.dirty_ratio(NOW + 3_600_000) > 0.0);
+        assert!(log.clean_plan(NOW + 3_600_000).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_log_that_is_not_compacted_is_never_cleaned() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        updates(&mut log);
+        log.set_config(LogConfig::for_tests(2_000));
+        assert!(log.clean_plan(NOW).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_clean_is_discarded_if_retention_removed_a_segment_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        let before = updates(&mut log);
+        let plan = log.clean_plan(NOW).unwrap().unwrap();
+        let cleaned = plan.clean(1 << 20, NOW, &mut |_| true).unwrap().unwrap();
+        let first_end = log.segments.values().next().unwrap().next_offset();
+        // compact,delete allows DeleteRecords; it drops the first segment under the clean.
+        log.set_config(LogConfig {
+            delete: true,
+            ..config()
+        });
+        log.delete_records_before(first_end, NOW).unwrap();
+        assert!(!log.install_cleaned(cleaned).unwrap());
+        assert!(!dir.path().join(STAGING).exists());
+        let after = contents(&mut log);
+        assert_eq!(
+            after,
+            before
+                .range(first_end..)
+                .map(|(o, v)| (*o, v.clone()))
+                .collect()
+        );
+    }
+
+    #[test]
+    fn an_aborted_clean_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        let before = updates(&mut log);
+        let plan = log.clean_plan(NOW).unwrap().unwrap();
+        let mut budget = 3;
+        assert!(plan
+            .clean(1 << 20, NOW, &mut |_| {
+                budget -= 1;
+                budget > 0
+            })
+            .unwrap()
+            .is_none());
+        assert!(!dir.path().join(STAGING).exists());
+        assert_eq!(contents(&mut log), before);
+    }
+
+    #[test]
+    fn a_small_offset_map_cleans_the_dirty_section_over_several_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        for i in 0..200 {
+            put(&mut log, &format!("k{i}"), Some("first"), NOW);
+        }
+        for i in 0..200 {
+            put(&mut log, &format!("k{i}"), Some("second"), NOW);
+        }
+        log.roll(NOW).unwrap();
+        let all = contents(&mut log);
+        let mut passes = 0;
+        while let Some(plan) = log.clean_plan(NOW).unwrap() {
+            // Room for about 60 keys per pass.
+            let cleaned = plan
+                .clean(60 * compact::MAP_ENTRY_BYTES, NOW, &mut |_| true)
+                .unwrap()
+                .unwrap();
+            assert!(log.install_cleaned(cleaned).unwrap());
+            passes += 1;
+            assert!(passes < 50, "the clean point must advance");
+        }
+        assert!(passes > 1);
+        assert_eq!(contents(&mut log), latest(&all));
+    }
+
+    /// A crash at each point of the swap leaves a log that opens with either the old records
+    /// or the cleaned ones, never a mix, and accepts appends.
+    #[test]
+    fn a_crash_anywhere_in_a_clean_leaves_the_old_or_the_new_log() {
+        let points = [
+            (None, false),
+            (Some(crash_point::AFTER_MANIFEST), true),
+            (Some(crash_point::AFTER_REMOVING_REPLACED), true),
+            (Some(crash_point::AFTER_FIRST_RENAME), true),
+        ];
+        for (point, committed) in points {
+            let dir = tempfile::tempdir().unwrap();
+            let mut log = open(dir.path());
+            let before = updates(&mut log);
+            let end = log.log_end_offset();
+            let plan = log.clean_plan(NOW).unwrap().unwrap();
+            let cleaned = plan.clean(1 << 20, NOW, &mut |_| true).unwrap().unwrap();
+            match point {
+                // Crash before the manifest: staging written, never installed.
+                None => drop(cleaned),
+                Some(p) => {
+                    crash_point::arm(p);
+                    assert!(log.install_cleaned(cleaned).is_err(), "point {p}");
+                }
+            }
+            drop(log);
+            let mut log = open(dir.path());
+            assert!(!dir.path().join(STAGING).exists());
+            let expected = if committed {
+                latest(&before)
+            } else {
+                before.clone()
+            };
+            assert_eq!(contents(&mut log), expected, "crash point {point:?}");
+            assert_eq!(log.log_end_offset(), end);
+            assert_eq!(put(&mut log, "key-0", Some("later"), NOW), end);
+        }
+    }
+}
