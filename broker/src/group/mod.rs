@@ -326,9 +326,14 @@ impl Coordinator {
             None if generation < 0 && member_id.is_empty() => None,
             None if generation >= 0 => Some(ErrorCode::IllegalGeneration),
             None => Some(ErrorCode::UnknownMemberId),
+            // Kafka refuses commits only while assignments are being handed out. During
+            // PreparingRebalance the generation is still current, and cooperative members
+            // commit what they are giving up right then, before they rejoin.
+            Some(g) if g.state == GroupState::CompletingRebalance => {
+                Some(ErrorCode::RebalanceInProgress)
+            }
             Some(g) if !g.members.contains_key(member_id) => Some(ErrorCode::UnknownMemberId),
             Some(g) if g.generation != generation => Some(ErrorCode::IllegalGeneration),
-            Some(g) if g.state != GroupState::Stable => Some(ErrorCode::RebalanceInProgress),
             Some(_) => None,
         };
         if let Some(code) = group_error {
