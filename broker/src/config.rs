@@ -36,6 +36,10 @@ pub struct BrokerConfig {
     pub log_retention_check_interval_ms: u64,
     /// Committed offsets of a group empty for this long are deleted (-1: never).
     pub offsets_retention_minutes: i64,
+    /// How often consumer lag is sampled.
+    pub lag_sample_interval_ms: u64,
+    /// The window over which the lag trend (least-squares slope) is computed.
+    pub lag_window_ms: u64,
     pub message_max_bytes: u32,
     pub log_message_timestamp_type: String,
     /// Default `cleanup.policy` of topics.
@@ -76,6 +80,8 @@ impl Default for BrokerConfig {
             log_index_interval_bytes: 4096,
             log_retention_check_interval_ms: 30_000,
             offsets_retention_minutes: 7 * 24 * 60,
+            lag_sample_interval_ms: 5_000,
+            lag_window_ms: 60_000,
             message_max_bytes: 1_048_588,
             log_message_timestamp_type: "CreateTime".into(),
             log_cleanup_policy: "delete".into(),
@@ -158,6 +164,11 @@ impl BrokerConfig {
                 "log_segment_bytes must be between 1024 and 2147483647".into(),
             ));
         }
+        if self.lag_window_ms < self.lag_sample_interval_ms {
+            return Err(ConfigError::Invalid(
+                "lag_window_ms must be ≥ lag_sample_interval_ms (a trend needs two samples)".into(),
+            ));
+        }
         if !["CreateTime", "LogAppendTime"].contains(&self.log_message_timestamp_type.as_str()) {
             return Err(ConfigError::Invalid(
                 "log_message_timestamp_type must be CreateTime or LogAppendTime".into(),
@@ -213,5 +224,8 @@ mod tests {
         assert!(BrokerConfig::load(None, env.into_iter()).is_err());
         let env = vec![("STRATA_NUM_PARTITIONS".to_string(), "0".to_string())];
         assert!(BrokerConfig::load(None, env.into_iter()).is_err());
+        let env = vec![("STRATA_LAG_WINDOW_MS".to_string(), "1000".to_string())];
+        let err = BrokerConfig::load(None, env.into_iter()).unwrap_err();
+        assert!(err.to_string().contains("lag_window_ms"), "{err}");
     }
 }

@@ -246,12 +246,12 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
 }
 
 /// Retention every `log_retention_check_interval_ms`; segment.ms rolls, flush.ms flushes and
-/// group session expiry every 100 ms; consumer lag
-/// every `lag::SAMPLE_EVERY`.
+/// group session expiry every 100 ms; consumer lag every `lag_sample_interval_ms`.
 async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let retention_every = broker.config.log_retention_check_interval_ms.max(100);
     let mut last_retention = 0i64;
+    let lag_every = Duration::from_millis(broker.config.lag_sample_interval_ms);
     let mut last_lag = std::time::Instant::now();
     loop {
         tokio::select! {
@@ -274,7 +274,7 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             );
         }
         broker.groups.tick();
-        if last_lag.elapsed() >= crate::group::lag::SAMPLE_EVERY {
+        if last_lag.elapsed() >= lag_every {
             last_lag = std::time::Instant::now();
             let lags = broker.lag.sample(&broker);
             broker.metrics.set_lag(&lags);

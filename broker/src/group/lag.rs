@@ -4,7 +4,8 @@
 //! means the group is falling behind, shrinking means it is draining (with an estimated drain
 //! time).
 //!
-//! Sampled every [`SAMPLE_EVERY`]; the trend is the least-squares slope over [`WINDOW`].
+//! Sampled every `lag_sample_interval_ms` (by `serve.rs` housekeeping); the trend is the
+//! least-squares slope over the last `lag_window_ms`.
 //! A group whose lag in seconds exceeds half of the topic's `retention.ms` is flagged (and
 //! logged once), because retention is about to delete records it has not read.
 
@@ -15,9 +16,6 @@ use std::time::{Duration, Instant};
 use crate::broker::Broker;
 use crate::partition::now_ms;
 use crate::topic_config;
-
-pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
-pub const WINDOW: Duration = Duration::from_secs(60);
 
 type Key = (String, String, i32);
 
@@ -69,6 +67,7 @@ impl LagTracker {
     pub fn sample(&self, broker: &Broker) -> Vec<Lag> {
         let now = Instant::now();
         let wall = now_ms();
+        let window = Duration::from_millis(broker.config.lag_window_ms);
         let state = broker.metadata.state();
         let mut out = Vec::new();
         let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
@@ -93,7 +92,7 @@ impl LagTracker {
             h.push_back((now, records));
             while h
                 .front()
-                .is_some_and(|(t, _)| now.duration_since(*t) > WINDOW)
+                .is_some_and(|(t, _)| now.duration_since(*t) > window)
             {
                 h.pop_front();
             }
