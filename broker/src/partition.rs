@@ -157,7 +157,12 @@ impl Partition {
             return Ok(None);
         };
         let stats = cleaned.stats;
-        Ok(self.log().install_cleaned(cleaned)?.then_some(stats))
+        let retired = self.log().install_cleaned(cleaned)?;
+        // The lock is released: now the replaced segments may be closed.
+        Ok(retired.map(|r| {
+            drop(r);
+            stats
+        }))
     }
 
     /// Share of the compactable log not yet cleaned (0 for logs that are not compacted).

@@ -78,6 +78,11 @@ pub struct CleanStats {
     pub segments_after: usize,
 }
 
+/// Segments a swap replaced, to be dropped outside the log lock.
+pub struct Retired {
+    _segments: Vec<Segment>,
+}
+
 /// Rewritten segments waiting in `cleaning/` for [`Log::install_cleaned`].
 pub struct Cleaned {
     groups: Vec<Group>,
@@ -245,9 +250,11 @@ impl Log {
         }))
     }
 
-    /// Swaps cleaned segments in. Returns false (and discards them) if a segment they replace
-    /// changed since the plan was taken.
-    pub fn install_cleaned(&mut self, cleaned: Cleaned) -> Result<bool, LogError> {
+    /// Swaps cleaned segments in. Returns `None` (and discards them) if a segment they replace
+    /// changed since the plan was taken; otherwise the replaced segments, which the caller
+    /// drops after releasing the log lock: closing them frees their page cache, which takes
+    /// long enough to stall producers if done under it.
+    pub fn install_cleaned(&mut self, cleaned: Cleaned) -> Result<Option<Retired>, LogError> {
         let staging = self.dir.join(STAGING);
         let active_base = *self.segments.keys().next_back().expect("one segment");
         let unchanged = cleaned.groups.iter().all(|g| {
@@ -257,8 +264,9 @@ impl Log {
         });
         if !unchanged {
             std::fs::remove_dir_all(&staging)?;
-            return Ok(false);
+            return Ok(None);
         }
+        let mut retired = Vec::new();
         if !cleaned.groups.is_empty() {
             let manifest = Manifest {
                 groups: cleaned.groups.clone(),
@@ -272,11 +280,9 @@ impl Log {
             crash_point::hit(crash_point::AFTER_MANIFEST)?;
             complete_swap(&self.dir)?;
             for g in &cleaned.groups {
-                for b in &g.replaces {
-                    // Dropped, not deleted: the files at `g.base` are the new segment's now,
-                    // and readers still holding slices keep the old mapping alive.
-                    self.segments.remove(b);
-                }
+                // Not `Segment::delete`: the files at `g.base` are the new segment's now. The
+                // others are unlinked already; readers' slices keep their mappings alive.
+                retired.extend(g.replaces.iter().filter_map(|b| self.segments.remove(b)));
                 let (seg, _) =
                     Segment::open(&self.dir, g.base, self.config.index_interval_bytes, true)?;
                 self.segments.insert(g.base, seg);
@@ -286,7 +292,7 @@ impl Log {
         }
         self.clean_point = cleaned.clean_point;
         write_checkpoint(&self.dir.join(CLEAN_POINT), cleaned.clean_point)?;
-        Ok(true)
+        Ok(Some(Retired { _segments: retired }))
     }
 
     pub(super) fn load_clean_point(dir: &Path) -> i64 {
@@ -529,7 +535,7 @@ mod tests {
         let plan = log.clean_plan(now).unwrap()?;
         let cleaned = plan.clean(1 << 20, now, &mut |_| true).unwrap()?;
         let stats = cleaned.stats;
-        log.install_cleaned(cleaned).unwrap().then_some(stats)
+        log.install_cleaned(cleaned).unwrap().map(|_| stats)
     }
 
     /// 300 updates of 10 keys across many small segments.
@@ -647,7 +653,7 @@ mod tests {
             ..config()
         });
         log.delete_records_before(first_end, NOW).unwrap();
-        assert!(!log.install_cleaned(cleaned).unwrap());
+        assert!(log.install_cleaned(cleaned).unwrap().is_none());
         assert!(!dir.path().join(STAGING).exists());
         let after = contents(&mut log);
         assert_eq!(
@@ -696,7 +702,7 @@ mod tests {
                 .clean(60 * compact::MAP_ENTRY_BYTES, NOW, &mut |_| true)
                 .unwrap()
                 .unwrap();
-            assert!(log.install_cleaned(cleaned).unwrap());
+            assert!(log.install_cleaned(cleaned).unwrap().is_some());
             passes += 1;
             assert!(passes < 50, "the clean point must advance");
         }
