@@ -268,7 +268,7 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
                 },
             );
         }
-        broker.groups.tick();
+        broker.groups.tick(&broker);
         if last_lag.elapsed() >= crate::group::lag::SAMPLE_EVERY {
             last_lag = std::time::Instant::now();
             let lags = broker.lag.sample(&broker);
