@@ -273,7 +273,7 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
                 },
             );
         }
-        broker.groups.tick();
+        broker.groups.tick(&broker);
         if last_lag.elapsed() >= lag_every {
             last_lag = std::time::Instant::now();
             let lags = broker.lag.sample(&broker);

@@ -6,11 +6,15 @@
 //! - [`lag`] — consumer lag in records and seconds, and its trend.
 //!
 //! The coordinator of a group is the leader of partition `partition_for(group)` of
-//! `__consumer_offsets` (50 partitions, created on first use). Commits are appended to that
-//! partition before they are acknowledged and the table is rebuilt from it at start-up, so
-//! committed offsets survive clean restarts and `kill -9` alike. Group membership itself is
-//! kept in memory: after a restart members rejoin (they are told UNKNOWN_MEMBER_ID), as with a
-//! Kafka coordinator failover.
+//! `__consumer_offsets` (50 partitions, created on first use). Two kinds of records go to that
+//! partition, as in Kafka: committed offsets, appended before a commit is acknowledged, and the
+//! group's metadata (GroupMetadata: generation, protocol, leader, members with their
+//! subscriptions and assignments), appended when a generation completes (before the leader's
+//! SyncGroup is answered), when the group becomes empty, when a static member is replaced, and
+//! as a tombstone when the group is deleted. Both are rebuilt from the topic at start-up, so a
+//! stable group survives clean restarts and `kill -9` alike: its members carry on heartbeating
+//! with their member ids and generation, and those that never come back expire after their
+//! session timeout, which rebalances the rest.
 
 pub mod lag;
 pub mod state;
@@ -26,7 +30,7 @@ use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::log::batch;
 use state::{Group, GroupState, JoinRequest, JoinResult, Reply, SyncResult};
-use store::CommittedOffset;
+use store::{CommittedOffset, GroupMetadata};
 
 /// Longest group id accepted.
 const MAX_GROUP_ID: usize = 255;
@@ -41,8 +45,19 @@ pub type TopicOffsets = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
 struct Entry {
     group: Option<Group>,
     offsets: Offsets,
-    /// Wall-clock ms when the group was last seen with members (0: not since start-up).
+    /// Wall-clock ms when the group was last seen with members (0: unknown).
     last_active_ms: i64,
+}
+
+/// Kafka's mapping of a failed GroupMetadata append to the error members are told
+/// (`appendGroupMetadataErrorToResponseError`).
+fn store_error(code: ErrorCode) -> ErrorCode {
+    match code {
+        ErrorCode::UnknownTopicOrPartition => ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
+        ErrorCode::MessageTooLarge | ErrorCode::RecordListTooLarge => ErrorCode::UnknownServerError,
+        c => c,
+    }
 }
 
 /// Whether an empty group's offsets have outlived `offsets.retention.minutes` (KIP-211): the
@@ -54,6 +69,67 @@ fn offsets_expired(offsets: &Offsets, last_active_ms: i64, now_ms: i64, retentio
         .max()
         .unwrap_or(0);
     retention_ms >= 0 && now_ms - newest_commit.max(last_active_ms) > retention_ms
+}
+
+/// The coordinator's table rebuilt from `__consumer_offsets` records read in log order: the
+/// latest record per key wins and a tombstone deletes.
+#[derive(Default)]
+struct Rebuild {
+    offsets: HashMap<String, Offsets>,
+    metadata: HashMap<String, Option<GroupMetadata>>,
+}
+
+impl Rebuild {
+    fn apply(&mut self, entry: store::Entry) {
+        match entry {
+            store::Entry::Offset {
+                group,
+                topic,
+                partition,
+                value,
+            } => {
+                let offsets = self.offsets.entry(group).or_default();
+                match value {
+                    Some(v) => offsets.insert((topic, partition), v),
+                    None => offsets.remove(&(topic, partition)),
+                };
+            }
+            store::Entry::Group { group, value } => {
+                self.metadata.insert(group, value);
+            }
+            store::Entry::Other => {}
+        }
+    }
+
+    /// The table as of `now` (sessions of loaded members start now) / `wall_ms`.
+    fn finish(self, now: Instant, wall_ms: i64) -> HashMap<String, Entry> {
+        let mut table: HashMap<String, Entry> = self
+            .offsets
+            .into_iter()
+            .filter(|(_, o)| !o.is_empty())
+            .map(|(g, offsets)| {
+                (
+                    g,
+                    Entry {
+                        offsets,
+                        ..Entry::default()
+                    },
+                )
+            })
+            .collect();
+        for (id, record) in self.metadata {
+            let Some(record) = record else { continue };
+            let entry = table.entry(id.clone()).or_default();
+            entry.last_active_ms = if record.members.is_empty() {
+                // Empty since the record was written (KIP-211's clock).
+                record.current_state_timestamp.max(0)
+            } else {
+                wall_ms
+            };
+            entry.group = Some(Group::from_metadata(&id, record, now));
+        }
+        table
+    }
 }
 
 #[derive(Default)]
@@ -129,9 +205,11 @@ impl Coordinator {
         }
     }
 
-    /// Rebuilds committed offsets by reading `__consumer_offsets` from the start.
+    /// Rebuilds committed offsets and groups by reading `__consumer_offsets` from the start:
+    /// per key the latest record wins and a tombstone deletes. Groups come back as their
+    /// latest GroupMetadata record describes them ([`Group::from_metadata`]).
     pub fn load(&self, broker: &Broker) -> Result<usize, ApiError> {
-        let mut table: HashMap<String, Entry> = HashMap::new();
+        let mut rebuild = Rebuild::default();
         let mut records = 0usize;
         for p in 0..store::PARTITIONS as i32 {
             let Some(part) = broker.partitions.get(store::TOPIC, p) else {
@@ -164,19 +242,7 @@ impl Coordinator {
                         }
                         records += 1;
                         match store::decode(r.key, r.value) {
-                            Some(store::Entry::Offset {
-                                group,
-                                topic,
-                                partition,
-                                value,
-                            }) => {
-                                let offsets = &mut table.entry(group).or_default().offsets;
-                                match value {
-                                    Some(v) => offsets.insert((topic, partition), v),
-                                    None => offsets.remove(&(topic, partition)),
-                                };
-                            }
-                            Some(store::Entry::Other) => {}
+                            Some(entry) => rebuild.apply(entry),
                             None => tracing::warn!(
                                 partition = p,
                                 offset = r.offset,
@@ -188,7 +254,17 @@ impl Coordinator {
                 }
             }
         }
-        table.retain(|_, e| !e.offsets.is_empty());
+        let table = rebuild.finish(Instant::now(), crate::partition::now_ms());
+        let stable = table
+            .values()
+            .filter(|e| e.group.as_ref().is_some_and(|g| !g.is_empty()))
+            .count();
+        tracing::info!(
+            groups = table.len(),
+            stable,
+            "loaded groups and committed offsets from {}",
+            store::TOPIC
+        );
         *self.lock() = table;
         Ok(records)
     }
@@ -217,33 +293,75 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Appends tombstones deleting the given committed offsets (nothing when there are none).
+    /// Appends tombstones deleting the given committed offsets and, with `metadata`, the
+    /// group's GroupMetadata record (nothing when there is nothing to delete).
     fn tombstone<'a>(
         broker: &Broker,
         group: &str,
         partitions: impl Iterator<Item = &'a (String, i32)>,
+        metadata: bool,
     ) -> Result<(), ApiError> {
-        let records: Vec<(Bytes, Option<Bytes>)> = partitions
+        let mut records: Vec<(Bytes, Option<Bytes>)> = partitions
             .map(|(t, p)| (store::offset_key(group, t, *p), None))
             .collect();
+        if metadata {
+            records.push((store::group_key(group), None));
+        }
         if records.is_empty() {
             return Ok(());
         }
         Self::persist(broker, group, &records)
     }
 
-    pub fn join(&self, group_id: &str, req: JoinRequest) -> Reply<JoinResult> {
+    /// Appends a GroupMetadata record.
+    fn store_group(broker: &Broker, group: &str, record: &GroupMetadata) -> Result<(), ApiError> {
+        let value = store::group_value(record).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::UnknownServerError,
+                "a group metadata field is too long for Kafka's record layout",
+            )
+        })?;
+        Self::persist(broker, group, &[(store::group_key(group), Some(value))])
+    }
+
+    /// Appends the group's record if its state machine asked for one (it became empty, or a
+    /// static member was replaced). A failure is logged: the change stands in memory and the
+    /// log keeps the previous record, which a restart would bring back.
+    fn store_if_asked(broker: &Broker, id: &str, entry: &mut Entry) {
+        let Some(group) = entry.group.as_mut() else {
+            return;
+        };
+        if !group.take_store() {
+            return;
+        }
+        let now = crate::partition::now_ms();
+        if group.is_empty() {
+            entry.last_active_ms = now;
+        }
+        if let Err(e) = Self::store_group(broker, id, &group.metadata(now)) {
+            tracing::error!(group = id, error = %e, "cannot persist group metadata");
+        }
+    }
+
+    pub fn join(&self, broker: &Broker, group_id: &str, req: JoinRequest) -> Reply<JoinResult> {
         let mut groups = self.lock();
         let entry = groups.entry(group_id.to_string()).or_default();
         let group = entry.group.get_or_insert_with(|| Group::new(group_id));
         if group.state == GroupState::Dead {
             *group = Group::new(group_id);
         }
-        group.join(req, Instant::now())
+        let reply = group.join(req, Instant::now());
+        // A join is activity: a group that only handed out a member id is not expired before
+        // the member comes back with it.
+        entry.last_active_ms = crate::partition::now_ms();
+        Self::store_if_asked(broker, group_id, entry);
+        reply
     }
 
+    /// SyncGroup; the leader's is answered only after the generation's record is appended.
     pub fn sync(
         &self,
+        broker: &Broker,
         group_id: &str,
         member_id: &str,
         generation: i32,
@@ -267,7 +385,21 @@ impl Coordinator {
                 protocol: None,
             });
         }
-        group.sync(member_id, generation, assignments, Instant::now())
+        let now_ms = crate::partition::now_ms();
+        group.sync(
+            member_id,
+            generation,
+            assignments,
+            Instant::now(),
+            now_ms,
+            |record| {
+                let generation = record.generation;
+                Self::store_group(broker, group_id, &record).map_err(|e| {
+                    tracing::error!(group = group_id, generation, error = %e, "cannot persist the group's assignment; rebalancing");
+                    store_error(e.code)
+                })
+            },
+        )
     }
 
     pub fn heartbeat(
@@ -288,13 +420,21 @@ impl Coordinator {
     }
 
     /// Removes members, by member id or (for static members) by instance id.
-    pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> Vec<ErrorCode> {
+    pub fn leave(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Vec<ErrorCode> {
         let mut groups = self.lock();
-        let Some(group) = groups.get_mut(group_id).and_then(|e| e.group.as_mut()) else {
+        let Some(entry) = groups.get_mut(group_id) else {
+            return members.iter().map(|_| ErrorCode::UnknownMemberId).collect();
+        };
+        let Some(group) = entry.group.as_mut() else {
             return members.iter().map(|_| ErrorCode::UnknownMemberId).collect();
         };
         let now = Instant::now();
-        members
+        let codes = members
             .iter()
             .map(|(member_id, instance)| {
                 let id = match instance {
@@ -307,7 +447,9 @@ impl Coordinator {
                 };
                 group.leave(&id, now)
             })
-            .collect()
+            .collect();
+        Self::store_if_asked(broker, group_id, entry);
+        codes
     }
 
     /// Validates the committer and appends the commits; one error per commit.
@@ -485,7 +627,8 @@ impl Coordinator {
         }
     }
 
-    /// DeleteGroups: only a group without members; its offsets are tombstoned.
+    /// DeleteGroups: only a group without members; its offsets and its metadata record are
+    /// tombstoned.
     pub fn delete(&self, broker: &Broker, group_id: &str) -> ErrorCode {
         let mut groups = self.lock();
         let Some(entry) = groups.get(group_id) else {
@@ -494,7 +637,12 @@ impl Coordinator {
         if entry.group.as_ref().is_some_and(|g| !g.is_empty()) {
             return ErrorCode::NonEmptyGroup;
         }
-        if let Err(e) = Self::tombstone(broker, group_id, entry.offsets.keys()) {
+        if let Err(e) = Self::tombstone(
+            broker,
+            group_id,
+            entry.offsets.keys(),
+            entry.group.is_some(),
+        ) {
             return e.code;
         }
         groups.remove(group_id);
@@ -540,7 +688,7 @@ impl Coordinator {
             .map(|(p, _)| p)
             .collect();
         if !doomed.is_empty() {
-            Self::tombstone(broker, group_id, doomed.iter().copied()).map_err(|e| e.code)?;
+            Self::tombstone(broker, group_id, doomed.iter().copied(), false).map_err(|e| e.code)?;
             for (t, p) in doomed {
                 entry.offsets.remove(&(t.clone(), *p));
             }
@@ -548,16 +696,18 @@ impl Coordinator {
         Ok(codes)
     }
 
-    /// Session expiry and rebalance deadlines; called every 100 ms.
-    /// Deletes (tombstones) the committed offsets of groups that have been empty for longer
-    /// than `retention_ms`. Returns how many groups expired.
+    /// Deletes groups that have been empty for longer than `retention_ms` (KIP-211's clock:
+    /// from the later of the newest commit and the last time the group had members): their
+    /// committed offsets and metadata record are tombstoned, and the group is gone, as when
+    /// Kafka's offset expiry leaves an empty group without offsets. Returns how many groups
+    /// expired.
     pub fn expire_offsets(&self, broker: &Broker, now_ms: i64, retention_ms: i64) -> usize {
         let mut groups = self.lock();
         let expired: Vec<String> = groups
             .iter()
             .filter(|(_, e)| e.group.as_ref().is_none_or(|g| g.is_empty()))
             .filter(|(_, e)| {
-                !e.offsets.is_empty()
+                (!e.offsets.is_empty() || e.group.is_some())
                     && offsets_expired(&e.offsets, e.last_active_ms, now_ms, retention_ms)
             })
             .map(|(id, _)| id.clone())
@@ -567,9 +717,9 @@ impl Coordinator {
             let Some(entry) = groups.get(&id) else {
                 continue;
             };
-            match Self::tombstone(broker, &id, entry.offsets.keys()) {
+            match Self::tombstone(broker, &id, entry.offsets.keys(), entry.group.is_some()) {
                 Ok(()) => {
-                    tracing::info!(group = %id, partitions = entry.offsets.len(), "committed offsets expired (offsets_retention_minutes)");
+                    tracing::info!(group = %id, partitions = entry.offsets.len(), "empty group and its committed offsets expired (offsets_retention_minutes)");
                     groups.remove(&id);
                     done += 1;
                 }
@@ -581,7 +731,8 @@ impl Coordinator {
         done
     }
 
-    pub fn tick(&self) {
+    /// Session expiry and rebalance deadlines; called every 100 ms.
+    pub fn tick(&self, broker: &Broker) {
         let now = Instant::now();
         let wall = crate::partition::now_ms();
         for (id, entry) in self.lock().iter_mut() {
@@ -593,6 +744,7 @@ impl Coordinator {
                     tracing::info!(group = %id, member, "member expired after its session timeout");
                 }
             }
+            Self::store_if_asked(broker, id, entry);
         }
     }
 }
@@ -647,5 +799,162 @@ mod tests {
             !offsets_expired(&o, 0, i64::MAX, -1),
             "-1 keeps offsets forever"
         );
+    }
+
+    fn offset(group: &str, partition: i32, value: Option<i64>) -> store::Entry {
+        store::Entry::Offset {
+            group: group.into(),
+            topic: "t".into(),
+            partition,
+            value: value.map(|offset| CommittedOffset {
+                offset,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp: 1,
+            }),
+        }
+    }
+
+    fn record(generation: i32, members: &[(&str, &'static [u8])], ts: i64) -> GroupMetadata {
+        GroupMetadata {
+            protocol_type: "consumer".into(),
+            generation,
+            protocol: (!members.is_empty()).then(|| "range".to_string()),
+            leader: members.first().map(|(m, _)| m.to_string()),
+            current_state_timestamp: ts,
+            members: members
+                .iter()
+                .map(|(m, a)| store::MemberMetadata {
+                    member_id: m.to_string(),
+                    group_instance_id: None,
+                    client_id: format!("client-{m}"),
+                    client_host: "/127.0.0.1".into(),
+                    rebalance_timeout: 30_000,
+                    session_timeout: 6_000,
+                    subscription: Bytes::from_static(b"sub"),
+                    assignment: Bytes::from_static(a),
+                })
+                .collect(),
+        }
+    }
+
+    fn group(id: &str, value: Option<GroupMetadata>) -> store::Entry {
+        store::Entry::Group {
+            group: id.into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn loading_replays_records_in_order_and_tombstones_delete() {
+        let mut r = Rebuild::default();
+        for e in [
+            // g1: two generations; the later one wins.
+            offset("g1", 0, Some(5)),
+            group("g1", Some(record(1, &[("m1", b"a1")], 10))),
+            group("g1", Some(record(2, &[("m1", b"a1"), ("m2", b"a2")], 20))),
+            offset("g1", 0, Some(9)),
+            // g2: deleted (offsets and metadata tombstoned).
+            group("g2", Some(record(3, &[("x", b"")], 10))),
+            offset("g2", 0, Some(1)),
+            offset("g2", 0, None),
+            group("g2", None),
+            // g3: deleted, then re-created and emptied at generation 7.
+            group("g3", Some(record(4, &[("y", b"")], 10))),
+            group("g3", None),
+            group("g3", Some(record(7, &[], 1_234))),
+            offset("g3", 1, Some(3)),
+            // g4: simple commits only; g5: a stable group that later became empty.
+            offset("g4", 2, Some(8)),
+            group("g5", Some(record(1, &[("z", b"")], 10))),
+            group("g5", Some(record(2, &[], 50))),
+            store::Entry::Other,
+        ] {
+            r.apply(e);
+        }
+        let now = Instant::now();
+        let table = r.finish(now, 99_000);
+        let mut ids: Vec<&String> = table.keys().collect();
+        ids.sort();
+        assert_eq!(ids, ["g1", "g3", "g4", "g5"]);
+
+        let g1 = &table["g1"];
+        let g = g1.group.as_ref().unwrap();
+        assert_eq!((g.state, g.generation), (GroupState::Stable, 2));
+        assert_eq!(g.leader.as_deref(), Some("m1"));
+        assert_eq!(g.members.len(), 2);
+        assert_eq!(g.members["m2"].assignment, Bytes::from_static(b"a2"));
+        assert_eq!(g1.offsets[&("t".to_string(), 0)].offset, 9);
+        assert_eq!(g1.last_active_ms, 99_000, "a stable group is active now");
+
+        let g3 = &table["g3"];
+        let g = g3.group.as_ref().unwrap();
+        assert_eq!((g.state, g.generation), (GroupState::Empty, 7));
+        assert_eq!(
+            g3.last_active_ms, 1_234,
+            "empty since its record was written"
+        );
+        assert_eq!(g3.offsets.len(), 1);
+
+        assert!(table["g4"].group.is_none());
+        let g = table["g5"].group.as_ref().unwrap();
+        assert_eq!((g.state, g.generation), (GroupState::Empty, 2));
+        assert!(table["g5"].offsets.is_empty());
+    }
+
+    #[test]
+    fn loaded_groups_are_listed_and_described_as_they_were() {
+        let mut r = Rebuild::default();
+        r.apply(group(
+            "g1",
+            Some(record(4, &[("m1", b"a1"), ("m2", b"a2")], 10)),
+        ));
+        r.apply(group("g2", Some(record(9, &[], 10))));
+        let c = Coordinator::default();
+        *c.lock() = r.finish(Instant::now(), 0);
+        assert_eq!(
+            c.list(),
+            vec![
+                ("g1".to_string(), "consumer".to_string(), "Stable"),
+                ("g2".to_string(), "consumer".to_string(), "Empty"),
+            ]
+        );
+        let view = c.describe("g1");
+        assert_eq!(
+            (
+                view.state,
+                view.protocol_type.as_str(),
+                view.protocol.as_str()
+            ),
+            ("Stable", "consumer", "range")
+        );
+        let members: Vec<(String, String, Bytes, Bytes)> = view
+            .members
+            .into_iter()
+            .map(|(id, _, client, _, meta, assignment)| (id, client, meta, assignment))
+            .collect();
+        assert_eq!(
+            members,
+            vec![
+                (
+                    "m1".to_string(),
+                    "client-m1".to_string(),
+                    Bytes::from_static(b"sub"),
+                    Bytes::from_static(b"a1")
+                ),
+                (
+                    "m2".to_string(),
+                    "client-m2".to_string(),
+                    Bytes::from_static(b"sub"),
+                    Bytes::from_static(b"a2")
+                ),
+            ]
+        );
+        assert_eq!(c.heartbeat("g1", "m2", 4, None), ErrorCode::None);
+        assert_eq!(
+            c.heartbeat("g1", "m2", 3, None),
+            ErrorCode::IllegalGeneration
+        );
+        assert_eq!(c.describe("g2").state, "Empty");
     }
 }

@@ -9,6 +9,12 @@
 //!   members that did not rejoin by the rebalance deadline are removed;
 //! - SyncGroup responses carry the leader's assignment of the current generation only;
 //! - a member that neither heartbeats nor waits on a request for its session timeout is removed.
+//!
+//! Persistence (Kafka's GroupMetadata records, written by the coordinator): a generation is
+//! Stable only once the `store` callback given to the leader's SyncGroup has accepted the record
+//! carrying its assignment; a group that becomes empty, or a static member replaced in a stable
+//! group, asks for a record through [`Group::take_store`]. [`Group::from_metadata`] rebuilds a
+//! group from its latest record: Stable with those members (each with a fresh session) or Empty.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -16,6 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use super::store::{GroupMetadata, MemberMetadata};
 use crate::error::ErrorCode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +136,9 @@ pub struct Group {
     /// Ids handed out with MEMBER_ID_REQUIRED, not yet joined.
     pending: HashSet<String>,
     deadline: Option<Instant>,
+    /// The group changed in a way that must be recorded (it became empty, or a static member
+    /// was replaced in a stable group); see [`Group::take_store`].
+    store_pending: bool,
 }
 
 impl Group {
@@ -143,7 +153,88 @@ impl Group {
             members: BTreeMap::new(),
             pending: HashSet::new(),
             deadline: None,
+            store_pending: false,
         }
+    }
+
+    /// The group as its latest GroupMetadata record describes it: Stable with the recorded
+    /// generation, leader, protocol, members and assignments, every member's session starting
+    /// `now`; or Empty (keeping the generation) when the record has no members.
+    pub fn from_metadata(id: &str, record: GroupMetadata, now: Instant) -> Group {
+        let mut g = Group::new(id);
+        g.generation = record.generation;
+        g.protocol_type = Some(record.protocol_type);
+        if record.members.is_empty() {
+            return g;
+        }
+        let protocol = record.protocol.unwrap_or_default();
+        for m in record.members {
+            let ms = |v: i32| Duration::from_millis(v.max(0) as u64);
+            g.members.insert(
+                m.member_id.clone(),
+                Member {
+                    id: m.member_id,
+                    instance_id: m.group_instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    session_timeout: ms(m.session_timeout),
+                    rebalance_timeout: ms(m.rebalance_timeout),
+                    protocols: vec![(protocol.clone(), m.subscription)],
+                    assignment: m.assignment,
+                    last_seen: now,
+                    join_waiter: None,
+                    sync_waiter: None,
+                },
+            );
+        }
+        g.leader = record.leader.filter(|l| g.members.contains_key(l));
+        g.protocol = Some(protocol);
+        g.state = GroupState::Stable;
+        g
+    }
+
+    /// The GroupMetadata record of the group as it is now, stamped `state_timestamp_ms`.
+    pub fn metadata(&self, state_timestamp_ms: i64) -> GroupMetadata {
+        self.metadata_with(state_timestamp_ms, |m| m.assignment.clone())
+    }
+
+    fn metadata_with(
+        &self,
+        state_timestamp_ms: i64,
+        assignment: impl Fn(&Member) -> Bytes,
+    ) -> GroupMetadata {
+        let protocol = self.protocol.clone();
+        GroupMetadata {
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            generation: self.generation,
+            protocol: protocol.clone(),
+            leader: self.leader.clone(),
+            current_state_timestamp: state_timestamp_ms,
+            members: self
+                .members
+                .values()
+                .map(|m| MemberMetadata {
+                    member_id: m.id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout: duration_ms(m.rebalance_timeout),
+                    session_timeout: duration_ms(m.session_timeout),
+                    subscription: m
+                        .protocols
+                        .iter()
+                        .find(|(n, _)| Some(n) == protocol.as_ref())
+                        .map(|(_, b)| b.clone())
+                        .unwrap_or_default(),
+                    assignment: assignment(m),
+                })
+                .collect(),
+        }
+    }
+
+    /// True once after a change that must be recorded with [`Group::metadata`].
+    pub fn take_store(&mut self) -> bool {
+        std::mem::take(&mut self.store_pending)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -196,6 +287,7 @@ impl Group {
                             self.leader = Some(id.clone());
                         }
                         if unchanged && self.state == GroupState::Stable {
+                            self.store_pending = true;
                             return Reply::Now(self.join_result_for(&id));
                         }
                         if let Some(m) = self.members.get_mut(&id) {
@@ -308,6 +400,7 @@ impl Group {
             self.protocol = None;
             self.leader = None;
             self.deadline = None;
+            self.store_pending = true;
             return;
         }
         self.protocol = self.select_protocol();
@@ -397,12 +490,18 @@ impl Group {
             .map(|c| (*c).clone())
     }
 
+    /// SyncGroup. The leader's completes the generation: `store` gets the group's record with
+    /// the new assignment (stamped `now_ms`), and only once it has accepted it do the members
+    /// get their assignments and the group turn Stable. If it fails, every waiting member gets
+    /// its error and the group rebalances (as Kafka does when the append fails).
     pub fn sync(
         &mut self,
         member_id: &str,
         generation: i32,
         assignments: Vec<(String, Bytes)>,
         now: Instant,
+        now_ms: i64,
+        store: impl FnOnce(GroupMetadata) -> Result<(), ErrorCode>,
     ) -> Reply<SyncResult> {
         let Some(member) = self.members.get_mut(member_id) else {
             return Reply::Now(SyncResult::error(ErrorCode::UnknownMemberId));
@@ -426,8 +525,27 @@ impl Group {
                 member.sync_waiter = Some(tx);
                 if self.leader.as_deref() == Some(member_id) {
                     let mut given: BTreeMap<String, Bytes> = assignments.into_iter().collect();
-                    for m in self.members.values_mut() {
-                        m.assignment = given.remove(&m.id).unwrap_or_default();
+                    let assignment: BTreeMap<String, Bytes> = self
+                        .members
+                        .keys()
+                        .map(|id| (id.clone(), given.remove(id).unwrap_or_default()))
+                        .collect();
+                    let record = self.metadata_with(now_ms, |m| {
+                        assignment.get(&m.id).cloned().unwrap_or_default()
+                    });
+                    if let Err(code) = store(record) {
+                        for m in self.members.values_mut() {
+                            if let Some(w) = m.sync_waiter.take() {
+                                let _ = w.send(SyncResult::error(code));
+                            }
+                        }
+                        self.prepare_rebalance(now);
+                        return Reply::Later(rx);
+                    }
+                    for (id, a) in assignment {
+                        if let Some(m) = self.members.get_mut(&id) {
+                            m.assignment = a;
+                        }
                     }
                     self.state = GroupState::Stable;
                     self.deadline = None;
@@ -477,6 +595,7 @@ impl Group {
                 self.protocol = None;
                 self.leader = None;
                 self.deadline = None;
+                self.store_pending = true;
             }
         } else if self.state != GroupState::PreparingRebalance {
             self.prepare_rebalance(now);
@@ -558,6 +677,10 @@ impl Group {
     }
 }
 
+fn duration_ms(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -574,6 +697,17 @@ mod tests {
             protocols: vec![("range".into(), Bytes::from_static(b"m"))],
             require_known_member_id: true,
         }
+    }
+
+    /// SyncGroup with a store that always succeeds.
+    fn sync(
+        g: &mut Group,
+        member: &str,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+        t: Instant,
+    ) -> Reply<SyncResult> {
+        g.sync(member, generation, assignments, t, 0, |_| Ok(()))
     }
 
     fn now_join(g: &mut Group, r: JoinRequest, t: Instant) -> JoinResult {
@@ -595,7 +729,8 @@ mod tests {
         assert_eq!(joined.leader, first.member_id);
         assert_eq!(joined.members.len(), 1);
         assert_eq!(g.state, GroupState::CompletingRebalance);
-        let Reply::Later(mut rx) = g.sync(
+        let Reply::Later(mut rx) = sync(
+            &mut g,
             &first.member_id,
             1,
             vec![(first.member_id.clone(), Bytes::from_static(b"a"))],
@@ -619,7 +754,7 @@ mod tests {
         let mut g = Group::new("g");
         let a = now_join(&mut g, req("", "a"), t).member_id;
         let _ = now_join(&mut g, req(&a, "a"), t);
-        let _ = g.sync(&a, 1, vec![], t);
+        let _ = sync(&mut g, &a, 1, vec![], t);
         let b = now_join(&mut g, req("", "b"), t).member_id;
         let Reply::Later(mut b_rx) = g.join(req(&b, "b"), t) else {
             panic!()
@@ -644,7 +779,7 @@ mod tests {
         let mut g = Group::new("g");
         let a = now_join(&mut g, req("", "a"), t).member_id;
         let _ = now_join(&mut g, req(&a, "a"), t);
-        let _ = g.sync(&a, 1, vec![], t);
+        let _ = sync(&mut g, &a, 1, vec![], t);
         let b = now_join(&mut g, req("", "b"), t).member_id;
         let Reply::Later(mut b_rx) = g.join(req(&b, "b"), t) else {
             panic!()
@@ -653,7 +788,13 @@ mod tests {
         let rb = b_rx.try_recv().unwrap();
         assert_eq!(rb.leader, b);
         assert!(!g.members.contains_key(&a));
-        let _ = g.sync(&b, rb.generation, vec![], t + Duration::from_secs(31));
+        let _ = sync(
+            &mut g,
+            &b,
+            rb.generation,
+            vec![],
+            t + Duration::from_secs(31),
+        );
         assert_eq!(g.tick(t + Duration::from_secs(45)), vec![b]);
         assert_eq!(g.state, GroupState::Empty);
     }
@@ -666,7 +807,13 @@ mod tests {
         first.instance_id = Some("i1".into());
         let joined = now_join(&mut g, first, t);
         let old = joined.member_id.clone();
-        let _ = g.sync(&old, 1, vec![(old.clone(), Bytes::from_static(b"p0"))], t);
+        let _ = sync(
+            &mut g,
+            &old,
+            1,
+            vec![(old.clone(), Bytes::from_static(b"p0"))],
+            t,
+        );
         assert_eq!(g.state, GroupState::Stable);
         let mut again = req("", "a");
         again.instance_id = Some("i1".into());
@@ -675,11 +822,17 @@ mod tests {
         assert_eq!(rejoined.generation, 1, "no new generation");
         assert_ne!(rejoined.member_id, old);
         assert_eq!(g.state, GroupState::Stable);
-        let Reply::Now(sync) = g.sync(&rejoined.member_id, 1, vec![], t) else {
+        let Reply::Now(sync) = sync(&mut g, &rejoined.member_id, 1, vec![], t) else {
             panic!()
         };
         assert_eq!(sync.assignment, Bytes::from_static(b"p0"));
         assert_eq!(g.heartbeat(&old, 1, t), ErrorCode::UnknownMemberId);
+        assert!(g.take_store(), "the new member id must be recorded");
+        let record = g.metadata(5);
+        assert_eq!(record.members.len(), 1);
+        assert_eq!(record.members[0].member_id, rejoined.member_id);
+        assert_eq!(record.members[0].group_instance_id.as_deref(), Some("i1"));
+        assert_eq!(record.leader.as_deref(), Some(rejoined.member_id.as_str()));
     }
 
     #[test]
@@ -700,5 +853,203 @@ mod tests {
             now_join(&mut g, other, t).error,
             ErrorCode::InconsistentGroupProtocol
         );
+    }
+
+    /// Two members, a the leader: a stable generation 2 with a → "pa", b → "pb". Returns the
+    /// member ids and the record the leader's SyncGroup stored.
+    fn stable_pair(g: &mut Group, t: Instant) -> (String, String, GroupMetadata) {
+        let a = now_join(g, req("", "a"), t).member_id;
+        let _ = now_join(g, req(&a, "a"), t);
+        let _ = sync(g, &a, 1, vec![], t);
+        let b = now_join(g, req("", "b"), t).member_id;
+        let Reply::Later(mut b_join) = g.join(req(&b, "b"), t) else {
+            panic!("b should wait for a to rejoin")
+        };
+        let _ = now_join(g, req(&a, "a"), t);
+        assert_eq!(b_join.try_recv().unwrap().generation, 2);
+        let Reply::Later(mut b_sync) = sync(g, &b, 2, vec![], t) else {
+            panic!("a follower's SyncGroup waits for the leader")
+        };
+        let mut stored = None;
+        let reply = g.sync(
+            &a,
+            2,
+            vec![
+                (a.clone(), Bytes::from_static(b"pa")),
+                (b.clone(), Bytes::from_static(b"pb")),
+            ],
+            t,
+            1_000,
+            |record| {
+                // The assignment is stored before anyone hears of it.
+                assert!(b_sync.try_recv().is_err(), "b answered before the append");
+                stored = Some(record);
+                Ok(())
+            },
+        );
+        let Reply::Later(mut a_sync) = reply else {
+            panic!()
+        };
+        assert_eq!(
+            a_sync.try_recv().unwrap().assignment,
+            Bytes::from_static(b"pa")
+        );
+        assert_eq!(
+            b_sync.try_recv().unwrap().assignment,
+            Bytes::from_static(b"pb")
+        );
+        (
+            a,
+            b,
+            stored.expect("the leader's SyncGroup stored the generation"),
+        )
+    }
+
+    #[test]
+    fn the_leaders_sync_stores_the_generation_with_every_assignment() {
+        let t = Instant::now();
+        let mut g = Group::new("g");
+        let (a, b, record) = stable_pair(&mut g, t);
+        assert_eq!(g.state, GroupState::Stable);
+        let member = |id: &str, client: &str, assignment: &'static [u8]| MemberMetadata {
+            member_id: id.to_string(),
+            group_instance_id: None,
+            client_id: client.into(),
+            client_host: "/127.0.0.1".into(),
+            rebalance_timeout: 30_000,
+            session_timeout: 10_000,
+            subscription: Bytes::from_static(b"m"),
+            assignment: Bytes::from_static(assignment),
+        };
+        let mut members = vec![member(&a, "a", b"pa"), member(&b, "b", b"pb")];
+        members.sort_by(|x, y| x.member_id.cmp(&y.member_id));
+        assert_eq!(
+            record,
+            GroupMetadata {
+                protocol_type: "consumer".into(),
+                generation: 2,
+                protocol: Some("range".into()),
+                leader: Some(a.clone()),
+                current_state_timestamp: 1_000,
+                members,
+            }
+        );
+        assert_eq!(g.metadata(1_000), record, "the group as it now stands");
+        assert!(
+            !g.take_store(),
+            "a stored generation needs no second record"
+        );
+    }
+
+    #[test]
+    fn a_failed_store_answers_every_member_with_the_error_and_rebalances() {
+        let t = Instant::now();
+        let mut g = Group::new("g");
+        let a = now_join(&mut g, req("", "a"), t).member_id;
+        let _ = now_join(&mut g, req(&a, "a"), t);
+        let b = now_join(&mut g, req("", "b"), t).member_id;
+        let Reply::Later(mut b_join) = g.join(req(&b, "b"), t) else {
+            panic!()
+        };
+        assert_eq!(now_join(&mut g, req(&a, "a"), t).generation, 2);
+        assert_eq!(b_join.try_recv().unwrap().generation, 2);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        let (leader, follower) = (a.clone(), b.clone());
+        let Reply::Later(mut f_sync) = sync(&mut g, &follower, 2, vec![], t) else {
+            panic!()
+        };
+        let Reply::Later(mut l_sync) = g.sync(
+            &leader,
+            2,
+            vec![(follower.clone(), Bytes::from_static(b"x"))],
+            t,
+            0,
+            |_| Err(ErrorCode::NotCoordinator),
+        ) else {
+            panic!()
+        };
+        assert_eq!(l_sync.try_recv().unwrap().error, ErrorCode::NotCoordinator);
+        assert_eq!(f_sync.try_recv().unwrap().error, ErrorCode::NotCoordinator);
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        assert!(g.members.values().all(|m| m.assignment.is_empty()));
+    }
+
+    #[test]
+    fn a_group_rebuilt_from_its_record_is_stable_and_expires_members_that_never_return() {
+        let t = Instant::now();
+        let mut g = Group::new("g");
+        let (a, b, record) = stable_pair(&mut g, t);
+
+        // Much later (a restart): every member's session starts when the group is loaded.
+        let loaded_at = t + Duration::from_secs(3600);
+        let mut g = Group::from_metadata("g", record, loaded_at);
+        assert_eq!(g.state, GroupState::Stable);
+        assert_eq!(g.generation, 2);
+        assert_eq!(g.leader.as_deref(), Some(a.as_str()));
+        assert_eq!(g.protocol.as_deref(), Some("range"));
+        assert_eq!(g.protocol_type.as_deref(), Some("consumer"));
+        assert_eq!(g.members[&b].client_id, "b");
+        assert_eq!(g.members[&b].session_timeout, Duration::from_secs(10));
+        assert_eq!(
+            g.subscribed_topics(),
+            None,
+            "test metadata is not a subscription"
+        );
+        assert!(g.tick(loaded_at + Duration::from_secs(9)).is_empty());
+
+        // a carries on: same id, same generation, same assignment, no rebalance.
+        let later = loaded_at + Duration::from_secs(9);
+        assert_eq!(g.heartbeat(&a, 2, later), ErrorCode::None);
+        let Reply::Now(s) = sync(&mut g, &a, 2, vec![], later) else {
+            panic!("a stable group answers SyncGroup at once")
+        };
+        assert_eq!(s.assignment, Bytes::from_static(b"pa"));
+        assert_eq!(g.heartbeat(&a, 1, later), ErrorCode::IllegalGeneration);
+
+        // b never comes back: it expires after its session, and a is asked to rejoin.
+        let expiry = loaded_at + Duration::from_millis(10_001);
+        assert_eq!(g.tick(expiry), vec![b.clone()]);
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        assert_eq!(g.heartbeat(&a, 2, expiry), ErrorCode::RebalanceInProgress);
+        let rejoined = now_join(&mut g, req(&a, "a"), expiry);
+        assert_eq!(rejoined.generation, 3);
+        assert_eq!(rejoined.members.len(), 1);
+    }
+
+    #[test]
+    fn a_group_that_empties_asks_to_be_recorded_and_comes_back_empty_with_its_generation() {
+        let t = Instant::now();
+        let mut g = Group::new("g");
+        let a = now_join(&mut g, req("", "a"), t).member_id;
+        let _ = now_join(&mut g, req(&a, "a"), t);
+        let _ = sync(&mut g, &a, 1, vec![], t);
+        assert!(!g.take_store());
+        assert_eq!(g.leave(&a, t), ErrorCode::None);
+        assert_eq!((g.state, g.generation), (GroupState::Empty, 2));
+        assert!(g.take_store());
+        assert!(!g.take_store(), "asked once");
+        let record = g.metadata(77);
+        assert_eq!(
+            record,
+            GroupMetadata {
+                protocol_type: "consumer".into(),
+                generation: 2,
+                protocol: None,
+                leader: None,
+                current_state_timestamp: 77,
+                members: vec![],
+            }
+        );
+
+        let mut g = Group::from_metadata("g", record, t);
+        assert_eq!((g.state, g.generation), (GroupState::Empty, 2));
+        let c = now_join(&mut g, req("", "c"), t).member_id;
+        assert_eq!(now_join(&mut g, req(&c, "c"), t).generation, 3);
+
+        // Expiry of the last member empties the group too.
+        let _ = sync(&mut g, &c, 3, vec![], t);
+        assert_eq!(g.tick(t + Duration::from_secs(11)), vec![c]);
+        assert_eq!((g.state, g.generation), (GroupState::Empty, 4));
+        assert!(g.take_store());
     }
 }

@@ -70,6 +70,10 @@ pub async fn handle(
     if !(MIN_SESSION..=MAX_SESSION).contains(&req.session_timeout_ms) {
         return fail(ErrorCode::InvalidSessionTimeout);
     }
+    // The group's records go to `__consumer_offsets` (normally created by FindCoordinator).
+    if let Err(e) = broker.groups.ensure_offsets_topic(broker).await {
+        return fail(e.code);
+    }
     // v0 has no rebalance timeout: it is the session timeout.
     let rebalance = if version >= 1 {
         req.rebalance_timeout_ms
@@ -94,7 +98,7 @@ pub async fn handle(
             .collect(),
         require_known_member_id: version >= 4,
     };
-    let result = match broker.groups.join(&group_id, join) {
+    let result = match broker.groups.join(broker, &group_id, join) {
         Reply::Now(r) => r,
         Reply::Later(rx) => match rx.await {
             Ok(r) => r,

@@ -9,9 +9,10 @@ pub fn handle(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> Lea
     let group = req.group_id.0.as_str();
     // v0–2 name one member; v3+ a batch, by member id or instance id.
     if version < 3 {
-        let code = broker
-            .groups
-            .leave(group, &[(req.member_id.as_str().to_string(), None)])[0];
+        let code =
+            broker
+                .groups
+                .leave(broker, group, &[(req.member_id.as_str().to_string(), None)])[0];
         return LeaveGroupResponse::default().with_error_code(code.code());
     }
     let members: Vec<(String, Option<String>)> = req
@@ -24,7 +25,7 @@ pub fn handle(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> Lea
             )
         })
         .collect();
-    let codes = broker.groups.leave(group, &members);
+    let codes = broker.groups.leave(broker, group, &members);
     let responses = req
         .members
         .into_iter()

@@ -18,6 +18,7 @@ pub async fn handle(
         .map(|a| (a.member_id.as_str().to_string(), a.assignment.clone()))
         .collect();
     let reply = broker.groups.sync(
+        broker,
         req.group_id.0.as_str(),
         req.member_id.as_str(),
         req.generation_id,
