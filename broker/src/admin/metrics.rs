@@ -217,7 +217,7 @@ impl Metrics {
         );
         registry.register(
             "consumer_lag_trend_records_per_second",
-            "Slope of lag over the last minute: positive = falling behind, negative = draining",
+            "Slope of lag over lag_window_ms: positive = falling behind, negative = draining",
             m.lag_trend.clone(),
         );
         registry.register(
