@@ -62,6 +62,37 @@ pub fn unique_group(prefix: &str) -> String {
 }
 
 impl Broker {
+    /// Produces `per_partition` records to each of partitions `0..partitions`
+    /// (`value = "{tag}-p{p}-{i}"`); returns the value at each acknowledged (partition, offset).
+    pub fn produce_to_each(
+        &self,
+        topic: &str,
+        partitions: i32,
+        per_partition: usize,
+        tag: &str,
+    ) -> BTreeMap<(i32, i64), String> {
+        let producer = crate::TrackingProducer::new(&self.producer_config());
+        let mut values = Vec::new();
+        for i in 0..per_partition {
+            for p in 0..partitions {
+                let value = format!("{tag}-p{p}-{i}");
+                producer.send(
+                    values.len(),
+                    topic,
+                    Some(p),
+                    format!("k{i}").as_bytes(),
+                    value.as_bytes(),
+                    &[],
+                    None,
+                );
+                values.push(value);
+            }
+        }
+        producer.flush(Duration::from_secs(60));
+        let delivered = producer.all_delivered(values.len());
+        delivered.into_iter().zip(values).collect()
+    }
+
     /// A config for a subscribed member of `group`: manual commits, earliest reset, a 6 s
     /// session with 500 ms heartbeats.
     pub fn group_config(&self, group: &str) -> ClientConfig {

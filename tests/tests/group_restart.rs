@@ -21,7 +21,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use strata_tests::groups::{decode_assignment, unique_group, CliMember, GroupView};
 use strata_tests::{
     strata_bin, unique_topic, wait_for, wait_for_some, Broker, BrokerOpts, ConsumedRecord,
-    FaultProxy, TrackingProducer,
+    FaultProxy,
 };
 
 /// How long a group may take to settle (joins, syncs, a rebalance after an expiry).
@@ -321,39 +321,6 @@ fn wait_for_stable(members: &[&Watched]) -> Vec<BTreeSet<i32>> {
 // ---------------------------------------------------------------------------------------------
 // Records and the group's view.
 
-/// Produces `per_partition` records to each partition; returns the value at each acknowledged
-/// (partition, offset).
-fn produce(
-    b: &Broker,
-    topic: &str,
-    per_partition: usize,
-    tag: &str,
-) -> BTreeMap<(i32, i64), String> {
-    let producer = TrackingProducer::new(&b.producer_config());
-    let mut values = Vec::new();
-    for i in 0..per_partition {
-        for p in 0..PARTITIONS {
-            let value = format!("{tag}-p{p}-{i}");
-            producer.send(
-                values.len(),
-                topic,
-                Some(p),
-                b"k",
-                value.as_bytes(),
-                &[],
-                None,
-            );
-            values.push(value);
-        }
-    }
-    producer.flush(SETTLE);
-    producer
-        .all_delivered(values.len())
-        .into_iter()
-        .zip(values)
-        .collect()
-}
-
 /// Waits until the union of what `consumed()` returns holds every expected record.
 fn wait_consumed(
     what: &str,
@@ -622,7 +589,7 @@ fn a_stable_group_keeps_its_members_and_generation_across(stop: Stop) {
     let topic = unique_topic("ride-through");
     b.broker.create_topic(&topic, PARTITIONS, &[]).unwrap();
     let group = unique_group("ride-through");
-    let mut expected = produce(&b.broker, &topic, 25, "before");
+    let mut expected = b.broker.produce_to_each(&topic, PARTITIONS, 25, "before");
 
     let members = [
         Watched::start(
@@ -728,7 +695,7 @@ fn a_stable_group_keeps_its_members_and_generation_across(stop: Stop) {
         assert!(cli.contains(id.as_str()), "member {id} in:\n{cli}");
     }
 
-    let after_restart = produce(&b.broker, &topic, 25, "after");
+    let after_restart = b.broker.produce_to_each(&topic, PARTITIONS, 25, "after");
     assert!(
         after_restart.keys().all(|(_, o)| *o >= 25),
         "offsets continue"
@@ -806,7 +773,7 @@ fn after_a_restart_a_member_that_never_returns_expires_and_the_survivor_takes_it
     let topic = unique_topic("never-returns");
     b.broker.create_topic(&topic, PARTITIONS, &[]).unwrap();
     let group = unique_group("never-returns");
-    let mut expected = produce(&b.broker, &topic, 25, "before");
+    let mut expected = b.broker.produce_to_each(&topic, PARTITIONS, 25, "before");
 
     let mut cfg = b.broker.group_config(&group);
     cfg.set("client.id", "survivor")
@@ -883,7 +850,7 @@ fn after_a_restart_a_member_that_never_returns_expires_and_the_survivor_takes_it
     assert_eq!(view.state, "Stable", "right after the restart: {view:?}");
     assert_eq!(described_members(&view, &topic), before);
 
-    let after_restart = produce(&b.broker, &topic, 25, "after");
+    let after_restart = b.broker.produce_to_each(&topic, PARTITIONS, 25, "after");
     expected.extend(after_restart);
 
     let all: BTreeSet<i32> = (0..PARTITIONS).collect();

@@ -18,7 +18,7 @@ use strata_tests::groups::{
 };
 use strata_tests::{
     block_on, encode_batch, now_ms, unique_topic, wait_for, wait_for_some, wait_until, Broker,
-    ConsumedRecord, KafkaConn, RawRecord, TrackingProducer,
+    ConsumedRecord, KafkaConn, RawRecord,
 };
 
 /// How long a group may take to settle (joins, the initial rebalance delay, syncs).
@@ -29,37 +29,6 @@ const STABLE_FOR: Duration = Duration::from_secs(2);
 fn named(mut cfg: ClientConfig, client_id: &str) -> ClientConfig {
     cfg.set("client.id", client_id);
     cfg
-}
-
-/// Produces `per_partition` records to each partition (`value = "{tag}-p{p}-{i}"`); returns
-/// the value at each acknowledged (partition, offset).
-fn produce_to_each(
-    broker: &Broker,
-    topic: &str,
-    partitions: i32,
-    per_partition: usize,
-    tag: &str,
-) -> BTreeMap<(i32, i64), String> {
-    let producer = TrackingProducer::new(&broker.producer_config());
-    let mut values = Vec::new();
-    for i in 0..per_partition {
-        for p in 0..partitions {
-            let value = format!("{tag}-p{p}-{i}");
-            producer.send(
-                values.len(),
-                topic,
-                Some(p),
-                format!("k{i}").as_bytes(),
-                value.as_bytes(),
-                &[],
-                None,
-            );
-            values.push(value);
-        }
-    }
-    producer.flush(Duration::from_secs(60));
-    let delivered = producer.all_delivered(values.len());
-    delivered.into_iter().zip(values).collect()
 }
 
 /// Asserts every expected record was consumed exactly once, with its value, and nothing else.
@@ -271,7 +240,7 @@ fn three_members_share_six_partitions_exactly_once() {
         .expect("group listed");
     assert_eq!(view.members.len(), 3, "members in DescribeGroups: {view:?}");
 
-    let expected = produce_to_each(&broker, &topic, 6, 100, "once");
+    let expected = broker.produce_to_each(&topic, 6, 100, "once");
     wait_for("the group to consume all 600 records", SETTLE, || {
         members.iter().map(Member::record_count).sum::<usize>() >= expected.len()
     });
@@ -354,7 +323,7 @@ fn a_member_killed_is_replaced_after_its_session_timeout() {
     assert!(victim.is_running(), "victim exited:\n{}", victim.output());
 
     // Records before the kill: the victim reads and auto-commits its share.
-    let before = produce_to_each(&broker, &topic, 6, 10, "before");
+    let before = broker.produce_to_each(&topic, 6, 10, "before");
     wait_for(
         "the victim to print its partitions' records",
         SETTLE,
@@ -388,7 +357,7 @@ fn a_member_killed_is_replaced_after_its_session_timeout() {
 
     victim.kill9();
     let killed_at = Instant::now();
-    let after = produce_to_each(&broker, &topic, 6, 10, "after");
+    let after = broker.produce_to_each(&topic, 6, 10, "after");
 
     let refs: Vec<&Member> = survivors.iter().collect();
     let taken_over = wait_for_stable_assignment(&refs, 6, Duration::ZERO, SETTLE);
@@ -460,7 +429,7 @@ fn committed_offsets_survive(restart: impl FnOnce(&mut Broker)) {
     let topic = unique_topic("commit-restart");
     broker.create_topic(&topic, 2, &[]).unwrap();
     let group = unique_group("commit-restart");
-    produce_to_each(&broker, &topic, 2, 100, "restart");
+    broker.produce_to_each(&topic, 2, 100, "restart");
     let ends: BTreeMap<i32, i64> = [(0, 100), (1, 100)].into();
 
     let stop_at: BTreeMap<i32, i64> = [(0, 37), (1, 61)].into();
@@ -661,7 +630,7 @@ fn two_groups_on_one_topic_keep_independent_offsets() {
     let broker = Broker::start_default();
     let topic = unique_topic("two-groups");
     broker.create_topic(&topic, 3, &[]).unwrap();
-    produce_to_each(&broker, &topic, 3, 40, "two");
+    broker.produce_to_each(&topic, 3, 40, "two");
     let ends: BTreeMap<i32, i64> = (0..3).map(|p| (p, 40)).collect();
     let (group_a, group_b) = (unique_group("group-a"), unique_group("group-b"));
     let stop_a: BTreeMap<i32, i64> = [(0, 10), (1, 25), (2, 39)].into();
@@ -1075,7 +1044,7 @@ fn delete_groups_removes_an_empty_group_and_refuses_one_with_members() {
     let broker = Broker::start_default();
     let topic = unique_topic("deleted");
     broker.create_topic(&topic, 2, &[]).unwrap();
-    produce_to_each(&broker, &topic, 2, 20, "deleted");
+    broker.produce_to_each(&topic, 2, 20, "deleted");
     let admin = broker.admin();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
 
