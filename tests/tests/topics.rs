@@ -132,15 +132,15 @@ fn topic_configs_given_at_creation_are_described_back() {
 }
 
 #[test]
-fn unsupported_topic_configs_are_refused_at_creation() {
+fn invalid_topic_configs_are_refused_at_creation() {
     let broker = Broker::start_default();
     let err = broker
         .create_topic(
-            &unique_topic("compact"),
+            &unique_topic("shred"),
             1,
-            &[("cleanup.policy", "compact")],
+            &[("cleanup.policy", "compact,shred")],
         )
-        .expect_err("cleanup.policy=compact is not supported and must be refused");
+        .expect_err("cleanup.policy=compact,shred is not a policy and must be refused");
     assert!(
         format!("{err:#}").contains("InvalidConfig"),
         "error: {err:#}"
