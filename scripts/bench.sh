@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# Single-node benchmark on loopback, as recorded in docs/benchmarks.md:
-# produce/consume throughput, produce latency at half the maximum rate, end-to-end latency, the
-# broker's CPU seconds per GB produced and fetched, and the kernel's own loopback cost (iperf3).
+# Single-node benchmark on loopback, as recorded in docs/benchmarks.md, in two steps:
 #
-#   scripts/bench.sh            (builds the release binary first)
+# - records: produce/consume throughput, produce latency at half the maximum rate, end-to-end
+#   latency, the broker's CPU seconds per GB produced and fetched, and the kernel's own loopback
+#   cost (iperf3);
+# - groups: consumer-group join / scale-out / member-death times (`strata perf group`, 1, 10
+#   and 50 members, eager and cooperative) and offset commits per second (`strata perf commit`).
+#
+#   scripts/bench.sh            both steps (builds the release binary first)
+#   scripts/bench.sh records    only the first
+#   scripts/bench.sh groups     only the second
 #
 # Needs iperf3 (apt) for the kernel baseline; skipped with a note when missing.
 set -euo pipefail
+STEP="${1:-all}"
+case "$STEP" in
+    all | records | groups) ;;
+    *) echo "usage: $0 [records|groups]" >&2; exit 2 ;;
+esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 cargo build --release -p strata-broker --bin strata >&2
@@ -17,7 +28,7 @@ TICKS=$(getconf CLK_TCK)
 
 "$BIN" serve --data-dir "$DATA" --kafka-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 >"$OUT" 2>"$DATA.log" &
 PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DATA" "$DATA.log" "$OUT"' EXIT
+trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DATA" "$DATA.log" "$DATA.time" "$OUT"' EXIT
 for _ in $(seq 1 100); do grep -q READY "$OUT" && break; sleep 0.1; done
 KAFKA=$(sed -n 's/^READY kafka=\([^ ]*\) .*/\1/p' "$OUT")
 [ -n "$KAFKA" ] || { echo "broker did not start" >&2; cat "$DATA.log" >&2; exit 1; }
@@ -55,6 +66,44 @@ run_case() {
     echo "  broker CPU per GB fetched:  $(per_gb $((after - before)) "$(field bytes "$line")") s"
 }
 
+# Consumer groups. Each `perf group` run starts N member processes in a new group, then one more,
+# then SIGKILLs the oldest; each phase is timed until members and coordinator agree on a stable
+# assignment (see `strata perf group --help`). librdkafka defaults: session.timeout.ms=6000 here
+# (the tool's default), heartbeat.interval.ms=3000.
+groups_step() {
+    local strategy n c before after line
+    for strategy in range cooperative-sticky; do
+        echo "== consumer group, $strategy: join N members, add one, SIGKILL one"
+        for n in 1 10 50; do
+            "$BIN" perf group -b "$KAFKA" --topic "grp-$strategy-$n" --members "$n" \
+                --assignment-strategy "$strategy" 2>/dev/null
+        done
+    done
+    echo "== consumer group, range, heartbeat.interval.ms=100 (the heartbeat wait mostly removed)"
+    for n in 1 10 50; do
+        "$BIN" perf group -b "$KAFKA" --topic "grp-hb100-$n" --members "$n" \
+            --heartbeat-interval-ms 100 2>/dev/null
+    done
+    echo "== offset commits: C clients of one group, synchronous commits, 10 s"
+    for c in 1 8; do
+        before=$(cpu $PID)
+        line=$(/usr/bin/time -o "$DATA.time" -f "%U %S" "$BIN" perf commit -b "$KAFKA" \
+            --group "commits-$c" --topic "commits-$c" --clients "$c" --seconds 10 2>/dev/null)
+        after=$(cpu $PID)
+        echo "$line"
+        awk -v t=$((after - before)) -v hz="$TICKS" -v n="$(field commits "$line")" \
+            'BEGIN { printf "  broker CPU per commit (including the join): %.1f us\n", t / hz / n * 1e6 }'
+        awk '{ printf "  client CPU (all clients, including the join): %.1f s\n", $1 + $2 }' "$DATA.time"
+        rm -f "$DATA.time"
+    done
+}
+
+if [ "$STEP" = groups ]; then
+    groups_step
+    exit 0
+fi
+
+# ---- records ----
 echo "== 2,000,000 records of 100 B (acks=1, linger.ms=5, batch.size=1048576)"
 run_case perf100 2000000 100
 echo "== 500,000 records of 1 KiB"
@@ -84,4 +133,8 @@ if command -v iperf3 >/dev/null; then
     echo "  sender CPU per GB:   $(awk -v u="${c% *}" -v s="${c#* }" 'BEGIN { printf "%.3f", (u + s) / 20 }') s"
 else
     echo "(iperf3 not installed: apt-get install iperf3 for the kernel baseline)"
+fi
+
+if [ "$STEP" = all ]; then
+    groups_step
 fi

@@ -157,7 +157,7 @@ fn reader_consumer(conn: &ConnectArgs) -> anyhow::Result<BaseConsumer> {
 /// DescribeGroups for one group; `None` when the broker does not know it (librdkafka
 /// describes only the groups ListGroups returns, and brokers list every group with members
 /// or committed offsets).
-fn describe_group(
+pub(crate) fn describe_group(
     conn: &ConnectArgs,
     consumer: &BaseConsumer,
     group: &str,
@@ -174,19 +174,19 @@ fn describe_group(
 
 /// What DescribeGroups says about a group, owned.
 #[derive(Debug)]
-struct GroupSnapshot {
-    state: String,
-    protocol_type: String,
-    protocol: String,
-    members: Vec<MemberSnapshot>,
+pub(crate) struct GroupSnapshot {
+    pub(crate) state: String,
+    pub(crate) protocol_type: String,
+    pub(crate) protocol: String,
+    pub(crate) members: Vec<MemberSnapshot>,
 }
 
 #[derive(Debug)]
-struct MemberSnapshot {
-    id: String,
-    client_id: String,
-    host: String,
-    assignment: Option<Vec<u8>>,
+pub(crate) struct MemberSnapshot {
+    pub(crate) id: String,
+    pub(crate) client_id: String,
+    pub(crate) host: String,
+    pub(crate) assignment: Option<Vec<u8>>,
 }
 
 impl GroupSnapshot {
@@ -683,9 +683,9 @@ fn format_duration(secs: f64) -> String {
 
 /// A decoded ConsumerProtocolAssignment (versions 0-3 share this layout).
 #[derive(Debug, PartialEq, Eq)]
-struct Assignment {
+pub(crate) struct Assignment {
     version: i16,
-    partitions: Vec<(String, Vec<i32>)>,
+    pub(crate) partitions: Vec<(String, Vec<i32>)>,
     user_data: Option<Vec<u8>>,
 }
 
@@ -765,7 +765,7 @@ impl<'a> Reader<'a> {
 /// Decodes ConsumerProtocolAssignment: `version: i16`, `[topic: string, [partition: i32]]`,
 /// `user_data: nullable bytes` (absent in some encoders; trailing bytes from later versions
 /// are ignored).
-fn decode_assignment(bytes: &[u8]) -> Result<Assignment, String> {
+pub(crate) fn decode_assignment(bytes: &[u8]) -> Result<Assignment, String> {
     let mut r = Reader { buf: bytes, pos: 0 };
     let version = r.i16("version")?;
     if version < 0 {

@@ -4,7 +4,8 @@
 //! - `strata topic create|list|describe|alter|delete` — [`topic`];
 //! - `strata produce` — lines from stdin to a topic — [`produce`];
 //! - `strata consume` — records to stdout — [`consume`];
-//! - `strata perf produce|consume|e2e` — load generation and latency — [`perf`];
+//! - `strata perf produce|consume|e2e|group|commit` — load generation, latency, consumer-group
+//!   rebalance times and offset-commit throughput — [`perf`];
 //! - `strata group list|describe|delete|reset-offsets` — consumer groups — [`group`].
 //!
 //! Every command takes `-b/--bootstrap-server` (env `STRATA_BOOTSTRAP`), repeated
@@ -29,7 +30,8 @@ pub enum ClientCommand {
     Produce(produce::ProduceArgs),
     /// Consume records and print their values to stdout, one per line.
     Consume(consume::ConsumeArgs),
-    /// Load generators: produce/consume throughput and end-to-end latency.
+    /// Load generators: produce/consume throughput, end-to-end latency, consumer-group
+    /// rebalance times and offset-commit throughput.
     #[command(subcommand)]
     Perf(perf::PerfCommand),
     /// List, describe (members, lag) and delete consumer groups; reset their offsets.
@@ -156,6 +158,46 @@ mod tests {
         assert_eq!(a.batch_size, 1_048_576);
         assert_eq!(a.compression, common::Compression::None);
         assert_eq!(a.rate, 0);
+    }
+
+    #[test]
+    fn perf_group_and_commit_defaults() {
+        let cmd = parse(&["perf", "group", "--topic", "t", "--members", "3"]).unwrap();
+        let ClientCommand::Perf(perf::PerfCommand::Group(a)) = cmd else {
+            panic!("{cmd:?}");
+        };
+        assert_eq!((a.members, a.partitions), (3, None));
+        assert_eq!(
+            (a.session_timeout_ms, a.heartbeat_interval_ms),
+            (6000, 3000)
+        );
+        assert_eq!(a.assignment_strategy, perf::AssignmentStrategy::Range);
+        assert!(parse(&["perf", "group", "--topic", "t", "--members", "0"]).is_err());
+        let cmd = parse(&[
+            "perf",
+            "group",
+            "-t",
+            "t",
+            "-m",
+            "2",
+            "--assignment-strategy",
+            "cooperative-sticky",
+        ])
+        .unwrap();
+        let ClientCommand::Perf(perf::PerfCommand::Group(a)) = cmd else {
+            panic!("{cmd:?}");
+        };
+        assert_eq!(
+            a.assignment_strategy,
+            perf::AssignmentStrategy::CooperativeSticky
+        );
+
+        let cmd = parse(&["perf", "commit", "--group", "g", "--topic", "t"]).unwrap();
+        let ClientCommand::Perf(perf::PerfCommand::Commit(a)) = cmd else {
+            panic!("{cmd:?}");
+        };
+        assert_eq!((a.clients, a.seconds, a.partitions), (1, 10, None));
+        assert!(parse(&["perf", "commit", "--group", "g", "--topic", "t", "-c", "0"]).is_err());
     }
 
     #[test]

@@ -1,0 +1,227 @@
+//! `strata perf produce|consume|e2e|group|commit`: load generators and measurements.
+//!
+//! Progress goes to stderr once a second; the final summary is one line on stdout of
+//! space-separated `key=value` fields, stable for scripts:
+//!
+//! ```text
+//! produce records=.. bytes=.. seconds=.. records_per_sec=.. mb_per_sec=.. p50_ms=.. p99_ms=.. p999_ms=.. max_ms=.. errors=..
+//! consume records=.. bytes=.. seconds=.. records_per_sec=.. mb_per_sec=..
+//! e2e records=.. p50_ms=.. p99_ms=.. p999_ms=.. max_ms=..
+//! group members=.. partitions=.. strategy=.. ... join_ms=.. add_ms=.. kill_ms=.. ...
+//! commit clients=.. partitions=.. mode=sync commits=.. seconds=.. commits_per_sec=.. p50_ms=.. ...
+//! ```
+//!
+//! `mb_per_sec` is in MiB (2^20 bytes) per second, as Kafka's perf tools report it.
+//!
+//! - [`produce`], [`consume`], [`e2e`] — record throughput and latency;
+//! - [`group`] — consumer-group membership: join, scale-out and member-death times, with the
+//!   members run as child processes ([`member`], the hidden `perf group-member`);
+//! - [`commit`] — OffsetCommit throughput and latency against one group coordinator.
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::{Subcommand, ValueEnum};
+use rdkafka::admin::{NewTopic, TopicReplication};
+use rdkafka::error::RDKafkaErrorCode;
+
+use super::common::{
+    admin_client, admin_options, block_on, current_thread_runtime, per_sec, topic_partitions,
+    ConnectArgs,
+};
+
+mod commit;
+mod consume;
+mod e2e;
+mod group;
+mod member;
+mod produce;
+
+pub use commit::PerfCommitArgs;
+pub use consume::PerfConsumeArgs;
+pub use e2e::{decode_e2e_header, encode_e2e_header, PerfE2eArgs};
+pub use group::PerfGroupArgs;
+pub use member::GroupMemberArgs;
+pub use produce::{make_payload, PerfProduceArgs};
+
+#[derive(Subcommand, Debug)]
+pub enum PerfCommand {
+    /// Produce generated records as fast as possible (or at --rate); report throughput and
+    /// send-to-acknowledgement latency.
+    Produce(PerfProduceArgs),
+    /// Consume records from the beginning of every partition; report throughput.
+    Consume(PerfConsumeArgs),
+    /// Produce at --rate while a consumer waits at the tail; report produce-to-consume latency.
+    E2e(PerfE2eArgs),
+    /// Start N consumer-group members (child processes); report the time to a stable
+    /// assignment after they join, after one more joins, and after one is killed (SIGKILL).
+    Group(PerfGroupArgs),
+    /// Commit offsets from C clients of one group as fast as they can; report commits/s and
+    /// commit latency.
+    Commit(PerfCommitArgs),
+    /// One member of `perf group` (internal: reports its assignment on stdout).
+    #[command(hide = true)]
+    GroupMember(GroupMemberArgs),
+}
+
+impl PerfCommand {
+    pub fn conn(&self) -> &ConnectArgs {
+        match self {
+            PerfCommand::Produce(a) => &a.conn,
+            PerfCommand::Consume(a) => &a.conn,
+            PerfCommand::E2e(a) => &a.conn,
+            PerfCommand::Group(a) => &a.conn,
+            PerfCommand::Commit(a) => &a.conn,
+            PerfCommand::GroupMember(a) => &a.conn,
+        }
+    }
+}
+
+pub fn run(cmd: PerfCommand) -> anyhow::Result<()> {
+    match cmd {
+        PerfCommand::Produce(args) => produce::run(args),
+        PerfCommand::Consume(args) => consume::run(args),
+        PerfCommand::E2e(args) => e2e::run(args),
+        PerfCommand::Group(args) => group::run(args),
+        PerfCommand::Commit(args) => commit::run(args),
+        PerfCommand::GroupMember(args) => member::run(args),
+    }
+}
+
+/// `partition.assignment.strategy` values accepted by `--assignment-strategy`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssignmentStrategy {
+    /// Eager: every member gives up all its partitions at each rebalance.
+    Range,
+    /// Eager, partitions dealt round-robin.
+    Roundrobin,
+    /// Incremental (KIP-429): only moved partitions are revoked, in a second rebalance.
+    CooperativeSticky,
+}
+
+impl AssignmentStrategy {
+    pub fn as_config(self) -> &'static str {
+        match self {
+            AssignmentStrategy::Range => "range",
+            AssignmentStrategy::Roundrobin => "roundrobin",
+            AssignmentStrategy::CooperativeSticky => "cooperative-sticky",
+        }
+    }
+}
+
+/// The topic's partition count, creating it with `partitions` (or `default`) when missing.
+/// An existing topic with a different count than an explicit `partitions` is an error.
+fn ensure_topic(
+    conn: &ConnectArgs,
+    topic: &str,
+    partitions: Option<i32>,
+    default: i32,
+) -> anyhow::Result<i32> {
+    if partitions.is_some_and(|p| p < 1) {
+        bail!("--partitions must be at least 1");
+    }
+    let admin = admin_client(conn)?;
+    let runtime = current_thread_runtime()?;
+    let wanted = partitions.unwrap_or(default);
+    let new = NewTopic::new(topic, wanted, TopicReplication::Fixed(-1));
+    let results = block_on(
+        &runtime,
+        conn,
+        "create topic",
+        admin.create_topics([&new], &admin_options(conn)),
+    )?
+    .with_context(|| format!("creating topic `{topic}`"))?;
+    for result in results {
+        match result {
+            Ok(_) => eprintln!("created topic {topic} with {wanted} partitions"),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => bail!("cannot create topic `{name}`: {code}"),
+        }
+    }
+    let have = topic_partitions(conn, admin.inner(), topic)?.len() as i32;
+    if partitions.is_some_and(|p| p != have) {
+        bail!("topic `{topic}` already exists with {have} partitions, not {wanted}");
+    }
+    Ok(have)
+}
+
+/// A group id no one else uses: `<prefix>-<pid>-<unix nanos>`.
+fn unique_group(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
+/// Milliseconds with one decimal, for `key=value` summaries.
+fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1000.0)
+}
+
+fn nanos_since(origin: Instant) -> u64 {
+    u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs `body` while a thread prints `progress()` to stderr every second.
+fn with_progress<R>(progress: impl FnMut() -> String + Send, body: impl FnOnce() -> R) -> R {
+    let (stop, stopped) = mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let mut progress = progress;
+        scope.spawn(move || {
+            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(Duration::from_secs(1))
+            {
+                eprintln!("{}", progress());
+            }
+        });
+        let result = body();
+        drop(stop);
+        result
+    })
+}
+
+/// Counts per interval for progress lines: returns the rate since the previous call.
+struct IntervalRate {
+    last: Instant,
+    last_count: u64,
+}
+
+impl IntervalRate {
+    fn new() -> IntervalRate {
+        IntervalRate {
+            last: Instant::now(),
+            last_count: 0,
+        }
+    }
+
+    fn rate(&mut self, count: u64) -> f64 {
+        let now = Instant::now();
+        let rate = per_sec(
+            count.saturating_sub(self.last_count),
+            now.duration_since(self.last).as_secs_f64(),
+        );
+        self.last = now;
+        self.last_count = count;
+        rate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_rate_counts_differences() {
+        let mut r = IntervalRate::new();
+        std::thread::sleep(Duration::from_millis(20));
+        let rate = r.rate(100);
+        assert!(rate > 0.0 && rate <= 100.0 / 0.02 + 1.0, "{rate}");
+        assert_eq!(r.last_count, 100);
+    }
+
+    #[test]
+    fn milliseconds_have_one_decimal() {
+        assert_eq!(ms(Duration::from_micros(1_234_567)), "1234.6");
+        assert_eq!(ms(Duration::ZERO), "0.0");
+    }
+}

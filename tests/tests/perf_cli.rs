@@ -1,0 +1,204 @@
+//! `strata perf group` and `strata perf commit` against a test broker: the summary line parses
+//! and its values are consistent with what was asked (no assertions about speed).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use strata_tests::groups::unique_group;
+use strata_tests::{strata_bin, unique_topic, Broker};
+
+/// Runs `strata ARGS...` to completion (killed after `limit`); returns its stdout, failing the
+/// test with both outputs when it exits unsuccessfully.
+fn strata(broker: &Broker, args: &[&str], limit: Duration) -> String {
+    let bin = strata_bin();
+    let mut child = Command::new(&bin)
+        .args(args)
+        .args(["-b", &broker.kafka_addr])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for strata") {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    match status {
+        Some(s) if s.success() => out,
+        Some(s) => panic!("strata {args:?} failed ({s})\nstdout:\n{out}\nstderr:\n{err}"),
+        None => {
+            panic!("strata {args:?} still running after {limit:?}\nstdout:\n{out}\nstderr:\n{err}")
+        }
+    }
+}
+
+/// The `key=value` fields of the summary line starting with `kind`.
+fn summary(stdout: &str, kind: &str) -> BTreeMap<String, String> {
+    let line = stdout
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(kind))
+        .unwrap_or_else(|| panic!("no `{kind}` line in:\n{stdout}"));
+    line.split_whitespace()
+        .skip(1)
+        .map(|f| {
+            let (k, v) = f
+                .split_once('=')
+                .unwrap_or_else(|| panic!("field `{f}` of `{line}` is not key=value"));
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+fn num(fields: &BTreeMap<String, String>, key: &str) -> f64 {
+    let v = fields
+        .get(key)
+        .unwrap_or_else(|| panic!("no `{key}` in {fields:?}"));
+    v.parse()
+        .unwrap_or_else(|_| panic!("`{key}={v}` is not a number"))
+}
+
+fn check_group_run(strategy: &str) {
+    let broker = Broker::start_default();
+    let topic = unique_topic("perf-group");
+    // Short timeouts keep the test quick; the broker accepts sessions from 1 s.
+    let out = strata(
+        &broker,
+        &[
+            "perf",
+            "group",
+            "--topic",
+            &topic,
+            "--members",
+            "3",
+            "--session-timeout-ms",
+            "2000",
+            "--heartbeat-interval-ms",
+            "300",
+            "--assignment-strategy",
+            strategy,
+            "--phase-timeout-ms",
+            "60000",
+        ],
+        Duration::from_secs(240),
+    );
+    let f = summary(&out, "group");
+    assert_eq!(f["members"], "3");
+    assert_eq!(f["partitions"], "4", "default: members + 1");
+    assert_eq!(f["strategy"], strategy);
+    assert_eq!(f["session_timeout_ms"], "2000");
+    assert_eq!(f["heartbeat_interval_ms"], "300");
+    for key in ["join_ms", "add_ms", "kill_ms", "kill_rebalance_ms"] {
+        assert!(num(&f, key) > 0.0, "{key} in {f:?}");
+    }
+    assert!(num(&f, "join_ready_ms") <= num(&f, "join_ms"), "{f:?}");
+    assert!(num(&f, "add_ready_ms") <= num(&f, "add_ms"), "{f:?}");
+    let parts = num(&f, "kill_session_wait_ms") + num(&f, "kill_rebalance_ms");
+    assert!((parts - num(&f, "kill_ms")).abs() < 1.0, "{f:?}");
+    // A SIGKILLed member sends no LeaveGroup: the coordinator notices only once it has been
+    // silent for its session timeout, at least 2000 - 300 ms after the kill.
+    assert!(num(&f, "kill_session_wait_ms") >= 1500.0, "{f:?}");
+    // A new group: the first generation is 1; each later phase needs at least one rebalance.
+    for key in ["join_rebalances", "add_rebalances", "kill_rebalances"] {
+        assert!(num(&f, key) >= 1.0, "{key} in {f:?}");
+    }
+    if strategy == "cooperative-sticky" {
+        // Moving a partition to the new member takes a revoking round and an assigning one.
+        assert!(num(&f, "add_rebalances") >= 2.0, "{f:?}");
+    }
+}
+
+#[test]
+fn perf_group_times_join_add_and_kill_of_three_eager_members() {
+    check_group_run("range");
+}
+
+#[test]
+fn perf_group_times_join_add_and_kill_of_three_cooperative_members() {
+    check_group_run("cooperative-sticky");
+}
+
+#[test]
+fn perf_commit_reports_commits_that_reach_the_group() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("perf-commit");
+    let group = unique_group("perf-commit");
+    let out = strata(
+        &broker,
+        &[
+            "perf",
+            "commit",
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+            "--clients",
+            "2",
+            "--seconds",
+            "2",
+        ],
+        Duration::from_secs(120),
+    );
+    let f = summary(&out, "commit");
+    assert_eq!(f["clients"], "2");
+    assert_eq!(f["partitions"], "2", "default: one per client");
+    assert_eq!(f["mode"], "sync");
+    assert_eq!(f["errors"], "0");
+    let commits = num(&f, "commits");
+    assert!(commits > 0.0, "{f:?}");
+    assert!(num(&f, "seconds") >= 2.0, "{f:?}");
+    assert!(num(&f, "commits_per_sec") > 0.0, "{f:?}");
+    assert!(num(&f, "p50_ms") <= num(&f, "p99_ms"), "{f:?}");
+    assert!(num(&f, "p99_ms") <= num(&f, "max_ms"), "{f:?}");
+
+    // The group's committed offsets, read by an independent client: each client committed
+    // offsets 1, 2, ... of its own partition, so together they are the number of commits.
+    let consumer: BaseConsumer = broker
+        .client_config()
+        .set("group.id", &group)
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(&topic, 0);
+    tpl.add_partition(&topic, 1);
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
+    let total: i64 = committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => o,
+            other => panic!(
+                "partition {} has no committed offset: {other:?}",
+                e.partition()
+            ),
+        })
+        .sum();
+    assert_eq!(total as f64, commits, "{f:?}");
+}
