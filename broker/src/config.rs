@@ -36,6 +36,8 @@ pub struct BrokerConfig {
     pub log_retention_check_interval_ms: u64,
     /// Committed offsets of a group empty for this long are deleted (-1: never).
     pub offsets_retention_minutes: i64,
+    /// The first rebalance of an empty group waits this long for more members to join.
+    pub group_initial_rebalance_delay_ms: u64,
     /// How often consumer lag is sampled.
     pub lag_sample_interval_ms: u64,
     /// The window over which the lag trend (least-squares slope) is computed.
@@ -80,6 +82,7 @@ impl Default for BrokerConfig {
             log_index_interval_bytes: 4096,
             log_retention_check_interval_ms: 30_000,
             offsets_retention_minutes: 7 * 24 * 60,
+            group_initial_rebalance_delay_ms: 3000,
             lag_sample_interval_ms: 5_000,
             lag_window_ms: 60_000,
             message_max_bytes: 1_048_588,

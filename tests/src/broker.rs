@@ -161,6 +161,9 @@ impl Broker {
         if let Some(adv) = &self.opts.advertised_kafka_addr {
             cmd.args(["--advertised-kafka-addr", adv]);
         }
+        // As in Kafka's own test brokers, a new group forms at once unless a test asks for the
+        // initial rebalance delay (3 s by default) with its own STRATA_ setting.
+        cmd.env("STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0");
         for (k, v) in &self.opts.env {
             cmd.env(k, v);
         }

@@ -18,7 +18,7 @@ use strata_tests::groups::{
 };
 use strata_tests::{
     block_on, encode_batch, now_ms, unique_topic, wait_for, wait_for_some, wait_until, Broker,
-    ConsumedRecord, KafkaConn, RawRecord,
+    BrokerOpts, ConsumedRecord, KafkaConn, RawRecord,
 };
 
 /// How long a group may take to settle (joins, the initial rebalance delay, syncs).
@@ -206,6 +206,38 @@ fn assert_resumed_at(
             offsets,
             (*start..ends[p]).collect::<Vec<_>>(),
             "offsets the resumed group read from partition {p}"
+        );
+    }
+}
+
+#[test]
+fn members_starting_together_are_assigned_once_thanks_to_the_initial_rebalance_delay() {
+    let broker =
+        Broker::start(BrokerOpts::new().env("STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS", 3000));
+    let topic = unique_topic("initial-delay");
+    broker.create_topic(&topic, 6, &[]).unwrap();
+    let group = unique_group("initial-delay");
+    let members: Vec<Member> = (0..3)
+        .map(|i| {
+            let name = format!("member-{i}");
+            let m = Member::start(&name, named(broker.group_config(&group), &name), &topic);
+            std::thread::sleep(Duration::from_millis(300));
+            m
+        })
+        .collect();
+    let refs: Vec<&Member> = members.iter().collect();
+    wait_for_stable_assignment(&refs, 6, STABLE_FOR, SETTLE);
+    for m in &members {
+        let assigned: Vec<_> = m
+            .assignment_history()
+            .into_iter()
+            .filter(|a| !a.is_empty())
+            .collect();
+        assert_eq!(
+            assigned.len(),
+            1,
+            "{} was assigned more than once (one generation per arrival?): {assigned:?}",
+            m.name
         );
     }
 }

@@ -350,6 +350,8 @@ impl Coordinator {
         if group.state == GroupState::Dead {
             *group = Group::new(group_id);
         }
+        group.initial_rebalance_delay =
+            std::time::Duration::from_millis(broker.config.group_initial_rebalance_delay_ms);
         let reply = group.join(req, Instant::now());
         // A join is activity: a group that only handed out a member id is not expired before
         // the member comes back with it.
@@ -615,7 +617,20 @@ impl Coordinator {
                         })
                         .collect()
                 } else {
-                    vec![]
+                    // Mid-rebalance, Kafka lists the members without metadata or assignment.
+                    g.members
+                        .values()
+                        .map(|m| {
+                            (
+                                m.id.clone(),
+                                m.instance_id.clone(),
+                                m.client_id.clone(),
+                                m.client_host.clone(),
+                                Bytes::new(),
+                                Bytes::new(),
+                            )
+                        })
+                        .collect()
                 };
                 GroupView {
                     state: g.state.name(),

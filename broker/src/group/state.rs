@@ -136,6 +136,12 @@ pub struct Group {
     /// Ids handed out with MEMBER_ID_REQUIRED, not yet joined.
     pending: HashSet<String>,
     deadline: Option<Instant>,
+    /// `group.initial.rebalance.delay.ms`: the first round of an empty group waits this long
+    /// for more members, and again after each newcomer, up to the rebalance timeout; so a fleet
+    /// of consumers starting together forms one generation instead of one per arrival.
+    pub initial_rebalance_delay: Duration,
+    /// While the initial delay holds the round open: (until, no later than).
+    hold: Option<(Instant, Instant)>,
     /// The group changed in a way that must be recorded (it became empty, or a static member
     /// was replaced in a stable group); see [`Group::take_store`].
     store_pending: bool,
@@ -153,6 +159,8 @@ impl Group {
             members: BTreeMap::new(),
             pending: HashSet::new(),
             deadline: None,
+            initial_rebalance_delay: Duration::ZERO,
+            hold: None,
             store_pending: false,
         }
     }
@@ -308,7 +316,8 @@ impl Group {
                 &req.member_id,
             ));
         };
-        if self.members.is_empty() {
+        let was_empty = self.members.is_empty();
+        if was_empty {
             self.protocol_type = Some(req.protocol_type.clone());
         }
         let (tx, rx) = oneshot::channel();
@@ -343,7 +352,19 @@ impl Group {
             }
         };
         match self.state {
-            GroupState::PreparingRebalance => {}
+            GroupState::PreparingRebalance => {
+                // A newcomer during the initial delay keeps the round open a while longer.
+                if let Some((until, limit)) = &mut self.hold {
+                    if changed {
+                        *until = (now + self.initial_rebalance_delay).min(*limit).max(*until);
+                    }
+                }
+            }
+            GroupState::Empty if was_empty && !self.initial_rebalance_delay.is_zero() => {
+                self.prepare_rebalance(now);
+                let limit = self.deadline.unwrap_or(now);
+                self.hold = Some(((now + self.initial_rebalance_delay).min(limit), limit));
+            }
             // A follower rejoining a stable group with unchanged metadata gets the current
             // generation back without disturbing the others.
             GroupState::Stable | GroupState::CompletingRebalance if !changed => {
@@ -381,6 +402,10 @@ impl Group {
         if self.state != GroupState::PreparingRebalance {
             return;
         }
+        if !force && self.hold.is_some_and(|(until, _)| now < until) {
+            return;
+        }
+        self.hold = None;
         let all_joined = self.members.values().all(|m| m.join_waiter.is_some());
         if !all_joined && !force {
             return;
@@ -665,6 +690,9 @@ impl Group {
         for id in &expired {
             self.leave(id, now);
         }
+        if self.hold.is_some_and(|(until, _)| now >= until) {
+            self.maybe_complete_join(now, false);
+        }
         if self.deadline.is_some_and(|d| now >= d) {
             match self.state {
                 GroupState::PreparingRebalance => self.maybe_complete_join(now, true),
@@ -715,6 +743,50 @@ mod tests {
             Reply::Now(r) => r,
             Reply::Later(mut rx) => rx.try_recv().expect("round should have completed"),
         }
+    }
+
+    #[test]
+    fn the_initial_delay_gathers_members_starting_together_into_one_generation() {
+        let t = Instant::now();
+        let secs = Duration::from_secs;
+        let mut g = Group::new("g");
+        g.initial_rebalance_delay = secs(3);
+        let a = now_join(&mut g, req("", "a"), t).member_id;
+        let Reply::Later(mut rx_a) = g.join(req(&a, "a"), t) else {
+            panic!("the first member waits for the initial delay")
+        };
+        let b = now_join(&mut g, req("", "b"), t + secs(1)).member_id;
+        let Reply::Later(mut rx_b) = g.join(req(&b, "b"), t + secs(1)) else {
+            panic!("the second member waits too")
+        };
+        // The newcomer at 1 s moved the end of the delay to 4 s.
+        g.tick(t + Duration::from_millis(3500));
+        assert!(rx_a.try_recv().is_err(), "still gathering at 3.5 s");
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        g.tick(t + secs(4));
+        let (ra, rb) = (rx_a.try_recv().unwrap(), rx_b.try_recv().unwrap());
+        assert_eq!(
+            (ra.generation, rb.generation),
+            (1, 1),
+            "one generation for both"
+        );
+        assert_eq!(g.members.len(), 2);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+    }
+
+    #[test]
+    fn the_initial_delay_never_outlasts_the_rebalance_timeout() {
+        let t = Instant::now();
+        let mut g = Group::new("g");
+        g.initial_rebalance_delay = Duration::from_secs(20);
+        let mut r = req("", "a");
+        r.rebalance_timeout = Duration::from_secs(5);
+        r.require_known_member_id = false;
+        let Reply::Later(mut rx) = g.join(r, t) else {
+            panic!("waits for the initial delay")
+        };
+        g.tick(t + Duration::from_secs(5));
+        assert_eq!(rx.try_recv().unwrap().generation, 1);
     }
 
     #[test]
