@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use bytes::Bytes;
@@ -51,6 +52,9 @@ pub struct Partition {
     pub topic_id: Uuid,
     log: Mutex<Log>,
     waiters: Mutex<Vec<Weak<Notify>>>,
+    /// Set when the topic is deleted, so a clean in progress stops writing into the directory
+    /// that is about to be removed.
+    deleted: AtomicBool,
 }
 
 pub fn now_ms() -> i64 {
@@ -153,11 +157,17 @@ impl Partition {
         let Some(plan) = self.log().clean_plan(now)? else {
             return Ok(None);
         };
-        let Some(cleaned) = plan.clean(map_memory, now, progress)? else {
+        let mut progress = |bytes| !self.deleted.load(Ordering::Acquire) && progress(bytes);
+        let Some(cleaned) = plan.clean(map_memory, now, &mut progress)? else {
             return Ok(None);
         };
         let stats = cleaned.stats;
-        let retired = self.log().install_cleaned(cleaned)?;
+        let mut log = self.log();
+        if self.deleted.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let retired = log.install_cleaned(cleaned)?;
+        drop(log);
         // The lock is released: now the replaced segments may be closed.
         Ok(retired.map(|r| {
             drop(r);
@@ -275,6 +285,10 @@ impl Partitions {
         };
         for p in doomed {
             tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, "deleting partition");
+            p.deleted.store(true, Ordering::Release);
+            // A clean checks the flag under the log lock before its swap; taking the lock here
+            // waits out a swap in progress.
+            drop(p.log());
             p.wake();
             let dir = self.dir_of(&p.tp);
             drop(p);
@@ -311,6 +325,7 @@ impl Partitions {
                 topic_id,
                 log: Mutex::new(log),
                 waiters: Mutex::new(Vec::new()),
+                deleted: AtomicBool::new(false),
             });
             self.map
                 .write()
@@ -360,9 +375,18 @@ impl Partitions {
 }
 
 fn remove_dir_if_exists(dir: &Path) -> Result<(), LogError> {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.into()),
+    // The cleaner may still be writing one staged file when it sees the deletion; a retry
+    // removes what it left.
+    let mut retries = 5;
+    loop {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty && retries > 0 => {
+                retries -= 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }

@@ -318,3 +318,34 @@ fn consumer_offsets_is_a_compacted_topic() {
         .and_then(|e| e.value.clone());
     assert_eq!(policy.as_deref(), Some("compact"));
 }
+
+#[test]
+fn deleting_a_topic_while_it_is_being_cleaned_removes_it_and_the_broker_carries_on() {
+    let broker =
+        Broker::start(fast_cleaner().env("STRATA_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND", 400_000));
+    let topic = unique_topic("compact-delete");
+    compacted_topic(&broker, &topic);
+    produce_updates(&broker, &topic, 200, 20);
+    let dir = broker.data_dir().join(format!("{topic}-0"));
+    // The throttled clean of ~1 MB takes seconds; delete the topic while it writes.
+    wait_for(
+        "the cleaner to start writing",
+        Duration::from_secs(30),
+        || dir.join("cleaning").exists(),
+    );
+    let admin = broker.admin();
+    let results =
+        block_on(admin.delete_topics(&[topic.as_str()], &rdkafka::admin::AdminOptions::new()))
+            .expect("DeleteTopics");
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    wait_for(
+        "the partition directory to go",
+        Duration::from_secs(10),
+        || !dir.exists(),
+    );
+    // The name is free again, the new topic starts empty, and the broker still serves.
+    compacted_topic(&broker, &topic);
+    let again = produce_updates(&broker, &topic, 1, 1);
+    assert_eq!(again.keys().next(), Some(&0));
+    assert!(!dir.join("cleaning").exists());
+}
