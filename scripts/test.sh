@@ -5,7 +5,8 @@
 #   scripts/test.sh            everything
 #   SKIP_COMPAT=1 scripts/test.sh   without the compatibility script
 #
-# Environment: CARGO_TARGET_DIR (where cargo builds), STRATA_VENV (the Python venv, default
+# Environment: CARGO_TARGET_DIR (where cargo builds), STRATA_VENV (the Python venv with the
+# client libraries and moto, the S3 server of the object-store tests; default
 # ~/.cache/strata-venv), CARGO_TEST_ARGS (extra args after `cargo test --workspace`).
 set -euo pipefail
 HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
@@ -64,6 +65,13 @@ if ! "$VENV/bin/python" -c 'import confluent_kafka, kafka, lz4' >/dev/null 2>&1;
     log "installing confluent-kafka, kafka-python and lz4 into $VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check confluent-kafka kafka-python lz4 </dev/null
 fi
+
+# moto: the real S3 HTTP server the object-store tests run against (../shared/TESTING.md).
+if [ ! -x "$VENV/bin/moto_server" ]; then
+    log "installing moto (S3 server) into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "moto[s3]==5.2.5" flask flask-cors </dev/null
+fi
+export STRATA_MOTO_SERVER="$VENV/bin/moto_server"
 
 # ---- build and test ----
 log "building strata"

@@ -1,4 +1,60 @@
-//! Strata's object-store layer (S3, MinIO, file, memory) for the remote tier.
+//! Strata's object store: one handle over S3 (AWS or MinIO), a local directory, or memory,
+//! built from a URL (`s3://bucket/prefix`, `file:///path`, `memory://`), with bounded timeouts,
+//! retries with jittered backoff, and request/byte/error accounting per operation.
 //!
-//! Empty by design until tiered storage lands (issue 4): the workspace keeps the crate so the
-//! dependency direction of DESIGN.md (`cache` → `objstore`, nothing upward) is fixed from day one.
+//! Keys passed to [`Store`] are relative to the URL's prefix. Only what the remote tier needs is
+//! exposed: whole-object puts (multipart above a threshold), ranged gets, head, list, delete.
+//!
+//! Invariants:
+//! - every request goes through [`Store`], so every request is counted in [`StoreMetrics`];
+//! - errors are classified once ([`ObjStoreError`]) so callers decide retry vs. give up on the
+//!   kind, never on message text.
+
+mod config;
+mod metrics;
+mod store;
+
+pub use config::{Location, StoreConfig};
+pub use metrics::StoreMetrics;
+pub use store::{ObjectInfo, Store};
+
+/// What went wrong with the object store, by what a caller can do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjStoreError {
+    #[error("invalid object store URL '{url}': {why}")]
+    InvalidUrl { url: String, why: String },
+    #[error("object store configuration: {0}")]
+    Config(String),
+    #[error("object {key} not found")]
+    NotFound { key: String },
+    #[error("bucket '{bucket}' does not exist (create it, or check the URL and endpoint)")]
+    BucketNotFound { bucket: String },
+    #[error("access denied by the object store (check credentials and bucket policy): {0}")]
+    AccessDenied(String),
+    /// Unreachable, timed out, or failing with server errors after retries: worth retrying later.
+    #[error("object store unavailable: {0}")]
+    Unavailable(String),
+    #[error("object store error: {0}")]
+    Other(String),
+}
+
+impl ObjStoreError {
+    /// True for failures that may succeed if tried again later.
+    pub fn is_retriable(&self) -> bool {
+        matches!(self, ObjStoreError::Unavailable(_))
+    }
+
+    /// A short label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ObjStoreError::InvalidUrl { .. } | ObjStoreError::Config(_) => "config",
+            ObjStoreError::NotFound { .. } => "not_found",
+            ObjStoreError::BucketNotFound { .. } => "no_bucket",
+            ObjStoreError::AccessDenied(_) => "access_denied",
+            ObjStoreError::Unavailable(_) => "unavailable",
+            ObjStoreError::Other(_) => "other",
+        }
+    }
+}
+
+pub type Result<T, E = ObjStoreError> = std::result::Result<T, E>;

@@ -11,6 +11,7 @@ pub mod groups;
 pub mod http;
 pub mod proxy;
 pub mod raw;
+pub mod s3;
 pub mod util;
 
 pub use broker::{strata_bin, Broker, BrokerOpts};

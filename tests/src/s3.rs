@@ -1,0 +1,113 @@
+//! A real S3 HTTP server for object-store tests: moto (../shared/TESTING.md), started on a free
+//! port per test and killed on drop. `scripts/test.sh` installs it and sets
+//! `STRATA_MOTO_SERVER`; otherwise `~/.cache/strata-venv/bin/moto_server` is tried.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use strata_objstore::StoreConfig;
+
+/// Region and static keys the tests use (moto accepts any).
+pub const REGION: &str = "us-east-1";
+
+pub struct MotoServer {
+    child: Option<Child>,
+    pub endpoint: String,
+    port: u16,
+}
+
+fn moto_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("STRATA_MOTO_SERVER") {
+        return p.into();
+    }
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    PathBuf::from(home).join(".cache/strata-venv/bin/moto_server")
+}
+
+impl MotoServer {
+    /// Starts moto and waits until it answers.
+    pub fn start() -> MotoServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let mut s = MotoServer {
+            child: None,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            port,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let bin = moto_bin();
+        assert!(
+            bin.exists(),
+            "moto_server not found at {} (scripts/test.sh installs it; or set STRATA_MOTO_SERVER)",
+            bin.display()
+        );
+        let child = Command::new(&bin)
+            .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not listen within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills the server (an object store outage). Its data is gone: moto keeps it in memory.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Creates a bucket (moto needs no signature).
+    pub fn create_bucket(&self, bucket: &str) {
+        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to moto");
+        write!(
+            conn,
+            "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.port
+        )
+        .unwrap();
+        let mut resp = String::new();
+        conn.read_to_string(&mut resp).unwrap();
+        assert!(
+            resp.starts_with("HTTP/1.1 200") || resp.starts_with("HTTP/1.0 200"),
+            "create bucket {bucket}: {resp}"
+        );
+    }
+
+    /// A store config for `s3://bucket/prefix` on this server.
+    pub fn store_config(&self, bucket: &str, prefix: &str) -> StoreConfig {
+        StoreConfig {
+            endpoint: Some(self.endpoint.clone()),
+            region: Some(REGION.into()),
+            access_key_id: Some("test".into()),
+            secret_access_key: Some("test".into()),
+            allow_http: true,
+            ..StoreConfig::new(format!("s3://{bucket}/{prefix}"))
+        }
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
