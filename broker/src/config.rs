@@ -56,6 +56,20 @@ pub struct BrokerConfig {
     pub log_cleaner_delete_retention_ms: i64,
     pub log_cleaner_min_cleanable_ratio: f64,
     pub log_cleaner_min_compaction_lag_ms: i64,
+    /// Where closed segments go: `s3://bucket/prefix`, `file:///path` or `memory://`
+    /// (default: `file://<data_dir>/objects`, so the tier is always on).
+    pub object_store: Option<String>,
+    /// S3-compatible endpoint (MinIO), e.g. `http://127.0.0.1:9000`.
+    pub object_store_endpoint: Option<String>,
+    pub object_store_region: Option<String>,
+    /// Static S3 keys; when unset, the AWS_* environment, then EC2 instance metadata.
+    pub object_store_access_key_id: Option<String>,
+    pub object_store_secret_access_key: Option<String>,
+    pub object_store_allow_http: bool,
+    pub object_store_virtual_hosted_style: bool,
+    pub object_store_request_timeout_ms: u64,
+    pub object_store_max_retries: usize,
+    pub object_store_retry_timeout_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -95,6 +109,16 @@ impl Default for BrokerConfig {
             log_cleaner_delete_retention_ms: 86_400_000,
             log_cleaner_min_cleanable_ratio: 0.5,
             log_cleaner_min_compaction_lag_ms: 0,
+            object_store: None,
+            object_store_endpoint: None,
+            object_store_region: None,
+            object_store_access_key_id: None,
+            object_store_secret_access_key: None,
+            object_store_allow_http: false,
+            object_store_virtual_hosted_style: false,
+            object_store_request_timeout_ms: 30_000,
+            object_store_max_retries: 5,
+            object_store_retry_timeout_ms: 60_000,
         }
     }
 }
@@ -109,6 +133,17 @@ pub enum ConfigError {
     #[error("invalid configuration: {0}")]
     Invalid(String),
 }
+
+/// Keys whose default is "unset", so they are absent from the defaults table; all are strings.
+const OPTIONAL_STRINGS: &[&str] = &[
+    "advertised_kafka_addr",
+    "rack",
+    "object_store",
+    "object_store_endpoint",
+    "object_store_region",
+    "object_store_access_key_id",
+    "object_store_secret_access_key",
+];
 
 impl BrokerConfig {
     /// File (if any) then `STRATA_*` variables from `env`. Flags are applied by the caller.
@@ -137,7 +172,7 @@ impl BrokerConfig {
             let is_string = match known.get(&key) {
                 Some(v) => v.is_str(),
                 // Options default to absent in the table; they are strings (addresses, rack).
-                None if ["advertised_kafka_addr", "rack"].contains(&key.as_str()) => true,
+                None if OPTIONAL_STRINGS.contains(&key.as_str()) => true,
                 None => continue,
             };
             let parsed = if is_string {
@@ -188,6 +223,29 @@ impl BrokerConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The object store settings, with the single-node default under the data dir.
+    pub fn object_store_config(&self) -> anyhow::Result<strata_objstore::StoreConfig> {
+        let url = match &self.object_store {
+            Some(url) => url.clone(),
+            None => {
+                let dir = std::path::absolute(self.data_dir.join("objects"))?;
+                format!("file://{}", dir.display())
+            }
+        };
+        Ok(strata_objstore::StoreConfig {
+            endpoint: self.object_store_endpoint.clone(),
+            region: self.object_store_region.clone(),
+            access_key_id: self.object_store_access_key_id.clone(),
+            secret_access_key: self.object_store_secret_access_key.clone(),
+            allow_http: self.object_store_allow_http,
+            virtual_hosted_style: self.object_store_virtual_hosted_style,
+            request_timeout: std::time::Duration::from_millis(self.object_store_request_timeout_ms),
+            max_retries: self.object_store_max_retries,
+            retry_timeout: std::time::Duration::from_millis(self.object_store_retry_timeout_ms),
+            ..strata_objstore::StoreConfig::new(url)
+        })
     }
 
     pub fn advertised(&self, bound: SocketAddr) -> SocketAddr {

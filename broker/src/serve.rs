@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// This broker's id [default: 1].
     #[arg(long)]
     pub node_id: Option<u64>,
+    /// Object store for closed segments: s3://bucket/prefix, file:///path or memory://
+    /// [default: file://<data-dir>/objects].
+    #[arg(long)]
+    pub object_store: Option<String>,
 }
 
 impl ServeArgs {
@@ -63,6 +67,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.node_id {
             cfg.node_id = v;
+        }
+        if let Some(v) = &self.object_store {
+            cfg.object_store = Some(v.clone());
         }
         cfg.validate()?;
         Ok(cfg)
@@ -112,7 +119,18 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let ready = Arc::new(AtomicBool::new(false));
-    let metrics = Metrics::new();
+    let mut metrics = Metrics::new();
+    // The object store is checked before anything else starts: a wrong bucket, endpoint or
+    // credentials stop the broker with a clear message rather than failing every upload later.
+    let store_config = cfg.object_store_config()?;
+    let objects = strata_objstore::Store::open(&store_config)
+        .with_context(|| format!("object store {}", store_config.url))?;
+    objects
+        .check()
+        .await
+        .with_context(|| format!("object store {objects}"))?;
+    metrics.register_object_store(objects.metrics());
+    tracing::info!(store = %objects, "object store reachable");
     let metadata = Metadata::open_single_voter(MetadataOptions {
         node_id: cfg.node_id,
         dir: cfg.data_dir.join("metadata"),

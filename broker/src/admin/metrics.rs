@@ -273,6 +273,11 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
+    /// Adds the object store's request metrics (`strata_object_store_*`).
+    pub fn register_object_store(&mut self, store: &strata_objstore::StoreMetrics) {
+        store.register(&mut self.registry);
+    }
+
     pub fn request(&self, api: &str, seconds: f64) {
         let labels = ApiLabels {
             api: api.to_string(),
