@@ -285,6 +285,17 @@ impl Broker {
             CommandResult::InvalidReplicaAssignment(m) => {
                 Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, m))
             }
+            CommandResult::UnknownPartition => Err(ApiError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                "unknown partition",
+            )),
+            CommandResult::FencedLeaderEpoch { current } => Err(ApiError::new(
+                ErrorCode::FencedLeaderEpoch,
+                format!("leader epoch is now {current}"),
+            )),
+            CommandResult::InvalidRemoteSegment(m) => {
+                Err(ApiError::new(ErrorCode::KafkaStorageError, m))
+            }
         }
     }
 

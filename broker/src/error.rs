@@ -29,6 +29,7 @@ pub enum ErrorCode {
     OutOfOrderSequenceNumber = 45,
     InvalidProducerEpoch = 47,
     KafkaStorageError = 56,
+    FencedLeaderEpoch = 74,
     UnknownServerError = -1,
     InvalidRecord = 87,
     UnknownTopicId = 100,

@@ -55,6 +55,28 @@ pub enum Command {
     },
     /// Reserves a block of `count` producer ids.
     AllocateProducerIds { count: u64 },
+    /// Records that a closed segment's objects are fully written and checked in the object
+    /// store. Accepted only from the partition's current leader epoch, and only after the
+    /// partition's last remote segment (see [`crate::remote`]).
+    CommitRemoteSegment {
+        topic_id: uuid::Uuid,
+        partition: i32,
+        segment: crate::RemoteSegment,
+    },
+    /// Remote retention, step 1: marks every committed remote segment ending below
+    /// `before_offset` as being deleted, which takes it out of the readable remote log.
+    MarkRemoteSegmentsDeleting {
+        topic_id: uuid::Uuid,
+        partition: i32,
+        before_offset: i64,
+    },
+    /// Remote retention, step 2 (after the objects are deleted): drops the records of
+    /// segments marked deleting.
+    DropRemoteSegments {
+        topic_id: uuid::Uuid,
+        partition: i32,
+        ids: Vec<uuid::Uuid>,
+    },
 }
 
 /// The outcome of applying one [`Command`] (or a raft-internal entry, which yields `Ok`).
@@ -73,6 +95,12 @@ pub enum CommandResult {
     /// A replica list is empty, has duplicates, names an unregistered broker, or its length
     /// differs from the topic's other partitions.
     InvalidReplicaAssignment(String),
+    /// The topic exists but has no such partition.
+    UnknownPartition,
+    /// A remote segment from an older leader epoch than the partition's.
+    FencedLeaderEpoch { current: i32 },
+    /// A remote segment that does not start after the partition's last one, or is malformed.
+    InvalidRemoteSegment(String),
 }
 
 impl CommandResult {

@@ -82,6 +82,9 @@ pub struct PartitionInfo {
     pub leader_epoch: i32,
     /// Bumped on every change of replicas, ISR or leader.
     pub partition_epoch: i32,
+    /// Segments offloaded to the object store, in offset order (see [`crate::remote`]).
+    #[serde(default)]
+    pub remote: Vec<crate::RemoteSegment>,
 }
 
 impl PartitionInfo {
@@ -93,6 +96,7 @@ impl PartitionInfo {
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,
+            remote: Vec::new(),
         }
     }
 }
@@ -221,6 +225,21 @@ impl ClusterState {
                     count: granted,
                 }
             }
+            Command::CommitRemoteSegment {
+                topic_id,
+                partition,
+                segment,
+            } => self.commit_remote_segment(topic_id, *partition, segment),
+            Command::MarkRemoteSegmentsDeleting {
+                topic_id,
+                partition,
+                before_offset,
+            } => self.mark_remote_deleting(topic_id, *partition, *before_offset),
+            Command::DropRemoteSegments {
+                topic_id,
+                partition,
+                ids,
+            } => self.drop_remote_segments(topic_id, *partition, ids),
         }
     }
 
@@ -370,6 +389,7 @@ mod tests {
                 isr: vec![2, 3],
                 leader_epoch: 0,
                 partition_epoch: 0,
+                remote: vec![],
             }
         );
         assert_eq!(

@@ -1,0 +1,299 @@
+//! Where every offloaded segment lives: the remote-segment records of each partition.
+//!
+//! Invariants (DESIGN.md §Invariants 4–5):
+//! - a record is committed only after its objects are fully written and checked, so every
+//!   `Committed` record names readable objects;
+//! - a partition's committed segments do not overlap and are ordered by base offset; a new one
+//!   must start after the last one ends (re-committing the same id is a no-op, so a retried
+//!   proposal is harmless);
+//! - only the partition's current leader epoch may commit, so a deposed leader cannot add a
+//!   segment the new leader does not know of;
+//! - deletion is two steps: `Deleting` takes a segment out of the readable remote log before
+//!   its objects are deleted, and only then is the record dropped.
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::CommandResult;
+use crate::state::{ClusterState, PartitionInfo};
+
+/// One segment in the object store.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RemoteSegment {
+    /// Unique per upload; part of the object keys, so a retried upload never overwrites a
+    /// committed object.
+    pub id: uuid::Uuid,
+    pub base_offset: i64,
+    /// Offset of the segment's last batch's last record (inclusive).
+    pub last_offset: i64,
+    /// Bytes of the log object.
+    pub size_bytes: u64,
+    pub max_timestamp: i64,
+    /// Leader epoch of the leader that uploaded it.
+    pub leader_epoch: i32,
+    /// CRC-32C of the log object, checked on every read from the store.
+    pub crc32c: u32,
+    pub state: RemoteSegmentState,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum RemoteSegmentState {
+    Committed,
+    /// Expired by retention; its objects are being deleted.
+    Deleting,
+}
+
+impl PartitionInfo {
+    /// Committed (readable) remote segments in offset order.
+    pub fn remote_segments(&self) -> impl Iterator<Item = &RemoteSegment> {
+        self.remote
+            .iter()
+            .filter(|s| s.state == RemoteSegmentState::Committed)
+    }
+
+    /// First offset of the readable remote log, if any.
+    pub fn remote_log_start(&self) -> Option<i64> {
+        self.remote_segments().next().map(|s| s.base_offset)
+    }
+
+    /// One past the last offset in the remote log, if any.
+    pub fn remote_log_end(&self) -> Option<i64> {
+        self.remote.last().map(|s| s.last_offset + 1)
+    }
+}
+
+impl ClusterState {
+    fn partition_mut(
+        &mut self,
+        topic_id: &uuid::Uuid,
+        partition: i32,
+    ) -> Result<&mut PartitionInfo, CommandResult> {
+        let topic = self
+            .topics
+            .values_mut()
+            .find(|t| &t.topic_id == topic_id)
+            .ok_or(CommandResult::UnknownTopic)?;
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| topic.partitions.get_mut(p))
+            .ok_or(CommandResult::UnknownPartition)
+    }
+
+    pub(crate) fn commit_remote_segment(
+        &mut self,
+        topic_id: &uuid::Uuid,
+        partition: i32,
+        segment: &RemoteSegment,
+    ) -> CommandResult {
+        let p = match self.partition_mut(topic_id, partition) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        if p.remote.iter().any(|s| s.id == segment.id) {
+            return CommandResult::Ok;
+        }
+        if segment.leader_epoch < p.leader_epoch {
+            return CommandResult::FencedLeaderEpoch {
+                current: p.leader_epoch,
+            };
+        }
+        if segment.base_offset < 0
+            || segment.last_offset < segment.base_offset
+            || segment.state != RemoteSegmentState::Committed
+        {
+            return CommandResult::InvalidRemoteSegment(format!(
+                "segment [{}, {}] in state {:?}",
+                segment.base_offset, segment.last_offset, segment.state
+            ));
+        }
+        if let Some(end) = p.remote_log_end() {
+            if segment.base_offset < end {
+                return CommandResult::InvalidRemoteSegment(format!(
+                    "segment starting at {} overlaps the remote log, which ends at {end}",
+                    segment.base_offset
+                ));
+            }
+        }
+        p.remote.push(segment.clone());
+        CommandResult::Ok
+    }
+
+    pub(crate) fn mark_remote_deleting(
+        &mut self,
+        topic_id: &uuid::Uuid,
+        partition: i32,
+        before_offset: i64,
+    ) -> CommandResult {
+        match self.partition_mut(topic_id, partition) {
+            Ok(p) => {
+                for s in p
+                    .remote
+                    .iter_mut()
+                    .filter(|s| s.last_offset < before_offset)
+                {
+                    s.state = RemoteSegmentState::Deleting;
+                }
+                CommandResult::Ok
+            }
+            Err(r) => r,
+        }
+    }
+
+    pub(crate) fn drop_remote_segments(
+        &mut self,
+        topic_id: &uuid::Uuid,
+        partition: i32,
+        ids: &[uuid::Uuid],
+    ) -> CommandResult {
+        match self.partition_mut(topic_id, partition) {
+            Ok(p) => {
+                p.remote
+                    .retain(|s| !(s.state == RemoteSegmentState::Deleting && ids.contains(&s.id)));
+                CommandResult::Ok
+            }
+            Err(r) => r,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Command;
+
+    fn cluster() -> (ClusterState, uuid::Uuid) {
+        let mut state = ClusterState::default();
+        state.apply(&Command::RegisterBroker {
+            node_id: 1,
+            host: "h".into(),
+            port: 1,
+            rack: None,
+        });
+        let id = uuid::Uuid::new_v4();
+        assert!(state
+            .apply(&Command::CreateTopic {
+                name: "t".into(),
+                topic_id: id,
+                replicas: vec![vec![1]],
+                configs: Default::default(),
+            })
+            .is_ok());
+        (state, id)
+    }
+
+    fn segment(base: i64, last: i64) -> RemoteSegment {
+        RemoteSegment {
+            id: uuid::Uuid::new_v4(),
+            base_offset: base,
+            last_offset: last,
+            size_bytes: 100,
+            max_timestamp: 1,
+            leader_epoch: 0,
+            crc32c: 7,
+            state: RemoteSegmentState::Committed,
+        }
+    }
+
+    fn commit(state: &mut ClusterState, id: uuid::Uuid, s: &RemoteSegment) -> CommandResult {
+        state.apply(&Command::CommitRemoteSegment {
+            topic_id: id,
+            partition: 0,
+            segment: s.clone(),
+        })
+    }
+
+    #[test]
+    fn segments_commit_in_order_and_a_retry_is_a_no_op() {
+        let (mut state, id) = cluster();
+        let a = segment(0, 99);
+        let b = segment(100, 199);
+        assert_eq!(commit(&mut state, id, &a), CommandResult::Ok);
+        assert_eq!(commit(&mut state, id, &b), CommandResult::Ok);
+        assert_eq!(
+            commit(&mut state, id, &b),
+            CommandResult::Ok,
+            "retried proposal"
+        );
+        let p = &state.topics["t"].partitions[0];
+        assert_eq!(p.remote.len(), 2);
+        assert_eq!(
+            (p.remote_log_start(), p.remote_log_end()),
+            (Some(0), Some(200))
+        );
+        // Overlapping, malformed, fenced, unknown: refused, nothing changes.
+        assert!(matches!(
+            commit(&mut state, id, &segment(150, 250)),
+            CommandResult::InvalidRemoteSegment(_)
+        ));
+        assert!(matches!(
+            commit(&mut state, id, &segment(300, 299)),
+            CommandResult::InvalidRemoteSegment(_)
+        ));
+        state.topics.get_mut("t").unwrap().partitions[0].leader_epoch = 3;
+        assert_eq!(
+            commit(&mut state, id, &segment(200, 299)),
+            CommandResult::FencedLeaderEpoch { current: 3 }
+        );
+        assert_eq!(
+            commit(&mut state, uuid::Uuid::new_v4(), &segment(200, 299)),
+            CommandResult::UnknownTopic
+        );
+        assert_eq!(
+            state.apply(&Command::CommitRemoteSegment {
+                topic_id: id,
+                partition: 5,
+                segment: segment(200, 299)
+            }),
+            CommandResult::UnknownPartition
+        );
+        assert_eq!(state.topics["t"].partitions[0].remote.len(), 2);
+    }
+
+    #[test]
+    fn retention_marks_then_drops_and_the_remote_log_start_moves() {
+        let (mut state, id) = cluster();
+        let segs = [segment(0, 99), segment(100, 199), segment(200, 299)];
+        for s in &segs {
+            commit(&mut state, id, s);
+        }
+        state.apply(&Command::MarkRemoteSegmentsDeleting {
+            topic_id: id,
+            partition: 0,
+            before_offset: 200,
+        });
+        let p = &state.topics["t"].partitions[0];
+        assert_eq!(
+            p.remote_log_start(),
+            Some(200),
+            "deleting segments are not readable"
+        );
+        assert_eq!(p.remote_segments().count(), 1);
+        // Dropping only removes records already marked.
+        state.apply(&Command::DropRemoteSegments {
+            topic_id: id,
+            partition: 0,
+            ids: segs.iter().map(|s| s.id).collect(),
+        });
+        let p = &state.topics["t"].partitions[0];
+        assert_eq!(p.remote.len(), 1);
+        assert_eq!(p.remote[0].id, segs[2].id);
+        // The next segment still has to follow the last one.
+        assert_eq!(
+            commit(&mut state, id, &segment(300, 399)),
+            CommandResult::Ok
+        );
+    }
+
+    #[test]
+    fn a_state_without_remote_segments_still_decodes() {
+        // Snapshots written before remote segments existed have no `remote` field.
+        let (state, _) = cluster();
+        let mut json: serde_json::Value = serde_json::to_value(&state).unwrap();
+        for t in json["topics"].as_object_mut().unwrap().values_mut() {
+            for p in t["partitions"].as_array_mut().unwrap() {
+                p.as_object_mut().unwrap().remove("remote");
+            }
+        }
+        let back: ClusterState = serde_json::from_value(json).unwrap();
+        assert_eq!(back, state);
+    }
+}
