@@ -969,3 +969,26 @@ impl GroupClient {
         Ok((resp.error_code, out))
     }
 }
+
+/// Asserts every expected record was consumed exactly once, with its value, and nothing else.
+pub fn assert_exactly_once(records: &[ConsumedRecord], expected: &BTreeMap<(i32, i64), String>) {
+    let mut seen: HashMap<(i32, i64), usize> = HashMap::new();
+    for r in records {
+        let key = (r.partition, r.offset);
+        *seen.entry(key).or_default() += 1;
+        let want = expected
+            .get(&key)
+            .unwrap_or_else(|| panic!("consumed unexpected record {}/{}", r.partition, r.offset));
+        assert_eq!(
+            r.value.as_deref(),
+            Some(want.as_bytes()),
+            "value at {}/{}",
+            r.partition,
+            r.offset
+        );
+    }
+    let dups: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dups.is_empty(), "records consumed more than once: {dups:?}");
+    let missing: Vec<_> = expected.keys().filter(|k| !seen.contains_key(k)).collect();
+    assert!(missing.is_empty(), "records never consumed: {missing:?}");
+}

@@ -7,7 +7,7 @@
 //! The broker listens on a new port after each restart, so clients reach it through a proxy
 //! whose address (also the advertised one) never changes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,7 +18,9 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use strata_tests::groups::{decode_assignment, unique_group, CliMember, GroupView};
+use strata_tests::groups::{
+    assert_exactly_once, decode_assignment, unique_group, CliMember, GroupView,
+};
 use strata_tests::{
     strata_bin, unique_topic, wait_for, wait_for_some, Broker, BrokerOpts, ConsumedRecord,
     FaultProxy,
@@ -346,26 +348,6 @@ fn wait_consumed(
         );
         thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Every expected record consumed exactly once, with its value, and nothing else.
-fn assert_exactly_once(records: &[ConsumedRecord], expected: &BTreeMap<(i32, i64), String>) {
-    let mut seen: HashMap<(i32, i64), usize> = HashMap::new();
-    for r in records {
-        let key = (r.partition, r.offset);
-        *seen.entry(key).or_default() += 1;
-        let want = expected
-            .get(&key)
-            .unwrap_or_else(|| panic!("consumed unexpected record {}/{}", r.partition, r.offset));
-        assert_eq!(
-            r.value.as_deref(),
-            Some(want.as_bytes()),
-            "value at {key:?}"
-        );
-    }
-    let dup: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(dup.is_empty(), "consumed more than once: {dup:?}");
-    assert_eq!(seen.len(), expected.len(), "records consumed");
 }
 
 fn describe(b: &Broker, group: &str) -> GroupView {

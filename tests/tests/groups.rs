@@ -2,7 +2,7 @@
 //! --group` processes), keeps their committed offsets in `__consumer_offsets` across clean and
 //! crash restarts, and answers bad group requests with Kafka's error codes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::records::Compression;
@@ -13,8 +13,8 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use strata_tests::groups::{
-    group_error, unique_group, wait_for_stable_assignment, CliMember, GroupClient, Member,
-    HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS,
+    assert_exactly_once, group_error, unique_group, wait_for_stable_assignment, CliMember,
+    GroupClient, Member, HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS,
 };
 use strata_tests::{
     block_on, encode_batch, now_ms, unique_topic, wait_for, wait_for_some, wait_until, Broker,
@@ -29,29 +29,6 @@ const STABLE_FOR: Duration = Duration::from_secs(2);
 fn named(mut cfg: ClientConfig, client_id: &str) -> ClientConfig {
     cfg.set("client.id", client_id);
     cfg
-}
-
-/// Asserts every expected record was consumed exactly once, with its value, and nothing else.
-fn assert_exactly_once(records: &[ConsumedRecord], expected: &BTreeMap<(i32, i64), String>) {
-    let mut seen: HashMap<(i32, i64), usize> = HashMap::new();
-    for r in records {
-        let key = (r.partition, r.offset);
-        *seen.entry(key).or_default() += 1;
-        let want = expected
-            .get(&key)
-            .unwrap_or_else(|| panic!("consumed unexpected record {}/{}", r.partition, r.offset));
-        assert_eq!(
-            r.value.as_deref(),
-            Some(want.as_bytes()),
-            "value at {}/{}",
-            r.partition,
-            r.offset
-        );
-    }
-    let dups: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(dups.is_empty(), "records consumed more than once: {dups:?}");
-    let missing: Vec<_> = expected.keys().filter(|k| !seen.contains_key(k)).collect();
-    assert!(missing.is_empty(), "records never consumed: {missing:?}");
 }
 
 /// A subscribed consumer that stores (for the next commit) only records below a per-partition
