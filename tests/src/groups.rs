@@ -33,7 +33,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::raw::topic_name;
-use crate::util::unique_topic;
+use crate::util::{poll_until, unique_topic, Steady};
 use crate::{strata_bin, Broker, ConsumedRecord, KafkaConn};
 
 /// Kafka error codes of the group APIs.
@@ -398,26 +398,19 @@ pub fn wait_for_stable_assignment(
     timeout: Duration,
 ) -> Vec<BTreeSet<i32>> {
     let all: BTreeSet<i32> = (0..partitions).collect();
-    let mut since: Option<(Instant, Vec<BTreeSet<i32>>)> = None;
-    let deadline = Instant::now() + timeout;
-    loop {
-        for m in members {
-            assert!(m.is_alive(), "member {} stopped: {:?}", m.name, m.errors());
-        }
-        let now: Vec<BTreeSet<i32>> = members.iter().map(|m| m.assignment()).collect();
-        let total: usize = now.iter().map(BTreeSet::len).sum();
-        let union: BTreeSet<i32> = now.iter().flatten().copied().collect();
-        let valid = total == all.len() && union == all;
-        match (&since, valid) {
-            (Some((t, prev)), true) if *prev == now => {
-                if t.elapsed() >= stable_for {
-                    return now;
-                }
+    let mut steady = Steady::new(stable_for);
+    poll_until(
+        timeout,
+        || {
+            for m in members {
+                assert!(m.is_alive(), "member {} stopped: {:?}", m.name, m.errors());
             }
-            (_, true) => since = Some((Instant::now(), now.clone())),
-            (_, false) => since = None,
-        }
-        if Instant::now() >= deadline {
+            let now: Vec<BTreeSet<i32>> = members.iter().map(|m| m.assignment()).collect();
+            let total: usize = now.iter().map(BTreeSet::len).sum();
+            let union: BTreeSet<i32> = now.iter().flatten().copied().collect();
+            steady.observe((total == all.len() && union == all).then_some(now))
+        },
+        || {
             let report: Vec<String> = members
                 .iter()
                 .map(|m| {
@@ -430,14 +423,13 @@ pub fn wait_for_stable_assignment(
                     )
                 })
                 .collect();
-            panic!(
+            format!(
                 "timed out after {timeout:?} waiting for a stable assignment of {partitions} \
                  partitions, each to exactly one member:\n{}",
                 report.join("\n")
-            );
-        }
-        thread::sleep(Duration::from_millis(25));
-    }
+            )
+        },
+    )
 }
 
 /// A record line printed by `strata consume --print-offset`: `partition:offset\tvalue`.

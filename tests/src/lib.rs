@@ -19,4 +19,6 @@ pub use clients::{block_on, by_partition, ConsumedRecord, Delivery, TrackingProd
 pub use http::{http_get, parse_prometheus, HttpResponse, Sample};
 pub use proxy::FaultProxy;
 pub use raw::{encode_batch, Idempotence, KafkaConn, RawRecord};
-pub use util::{now_ms, unique_topic, wait_for, wait_for_some, wait_until, Rng};
+pub use util::{
+    now_ms, poll_until, unique_topic, wait_for, wait_for_some, wait_until, Rng, Steady,
+};

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use strata_objstore::StoreConfig;
 
@@ -58,14 +58,9 @@ impl MotoServer {
             .spawn()
             .expect("start moto_server");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not listen within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::wait_for("moto_server to listen", Duration::from_secs(30), || {
+            TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+        });
     }
 
     /// Kills the server (an object store outage). Its data is gone: moto keeps it in memory.

@@ -26,17 +26,59 @@ pub fn wait_for(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
 }
 
 /// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
-pub fn wait_for_some<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for_some<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    poll_until(timeout, f, || {
+        format!("timed out after {timeout:?} waiting for {what}")
+    })
+}
+
+/// Polls `f` until it returns `Some`; after `timeout`, panics with what `report()` says then
+/// (for waits whose failure needs the state at that moment, not just a name).
+pub fn poll_until<T>(
+    timeout: Duration,
+    mut f: impl FnMut() -> Option<T>,
+    report: impl FnOnce() -> String,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
             return v;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        if Instant::now() >= deadline {
+            panic!("{}", report());
+        }
         std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// A value that must stay the same for a while (a group that has settled): feed it every
+/// observation, `None` for "not valid now"; it returns the value once it has been unchanged
+/// for `period`.
+pub struct Steady<T> {
+    period: Duration,
+    since: Option<(Instant, T)>,
+}
+
+impl<T: PartialEq + Clone> Steady<T> {
+    pub fn new(period: Duration) -> Self {
+        Steady {
+            period,
+            since: None,
+        }
+    }
+
+    pub fn observe(&mut self, now: Option<T>) -> Option<T> {
+        match (&self.since, now) {
+            (Some((t, prev)), Some(v)) if *prev == v => (t.elapsed() >= self.period).then_some(v),
+            (_, Some(v)) => {
+                self.since = Some((Instant::now(), v));
+                None
+            }
+            (_, None) => {
+                self.since = None;
+                None
+            }
+        }
     }
 }
 

@@ -4,13 +4,13 @@
 //! several points of a clean restarts with a readable, correct log.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Offset;
 use strata_tests::{
-    block_on, now_ms, parse_prometheus, unique_topic, wait_for, Broker, BrokerOpts, ConsumedRecord,
-    Rng, TrackingProducer,
+    block_on, now_ms, parse_prometheus, poll_until, unique_topic, wait_for, Broker, BrokerOpts,
+    ConsumedRecord, Rng, TrackingProducer,
 };
 
 const HOUR_MS: i64 = 3_600_000;
@@ -117,30 +117,39 @@ fn metric(broker: &Broker, name: &str) -> f64 {
 
 /// Waits until a consumer reads exactly `expected` from the beginning.
 fn wait_compacted(broker: &Broker, topic: &str, expected: &Contents) {
-    let mut last = Contents::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        last = read_all(broker, topic);
-        if &last == expected {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let extra: Vec<_> = last
-        .keys()
-        .filter(|o| !expected.contains_key(o))
-        .take(5)
-        .collect();
-    let missing: Vec<_> = expected
-        .keys()
-        .filter(|o| !last.contains_key(o))
-        .take(5)
-        .collect();
-    panic!(
-        "log not compacted to the expected {} records within 60 s: read {}, extra offsets {extra:?}, missing {missing:?}",
-        expected.len(),
-        last.len()
+    poll_until(
+        Duration::from_secs(60),
+        || (&read_all(broker, topic) == expected).then_some(()),
+        || {
+            let last = read_all(broker, topic);
+            let extra: Vec<_> = last
+                .keys()
+                .filter(|o| !expected.contains_key(o))
+                .take(5)
+                .collect();
+            let missing: Vec<_> = expected
+                .keys()
+                .filter(|o| !last.contains_key(o))
+                .take(5)
+                .collect();
+            format!(
+                "log not compacted to the expected {} records within 60 s: read {}, extra offsets {extra:?}, missing {missing:?}",
+                expected.len(),
+                last.len()
+            )
+        },
     );
+}
+
+/// True when the highest-based segment of a partition directory holds no batch yet.
+fn newest_segment_is_empty(dir: &std::path::Path) -> bool {
+    let newest = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .max_by_key(|e| e.file_name());
+    newest.is_some_and(|e| e.metadata().is_ok_and(|m| m.len() == 0))
 }
 
 fn fast_cleaner() -> BrokerOpts {
@@ -228,8 +237,13 @@ fn a_kill_9_at_several_points_of_a_clean_leaves_a_readable_correct_log() {
         let mut broker = Broker::start(throttled().env("STRATA_LOG_CLEANER_ENABLE", false));
         compacted_topic(&broker, &topic);
         let all = produce_updates(&broker, &topic, 200, 40);
-        // Let segment.ms roll the active segment before the crash tests start.
-        std::thread::sleep(Duration::from_millis(1500));
+        // segment.ms rolls the active segment, so every record is in a cleanable segment.
+        let dir = data.path().join(format!("{topic}-0"));
+        wait_for(
+            "segment.ms to roll the active segment",
+            Duration::from_secs(30),
+            || newest_segment_is_empty(&dir),
+        );
         broker.terminate();
         all
     };
@@ -239,6 +253,7 @@ fn a_kill_9_at_several_points_of_a_clean_leaves_a_readable_correct_log() {
     let mut interrupted_writes = 0;
     for delay_ms in [1000, 4000, 7000, 9000] {
         let mut broker = Broker::start(throttled());
+        // The fault itself: SIGKILL this long into the throttled clean.
         std::thread::sleep(Duration::from_millis(delay_ms));
         interrupted_writes += staging.exists() as usize;
         broker.kill9();

@@ -27,7 +27,7 @@ use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::TopicPartitionList;
 use strata_tests::groups::unique_group;
-use strata_tests::{unique_topic, wait_for, Broker, TrackingProducer};
+use strata_tests::{poll_until, unique_topic, wait_for, Broker, Steady, TrackingProducer};
 
 const PARTITIONS: i32 = 6;
 /// The producer writes one record to every partition this often.
@@ -352,37 +352,30 @@ impl Drop for CoopMember {
 /// expected sizes and have stayed so for [`STABLE_FOR`]; returns them.
 fn wait_for_settled(members: &[&CoopMember], sizes: &[usize]) -> Vec<BTreeSet<i32>> {
     let all: BTreeSet<i32> = (0..PARTITIONS).collect();
-    let deadline = Instant::now() + SETTLE;
-    let mut since: Option<(Instant, Vec<BTreeSet<i32>>)> = None;
-    loop {
-        for m in members {
-            assert!(m.is_alive(), "member {} stopped: {}", m.name, m.report());
-        }
-        let now: Vec<BTreeSet<i32>> = members.iter().map(|m| m.assignment()).collect();
-        let total: usize = now.iter().map(BTreeSet::len).sum();
-        let union: BTreeSet<i32> = now.iter().flatten().copied().collect();
-        let mut got_sizes: Vec<usize> = now.iter().map(BTreeSet::len).collect();
-        got_sizes.sort_unstable();
-        let valid = total == all.len() && union == all && got_sizes == sizes;
-        match (&since, valid) {
-            (Some((t, prev)), true) if *prev == now => {
-                if t.elapsed() >= STABLE_FOR {
-                    return now;
-                }
+    let mut steady = Steady::new(STABLE_FOR);
+    poll_until(
+        SETTLE,
+        || {
+            for m in members {
+                assert!(m.is_alive(), "member {} stopped: {}", m.name, m.report());
             }
-            (_, true) => since = Some((Instant::now(), now.clone())),
-            (_, false) => since = None,
-        }
-        if Instant::now() >= deadline {
+            let now: Vec<BTreeSet<i32>> = members.iter().map(|m| m.assignment()).collect();
+            let total: usize = now.iter().map(BTreeSet::len).sum();
+            let union: BTreeSet<i32> = now.iter().flatten().copied().collect();
+            let mut got_sizes: Vec<usize> = now.iter().map(BTreeSet::len).collect();
+            got_sizes.sort_unstable();
+            steady
+                .observe((total == all.len() && union == all && got_sizes == sizes).then_some(now))
+        },
+        || {
             let report: Vec<String> = members.iter().map(|m| m.report()).collect();
-            panic!(
+            format!(
                 "timed out after {SETTLE:?} waiting for {PARTITIONS} partitions, each owned by \
                  exactly one member ({sizes:?} each):\n{}",
                 report.join("\n")
-            );
-        }
-        thread::sleep(Duration::from_millis(25));
-    }
+            )
+        },
+    )
 }
 
 /// The broker's view (DescribeGroups) must match what the members hold.

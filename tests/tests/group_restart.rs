@@ -22,8 +22,8 @@ use strata_tests::groups::{
     assert_exactly_once, decode_assignment, unique_group, CliMember, GroupView,
 };
 use strata_tests::{
-    strata_bin, unique_topic, wait_for, wait_for_some, Broker, BrokerOpts, ConsumedRecord,
-    FaultProxy,
+    poll_until, strata_bin, unique_topic, wait_for, wait_for_some, Broker, BrokerOpts,
+    ConsumedRecord, FaultProxy, Steady,
 };
 
 /// How long a group may take to settle (joins, syncs, a rebalance after an expiry).
@@ -288,36 +288,28 @@ impl Drop for Watched {
 /// changed for [`STABLE_FOR`], with every member knowing its member id and generation.
 fn wait_for_stable(members: &[&Watched]) -> Vec<BTreeSet<i32>> {
     let all: BTreeSet<i32> = (0..PARTITIONS).collect();
-    let deadline = Instant::now() + SETTLE;
-    let mut since: Option<(Instant, Vec<BTreeSet<i32>>)> = None;
-    loop {
-        members.iter().for_each(|m| m.assert_alive());
-        let now: Vec<BTreeSet<i32>> = members.iter().map(|m| m.assignment()).collect();
-        let total: usize = now.iter().map(BTreeSet::len).sum();
-        let union: BTreeSet<i32> = now.iter().flatten().copied().collect();
-        let joined = members.iter().all(|m| {
-            m.membership()
-                .is_some_and(|(id, g)| !id.is_empty() && g > 0)
-        });
-        let valid = joined && total == all.len() && union == all;
-        match (&since, valid) {
-            (Some((t, prev)), true) if *prev == now => {
-                if t.elapsed() >= STABLE_FOR {
-                    return now;
-                }
-            }
-            (_, true) => since = Some((Instant::now(), now)),
-            (_, false) => since = None,
-        }
-        if Instant::now() >= deadline {
+    let mut steady = Steady::new(STABLE_FOR);
+    poll_until(
+        SETTLE,
+        || {
+            members.iter().for_each(|m| m.assert_alive());
+            let now: Vec<BTreeSet<i32>> = members.iter().map(|m| m.assignment()).collect();
+            let total: usize = now.iter().map(BTreeSet::len).sum();
+            let union: BTreeSet<i32> = now.iter().flatten().copied().collect();
+            let joined = members.iter().all(|m| {
+                m.membership()
+                    .is_some_and(|(id, g)| !id.is_empty() && g > 0)
+            });
+            steady.observe((joined && total == all.len() && union == all).then_some(now))
+        },
+        || {
             let report: Vec<String> = members.iter().map(|m| m.report()).collect();
-            panic!(
+            format!(
                 "no stable assignment within {SETTLE:?}:\n{}",
                 report.join("\n")
-            );
-        }
-        thread::sleep(Duration::from_millis(25));
-    }
+            )
+        },
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -330,24 +322,29 @@ fn wait_consumed(
     consumed: impl Fn() -> Vec<ConsumedRecord>,
     report: impl Fn() -> String,
 ) {
-    let deadline = Instant::now() + SETTLE;
-    loop {
+    let missing = || -> Vec<(i32, i64)> {
         let seen: BTreeSet<(i32, i64)> =
             consumed().iter().map(|r| (r.partition, r.offset)).collect();
-        let missing: Vec<&(i32, i64)> = expected.keys().filter(|k| !seen.contains(k)).collect();
-        if missing.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {} of {} records never consumed, first {:?}\n{}",
-            missing.len(),
-            expected.len(),
-            &missing[..missing.len().min(5)],
-            report()
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+        expected
+            .keys()
+            .filter(|k| !seen.contains(k))
+            .copied()
+            .collect()
+    };
+    poll_until(
+        SETTLE,
+        || missing().is_empty().then_some(()),
+        || {
+            let missing = missing();
+            format!(
+                "{what}: {} of {} records never consumed, first {:?}\n{}",
+                missing.len(),
+                expected.len(),
+                &missing[..missing.len().min(5)],
+                report()
+            )
+        },
+    )
 }
 
 fn describe(b: &Broker, group: &str) -> GroupView {
@@ -775,43 +772,42 @@ fn after_a_restart_a_member_that_never_returns_expires_and_the_survivor_takes_it
         ],
     );
     // Both members hold partitions and the group has settled.
-    let deadline = Instant::now() + SETTLE;
-    let mut since: Option<(Instant, Described)> = None;
-    let before = loop {
-        survivor.assert_alive();
-        assert!(
-            gone.is_running(),
-            "strata consume exited:\n{}",
-            gone.output()
-        );
-        let view = b.broker.describe_group(&group).ok().flatten();
-        let members = view
-            .as_ref()
-            .filter(|v| v.state == "Stable")
-            .map(|v| described_members(v, &topic))
-            .unwrap_or_default();
-        let covered: BTreeSet<i32> = members.values().flat_map(|(_, p)| p.clone()).collect();
-        let settled = members.len() == 2
-            && members.values().all(|(_, p)| !p.is_empty())
-            && covered.len() == PARTITIONS as usize
-            && members.get("survivor").map(|(_, p)| p) == Some(&survivor.assignment());
-        match (&since, settled) {
-            (Some((t, prev)), true) if *prev == members => {
-                if t.elapsed() >= STABLE_FOR {
-                    break members;
-                }
-            }
-            (_, true) => since = Some((Instant::now(), members)),
-            (_, false) => since = None,
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the group did not settle with both members: {view:?}\n{}\n{}",
-            survivor.report(),
-            gone.output()
-        );
-        thread::sleep(Duration::from_millis(50));
-    };
+    let mut steady = Steady::new(STABLE_FOR);
+    // Both closures look at `gone`; only the first needs it mutably.
+    let gone_cell = std::cell::RefCell::new(&mut gone);
+    let before = poll_until(
+        SETTLE,
+        || {
+            survivor.assert_alive();
+            assert!(
+                gone_cell.borrow_mut().is_running(),
+                "strata consume exited:\n{}",
+                gone_cell.borrow().output()
+            );
+            let members = b
+                .broker
+                .describe_group(&group)
+                .ok()
+                .flatten()
+                .filter(|v| v.state == "Stable")
+                .map(|v| described_members(&v, &topic))
+                .unwrap_or_default();
+            let covered: BTreeSet<i32> = members.values().flat_map(|(_, p)| p.clone()).collect();
+            let settled = members.len() == 2
+                && members.values().all(|(_, p)| !p.is_empty())
+                && covered.len() == PARTITIONS as usize
+                && members.get("survivor").map(|(_, p)| p) == Some(&survivor.assignment());
+            steady.observe(settled.then_some(members))
+        },
+        || {
+            format!(
+                "the group did not settle with both members: {:?}\n{}\n{}",
+                b.broker.describe_group(&group).ok().flatten(),
+                survivor.report(),
+                gone_cell.borrow().output()
+            )
+        },
+    );
     let (survivor_id, generation) = survivor.membership().expect("survivor membership");
     assert_eq!(before["survivor"].0, survivor_id);
     let gone_id = before["gone"].0.clone();

@@ -2,10 +2,10 @@
 //! dir; an S3 bucket is checked at start, and a missing one stops the broker with a clear error.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use strata_tests::s3::{MotoServer, REGION};
-use strata_tests::{parse_prometheus, strata_bin, Broker, BrokerOpts};
+use strata_tests::{parse_prometheus, strata_bin, wait_until, Broker, BrokerOpts};
 
 fn list_requests(broker: &Broker) -> f64 {
     parse_prometheus(&broker.metrics())
@@ -65,17 +65,16 @@ fn a_missing_bucket_stops_the_broker_with_a_clear_error() {
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("strata kept running with a missing bucket");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let mut status = None;
+    let exited = wait_until(Duration::from_secs(60), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+        panic!("strata kept running with a missing bucket");
+    }
+    let status = status.expect("exited");
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!status.success());

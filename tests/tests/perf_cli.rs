@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use strata_tests::groups::unique_group;
-use strata_tests::{strata_bin, unique_topic, Broker};
+use strata_tests::{strata_bin, unique_topic, wait_until, Broker};
 
 /// Runs `strata ARGS...` to completion (killed after `limit`); returns its stdout, failing the
 /// test with both outputs when it exits unsuccessfully.
@@ -36,18 +36,14 @@ fn strata(broker: &Broker, args: &[&str], limit: Duration) -> String {
         let _ = stderr.read_to_string(&mut s);
         s
     });
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for strata") {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        thread::sleep(Duration::from_millis(50));
-    };
+    let mut status = None;
+    if !wait_until(limit, || {
+        status = child.try_wait().expect("wait for strata");
+        status.is_some()
+    }) {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let (out, err) = (out.join().unwrap(), err.join().unwrap());
     match status {
         Some(s) if s.success() => out,
