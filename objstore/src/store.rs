@@ -260,8 +260,9 @@ impl Store {
     /// A whole object.
     pub async fn get(&self, key: &str) -> Result<Bytes> {
         let path = self.path(key);
-        let result = self.request("get", key, self.inner.get(&path)).await?;
-        let bytes = self.request("get", key, result.bytes()).await?;
+        // One request: the response and its body, counted once.
+        let fetch = async { self.inner.get(&path).await?.bytes().await };
+        let bytes = self.request("get", key, fetch).await?;
         self.metrics.read(bytes.len() as u64);
         Ok(bytes)
     }

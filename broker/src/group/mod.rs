@@ -596,42 +596,33 @@ impl Coordinator {
             },
             Some(g) => {
                 let protocol = g.protocol.clone().unwrap_or_default();
-                let members = if g.state == GroupState::Stable {
-                    g.members
-                        .values()
-                        .map(|m| {
+                // Mid-rebalance, Kafka lists the members without metadata or assignment.
+                let stable = g.state == GroupState::Stable;
+                let members = g
+                    .members
+                    .values()
+                    .map(|m| {
+                        let (meta, assignment) = if stable {
                             let meta = m
                                 .protocols
                                 .iter()
                                 .find(|(n, _)| *n == protocol)
                                 .map(|(_, b)| b.clone())
                                 .unwrap_or_default();
-                            (
-                                m.id.clone(),
-                                m.instance_id.clone(),
-                                m.client_id.clone(),
-                                m.client_host.clone(),
-                                meta,
-                                m.assignment.clone(),
-                            )
-                        })
-                        .collect()
-                } else {
-                    // Mid-rebalance, Kafka lists the members without metadata or assignment.
-                    g.members
-                        .values()
-                        .map(|m| {
-                            (
-                                m.id.clone(),
-                                m.instance_id.clone(),
-                                m.client_id.clone(),
-                                m.client_host.clone(),
-                                Bytes::new(),
-                                Bytes::new(),
-                            )
-                        })
-                        .collect()
-                };
+                            (meta, m.assignment.clone())
+                        } else {
+                            (Bytes::new(), Bytes::new())
+                        };
+                        (
+                            m.id.clone(),
+                            m.instance_id.clone(),
+                            m.client_id.clone(),
+                            m.client_host.clone(),
+                            meta,
+                            assignment,
+                        )
+                    })
+                    .collect();
                 GroupView {
                     state: g.state.name(),
                     protocol_type: g.protocol_type.clone().unwrap_or_default(),

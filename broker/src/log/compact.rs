@@ -111,13 +111,14 @@ fn codec_of(header: &BatchHeader) -> i16 {
     header.attributes & 0x7
 }
 
-/// The records section of a whole batch (`batch` starts at its base offset), decompressed.
-pub fn records_section(batch: &[u8], header: &BatchHeader) -> Result<Bytes, LogError> {
+/// The records section of a whole batch (`batch` starts at its base offset), decompressed;
+/// an uncompressed batch's section is a slice of `batch`, not a copy.
+pub fn records_section(batch: &Bytes, header: &BatchHeader) -> Result<Bytes, LogError> {
     let end = header.total_len().min(batch.len());
     if end < HEADER_LEN {
         return Err(corrupt(header, "shorter than its header"));
     }
-    let mut body = Bytes::copy_from_slice(&batch[HEADER_LEN..end]);
+    let mut body = batch.slice(HEADER_LEN..end);
     let take = |b: &mut Bytes| Ok(std::mem::take(b));
     let out: anyhow::Result<Bytes> = match codec_of(header) {
         0 => Ok(body),
@@ -191,7 +192,7 @@ pub enum Filtered {
 /// Keeps the records of `batch` for which `keep` is true. Returns the outcome and how many
 /// records were removed.
 pub fn filter_batch(
-    batch: &[u8],
+    batch: &Bytes,
     header: &BatchHeader,
     mut keep: impl FnMut(&Record<'_>) -> bool,
 ) -> Result<(Filtered, u64), LogError> {
@@ -241,7 +242,7 @@ pub fn filter_batch(
 
 /// A compacted topic refuses records without a key (Kafka: INVALID_RECORD), since the cleaner
 /// could never decide which of them is the latest.
-pub fn check_keys(batch: &[u8], header: &BatchHeader) -> Result<(), batch::BatchError> {
+pub fn check_keys(batch: &Bytes, header: &BatchHeader) -> Result<(), batch::BatchError> {
     let section =
         records_section(batch, header).map_err(|e| batch::BatchError::Invalid(e.to_string()))?;
     let mut missing = None;
