@@ -23,6 +23,7 @@ pub struct Broker {
     pub metrics: Metrics,
     pub groups: crate::group::Coordinator,
     pub lag: crate::group::lag::LagTracker,
+    pub tier: crate::tier::Tier,
     /// The block of producer ids reserved through the quorum: (next, end).
     producer_ids: Mutex<(i64, i64)>,
 }
@@ -57,6 +58,7 @@ impl Broker {
         advertised: SocketAddr,
         metadata: Metadata,
         metrics: Metrics,
+        tier: crate::tier::Tier,
     ) -> Broker {
         let partitions = Partitions::new(&config);
         Broker {
@@ -67,6 +69,7 @@ impl Broker {
             metrics,
             groups: crate::group::Coordinator::default(),
             lag: crate::group::lag::LagTracker::default(),
+            tier,
             producer_ids: Mutex::new((0, 0)),
         }
     }
@@ -124,6 +127,8 @@ impl Broker {
         for (k, v) in &configs {
             topic_config::validate(k, v).map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
         }
+        topic_config::validate_combination(&self.config, &configs)
+            .map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
         let replicas = match assignments {
             Some(a) => {
                 if num_partitions != -1 || replication_factor != -1 {

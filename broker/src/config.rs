@@ -70,6 +70,29 @@ pub struct BrokerConfig {
     pub object_store_request_timeout_ms: u64,
     pub object_store_max_retries: usize,
     pub object_store_retry_timeout_ms: u64,
+    /// Topic default of `remote.storage.enable`: the tier is on unless a topic opts out.
+    pub remote_storage_enable: bool,
+    /// Topic defaults of `local.retention.ms/bytes` (-2: same as retention).
+    pub log_local_retention_ms: i64,
+    pub log_local_retention_bytes: i64,
+    /// How often the tier looks for segments to offload and remote segments to expire.
+    pub remote_log_manager_task_interval_ms: u64,
+    /// Segments uploaded at once (across partitions; one partition uploads in order).
+    pub remote_log_upload_concurrency: usize,
+    /// Upload bandwidth bound (0: none).
+    pub remote_log_upload_max_bytes_per_second: u64,
+    /// An object no remote-segment record names is deleted once it is this old (a crash
+    /// mid-upload leaves such objects).
+    pub remote_log_orphan_grace_ms: u64,
+    /// Block cache of remote reads (see the `cache/` crate): block size, the budgets of
+    /// reads near the tail ("recent") and of history replays ("replay"), and readahead.
+    pub remote_cache_block_bytes: u64,
+    pub remote_cache_memory_bytes: u64,
+    pub remote_cache_disk_bytes: u64,
+    pub remote_cache_replay_memory_bytes: u64,
+    pub remote_cache_replay_disk_bytes: u64,
+    pub remote_cache_readahead_blocks: usize,
+    pub remote_fetch_max_concurrent_gets: usize,
 }
 
 impl Default for BrokerConfig {
@@ -119,6 +142,20 @@ impl Default for BrokerConfig {
             object_store_request_timeout_ms: 30_000,
             object_store_max_retries: 5,
             object_store_retry_timeout_ms: 60_000,
+            remote_storage_enable: true,
+            log_local_retention_ms: -2,
+            log_local_retention_bytes: -2,
+            remote_log_manager_task_interval_ms: 1_000,
+            remote_log_upload_concurrency: 4,
+            remote_log_upload_max_bytes_per_second: 0,
+            remote_log_orphan_grace_ms: 600_000,
+            remote_cache_block_bytes: 1 << 20,
+            remote_cache_memory_bytes: 256 << 20,
+            remote_cache_disk_bytes: 2 << 30,
+            remote_cache_replay_memory_bytes: 64 << 20,
+            remote_cache_replay_disk_bytes: 2 << 30,
+            remote_cache_readahead_blocks: 8,
+            remote_fetch_max_concurrent_gets: 16,
         }
     }
 }
@@ -215,6 +252,12 @@ impl BrokerConfig {
         if crate::topic_config::cleanup_policy(&self.log_cleanup_policy).is_none() {
             return Err(ConfigError::Invalid(
                 "log_cleanup_policy must be delete, compact or compact,delete".into(),
+            ));
+        }
+        if self.remote_cache_block_bytes < 4096 || self.remote_log_upload_concurrency == 0 {
+            return Err(ConfigError::Invalid(
+                "remote_cache_block_bytes must be ≥ 4096 and remote_log_upload_concurrency ≥ 1"
+                    .into(),
             ));
         }
         if !(0.0..=1.0).contains(&self.log_cleaner_min_cleanable_ratio) {

@@ -29,4 +29,5 @@ pub mod partition;
 pub mod protocol;
 pub mod serve;
 pub mod server;
+pub mod tier;
 pub mod topic_config;

@@ -7,7 +7,10 @@
 //!   topic deleted and re-created under the same name never sees the old records;
 //! - appends to one partition are serialised by its log mutex; readers take the same mutex only
 //!   to slice mapped bytes, never across an await;
-//! - every append that adds records wakes the fetches waiting on that partition.
+//! - every append that adds records wakes the fetches waiting on that partition;
+//! - a tiered partition's log is one log over two tiers: its start is the remote log's start
+//!   (or the local one's, whichever is lower, never below the quorum's floor), and an offset
+//!   below the local start is answered from the remote segment holding it ([`Read::Remote`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,13 +19,13 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use strata_metadata::ClusterState;
+use strata_metadata::{ClusterState, PartitionInfo, RemoteSegment};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
 use crate::log::cleaning::CleanStats;
-use crate::log::{AppendInfo, Log, LogError};
+use crate::log::{AppendInfo, ClosedSegment, Log, LogError, RemoteView};
 use crate::topic_config;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,10 +50,73 @@ pub struct Offsets {
     pub log_end: i64,
 }
 
+/// The committed remote segments of a partition, as of the last metadata change.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RemoteLog {
+    /// Committed segments in offset order.
+    pub segments: Vec<RemoteSegment>,
+    /// Records below this are deleted even where a segment still holds them.
+    pub floor: i64,
+    /// One past the last offset ever committed remotely (deleting segments included): where
+    /// the next upload must start.
+    pub end: i64,
+}
+
+impl RemoteLog {
+    fn of(info: &PartitionInfo) -> RemoteLog {
+        RemoteLog {
+            segments: info.remote_segments().cloned().collect(),
+            floor: info.log_start_floor,
+            end: info.remote_log_end().unwrap_or(0),
+        }
+    }
+
+    /// First readable remote offset.
+    pub fn start(&self) -> Option<i64> {
+        self.segments.first().map(|s| s.base_offset.max(self.floor))
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size_bytes).sum()
+    }
+
+    /// The segment holding `offset`, or the first one after it (offsets may have gaps).
+    pub fn segment_for(&self, offset: i64) -> Option<&RemoteSegment> {
+        let i = self.segments.partition_point(|s| s.last_offset < offset);
+        self.segments.get(i)
+    }
+
+    fn view(&self) -> RemoteView {
+        RemoteView {
+            end: self.segments.last().map(|s| s.last_offset + 1).unwrap_or(0),
+            bytes: self.bytes(),
+        }
+    }
+}
+
+/// Where a fetch's bytes come from.
+#[derive(Debug)]
+pub enum Read {
+    /// Whole batches from the local log (possibly empty: nothing there yet).
+    Local(Bytes),
+    /// The offset lies in this remote segment; the tier reads it.
+    Remote(RemoteSegment),
+}
+
+/// Where a timestamp lookup is answered.
+#[derive(Debug)]
+pub enum TimeLookup {
+    /// `(offset, timestamp)`, or `None` when no record is that new.
+    Local(Option<(i64, i64)>),
+    /// The first record that new is in this remote segment.
+    Remote(RemoteSegment),
+}
+
 pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: Uuid,
     log: Mutex<Log>,
+    remote: RwLock<Arc<RemoteLog>>,
     waiters: Mutex<Vec<Weak<Notify>>>,
     /// Set when the topic is deleted, so a clean in progress stops writing into the directory
     /// that is about to be removed.
@@ -108,19 +174,99 @@ impl Partition {
         waiters.push(Arc::downgrade(notify));
     }
 
-    /// Batches from `offset` for a consumer (up to the high watermark).
-    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<(Bytes, Offsets), LogError> {
+    pub fn remote(&self) -> Arc<RemoteLog> {
+        self.remote
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Batches from `offset` for a consumer (up to the high watermark), or the remote segment
+    /// to read them from.
+    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<(Read, Offsets), LogError> {
+        let remote = self.remote();
+        let mut log = self.log();
+        let offsets = offsets_of(&log, &remote);
+        if offset < offsets.log_start || offset > offsets.log_end {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                start: offsets.log_start,
+                end: offsets.log_end,
+            });
+        }
+        if offset < log.log_start_offset() {
+            if let Some(seg) = remote.segment_for(offset) {
+                if seg.base_offset < log.log_start_offset() {
+                    return Ok((Read::Remote(seg.clone()), offsets));
+                }
+            }
+            // A gap between the tiers (retention deleted segments that were never
+            // offloaded): the log continues at the local start, as after a compaction gap.
+            let start = log.log_start_offset();
+            return Ok((Read::Local(log.read(start, max_bytes, i64::MAX)?), offsets));
+        }
+        let bytes = log.read(offset, max_bytes, i64::MAX)?;
+        Ok((Read::Local(bytes), offsets))
+    }
+
+    /// Batches from the local log only: internal topics, which are compacted and so never
+    /// tiered.
+    pub fn read_local(&self, offset: i64, max_bytes: usize) -> Result<(Bytes, Offsets), LogError> {
+        let remote = self.remote();
         let mut log = self.log();
         let bytes = log.read(offset, max_bytes, i64::MAX)?;
-        Ok((bytes, offsets_of(&log)))
+        Ok((bytes, offsets_of(&log, &remote)))
     }
 
     pub fn offsets(&self) -> Offsets {
-        offsets_of(&self.log())
+        offsets_of(&self.log(), &self.remote())
     }
 
-    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, LogError> {
-        self.log().offset_for_timestamp(ts)
+    /// ListOffsets by timestamp over both tiers.
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<TimeLookup, LogError> {
+        let remote = self.remote();
+        let mut log = self.log();
+        let local_start = log.log_start_offset();
+        if let Some(seg) = remote.segments.iter().find(|s| {
+            s.base_offset < local_start && s.last_offset >= remote.floor && s.max_timestamp >= ts
+        }) {
+            return Ok(TimeLookup::Remote(seg.clone()));
+        }
+        Ok(TimeLookup::Local(log.offset_for_timestamp(ts)?))
+    }
+
+    /// Closed local segments the offloader may upload (from `from` on).
+    pub fn offload_candidates(&self, from: i64) -> Vec<ClosedSegment> {
+        let mut segs = self.log().closed_segments();
+        segs.retain(|s| s.base_offset >= from);
+        segs
+    }
+
+    pub fn closed_segment_bytes(&self, base: i64) -> Result<Option<Bytes>, LogError> {
+        self.log().closed_segment_bytes(base)
+    }
+
+    pub fn is_tiered(&self) -> bool {
+        self.log().config().remote_storage
+    }
+
+    pub fn log_config(&self) -> topic_config::LogConfig {
+        self.log().config().clone()
+    }
+
+    /// Bytes of the local segments holding offsets at or above `offset`.
+    pub fn local_bytes_from(&self, offset: i64) -> u64 {
+        self.log().bytes_from(offset)
+    }
+
+    /// Remote retention moved the log start to `offset`: local copies below it go too.
+    pub fn delete_local_before(&self, offset: i64) -> Result<(), LogError> {
+        let mut log = self.log();
+        if offset > log.log_start_offset() {
+            let to = offset.min(log.high_watermark());
+            log.delete_records_before(to, now_ms())?;
+        }
+        Ok(())
     }
 
     /// Timestamp of the record at `offset` (for lag in seconds), if it is readable.
@@ -138,8 +284,22 @@ impl Partition {
             .map(|r| r.timestamp)
     }
 
-    pub fn max_timestamp(&self) -> Option<(i64, i64)> {
-        self.log().max_timestamp()
+    /// ListOffsets MAX_TIMESTAMP over both tiers: the local answer, or the remote segment
+    /// whose newest record is newer than anything local.
+    pub fn max_timestamp(&self) -> TimeLookup {
+        let remote = self.remote();
+        let log = self.log();
+        let local = log.max_timestamp();
+        let newest_remote = remote
+            .segments
+            .iter()
+            .filter(|s| s.base_offset < log.log_start_offset() && s.last_offset >= remote.floor)
+            .max_by_key(|s| s.max_timestamp);
+        match (newest_remote, local) {
+            (Some(seg), Some((_, ts))) if seg.max_timestamp > ts => TimeLookup::Remote(seg.clone()),
+            (Some(seg), None) => TimeLookup::Remote(seg.clone()),
+            _ => TimeLookup::Local(local),
+        }
     }
 
     pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
@@ -181,15 +341,27 @@ impl Partition {
     }
 
     pub fn stats(&self) -> (Offsets, u64, usize) {
+        let remote = self.remote();
         let log = self.log();
-        (offsets_of(&log), log.size_bytes(), log.segment_count())
+        (
+            offsets_of(&log, &remote),
+            log.size_bytes(),
+            log.segment_count(),
+        )
+    }
+
+    /// First offset held on local disk.
+    pub fn local_log_start(&self) -> i64 {
+        self.log().log_start_offset()
     }
 
     /// Periodic work: retention, time-based roll, time-based flush.
     pub fn housekeeping(&self, now: i64, retention: bool) -> Result<(), LogError> {
+        let remote = self.remote();
         let mut log = self.log();
         if retention {
-            let deleted = log.enforce_retention(now)?;
+            let view = log.config().remote_storage.then(|| remote.view());
+            let deleted = log.enforce_retention(now, view)?;
             if deleted > 0 {
                 tracing::info!(topic = %self.tp.topic, partition = self.tp.partition, deleted, "retention deleted segments");
             }
@@ -199,9 +371,14 @@ impl Partition {
     }
 }
 
-fn offsets_of(log: &Log) -> Offsets {
+fn offsets_of(log: &Log, remote: &RemoteLog) -> Offsets {
+    let local = log.log_start_offset();
+    let start = match remote.start() {
+        Some(r) if r < local => r,
+        _ => local,
+    };
     Offsets {
-        log_start: log.log_start_offset(),
+        log_start: start.max(remote.floor).min(log.log_end_offset()),
         high_watermark: log.high_watermark(),
         log_end: log.log_end_offset(),
     }
@@ -260,7 +437,8 @@ impl Partitions {
     /// state assigns to it. Idempotent; called on every metadata change.
     pub fn sync(&self, state: &ClusterState) -> Result<(), LogError> {
         let _guard = self.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let mut wanted: HashMap<TopicPartition, (Uuid, topic_config::LogConfig)> = HashMap::new();
+        let mut wanted: HashMap<TopicPartition, (Uuid, topic_config::LogConfig, RemoteLog)> =
+            HashMap::new();
         for topic in state.topics.values() {
             let log_config = topic_config::log_config(&self.config, &topic.configs);
             for (i, p) in topic.partitions.iter().enumerate() {
@@ -269,7 +447,7 @@ impl Partitions {
                         topic: topic.name.clone(),
                         partition: i as i32,
                     };
-                    wanted.insert(tp, (topic.topic_id, log_config.clone()));
+                    wanted.insert(tp, (topic.topic_id, log_config.clone(), RemoteLog::of(p)));
                 }
             }
         }
@@ -278,7 +456,7 @@ impl Partitions {
             let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
             let gone: Vec<TopicPartition> = map
                 .iter()
-                .filter(|(tp, p)| wanted.get(*tp).is_none_or(|(id, _)| *id != p.topic_id))
+                .filter(|(tp, p)| wanted.get(*tp).is_none_or(|(id, ..)| *id != p.topic_id))
                 .map(|(tp, _)| tp.clone())
                 .collect();
             gone.iter().filter_map(|tp| map.remove(tp)).collect()
@@ -295,8 +473,14 @@ impl Partitions {
             remove_dir_if_exists(&dir)?;
         }
         self.delete_stray_dirs(&wanted)?;
-        for (tp, (topic_id, log_config)) in wanted {
+        for (tp, (topic_id, log_config, remote)) in wanted {
             if let Some(existing) = self.get(&tp.topic, tp.partition) {
+                {
+                    let mut current = existing.remote.write().unwrap_or_else(|p| p.into_inner());
+                    if **current != remote {
+                        *current = Arc::new(remote);
+                    }
+                }
                 let mut log = existing.log();
                 if *log.config() != log_config {
                     log.set_config(log_config);
@@ -324,6 +508,7 @@ impl Partitions {
                 tp: tp.clone(),
                 topic_id,
                 log: Mutex::new(log),
+                remote: RwLock::new(Arc::new(remote)),
                 waiters: Mutex::new(Vec::new()),
                 deleted: AtomicBool::new(false),
             });
@@ -339,7 +524,7 @@ impl Partitions {
     /// another topic id): leftovers of topics deleted while this broker was down.
     fn delete_stray_dirs(
         &self,
-        wanted: &HashMap<TopicPartition, (Uuid, topic_config::LogConfig)>,
+        wanted: &HashMap<TopicPartition, (Uuid, topic_config::LogConfig, RemoteLog)>,
     ) -> Result<(), LogError> {
         let Ok(entries) = std::fs::read_dir(&self.data_dir) else {
             return Ok(());
@@ -356,7 +541,7 @@ impl Partitions {
                 topic: meta.topic,
                 partition: meta.partition,
             };
-            if wanted.get(&tp).is_none_or(|(id, _)| *id != meta.topic_id) {
+            if wanted.get(&tp).is_none_or(|(id, ..)| *id != meta.topic_id) {
                 tracing::info!(dir = %entry.path().display(), "deleting partition directory of a deleted topic");
                 remove_dir_if_exists(&entry.path())?;
             }

@@ -131,6 +131,10 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         .with_context(|| format!("object store {objects}"))?;
     metrics.register_object_store(objects.metrics());
     tracing::info!(store = %objects, "object store reachable");
+    let tier = crate::tier::Tier::open(&cfg, objects)
+        .await
+        .context("cannot open the remote read cache")?;
+    metrics.register_tier(&tier.metrics, tier.cache.metrics());
     let metadata = Metadata::open_single_voter(MetadataOptions {
         node_id: cfg.node_id,
         dir: cfg.data_dir.join("metadata"),
@@ -142,6 +146,7 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         advertised,
         metadata.clone(),
         metrics,
+        tier,
     ));
     let admin_task = tokio::spawn(crate::admin::http::serve(
         admin,
@@ -196,6 +201,10 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         crate::cleaner::Cleaner::start(broker.clone()).context("start the log cleaner")?;
     let follower = tokio::spawn(follow_metadata(broker.clone(), shutdown_rx.clone()));
     let housekeeper = tokio::spawn(housekeeping(broker.clone(), shutdown_rx.clone()));
+    let offloader = tokio::spawn(crate::tier::offload::run(
+        broker.clone(),
+        shutdown_rx.clone(),
+    ));
     let server = tokio::spawn(crate::server::serve(
         kafka,
         broker.clone(),
@@ -219,10 +228,14 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     }
     let _ = follower.await;
     let _ = housekeeper.await;
+    let _ = offloader.await;
     tokio::task::spawn_blocking(move || cleaner.stop())
         .await
         .context("stop the log cleaner")?;
     broker.partitions.close_all();
+    if let Err(e) = broker.tier.cache.close().await {
+        tracing::warn!(error = %e, "closing the remote read cache failed");
+    }
     if let Err(e) = metadata.snapshot().await {
         tracing::warn!(error = %e, "metadata snapshot at shutdown failed");
     }

@@ -33,6 +33,13 @@ pub struct LogConfig {
     pub delete_retention_ms: i64,
     pub min_cleanable_dirty_ratio: f64,
     pub min_compaction_lag_ms: i64,
+    /// Closed segments are offloaded to the object store (`remote.storage.enable` on a topic
+    /// whose policy is delete only: a compacted log keeps rewriting its segments).
+    pub remote_storage: bool,
+    /// Hot window kept on local disk once offloaded (`local.retention.ms/bytes`, with Kafka's
+    /// -2 resolved to `retention.ms/bytes`).
+    pub local_retention_ms: i64,
+    pub local_retention_bytes: i64,
 }
 
 impl LogConfig {
@@ -54,6 +61,9 @@ impl LogConfig {
             delete_retention_ms: 86_400_000,
             min_cleanable_dirty_ratio: 0.5,
             min_compaction_lag_ms: 0,
+            remote_storage: false,
+            local_retention_ms: -1,
+            local_retention_bytes: -1,
         }
     }
 }
@@ -119,6 +129,17 @@ pub const KEYS: &[KeyDef] = &[
         doc: "bytes between offset index entries",
     },
     KeyDef {
+        name: "local.retention.bytes",
+        kind: Kind::Long,
+        doc: "tiered topics: local bytes kept once offloaded (-2: retention.bytes)",
+    },
+    KeyDef {
+        name: "local.retention.ms",
+        kind: Kind::Long,
+        doc:
+            "tiered topics: how long segments stay on local disk once offloaded (-2: retention.ms)",
+    },
+    KeyDef {
         name: "max.message.bytes",
         kind: Kind::Int,
         doc: "largest record batch accepted",
@@ -142,6 +163,11 @@ pub const KEYS: &[KeyDef] = &[
         name: "min.insync.replicas",
         kind: Kind::Int,
         doc: "replicas that must hold an acks=all write",
+    },
+    KeyDef {
+        name: "remote.storage.enable",
+        kind: Kind::Bool,
+        doc: "offload closed segments to the object store (delete policy only)",
     },
     KeyDef {
         name: "retention.bytes",
@@ -185,9 +211,12 @@ pub fn default_value(cfg: &BrokerConfig, name: &str) -> String {
         "flush.messages" => cfg.log_flush_messages.to_string(),
         "flush.ms" => cfg.log_flush_ms.to_string(),
         "index.interval.bytes" => cfg.log_index_interval_bytes.to_string(),
+        "local.retention.bytes" => cfg.log_local_retention_bytes.to_string(),
+        "local.retention.ms" => cfg.log_local_retention_ms.to_string(),
         "max.message.bytes" => cfg.message_max_bytes.to_string(),
         "message.timestamp.type" => cfg.log_message_timestamp_type.clone(),
         "min.insync.replicas" => "1".into(),
+        "remote.storage.enable" => cfg.remote_storage_enable.to_string(),
         "retention.bytes" => cfg.log_retention_bytes.to_string(),
         "retention.ms" => cfg.log_retention_ms.to_string(),
         "segment.bytes" => cfg.log_segment_bytes.to_string(),
@@ -206,8 +235,13 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             let Ok(v) = value.parse::<i64>() else {
                 return bad("not a number");
             };
-            if v < -1 {
-                return bad("must be ≥ -1");
+            let min = if name.starts_with("local.retention.") {
+                -2
+            } else {
+                -1
+            };
+            if v < min {
+                return bad(&format!("must be ≥ {min}"));
             }
             if matches!(name, "flush.messages" | "flush.ms" | "segment.ms") && v < 1 {
                 return bad("must be ≥ 1");
@@ -245,6 +279,40 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             if !ok {
                 return bad("not supported");
             }
+        }
+    }
+    Ok(())
+}
+
+/// Checks the keys of one topic together (after a create or an alter), as Kafka does.
+pub fn validate_combination(
+    cfg: &BrokerConfig,
+    overrides: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let get = |name: &str| {
+        overrides
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| default_value(cfg, name))
+    };
+    let (compact, _) = cleanup_policy(&get("cleanup.policy")).unwrap_or((false, true));
+    if compact && overrides.get("remote.storage.enable").map(String::as_str) == Some("true") {
+        return Err(
+            "remote.storage.enable=true is not supported with cleanup.policy compact".into(),
+        );
+    }
+    for (local, total) in [
+        ("local.retention.ms", "retention.ms"),
+        ("local.retention.bytes", "retention.bytes"),
+    ] {
+        let (l, t) = (
+            get(local).parse::<i64>().unwrap_or(-2),
+            get(total).parse::<i64>().unwrap_or(-1),
+        );
+        if t >= 0 && (l == -1 || l > t) {
+            return Err(format!(
+                "{local}={l} must not exceed {total}={t} (-2 means the same)"
+            ));
         }
     }
     Ok(())
@@ -306,6 +374,22 @@ pub fn log_config(cfg: &BrokerConfig, overrides: &BTreeMap<String, String>) -> L
             .parse::<f64>()
             .unwrap_or(0.5),
         min_compaction_lag_ms: num("min.compaction.lag.ms", 0).max(0),
+        remote_storage: !compact && get("remote.storage.enable") == "true",
+        local_retention_ms: local_retention(num("local.retention.ms", -2), num("retention.ms", -1)),
+        local_retention_bytes: local_retention(
+            num("local.retention.bytes", -2),
+            num("retention.bytes", -1),
+        ),
+    }
+}
+
+/// Kafka's -2 ("as retention") resolved, and the local bound never looser than the total.
+fn local_retention(local: i64, total: i64) -> i64 {
+    match (local, total) {
+        (-2, t) => t,
+        (l, -1) => l,
+        (-1, t) => t,
+        (l, t) => l.min(t),
     }
 }
 
@@ -342,5 +426,43 @@ mod tests {
             .unwrap_err()
             .contains("unknown"));
         assert!(validate("message.timestamp.type", "LogAppendTime").is_ok());
+        assert!(validate("local.retention.ms", "-2").is_ok());
+        assert!(validate("retention.ms", "-2").is_err());
+        assert!(validate("remote.storage.enable", "yes").is_err());
+    }
+
+    #[test]
+    fn local_retention_follows_retention_and_never_exceeds_it() {
+        let cfg = BrokerConfig::default();
+        let with = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let lc = log_config(&cfg, &with(&[]));
+        assert!(lc.remote_storage, "the tier is on by default");
+        assert_eq!(
+            lc.local_retention_ms, lc.retention_ms,
+            "-2 means retention.ms"
+        );
+        let lc = log_config(&cfg, &with(&[("local.retention.ms", "1000")]));
+        assert_eq!(lc.local_retention_ms, 1000);
+        let lc = log_config(&cfg, &with(&[("cleanup.policy", "compact")]));
+        assert!(!lc.remote_storage, "compacted logs are not tiered");
+        assert!(validate_combination(
+            &cfg,
+            &with(&[
+                ("cleanup.policy", "compact"),
+                ("remote.storage.enable", "true")
+            ])
+        )
+        .is_err());
+        assert!(validate_combination(
+            &cfg,
+            &with(&[("retention.ms", "1000"), ("local.retention.ms", "5000")])
+        )
+        .is_err());
+        assert!(validate_combination(&cfg, &with(&[("local.retention.ms", "1000")])).is_ok());
     }
 }

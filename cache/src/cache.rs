@@ -972,7 +972,8 @@ mod tests {
         let cache = open(ram_only(), &store).await;
         cache.read(&obj, 0..300, ReadClass::Recent).await.unwrap();
         cache.read(&obj, 0..300, ReadClass::Recent).await.unwrap();
-        let mut registry = prometheus_client::registry::Registry::default();
+        // The broker's registry carries the `strata` prefix.
+        let mut registry = prometheus_client::registry::Registry::with_prefix("strata");
         cache.metrics().register(&mut registry);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();

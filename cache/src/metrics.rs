@@ -83,9 +83,9 @@ pub struct CacheMetrics {
 }
 
 impl CacheMetrics {
-    /// Adds the metrics under `strata_cache_*` to `registry`.
+    /// Adds the metrics under `cache_*` to `registry` (`strata_cache_*` in the broker's).
     pub fn register(&self, registry: &mut Registry) {
-        let r = registry.sub_registry_with_prefix("strata_cache");
+        let r = registry.sub_registry_with_prefix("cache");
         r.register(
             "block_lookups",
             "Block reads by class (recent, replay) and where the block was: memory, disk, or \

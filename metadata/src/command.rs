@@ -64,7 +64,9 @@ pub enum Command {
         segment: crate::RemoteSegment,
     },
     /// Remote retention, step 1: marks every committed remote segment ending below
-    /// `before_offset` as being deleted, which takes it out of the readable remote log.
+    /// `before_offset` as being deleted, which takes it out of the readable remote log, and
+    /// raises the partition's log start floor to `before_offset` (records below it are gone
+    /// even where a remaining segment still holds them: DeleteRecords).
     MarkRemoteSegmentsDeleting {
         topic_id: uuid::Uuid,
         partition: i32,

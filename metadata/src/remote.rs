@@ -27,6 +27,9 @@ pub struct RemoteSegment {
     pub last_offset: i64,
     /// Bytes of the log object.
     pub size_bytes: u64,
+    /// Bytes of the index object.
+    #[serde(default)]
+    pub index_size_bytes: u64,
     pub max_timestamp: i64,
     /// Leader epoch of the leader that uploaded it.
     pub leader_epoch: i32,
@@ -50,9 +53,12 @@ impl PartitionInfo {
             .filter(|s| s.state == RemoteSegmentState::Committed)
     }
 
-    /// First offset of the readable remote log, if any.
+    /// First offset of the readable remote log, if any: the first committed segment's base,
+    /// or the log start floor where DeleteRecords moved it into that segment.
     pub fn remote_log_start(&self) -> Option<i64> {
-        self.remote_segments().next().map(|s| s.base_offset)
+        self.remote_segments()
+            .next()
+            .map(|s| s.base_offset.max(self.log_start_floor))
     }
 
     /// One past the last offset in the remote log, if any.
@@ -125,6 +131,7 @@ impl ClusterState {
     ) -> CommandResult {
         match self.partition_mut(topic_id, partition) {
             Ok(p) => {
+                p.log_start_floor = p.log_start_floor.max(before_offset);
                 for s in p
                     .remote
                     .iter_mut()
@@ -186,6 +193,7 @@ mod tests {
             base_offset: base,
             last_offset: last,
             size_bytes: 100,
+            index_size_bytes: 60,
             max_timestamp: 1,
             leader_epoch: 0,
             crc32c: 7,
@@ -276,6 +284,15 @@ mod tests {
         let p = &state.topics["t"].partitions[0];
         assert_eq!(p.remote.len(), 1);
         assert_eq!(p.remote[0].id, segs[2].id);
+        // DeleteRecords into the middle of a segment: the floor hides the records below it.
+        state.apply(&Command::MarkRemoteSegmentsDeleting {
+            topic_id: id,
+            partition: 0,
+            before_offset: 250,
+        });
+        let p = &state.topics["t"].partitions[0];
+        assert_eq!(p.remote_log_start(), Some(250));
+        assert_eq!(p.remote_segments().count(), 1);
         // The next segment still has to follow the last one.
         assert_eq!(
             commit(&mut state, id, &segment(300, 399)),

@@ -85,6 +85,10 @@ pub struct PartitionInfo {
     /// Segments offloaded to the object store, in offset order (see [`crate::remote`]).
     #[serde(default)]
     pub remote: Vec<crate::RemoteSegment>,
+    /// Records below this offset are deleted (retention or DeleteRecords reaching into the
+    /// remote log), even where a remote segment still holds some of them.
+    #[serde(default)]
+    pub log_start_floor: i64,
 }
 
 impl PartitionInfo {
@@ -97,6 +101,7 @@ impl PartitionInfo {
             leader_epoch: 0,
             partition_epoch: 0,
             remote: Vec::new(),
+            log_start_floor: 0,
         }
     }
 }
@@ -390,6 +395,7 @@ mod tests {
                 leader_epoch: 0,
                 partition_epoch: 0,
                 remote: vec![],
+                log_start_floor: 0,
             }
         );
         assert_eq!(

@@ -29,6 +29,8 @@ pub struct ObjectInfo {
     pub key: String,
     pub size: u64,
     pub e_tag: Option<String>,
+    /// Last modification, milliseconds since the Unix epoch.
+    pub last_modified_ms: i64,
 }
 
 #[derive(Clone)]
@@ -274,6 +276,7 @@ impl Store {
             key: key.to_string(),
             size: meta.size,
             e_tag: meta.e_tag,
+            last_modified_ms: meta.last_modified.timestamp_millis(),
         })
     }
 
@@ -289,6 +292,7 @@ impl Store {
                 key: self.key_of(&m.location),
                 size: m.size,
                 e_tag: m.e_tag,
+                last_modified_ms: m.last_modified.timestamp_millis(),
             })
             .collect();
         out.sort_by(|a, b| a.key.cmp(&b.key));

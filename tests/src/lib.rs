@@ -9,6 +9,7 @@ pub mod broker;
 pub mod clients;
 pub mod groups;
 pub mod http;
+pub mod outage;
 pub mod proxy;
 pub mod raw;
 pub mod s3;

@@ -278,6 +278,15 @@ impl Metrics {
         store.register(&mut self.registry);
     }
 
+    pub fn register_tier(
+        &mut self,
+        tier: &crate::tier::TierMetrics,
+        cache: &strata_cache::CacheMetrics,
+    ) {
+        tier.register(&mut self.registry);
+        cache.register(&mut self.registry);
+    }
+
     pub fn request(&self, api: &str, seconds: f64) {
         let labels = ApiLabels {
             api: api.to_string(),

@@ -217,7 +217,7 @@ impl Coordinator {
             };
             let mut offset = part.offsets().log_start;
             loop {
-                let (bytes, o) = part.read(offset, 1 << 20).map_err(ApiError::from)?;
+                let (bytes, o) = part.read_local(offset, 1 << 20).map_err(ApiError::from)?;
                 if bytes.is_empty() || offset >= o.high_watermark {
                     break;
                 }

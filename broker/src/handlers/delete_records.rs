@@ -7,44 +7,75 @@ use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
+use strata_metadata::Command;
 
-pub fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
-    let topics = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let name = t.name.0.as_str().to_string();
-            let partitions = t
-                .partitions
-                .into_iter()
-                .map(|p| {
-                    let r = DeleteRecordsPartitionResult::default()
-                        .with_partition_index(p.partition_index);
-                    let outcome = broker
-                        .partitions
-                        .get(&name, p.partition_index)
-                        .ok_or_else(|| {
-                            ApiError::new(ErrorCode::UnknownTopicOrPartition, "unknown partition")
-                        })
-                        .and_then(|part| {
-                            // -1 means "up to the high watermark".
-                            let offset = if p.offset == -1 {
-                                part.offsets().high_watermark
-                            } else {
-                                p.offset
-                            };
-                            part.delete_records_before(offset).map_err(ApiError::from)
-                        });
-                    match outcome {
-                        Ok(low) => r.with_low_watermark(low),
-                        Err(e) => r.with_error_code(e.code.code()).with_low_watermark(-1),
-                    }
-                })
-                .collect();
+pub async fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let name = t.name.0.as_str().to_string();
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let r = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
+            partitions.push(
+                match delete(broker, &name, p.partition_index, p.offset).await {
+                    Ok(low) => r.with_low_watermark(low),
+                    Err(e) => r.with_error_code(e.code.code()).with_low_watermark(-1),
+                },
+            );
+        }
+        topics.push(
             DeleteRecordsTopicResult::default()
                 .with_name(t.name)
-                .with_partitions(partitions)
-        })
-        .collect();
+                .with_partitions(partitions),
+        );
+    }
     DeleteRecordsResponse::default().with_topics(topics)
+}
+
+/// Moves the log start to `offset` (-1: the high watermark). Where that reaches into the
+/// remote log, the quorum records the new floor and the remote segments wholly below it are
+/// marked for deletion (the tier deletes their objects); local segments below it go at once.
+async fn delete(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<i64, ApiError> {
+    let part = broker
+        .partitions
+        .get(topic, partition)
+        .ok_or_else(|| ApiError::new(ErrorCode::UnknownTopicOrPartition, "unknown partition"))?;
+    let offsets = part.offsets();
+    let offset = if offset == -1 {
+        offsets.high_watermark
+    } else {
+        offset
+    };
+    if offset < 0 || offset > offsets.high_watermark {
+        return Err(ApiError::new(
+            ErrorCode::OffsetOutOfRange,
+            format!(
+                "offset {offset} is out of range [{}, {}]",
+                offsets.log_start, offsets.high_watermark
+            ),
+        ));
+    }
+    let config = part.log_config();
+    if config.compact && !config.delete {
+        // The log refuses it with the reason; ask it before touching the quorum.
+        return part.delete_records_before(offset).map_err(ApiError::from);
+    }
+    if offset > offsets.log_start && part.remote().start().is_some() {
+        broker
+            .apply(Command::MarkRemoteSegmentsDeleting {
+                topic_id: part.topic_id,
+                partition,
+                before_offset: offset,
+            })
+            .await?;
+        broker.sync_partitions()?;
+    }
+    part.delete_records_before(offset.max(part.local_log_start()))
+        .map_err(ApiError::from)?;
+    Ok(part.offsets().log_start)
 }

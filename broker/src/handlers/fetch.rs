@@ -1,4 +1,5 @@
-//! Fetch: whole batches from the requested offsets, zero-copy slices of the segment mappings.
+//! Fetch: whole batches from the requested offsets, zero-copy slices of the segment mappings,
+//! or, below the local log start, checked batches from the remote tier's cache.
 //! With `min_bytes` unmet the request waits (up to `max_wait_ms`) for an append to any of its
 //! partitions to wake it: appends notify, nothing polls.
 
@@ -12,7 +13,8 @@ use tokio::sync::Notify;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
-use crate::partition::Partition;
+use crate::partition::{Offsets, Partition, Read};
+use crate::tier::read::{read_class, RemoteSource};
 
 struct Wanted {
     topic: TopicName,
@@ -93,7 +95,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
                 }
             }
         }
-        let (resp, bytes, errors) = read_all(&wanted, max_bytes);
+        let (resp, bytes, errors) = read_all(broker, &wanted, max_bytes).await;
         if bytes >= min_bytes || errors || Instant::now() >= deadline {
             broker.metrics.fetched(bytes as u64);
             return resp.with_session_id(0);
@@ -102,16 +104,46 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
             .await
             .is_err()
         {
-            let (resp, bytes, _) = read_all(&wanted, max_bytes);
+            let (resp, bytes, _) = read_all(broker, &wanted, max_bytes).await;
             broker.metrics.fetched(bytes as u64);
             return resp.with_session_id(0);
         }
     }
 }
 
+/// One partition's batches from `offset`, from whichever tier holds them.
+async fn read(
+    broker: &Broker,
+    p: &Partition,
+    offset: i64,
+    max_bytes: usize,
+) -> Result<(bytes::Bytes, Offsets), ApiError> {
+    match p.read(offset, max_bytes)? {
+        (Read::Local(bytes), offsets) => Ok((bytes, offsets)),
+        (Read::Remote(segment), offsets) => {
+            let class = read_class(
+                &p.remote(),
+                &segment,
+                broker.config.remote_cache_memory_bytes,
+            );
+            let src = RemoteSource {
+                tp: &p.tp,
+                topic_id: &p.topic_id,
+                segment: &segment,
+            };
+            let bytes = broker.tier.read(&src, offset, max_bytes, class).await?;
+            Ok((bytes, offsets))
+        }
+    }
+}
+
 /// One pass over the requested partitions. Returns the response, the bytes in it, and whether
 /// any partition had an error (which answers the fetch at once).
-fn read_all(wanted: &[Wanted], max_bytes: usize) -> (FetchResponse, usize, bool) {
+async fn read_all(
+    broker: &Broker,
+    wanted: &[Wanted],
+    max_bytes: usize,
+) -> (FetchResponse, usize, bool) {
     let mut total = 0usize;
     let mut errors = false;
     let mut topics = Vec::with_capacity(wanted.len());
@@ -143,7 +175,7 @@ fn read_all(wanted: &[Wanted], max_bytes: usize) -> (FetchResponse, usize, bool)
                         let o = p.offsets();
                         Ok((bytes::Bytes::new(), o))
                     } else {
-                        p.read(*offset, budget.max(1)).map_err(ApiError::from)
+                        read(broker, p, *offset, budget.max(1)).await
                     }
                 }
                 (None, None) => Err(ApiError::new(

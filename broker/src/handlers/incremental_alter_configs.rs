@@ -88,6 +88,18 @@ async fn alter(
             }
         }
     }
+    let mut merged = broker
+        .metadata
+        .state()
+        .topic(name)
+        .map(|t| t.configs.clone())
+        .unwrap_or_default();
+    merged.extend(set.clone());
+    for k in &delete {
+        merged.remove(k);
+    }
+    topic_config::validate_combination(&broker.config, &merged)
+        .map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
     if validate_only {
         return Ok(());
     }

@@ -46,7 +46,7 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Op
         RequestKind::Produce(r) => ResponseKind::Produce(produce::handle(broker, r, v).await?),
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(broker, r, v).await),
         RequestKind::ListOffsets(r) => {
-            ResponseKind::ListOffsets(list_offsets::handle(broker, r, v))
+            ResponseKind::ListOffsets(list_offsets::handle(broker, r, v).await)
         }
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(create_topics::handle(broker, r, v).await)
@@ -64,7 +64,7 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Op
             incremental_alter_configs::handle(broker, r).await,
         ),
         RequestKind::DeleteRecords(r) => {
-            ResponseKind::DeleteRecords(delete_records::handle(broker, r))
+            ResponseKind::DeleteRecords(delete_records::handle(broker, r).await)
         }
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(describe_cluster::handle(broker, r, v))

@@ -97,6 +97,24 @@ const LOG_START: &str = "log-start-offset";
 const RECOVERY_POINT: &str = "recovery-point";
 const PRODUCER_STATE: &str = "producer-state.json";
 
+/// What the tier knows of a log's remote copy (see `crate::tier`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteView {
+    /// Offsets below this are in committed remote segments.
+    pub end: i64,
+    /// Bytes of the committed remote segments.
+    pub bytes: u64,
+}
+
+/// A closed segment as the offloader sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClosedSegment {
+    pub base_offset: i64,
+    pub next_offset: i64,
+    pub size: u64,
+    pub max_timestamp: i64,
+}
+
 /// What `Log::open` found, for logs and metrics.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RecoveryReport {
@@ -260,6 +278,14 @@ impl Log {
     }
     pub fn size_bytes(&self) -> u64 {
         self.segments.values().map(|s| s.size()).sum()
+    }
+    /// Bytes of the segments that hold offsets at or above `offset`.
+    pub fn bytes_from(&self, offset: i64) -> u64 {
+        self.segments
+            .values()
+            .filter(|s| s.next_offset() > offset)
+            .map(|s| s.size())
+            .sum()
     }
     pub fn segment_count(&self) -> usize {
         self.segments.len()
@@ -508,10 +534,19 @@ impl Log {
         Ok(doomed.len())
     }
 
-    /// Deletes closed segments past `retention.ms` (by their newest record) or beyond
-    /// `retention.bytes`, unless the cleanup policy lacks `delete`. Returns how many segments
-    /// were deleted.
-    pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, LogError> {
+    /// Deletes closed segments past retention, unless the cleanup policy lacks `delete`.
+    /// Returns how many segments were deleted.
+    ///
+    /// Without a remote copy (`remote` is `None`), `retention.ms/bytes` bound the local log.
+    /// With one, a segment goes when the whole log's retention expires it (it may never have
+    /// been offloaded: the store was down), or when it is committed remotely and past
+    /// `local.retention.ms/bytes` (DESIGN.md §Invariant 4). The remote part of the whole log
+    /// is expired by the tier, which moves the start of this log with it.
+    pub fn enforce_retention(
+        &mut self,
+        now_ms: i64,
+        remote: Option<RemoteView>,
+    ) -> Result<usize, LogError> {
         if !self.config.delete {
             return Ok(0);
         }
@@ -522,17 +557,40 @@ impl Log {
             .take(self.segments.len() - 1)
             .map(|s| (s.is_empty(), s.max_timestamp(), s.size(), s.next_offset()))
             .collect();
-        let mut size = self.size_bytes() as i64;
+        let local_size = self.size_bytes() as i64;
+        // The whole log's size: remote bytes plus what is only here.
+        let mut total = match remote {
+            None => local_size,
+            Some(r) => {
+                r.bytes as i64
+                    + self
+                        .segments
+                        .values()
+                        .filter(|s| s.next_offset() > r.end)
+                        .map(|s| s.size() as i64)
+                        .sum::<i64>()
+            }
+        };
+        let mut local = local_size;
+        let c = &self.config;
         for (empty, max_ts, seg_size, next) in closed {
-            // A closed segment compaction emptied holds nothing to keep.
-            let expired = self.config.retention_ms >= 0
-                && (empty || (max_ts >= 0 && now_ms - max_ts > self.config.retention_ms));
-            let too_big = self.config.retention_bytes >= 0
-                && size - seg_size as i64 >= self.config.retention_bytes;
-            if !(expired || too_big) {
+            let seg_size = seg_size as i64;
+            let offloaded = remote.is_some_and(|r| next <= r.end);
+            let past = |ms: i64| ms >= 0 && (empty || (max_ts >= 0 && now_ms - max_ts > ms));
+            let whole_expired = !offloaded
+                && (past(c.retention_ms)
+                    || (c.retention_bytes >= 0 && total - seg_size >= c.retention_bytes));
+            let local_expired = offloaded
+                && (past(c.local_retention_ms)
+                    || (c.local_retention_bytes >= 0
+                        && local - seg_size >= c.local_retention_bytes));
+            if !(whole_expired || local_expired) {
                 break;
             }
-            size -= seg_size as i64;
+            if !offloaded {
+                total -= seg_size;
+            }
+            local -= seg_size;
             new_start = new_start.max(next);
         }
         if new_start > self.log_start_offset {
@@ -541,6 +599,33 @@ impl Log {
             return self.delete_segments_below_start(now_ms);
         }
         Ok(0)
+    }
+
+    /// Closed segments wholly below the high watermark: what may be offloaded.
+    pub fn closed_segments(&self) -> Vec<ClosedSegment> {
+        self.segments
+            .values()
+            .take(self.segments.len() - 1)
+            .filter(|s| !s.is_empty() && s.next_offset() <= self.high_watermark)
+            .map(|s| ClosedSegment {
+                base_offset: s.base_offset(),
+                next_offset: s.next_offset(),
+                size: s.size(),
+                max_timestamp: s.max_timestamp(),
+            })
+            .collect()
+    }
+
+    /// The bytes of the closed segment starting at `base` (zero-copy; they stay readable
+    /// after the segment is deleted), or `None` if it is gone or still active.
+    pub fn closed_segment_bytes(&mut self, base: i64) -> Result<Option<Bytes>, LogError> {
+        if self.segments.keys().next_back() == Some(&base) {
+            return Ok(None);
+        }
+        match self.segments.get_mut(&base) {
+            Some(seg) => seg.whole().map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Rolls the active segment when `segment.ms` has passed even without new appends.

@@ -175,10 +175,10 @@ fn retention_deletes_old_and_excess_segments_only() {
         log.append(&validated(batch(5, i * 1000)), 0, 0).unwrap();
     }
     // Segments hold timestamps ..1004, ..3004, ..5004 (active). At now=3500 only the first expired.
-    assert_eq!(log.enforce_retention(3500).unwrap(), 1);
+    assert_eq!(log.enforce_retention(3500, None).unwrap(), 1);
     assert_eq!(log.log_start_offset(), 10);
     // The active segment is never deleted by retention.
-    assert_eq!(log.enforce_retention(100_000).unwrap(), 1);
+    assert_eq!(log.enforce_retention(100_000, None).unwrap(), 1);
     assert_eq!(log.segment_count(), 1);
     assert_eq!(log.log_start_offset(), 20);
 
@@ -189,9 +189,47 @@ fn retention_deletes_old_and_excess_segments_only() {
     for _ in 0..6 {
         log.append(&validated(b.clone()), 0, 0).unwrap();
     }
-    log.enforce_retention(0).unwrap();
+    log.enforce_retention(0, None).unwrap();
     assert!(log.size_bytes() <= (b.len() * 4) as u64);
     assert_eq!(log.segment_count(), 2);
+}
+
+#[test]
+fn a_tiered_log_deletes_locally_only_what_is_offloaded_or_wholly_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = batch(5, 0);
+    let mut cfg = LogConfig::for_tests((b.len() * 2) as u64);
+    cfg.retention_ms = 10_000;
+    cfg.local_retention_ms = 1000;
+    cfg.remote_storage = true;
+    let mut log = Log::open(dir.path(), cfg, 0).unwrap().0;
+    for i in 0..8 {
+        log.append(&validated(batch(5, i * 1000)), 0, 0).unwrap();
+    }
+    // Closed segments [0,10) ..1004, [10,20) ..3004, [20,30) ..5004; active [30,40).
+    let closed = log.closed_segments();
+    assert_eq!(
+        closed.iter().map(|s| s.base_offset).collect::<Vec<_>>(),
+        vec![0, 10, 20]
+    );
+    // Nothing offloaded: local retention alone deletes nothing.
+    assert_eq!(
+        log.enforce_retention(9000, Some(RemoteView::default()))
+            .unwrap(),
+        0
+    );
+    // [0,20) committed remotely: both past local retention go; [20,30) stays, not offloaded.
+    let remote = RemoteView {
+        end: 20,
+        bytes: closed[0].size + closed[1].size,
+    };
+    assert_eq!(log.enforce_retention(9000, Some(remote)).unwrap(), 2);
+    assert_eq!(log.log_start_offset(), 20);
+    // Whole-log retention deletes it even though it never reached the object store.
+    assert_eq!(log.enforce_retention(15_100, Some(remote)).unwrap(), 1);
+    assert_eq!(log.log_start_offset(), 30);
+    // The bytes stay readable to an uploader holding them after deletion.
+    assert!(log.closed_segment_bytes(30).unwrap().is_none(), "active");
 }
 
 #[test]

@@ -1,0 +1,266 @@
+//! The index object uploaded beside each remote segment, and the walk that builds it.
+//!
+//! A remote read cannot afford to scan a segment from its start, and cannot trust the local
+//! `.index`/`.timeindex` files (they may be gone, or rebuilt differently on another replica),
+//! so the offloader derives its own index from the batches it uploads:
+//!
+//! ```text
+//! magic "STRIDX01" | base_offset i64 | last_offset i64 | max_timestamp i64
+//! | offset_of_max_timestamp i64 | log_size u64 | entries u32
+//! | entries × (relative_offset u32, position u32, max_timestamp_before i64)
+//! | crc32c u32 of everything before it
+//! ```
+//! big-endian. An entry is written for the first batch and then every [`INTERVAL`] bytes;
+//! `max_timestamp_before` is the largest timestamp of all batches before its position, so a
+//! search for timestamp `ts` may start at the last entry whose value is below `ts`.
+//!
+//! Invariants: entries are strictly increasing in offset and position and point at batch
+//! starts; an index whose CRC does not check is never used (the read fails instead).
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::log::batch::{self, BatchHeader};
+
+const MAGIC: &[u8; 8] = b"STRIDX01";
+const HEADER: usize = 8 + 8 * 5 + 4;
+const ENTRY: usize = 16;
+/// Bytes of log between index entries: a lookup reads at most this much before its batch,
+/// within the one or two cache blocks it fetches anyway.
+pub const INTERVAL: u64 = 64 * 1024;
+
+/// What the offloader learns by walking a closed segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub offset_of_max_timestamp: i64,
+    pub size: u64,
+    /// CRC-32C of the whole log object.
+    pub crc32c: u32,
+    /// The encoded index object.
+    pub index: Bytes,
+}
+
+/// Walks every batch of a closed segment, checking each one's CRC, and builds its index.
+/// A segment that does not parse or check is refused: it must not reach the object store.
+pub fn summarize(log: &[u8], base_offset: i64) -> Result<Summary, String> {
+    let mut entries = BytesMut::new();
+    let mut count = 0u32;
+    let mut pos = 0usize;
+    let mut last_entry: Option<u64> = None;
+    let mut max_ts = -1i64;
+    let mut offset_of_max = base_offset;
+    let mut last_offset = base_offset - 1;
+    let mut crc = 0u32;
+    while pos < log.len() {
+        let header =
+            BatchHeader::parse(&log[pos..]).map_err(|e| format!("batch at position {pos}: {e}"))?;
+        let end = pos + header.total_len();
+        if end > log.len() {
+            return Err(format!("batch at position {pos} runs past the segment end"));
+        }
+        let header =
+            batch::validate(&log[pos..end]).map_err(|e| format!("batch at position {pos}: {e}"))?;
+        if header.base_offset <= last_offset || header.base_offset < base_offset {
+            return Err(format!(
+                "batch at position {pos} starts at offset {}, after {last_offset}",
+                header.base_offset
+            ));
+        }
+        let relative = u32::try_from(header.base_offset - base_offset)
+            .map_err(|_| format!("offset {} too far from the base", header.base_offset))?;
+        if last_entry.is_none_or(|l| pos as u64 >= l + INTERVAL) {
+            entries.put_u32(relative);
+            entries.put_u32(pos as u32);
+            entries.put_i64(max_ts);
+            count += 1;
+            last_entry = Some(pos as u64);
+        }
+        if header.max_timestamp > max_ts {
+            max_ts = header.max_timestamp;
+            offset_of_max = header.last_offset();
+        }
+        last_offset = header.last_offset();
+        crc = crc32c::crc32c_append(crc, &log[pos..end]);
+        pos = end;
+    }
+    if count == 0 {
+        return Err("the segment is empty".into());
+    }
+    let mut out = BytesMut::with_capacity(HEADER + entries.len() + 4);
+    out.put_slice(MAGIC);
+    out.put_i64(base_offset);
+    out.put_i64(last_offset);
+    out.put_i64(max_ts);
+    out.put_i64(offset_of_max);
+    out.put_u64(log.len() as u64);
+    out.put_u32(count);
+    out.put_slice(&entries);
+    let index_crc = crc32c::crc32c(&out);
+    out.put_u32(index_crc);
+    Ok(Summary {
+        base_offset,
+        last_offset,
+        max_timestamp: max_ts,
+        offset_of_max_timestamp: offset_of_max,
+        size: log.len() as u64,
+        crc32c: crc,
+        index: out.freeze(),
+    })
+}
+
+/// A checked index object.
+#[derive(Debug, Clone)]
+pub struct RemoteIndex {
+    bytes: Bytes,
+    count: usize,
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub offset_of_max_timestamp: i64,
+    pub log_size: u64,
+}
+
+fn be_u32(b: &[u8]) -> u32 {
+    u32::from_be_bytes(b[..4].try_into().expect("4 bytes"))
+}
+fn be_i64(b: &[u8]) -> i64 {
+    i64::from_be_bytes(b[..8].try_into().expect("8 bytes"))
+}
+
+impl RemoteIndex {
+    /// Parses and checks an index object against the segment it should describe.
+    pub fn parse(bytes: Bytes, base_offset: i64, log_size: u64) -> Result<RemoteIndex, String> {
+        if bytes.len() < HEADER + 4 || &bytes[..8] != MAGIC {
+            return Err("not a Strata remote index".into());
+        }
+        let body = bytes.len() - 4;
+        if crc32c::crc32c(&bytes[..body]) != be_u32(&bytes[body..]) {
+            return Err("remote index CRC mismatch".into());
+        }
+        let count = be_u32(&bytes[HEADER - 4..]) as usize;
+        if HEADER + count * ENTRY != body || count == 0 {
+            return Err(format!(
+                "remote index of {} bytes cannot hold {count} entries",
+                bytes.len()
+            ));
+        }
+        let index = RemoteIndex {
+            base_offset: be_i64(&bytes[8..]),
+            last_offset: be_i64(&bytes[16..]),
+            offset_of_max_timestamp: be_i64(&bytes[32..]),
+            log_size: be_i64(&bytes[40..]) as u64,
+            bytes,
+            count,
+        };
+        if index.base_offset != base_offset || index.log_size != log_size {
+            return Err(format!(
+                "remote index describes segment {} of {} bytes, expected {base_offset} of {log_size}",
+                index.base_offset, index.log_size
+            ));
+        }
+        Ok(index)
+    }
+
+    fn entry(&self, i: usize) -> (i64, u64, i64) {
+        let e = &self.bytes[HEADER + i * ENTRY..];
+        (
+            self.base_offset + be_u32(e) as i64,
+            be_u32(&e[4..]) as u64,
+            be_i64(&e[8..]),
+        )
+    }
+
+    /// Position from which a scan finds the batch holding `offset`.
+    pub fn position_for_offset(&self, offset: i64) -> u64 {
+        let i = partition_point(self.count, |i| self.entry(i).0 <= offset);
+        i.checked_sub(1).map(|i| self.entry(i).1).unwrap_or(0)
+    }
+
+    /// Position from which a scan finds the first batch with a timestamp ≥ `ts`.
+    pub fn position_for_timestamp(&self, ts: i64) -> u64 {
+        let i = partition_point(self.count, |i| self.entry(i).2 < ts);
+        i.checked_sub(1).map(|i| self.entry(i).1).unwrap_or(0)
+    }
+}
+
+fn partition_point(len: usize, pred: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, len);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::testing::batch;
+
+    /// A segment of `n` batches of 5 records each, with assigned offsets from `base`.
+    fn segment(base: i64, n: usize, pad: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            let b = batch(5 + pad as i32, 1000 + i as i64 * 10);
+            let mut b = b.to_vec();
+            let offset = base + (i * (5 + pad)) as i64;
+            let prefix = batch::assigned_prefix(&b, offset, 0);
+            b[..prefix.len()].copy_from_slice(&prefix);
+            out.extend_from_slice(&b);
+        }
+        out
+    }
+
+    #[test]
+    fn an_index_finds_every_batch_by_offset_and_timestamp() {
+        let log = segment(100, 3000, 0);
+        let s = summarize(&log, 100).unwrap();
+        assert_eq!(s.last_offset, 100 + 3000 * 5 - 1);
+        assert_eq!(s.crc32c, crc32c::crc32c(&log));
+        assert_eq!(s.max_timestamp, 1000 + 2999 * 10 + 4);
+        let idx = RemoteIndex::parse(s.index.clone(), 100, log.len() as u64).unwrap();
+        assert!(idx.count > 2, "entries every {INTERVAL} bytes");
+        for offset in [100, 101, 104, 105, 7000, s.last_offset] {
+            let pos = idx.position_for_offset(offset) as usize;
+            let h = BatchHeader::parse(&log[pos..]).unwrap();
+            assert!(h.base_offset <= offset, "{offset}");
+            assert!(
+                offset - h.base_offset < 5 * 1000,
+                "starts within an interval"
+            );
+        }
+        for ts in [0, 1000, 1500, 20_000, 30_990] {
+            let pos = idx.position_for_timestamp(ts) as usize;
+            // Every batch before the position is older than ts.
+            let mut p = 0;
+            while p < pos {
+                let h = BatchHeader::parse(&log[p..]).unwrap();
+                assert!(h.max_timestamp < ts, "ts {ts}");
+                p += h.total_len();
+            }
+        }
+    }
+
+    #[test]
+    fn damaged_segments_and_indexes_are_refused() {
+        let mut log = segment(0, 10, 0);
+        let s = summarize(&log, 0).unwrap();
+        let mut bad = s.index.to_vec();
+        bad[HEADER + 2] ^= 1;
+        assert!(RemoteIndex::parse(Bytes::from(bad), 0, log.len() as u64)
+            .unwrap_err()
+            .contains("CRC"));
+        assert!(RemoteIndex::parse(s.index.clone(), 5, log.len() as u64).is_err());
+        assert!(RemoteIndex::parse(s.index.slice(..20), 0, log.len() as u64).is_err());
+        let n = log.len();
+        log[n - 3] ^= 0xff;
+        assert!(summarize(&log, 0).unwrap_err().contains("CRC"));
+        assert!(summarize(&log[..n - 3], 0).is_err(), "truncated");
+        assert!(summarize(&[], 0).is_err());
+    }
+}

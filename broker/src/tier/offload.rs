@@ -1,0 +1,278 @@
+//! The offloader: every `remote_log_manager_task_interval_ms` it looks at the partitions this
+//! broker leads and, for each, uploads the closed segments the remote log does not have yet,
+//! in offset order, then expires remote segments past retention ([`super::expiry`]).
+//!
+//! One task per partition at a time (a partition's segments must commit in order); at most
+//! `remote_log_upload_concurrency` segments upload at once across partitions, paced by
+//! `remote_log_upload_max_bytes_per_second`. A failed upload is retried with a backoff that
+//! doubles up to a minute, so an unreachable store costs one attempt per backoff period per
+//! partition, while produce and local fetch carry on untouched.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use strata_metadata::{Command, RemoteSegment, RemoteSegmentState};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use super::index;
+use super::TierError;
+use crate::broker::Broker;
+use crate::log::ClosedSegment;
+use crate::partition::{Partition, TopicPartition};
+
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How often the backlog warning may repeat.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+/// Backlog (closed segments not offloaded) that earns a warning.
+const WARN_SEGMENTS: u64 = 10;
+/// How often objects no record names are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
+
+/// Paces uploads to a byte rate: each upload reserves its share of time after the previous.
+pub struct Throttle {
+    bytes_per_second: u64,
+    next_free: std::sync::Mutex<Instant>,
+}
+
+impl Throttle {
+    pub fn new(bytes_per_second: u64) -> Throttle {
+        Throttle {
+            bytes_per_second,
+            next_free: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    async fn acquire(&self, bytes: u64) {
+        if self.bytes_per_second == 0 {
+            return;
+        }
+        let start = {
+            let mut next = self.next_free.lock().unwrap_or_else(|p| p.into_inner());
+            let start = (*next).max(Instant::now());
+            *next = start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_second as f64);
+            start
+        };
+        tokio::time::sleep_until(start.into()).await;
+    }
+}
+
+struct Backoff {
+    until: Instant,
+    delay: Duration,
+}
+
+pub async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let every = Duration::from_millis(broker.config.remote_log_manager_task_interval_ms.max(10));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tasks: HashMap<TopicPartition, JoinHandle<Result<(), TierError>>> = HashMap::new();
+    let mut backoff: HashMap<TopicPartition, Backoff> = HashMap::new();
+    let mut last_warning: Option<Instant> = None;
+    // The first sweep runs soon after start: that is when a crash's leftovers are found.
+    let mut last_sweep = Instant::now() - SWEEP_EVERY + Duration::from_secs(5).min(every * 5);
+    let mut sweep: Option<JoinHandle<()>> = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {},
+            _ = shutdown.changed() => break,
+        }
+        // Collect finished partition tasks: errors set a backoff, success clears it.
+        let done: Vec<TopicPartition> = tasks
+            .iter()
+            .filter(|(_, h)| h.is_finished())
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in done {
+            let Some(handle) = tasks.remove(&tp) else {
+                continue;
+            };
+            match handle.await {
+                Ok(Ok(())) => {
+                    backoff.remove(&tp);
+                }
+                Ok(Err(e)) => {
+                    let delay = backoff
+                        .get(&tp)
+                        .map(|b| (b.delay * 2).min(MAX_BACKOFF))
+                        .unwrap_or(every.max(Duration::from_millis(500)));
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e,
+                        retry_in_ms = delay.as_millis() as u64, "remote tier work failed; will retry");
+                    backoff.insert(
+                        tp,
+                        Backoff {
+                            until: Instant::now() + delay,
+                            delay,
+                        },
+                    );
+                }
+                Err(e) => tracing::error!(error = %e, "remote tier task panicked"),
+            }
+        }
+
+        let state = broker.metadata.state();
+        let node = broker.config.node_id;
+        let (mut lag_segments, mut lag_bytes, mut remote_segments, mut remote_bytes) =
+            (0u64, 0u64, 0u64, 0u64);
+        for p in broker.partitions.all() {
+            let Some(info) = state
+                .topic_by_id(&p.topic_id)
+                .and_then(|t| t.partitions.get(p.tp.partition as usize))
+            else {
+                continue;
+            };
+            if info.leader != Some(node) || !p.is_tiered() {
+                continue;
+            }
+            let remote = p.remote();
+            remote_segments += remote.segments.len() as u64;
+            remote_bytes += remote.bytes();
+            let pending = p.offload_candidates(remote.end);
+            lag_segments += pending.len() as u64;
+            lag_bytes += pending.iter().map(|s| s.size).sum::<u64>();
+            let has_deleting = info
+                .remote
+                .iter()
+                .any(|s| s.state == RemoteSegmentState::Deleting);
+            let expirable =
+                super::expiry::expired_before(&p, &remote, crate::partition::now_ms()).is_some();
+            if (pending.is_empty() && !has_deleting && !expirable)
+                || tasks.contains_key(&p.tp)
+                || backoff.get(&p.tp).is_some_and(|b| Instant::now() < b.until)
+            {
+                continue;
+            }
+            let epoch = info.leader_epoch;
+            tasks.insert(
+                p.tp.clone(),
+                tokio::spawn(maintain_partition(
+                    broker.clone(),
+                    p.clone(),
+                    pending,
+                    epoch,
+                )),
+            );
+        }
+        broker
+            .tier
+            .metrics
+            .set_backlog(lag_segments, lag_bytes, remote_segments, remote_bytes);
+        if lag_segments >= WARN_SEGMENTS && last_warning.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            last_warning = Some(Instant::now());
+            tracing::warn!(
+                segments = lag_segments,
+                bytes = lag_bytes,
+                "offload backlog is growing: closed segments are kept on local disk until the object store takes them"
+            );
+        }
+        if last_sweep.elapsed() >= SWEEP_EVERY && sweep.as_ref().is_none_or(|s| s.is_finished()) {
+            last_sweep = Instant::now();
+            sweep = Some(tokio::spawn(super::expiry::sweep_orphans(broker.clone())));
+        }
+    }
+    // Uploads in flight are abandoned: their objects are orphans the next sweep deletes.
+    for (_, t) in tasks {
+        t.abort();
+    }
+    if let Some(s) = sweep {
+        s.abort();
+    }
+}
+
+/// Uploads `pending` in order, then expires what retention allows.
+async fn maintain_partition(
+    broker: Arc<Broker>,
+    p: Arc<Partition>,
+    pending: Vec<ClosedSegment>,
+    leader_epoch: i32,
+) -> Result<(), TierError> {
+    for seg in pending {
+        upload_segment(&broker, &p, seg, leader_epoch).await?;
+    }
+    super::expiry::expire(&broker, &p).await
+}
+
+async fn upload_segment(
+    broker: &Arc<Broker>,
+    p: &Arc<Partition>,
+    seg: ClosedSegment,
+    leader_epoch: i32,
+) -> Result<(), TierError> {
+    let tier = &broker.tier;
+    let _slot = tier
+        .upload_slots
+        .acquire()
+        .await
+        .map_err(|_| TierError::Commit("shutting down".into()))?;
+    let started = Instant::now();
+    // Retention may have deleted it meanwhile; the bytes stay mapped while we hold them.
+    let Some(bytes) = p.closed_segment_bytes(seg.base_offset)? else {
+        return Ok(());
+    };
+    let base = seg.base_offset;
+    let walk = bytes.clone();
+    let summary = tokio::task::spawn_blocking(move || index::summarize(&walk, base))
+        .await
+        .map_err(|e| TierError::Corrupt(e.to_string()))?
+        .map_err(|e| {
+            tier.metrics.upload_failed("corrupt");
+            TierError::Corrupt(format!("local segment {base} cannot be offloaded: {e}"))
+        })?;
+    let id = Uuid::new_v4();
+    let log_key = super::segment_key(&p.tp, &p.topic_id, base, &id, "log");
+    let index_key = super::segment_key(&p.tp, &p.topic_id, base, &id, "index");
+    tier.uploading().insert(id);
+    let result = async {
+        tier.store.put(&log_key, bytes).await?;
+        // Paced after the bytes went out: the next upload waits for this one's share.
+        tier.throttle.acquire(summary.size).await;
+        tier.store.put(&index_key, summary.index.clone()).await?;
+        let head = tier.store.head(&log_key).await?;
+        if head.size != summary.size {
+            return Err(TierError::Corrupt(format!(
+                "{log_key}: the store holds {} bytes, {} were written",
+                head.size, summary.size
+            )));
+        }
+        let segment = RemoteSegment {
+            id,
+            base_offset: base,
+            last_offset: summary.last_offset,
+            size_bytes: summary.size,
+            index_size_bytes: summary.index.len() as u64,
+            max_timestamp: summary.max_timestamp,
+            leader_epoch,
+            crc32c: summary.crc32c,
+            state: RemoteSegmentState::Committed,
+        };
+        broker
+            .apply(Command::CommitRemoteSegment {
+                topic_id: p.topic_id,
+                partition: p.tp.partition,
+                segment,
+            })
+            .await
+            .map_err(|e| TierError::Commit(e.message.clone()))?;
+        Ok(())
+    }
+    .await;
+    if let Err(e) = &result {
+        tier.metrics.upload_failed(e.kind());
+        // Nothing names these objects; delete them now rather than leave them to the sweep.
+        for key in [&log_key, &index_key] {
+            let _ = tier.store.delete(key).await;
+        }
+    }
+    tier.uploading().remove(&id);
+    result?;
+    broker
+        .sync_partitions()
+        .map_err(|e| TierError::Commit(e.message))?;
+    tier.metrics
+        .uploaded(summary.size, started.elapsed().as_secs_f64());
+    tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, base, last = summary.last_offset,
+        bytes = summary.size, ms = started.elapsed().as_millis() as u64, "offloaded segment");
+    Ok(())
+}

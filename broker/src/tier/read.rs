@@ -1,0 +1,303 @@
+//! Reads from remote segments, through the block cache.
+//!
+//! A fetch below the local log start finds its segment's index object (one cached entry),
+//! the position of the batch holding its offset, and reads whole batches from there: the
+//! batch containing the offset first, then as many as fit in the fetch's byte budget. Every
+//! batch is checked (CRC-32C, magic, length, offsets inside the segment) before it is served,
+//! so a corrupt or truncated object is an error, never data. After each read the cache is
+//! asked to read ahead, so a consumer replaying history finds its next blocks in flight.
+//!
+//! Reads are charged to the cache's "recent" budget when their segment lies within the
+//! newest `remote_cache_memory_bytes` of the remote log (consumers just behind the local
+//! window) and to the "replay" budget otherwise, so a full-history replay cannot evict what
+//! readers near the tail use.
+
+use bytes::{Bytes, BytesMut};
+use strata_cache::{ObjectRef, ReadClass};
+use strata_metadata::RemoteSegment;
+use uuid::Uuid;
+
+use super::index::{RemoteIndex, INTERVAL};
+use super::{Tier, TierError};
+use crate::log::batch::{self, BatchHeader, HEADER_LEN};
+use crate::partition::{RemoteLog, TopicPartition};
+
+/// A remote segment as the reader addresses it.
+pub struct RemoteSource<'a> {
+    pub tp: &'a TopicPartition,
+    pub topic_id: &'a Uuid,
+    pub segment: &'a RemoteSegment,
+}
+
+impl RemoteSource<'_> {
+    fn log_object(&self) -> ObjectRef {
+        ObjectRef {
+            key: super::segment_key(
+                self.tp,
+                self.topic_id,
+                self.segment.base_offset,
+                &self.segment.id,
+                "log",
+            ),
+            id: self.segment.id.as_u128(),
+            size: self.segment.size_bytes,
+        }
+    }
+
+    fn index_object(&self) -> ObjectRef {
+        ObjectRef {
+            key: super::segment_key(
+                self.tp,
+                self.topic_id,
+                self.segment.base_offset,
+                &self.segment.id,
+                "index",
+            ),
+            // Distinct from the log object's id; uuids never differ in just this bit.
+            id: self.segment.id.as_u128() ^ (1 << 127),
+            size: self.segment.index_size_bytes,
+        }
+    }
+}
+
+/// Which cache budget a read of `segment` is charged to (see the module doc).
+pub fn read_class(remote: &RemoteLog, segment: &RemoteSegment, recent_bytes: u64) -> ReadClass {
+    let newer: u64 = remote
+        .segments
+        .iter()
+        .filter(|s| s.base_offset > segment.base_offset)
+        .map(|s| s.size_bytes)
+        .sum();
+    if newer < recent_bytes {
+        ReadClass::Recent
+    } else {
+        ReadClass::Replay
+    }
+}
+
+/// Walks the batches of one remote log object from a position, reading through the cache in
+/// windows and checking each batch it returns.
+struct Cursor<'a> {
+    tier: &'a Tier,
+    object: ObjectRef,
+    segment: &'a RemoteSegment,
+    class: ReadClass,
+    /// Bytes read so far, starting at object position `start`.
+    buf: Bytes,
+    start: u64,
+    /// Position of the next batch.
+    pos: u64,
+}
+
+impl<'a> Cursor<'a> {
+    /// Makes sure `[pos, pos + len)` is in the buffer (clamped to the object's end).
+    async fn ensure(&mut self, len: u64, window: u64) -> Result<(), TierError> {
+        let end = (self.pos + len).min(self.object.size);
+        if end <= self.start + self.buf.len() as u64 {
+            return Ok(());
+        }
+        let read_to = (self.pos + len.max(window)).min(self.object.size);
+        let from = self.start + self.buf.len() as u64;
+        let more = self
+            .tier
+            .cache
+            .read(&self.object, from..read_to, self.class)
+            .await?;
+        if (more.len() as u64) < read_to - from {
+            return Err(TierError::Corrupt(format!(
+                "{}: read {} bytes at {from}, expected {}",
+                self.object.key,
+                more.len(),
+                read_to - from
+            )));
+        }
+        if self.buf.is_empty() {
+            self.buf = more;
+            self.start = from;
+        } else {
+            // Keep only what is at or after the cursor, then append.
+            let keep = self.buf.slice((self.pos - self.start) as usize..);
+            let mut joined = BytesMut::with_capacity(keep.len() + more.len());
+            joined.extend_from_slice(&keep);
+            joined.extend_from_slice(&more);
+            self.buf = joined.freeze();
+            self.start = self.pos;
+        }
+        Ok(())
+    }
+
+    /// The next checked batch, or `None` at the end of the object.
+    async fn next(&mut self, window: u64) -> Result<Option<(BatchHeader, Bytes)>, TierError> {
+        if self.pos >= self.object.size {
+            return Ok(None);
+        }
+        let key = self.object.key.clone();
+        let corrupt = |what: String| TierError::Corrupt(format!("{key}: {what}"));
+        self.ensure(HEADER_LEN as u64, window).await?;
+        let at = (self.pos - self.start) as usize;
+        let header = BatchHeader::parse(&self.buf[at..])
+            .map_err(|e| corrupt(format!("batch at {}: {e}", self.pos)))?;
+        let len = header.total_len() as u64;
+        if self.pos + len > self.object.size {
+            return Err(corrupt(format!(
+                "batch at {} runs past the object",
+                self.pos
+            )));
+        }
+        self.ensure(len, window).await?;
+        let at = (self.pos - self.start) as usize;
+        let bytes = self.buf.slice(at..at + len as usize);
+        let header =
+            batch::validate(&bytes).map_err(|e| corrupt(format!("batch at {}: {e}", self.pos)))?;
+        if header.base_offset < self.segment.base_offset
+            || header.last_offset() > self.segment.last_offset
+        {
+            return Err(corrupt(format!(
+                "batch [{}, {}] outside the segment [{}, {}]",
+                header.base_offset,
+                header.last_offset(),
+                self.segment.base_offset,
+                self.segment.last_offset
+            )));
+        }
+        self.pos += len;
+        Ok(Some((header, bytes)))
+    }
+}
+
+impl Tier {
+    async fn index(&self, src: &RemoteSource<'_>) -> Result<RemoteIndex, TierError> {
+        let bytes = self.cache.read_whole(&src.index_object()).await?;
+        RemoteIndex::parse(bytes, src.segment.base_offset, src.segment.size_bytes)
+            .map_err(TierError::Corrupt)
+    }
+
+    async fn cursor<'a>(
+        &'a self,
+        src: &RemoteSource<'a>,
+        pos: u64,
+        class: ReadClass,
+    ) -> Cursor<'a> {
+        Cursor {
+            tier: self,
+            object: src.log_object(),
+            segment: src.segment,
+            class,
+            buf: Bytes::new(),
+            start: pos,
+            pos,
+        }
+    }
+
+    /// Whole batches from the one holding `offset`, up to `max_bytes` (at least one batch).
+    pub async fn read(
+        &self,
+        src: &RemoteSource<'_>,
+        offset: i64,
+        max_bytes: usize,
+        class: ReadClass,
+    ) -> Result<Bytes, TierError> {
+        let result = self.read_checked(src, offset, max_bytes, class).await;
+        match &result {
+            Ok(bytes) => self.metrics.read(bytes.len() as u64),
+            Err(e) => {
+                self.metrics.read_failed(e.kind());
+                if matches!(e, TierError::Corrupt(_)) {
+                    tracing::error!(topic = %src.tp.topic, partition = src.tp.partition,
+                        segment = src.segment.base_offset, error = %e, "corrupt remote segment: not served");
+                }
+            }
+        }
+        result
+    }
+
+    async fn read_checked(
+        &self,
+        src: &RemoteSource<'_>,
+        offset: i64,
+        max_bytes: usize,
+        class: ReadClass,
+    ) -> Result<Bytes, TierError> {
+        let index = self.index(src).await?;
+        let start = index.position_for_offset(offset);
+        let window = max_bytes as u64 + INTERVAL;
+        let mut cursor = self.cursor(src, start, class).await;
+        let mut batches: Vec<Bytes> = Vec::new();
+        let mut first = None;
+        let mut end = start;
+        let mut total = 0usize;
+        loop {
+            let at = cursor.pos;
+            let Some((header, bytes)) = cursor.next(window).await? else {
+                break;
+            };
+            if header.last_offset() < offset {
+                continue;
+            }
+            if !batches.is_empty() && total + bytes.len() > max_bytes {
+                break;
+            }
+            first.get_or_insert(at);
+            end = cursor.pos;
+            total += bytes.len();
+            batches.push(bytes);
+            if total >= max_bytes {
+                break;
+            }
+        }
+        self.cache.prefetch(&src.log_object(), end, class);
+        let Some(first) = first else {
+            return Ok(Bytes::new());
+        };
+        // The batches are one run of the object: a slice of the cursor's buffer when it still
+        // holds all of them (the usual case), else one copy.
+        if cursor.start <= first {
+            let from = (first - cursor.start) as usize;
+            return Ok(cursor.buf.slice(from..from + (end - first) as usize));
+        }
+        let mut out = BytesMut::with_capacity(total);
+        for b in &batches {
+            out.extend_from_slice(b);
+        }
+        Ok(out.freeze())
+    }
+
+    /// The first record with a timestamp ≥ `ts` at or after `floor` in a remote segment.
+    pub async fn offset_for_timestamp(
+        &self,
+        src: &RemoteSource<'_>,
+        ts: i64,
+        floor: i64,
+    ) -> Result<Option<(i64, i64)>, TierError> {
+        let index = self.index(src).await?;
+        let mut cursor = self
+            .cursor(src, index.position_for_timestamp(ts), ReadClass::Replay)
+            .await;
+        while let Some((header, bytes)) = cursor.next(INTERVAL).await? {
+            if header.max_timestamp < ts || header.last_offset() < floor {
+                continue;
+            }
+            if header.is_log_append_time() {
+                return Ok(Some((header.base_offset.max(floor), header.max_timestamp)));
+            }
+            let mut buf = bytes.clone();
+            let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf)
+                .map_err(|e| TierError::Corrupt(format!("cannot decode batch: {e}")))?;
+            if let Some(r) = set
+                .records
+                .iter()
+                .find(|r| r.timestamp >= ts && r.offset >= floor)
+            {
+                return Ok(Some((r.offset, r.timestamp)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `(offset, timestamp)` of the newest record of a remote segment (ListOffsets
+    /// MAX_TIMESTAMP), as its index recorded it.
+    pub async fn max_timestamp(&self, src: &RemoteSource<'_>) -> Result<(i64, i64), TierError> {
+        let index = self.index(src).await?;
+        Ok((index.offset_of_max_timestamp, src.segment.max_timestamp))
+    }
+}

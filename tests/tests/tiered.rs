@@ -1,0 +1,432 @@
+//! Tiered storage end to end: closed segments offloaded to a file:// store or a real S3 server
+//! (moto), local copies deleted past `local.retention.ms`, and librdkafka consumers reading the
+//! whole history back, byte for byte, across the remote → local boundary. Faults: the S3 server
+//! unreachable mid-run, SIGKILL in the middle of an upload, a corrupted object; and remote
+//! retention deleting exactly the expired segments.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use strata_tests::outage::OutageProxy;
+use strata_tests::s3::{MotoServer, REGION};
+use strata_tests::{
+    now_ms, parse_prometheus, poll_until, unique_topic, wait_for, Broker, BrokerOpts,
+    ConsumedRecord, KafkaConn, Rng, TrackingProducer,
+};
+
+const VALUE_LEN: usize = 1000;
+const KAFKA_STORAGE_ERROR: i16 = 56;
+
+/// Tier settings that make a test quick: 100 ms task and retention ticks, small caches.
+fn tier_opts(opts: BrokerOpts) -> BrokerOpts {
+    opts.env("STRATA_REMOTE_LOG_MANAGER_TASK_INTERVAL_MS", 100)
+        .env("STRATA_LOG_RETENTION_CHECK_INTERVAL_MS", 100)
+        .env("STRATA_REMOTE_CACHE_MEMORY_BYTES", 8 << 20)
+        .env("STRATA_REMOTE_CACHE_DISK_BYTES", 32 << 20)
+        .env("STRATA_REMOTE_CACHE_REPLAY_MEMORY_BYTES", 8 << 20)
+        .env("STRATA_REMOTE_CACHE_REPLAY_DISK_BYTES", 32 << 20)
+}
+
+fn s3_opts(opts: BrokerOpts, endpoint: &str, bucket: &str) -> BrokerOpts {
+    opts.env("STRATA_OBJECT_STORE", format!("s3://{bucket}/tiered"))
+        .env("STRATA_OBJECT_STORE_ENDPOINT", endpoint)
+        .env("STRATA_OBJECT_STORE_REGION", REGION)
+        .env("STRATA_OBJECT_STORE_ALLOW_HTTP", true)
+        .env("STRATA_OBJECT_STORE_ACCESS_KEY_ID", "test")
+        .env("STRATA_OBJECT_STORE_SECRET_ACCESS_KEY", "test")
+}
+
+/// A topic with 1 MiB segments and a 1 s local window: everything closed goes remote.
+fn tiered_topic(broker: &Broker, topic: &str, extra: &[(&str, &str)]) {
+    let mut configs = vec![
+        ("segment.bytes", "1048576"),
+        ("local.retention.ms", "1000"),
+        ("remote.storage.enable", "true"),
+    ];
+    configs.extend_from_slice(extra);
+    broker.create_topic(topic, 1, &configs).unwrap();
+}
+
+fn value(i: usize) -> Vec<u8> {
+    let mut v = format!("r{i}:").into_bytes();
+    v.extend(Rng::new(i as u64).text(VALUE_LEN));
+    v
+}
+
+/// Produces records `from..to` (key `k{i}`, timestamp `ts0 + i`) and checks each landed at
+/// offset `i`.
+fn produce(broker: &Broker, topic: &str, from: usize, to: usize, ts0: i64) {
+    let mut cfg = broker.producer_config();
+    cfg.set("linger.ms", "5").set("batch.size", "65536");
+    let producer = TrackingProducer::new(&cfg);
+    for i in from..to {
+        producer.send(
+            i - from,
+            topic,
+            Some(0),
+            format!("k{i}").as_bytes(),
+            &value(i),
+            &[],
+            Some(ts0 + i as i64),
+        );
+    }
+    producer.flush(Duration::from_secs(120));
+    for (n, (_, offset)) in producer.all_delivered(to - from).into_iter().enumerate() {
+        assert_eq!(
+            offset,
+            (from + n) as i64,
+            "record {} landed at {offset}",
+            from + n
+        );
+    }
+}
+
+/// Reads records `from..to` and checks every one: offset, key, value, timestamp, in order.
+fn check_records(broker: &Broker, topic: &str, from: usize, to: usize, ts0: i64) {
+    let got = broker.consume_until(
+        topic,
+        &[(0, Offset::Offset(from as i64))],
+        Duration::from_secs(180),
+        |r| r.len() >= to - from,
+    );
+    for (n, r) in got.iter().take(to - from).enumerate() {
+        let i = from + n;
+        let want = ConsumedRecord {
+            partition: 0,
+            offset: i as i64,
+            timestamp: Some(ts0 + i as i64),
+            key: Some(format!("k{i}").into_bytes()),
+            value: Some(value(i)),
+            headers: vec![],
+        };
+        assert!(
+            *r == want,
+            "record {i} differs: got offset {} key {:?}",
+            r.offset,
+            r.key
+                .as_ref()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+        );
+    }
+}
+
+fn metric(broker: &Broker, name: &str) -> f64 {
+    parse_prometheus(&broker.metrics())
+        .into_iter()
+        .filter(|s| s.name == name)
+        .map(|s| s.value)
+        .sum()
+}
+
+fn metric_with(broker: &Broker, name: &str, label: &str, value: &str) -> f64 {
+    parse_prometheus(&broker.metrics())
+        .into_iter()
+        .filter(|s| s.name == name && s.label(label) == Some(value))
+        .map(|s| s.value)
+        .sum()
+}
+
+fn local_segments(broker: &Broker, topic: &str) -> usize {
+    files_with(&broker.data_dir().join(format!("{topic}-0")), ".log").len()
+}
+
+fn files_with(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_with(&p, suffix));
+        } else if p.to_string_lossy().ends_with(suffix) {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Waits until every closed segment is committed remotely and the local copies past the 1 s
+/// local window are gone (at most the active segment and one just closed remain).
+fn wait_offloaded(broker: &Broker, topic: &str, min_uploads: f64) {
+    let state = || {
+        (
+            metric(broker, "strata_tier_upload_lag_segments"),
+            metric(broker, "strata_tier_uploaded_segments_total"),
+            local_segments(broker, topic),
+        )
+    };
+    poll_until(
+        Duration::from_secs(120),
+        || {
+            let (lag, uploaded, local) = state();
+            (lag == 0.0 && uploaded >= min_uploads && local <= 2).then_some(())
+        },
+        || {
+            format!("closed segments not offloaded and deleted locally: (lag, uploaded, local segments) = {:?}", state())
+        },
+    );
+}
+
+fn fetch_error(conn: &mut KafkaConn, topic: &str, offset: i64) -> (i16, usize) {
+    let resp = conn.fetch(topic, 0, offset, 100).unwrap();
+    let p = &resp.responses[0].partitions[0];
+    (p.error_code, p.records.as_ref().map_or(0, |r| r.len()))
+}
+
+fn offset_for_time(broker: &Broker, topic: &str, ts: i64) -> i64 {
+    let consumer: BaseConsumer = broker.consumer_config().create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(ts))
+        .unwrap();
+    let found = consumer
+        .offsets_for_times(tpl, Duration::from_secs(30))
+        .unwrap();
+    match found.elements()[0].offset() {
+        Offset::Offset(o) => o,
+        other => panic!("offsets_for_times({ts}) gave {other:?}"),
+    }
+}
+
+#[test]
+fn offloaded_history_reads_back_identically_and_survives_an_empty_cache() {
+    let mut broker = Broker::start(tier_opts(BrokerOpts::new()));
+    let topic = unique_topic("tiered");
+    tiered_topic(&broker, &topic, &[]);
+    let ts0 = now_ms() - 3_600_000;
+    let n = 48_000; // ≈ 49 MB, 47 closed segments
+    produce(&broker, &topic, 0, n, ts0);
+    wait_offloaded(&broker, &topic, 40.0);
+    let objects = broker.data_dir().join("objects");
+    assert!(files_with(&objects, ".log").len() >= 40);
+    assert_eq!(
+        files_with(&objects, ".log").len(),
+        files_with(&objects, ".index").len()
+    );
+    assert_eq!(broker.watermarks(&topic, 0), (0, n as i64));
+
+    // Every record, in order, from the remote tier into the local one.
+    check_records(&broker, &topic, 0, n, ts0);
+    assert!(metric(&broker, "strata_tier_remote_fetch_bytes_total") > 40e6);
+    // A timestamp inside the remote range finds its exact record.
+    assert_eq!(offset_for_time(&broker, &topic, ts0 + 12_345), 12_345);
+    assert_eq!(offset_for_time(&broker, &topic, ts0 + 47_990), 47_990);
+
+    // No cache and no local copy of the offloaded range: still the same history.
+    broker.terminate();
+    std::fs::remove_dir_all(broker.data_dir().join("cache")).unwrap();
+    broker.restart();
+    check_records(&broker, &topic, 20_000, 26_000, ts0);
+    assert_eq!(offset_for_time(&broker, &topic, ts0 + 3), 3);
+    assert!(metric(&broker, "strata_cache_block_lookups_total") > 0.0);
+}
+
+#[test]
+fn an_unreachable_s3_server_stalls_uploads_but_not_producers() {
+    let moto = MotoServer::start();
+    moto.create_bucket("tiered");
+    let proxy = OutageProxy::start(moto.endpoint.trim_start_matches("http://"));
+    let broker = Broker::start(
+        tier_opts(s3_opts(BrokerOpts::new(), &proxy.endpoint, "tiered"))
+            .env("STRATA_OBJECT_STORE_MAX_RETRIES", 1)
+            .env("STRATA_OBJECT_STORE_REQUEST_TIMEOUT_MS", 2000)
+            .env("STRATA_OBJECT_STORE_RETRY_TIMEOUT_MS", 3000),
+    );
+    let topic = unique_topic("outage");
+    tiered_topic(&broker, &topic, &[]);
+    let ts0 = now_ms();
+    produce(&broker, &topic, 0, 6_000, ts0);
+    wait_offloaded(&broker, &topic, 5.0);
+
+    proxy.down();
+    // Producers are untouched; closed segments pile up locally, uploads fail and retry.
+    produce(&broker, &topic, 6_000, 12_000, ts0);
+    wait_for(
+        "failed uploads while the store is down",
+        Duration::from_secs(60),
+        || {
+            metric(&broker, "strata_tier_upload_errors_total") > 0.0
+                && metric(&broker, "strata_tier_upload_lag_segments") >= 4.0
+        },
+    );
+    assert!(
+        local_segments(&broker, &topic) >= 5,
+        "unoffloaded segments stay on disk"
+    );
+    // A read of the remote range is a retriable error, not a hang or wrong data.
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    assert_eq!(fetch_error(&mut conn, &topic, 0), (KAFKA_STORAGE_ERROR, 0));
+    // The local range is served as usual.
+    assert_eq!(fetch_error(&mut conn, &topic, 11_990).0, 0);
+
+    proxy.up();
+    wait_offloaded(&broker, &topic, 10.0);
+    check_records(&broker, &topic, 0, 12_000, ts0);
+}
+
+#[test]
+fn sigkill_in_the_middle_of_an_upload_leaves_no_orphan_and_loses_nothing() {
+    let mut broker = Broker::start(
+        tier_opts(BrokerOpts::new())
+            // 1 MiB segments at 1 MiB/s: each upload spends a second between its two objects.
+            .env("STRATA_REMOTE_LOG_UPLOAD_MAX_BYTES_PER_SECOND", 1 << 20)
+            .env("STRATA_REMOTE_LOG_ORPHAN_GRACE_MS", 0),
+    );
+    let topic = unique_topic("upload-crash");
+    tiered_topic(&broker, &topic, &[]);
+    let ts0 = now_ms();
+    produce(&broker, &topic, 0, 8_000, ts0);
+    let objects = broker.data_dir().join("objects");
+    let half_written = || {
+        files_with(&objects, ".log")
+            .iter()
+            .any(|l| !l.with_extension("index").exists())
+    };
+    wait_for(
+        "a log object without its index",
+        Duration::from_secs(30),
+        half_written,
+    );
+    broker.kill9();
+    assert!(
+        half_written(),
+        "killed between the two objects of an upload"
+    );
+
+    broker.restart();
+    wait_offloaded(&broker, &topic, 5.0);
+    wait_for("the orphan swept", Duration::from_secs(30), || {
+        !half_written() && metric(&broker, "strata_tier_orphans_deleted_total") >= 1.0
+    });
+    // Exactly one object pair per committed segment.
+    let committed = metric(&broker, "strata_tier_remote_log_segments");
+    assert_eq!(files_with(&objects, ".log").len() as f64, committed);
+    check_records(&broker, &topic, 0, 8_000, ts0);
+}
+
+#[test]
+fn a_corrupt_object_is_an_error_never_data() {
+    let mut broker = Broker::start(tier_opts(BrokerOpts::new()));
+    let topic = unique_topic("corrupt");
+    tiered_topic(&broker, &topic, &[]);
+    let ts0 = now_ms();
+    produce(&broker, &topic, 0, 5_000, ts0);
+    wait_offloaded(&broker, &topic, 3.0);
+    broker.terminate();
+    // Flip one byte in the middle of the first segment's log object; drop the cache.
+    let objects = broker.data_dir().join("objects");
+    let first = files_with(&objects, ".log")
+        .into_iter()
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("00000000000000000000-")
+        })
+        .expect("first segment object");
+    let mut bytes = std::fs::read(&first).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    std::fs::write(&first, &bytes).unwrap();
+    std::fs::remove_dir_all(broker.data_dir().join("cache")).unwrap();
+    broker.restart();
+
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    // A fetch whose batches reach the damaged one fails as a whole.
+    assert_eq!(fetch_error(&mut conn, &topic, 0), (KAFKA_STORAGE_ERROR, 0));
+    assert!(
+        metric_with(
+            &broker,
+            "strata_tier_remote_fetch_errors_total",
+            "kind",
+            "corrupt"
+        ) >= 1.0
+    );
+    // The next segment is intact and served.
+    let (code, len) = fetch_error(&mut conn, &topic, 1_500);
+    assert_eq!(code, 0);
+    assert!(len > 0);
+    // A consumer from 0 never sees a wrong record: whatever it gets before the damage is right.
+    let consumer =
+        broker.assigned_consumer(&broker.consumer_config(), &topic, &[(0, Offset::Beginning)]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            let r = ConsumedRecord::from_message(&m);
+            assert_eq!(
+                r.value,
+                Some(value(r.offset as usize)),
+                "offset {}",
+                r.offset
+            );
+        }
+    }
+}
+
+#[test]
+fn remote_retention_deletes_exactly_the_expired_segments() {
+    let broker = Broker::start(tier_opts(BrokerOpts::new()));
+    let topic = unique_topic("remote-retention");
+    // segment.ms rolls the segment holding the old records once producing pauses, so old and
+    // new records never share a segment.
+    tiered_topic(&broker, &topic, &[("segment.ms", "500")]);
+    let old = now_ms() - 2 * 3_600_000;
+    produce(&broker, &topic, 0, 3_500, old);
+    let dir = broker.data_dir().join(format!("{topic}-0"));
+    wait_for(
+        "the old records' last segment rolled and offloaded",
+        Duration::from_secs(60),
+        || files_with(&dir, ".log") == [dir.join("00000000000000003500.log")],
+    );
+    let fresh = now_ms() - 3_500;
+    produce(&broker, &topic, 3_500, 7_000, fresh);
+    wait_offloaded(&broker, &topic, 6.0);
+    let objects = broker.data_dir().join("objects");
+    let before = files_with(&objects, ".log").len();
+    assert_eq!(broker.watermarks(&topic, 0).0, 0);
+
+    // Retention of one hour: the old segments expire, the new ones stay.
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_string(topic.clone()))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_static_str("3600000")))]),
+    ]);
+    let resp = conn.request(1, &req).unwrap();
+    assert_eq!(
+        resp.responses[0].error_code, 0,
+        "{:?}",
+        resp.responses[0].error_message
+    );
+    wait_for(
+        "ListOffsets earliest at the first new record",
+        Duration::from_secs(30),
+        || broker.watermarks(&topic, 0).0 == 3_500,
+    );
+    wait_for("expired objects deleted", Duration::from_secs(30), || {
+        metric(&broker, "strata_tier_expired_segments_total") >= 1.0
+            && files_with(&objects, ".log").len() < before
+    });
+    // Every remaining object starts at or after the new log start.
+    for obj in files_with(&objects, ".log") {
+        let name = obj.file_name().unwrap().to_string_lossy().into_owned();
+        let base: i64 = name[..20].parse().unwrap();
+        assert!(base >= 3_500, "{name} should have expired");
+    }
+    check_records(&broker, &topic, 3_500, 7_000, fresh);
+    // Below the new start is out of range.
+    let (code, _) = fetch_error(&mut conn, &topic, 100);
+    assert_eq!(code, 1, "OFFSET_OUT_OF_RANGE");
+}
