@@ -42,8 +42,26 @@ struct PartitionMeta {
     topic_id: Uuid,
 }
 
+/// A partition's local and remote ranges (`end`s are exclusive).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TierStats {
+    pub topic: String,
+    pub partition: i32,
+    pub tiered: bool,
+    pub offsets: Offsets,
+    pub local_start: i64,
+    pub local_segments: usize,
+    pub local_bytes: u64,
+    pub remote_start: Option<i64>,
+    pub remote_end: Option<i64>,
+    pub remote_segments: usize,
+    pub remote_bytes: u64,
+    pub upload_lag_segments: usize,
+    pub upload_lag_bytes: u64,
+}
+
 /// Offsets of a partition at one instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Offsets {
     pub log_start: i64,
     pub high_watermark: i64,
@@ -350,6 +368,37 @@ impl Partition {
         )
     }
 
+    /// Both tiers of this partition, for the operator (`/v1/partitions`, `strata topic
+    /// describe`).
+    pub fn tier_stats(&self) -> TierStats {
+        let remote = self.remote();
+        let log = self.log();
+        let tiered = log.config().remote_storage;
+        let pending: Vec<ClosedSegment> = if tiered {
+            log.closed_segments()
+                .into_iter()
+                .filter(|s| s.base_offset >= remote.end)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        TierStats {
+            topic: self.tp.topic.clone(),
+            partition: self.tp.partition,
+            tiered,
+            offsets: offsets_of(&log, &remote),
+            local_start: log.log_start_offset(),
+            local_segments: log.segment_count(),
+            local_bytes: log.size_bytes(),
+            remote_start: remote.start(),
+            remote_end: remote.segments.last().map(|s| s.last_offset + 1),
+            remote_segments: remote.segments.len(),
+            remote_bytes: remote.bytes(),
+            upload_lag_segments: pending.len(),
+            upload_lag_bytes: pending.iter().map(|s| s.size).sum(),
+        }
+    }
+
     /// First offset held on local disk.
     pub fn local_log_start(&self) -> i64 {
         self.log().log_start_offset()
@@ -357,17 +406,25 @@ impl Partition {
 
     /// Periodic work: retention, time-based roll, time-based flush.
     pub fn housekeeping(&self, now: i64, retention: bool) -> Result<(), LogError> {
-        let remote = self.remote();
-        let mut log = self.log();
         if retention {
-            let view = log.config().remote_storage.then(|| remote.view());
-            let deleted = log.enforce_retention(now, view)?;
-            if deleted > 0 {
-                tracing::info!(topic = %self.tp.topic, partition = self.tp.partition, deleted, "retention deleted segments");
-            }
+            self.enforce_retention(now)?;
         }
+        let mut log = self.log();
         log.roll_if_old(now)?;
         log.flush_if_due(now)
+    }
+
+    /// Deletes what retention allows now (see [`Log::enforce_retention`]); also run right
+    /// after an offload, so local disk is freed without waiting for the next retention pass.
+    pub fn enforce_retention(&self, now: i64) -> Result<(), LogError> {
+        let remote = self.remote();
+        let mut log = self.log();
+        let view = log.config().remote_storage.then(|| remote.view());
+        let deleted = log.enforce_retention(now, view)?;
+        if deleted > 0 {
+            tracing::info!(topic = %self.tp.topic, partition = self.tp.partition, deleted, "retention deleted segments");
+        }
+        Ok(())
     }
 }
 

@@ -49,6 +49,23 @@ pub async fn serve(
     }
 }
 
+/// Local and remote ranges of every partition hosted here (or of `?topic=NAME`'s), as JSON.
+fn partitions_json(req: &Request<hyper::body::Incoming>, broker: &Broker) -> String {
+    let topic = req.uri().query().and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix("topic="))
+            .map(str::to_string)
+    });
+    let stats: Vec<_> = broker
+        .partitions
+        .all()
+        .into_iter()
+        .filter(|p| topic.as_ref().is_none_or(|t| *t == p.tp.topic))
+        .map(|p| p.tier_stats())
+        .collect();
+    serde_json::to_string(&stats).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
 fn route(
     req: &Request<hyper::body::Incoming>,
     broker: &Broker,
@@ -61,6 +78,11 @@ fn route(
             broker.metrics.render(&broker.partitions),
         ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+        "/v1/partitions" => (
+            StatusCode::OK,
+            "application/json",
+            partitions_json(req, broker),
+        ),
         "/readyz" if ready.load(Ordering::Acquire) => {
             (StatusCode::OK, "text/plain", "ready\n".to_string())
         }
@@ -72,7 +94,7 @@ fn route(
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /metrics, /healthz, /readyz\n".to_string(),
+            "not found: try /metrics, /healthz, /readyz, /v1/partitions[?topic=NAME]\n".to_string(),
         ),
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));

@@ -40,13 +40,13 @@ pub enum ClientCommand {
 }
 
 impl ClientCommand {
-    fn conn(&self) -> &common::ConnectArgs {
+    fn conn(&self) -> Option<&common::ConnectArgs> {
         match self {
-            ClientCommand::Topic(cmd) => cmd.conn(),
-            ClientCommand::Produce(args) => &args.conn,
-            ClientCommand::Consume(args) => &args.conn,
+            ClientCommand::Topic(cmd) => Some(cmd.conn()),
+            ClientCommand::Produce(args) => Some(&args.conn),
+            ClientCommand::Consume(args) => Some(&args.conn),
             ClientCommand::Perf(cmd) => cmd.conn(),
-            ClientCommand::Group(cmd) => cmd.conn(),
+            ClientCommand::Group(cmd) => Some(cmd.conn()),
         }
     }
 }
@@ -55,8 +55,8 @@ impl ClientCommand {
 /// librdkafka for debug contexts; silent otherwise, since the commands report the errors
 /// that matter themselves and librdkafka repeats connection errors many times a second.
 /// `STRATA_LOG` (an env-filter directive, e.g. `STRATA_LOG=error`) overrides both.
-fn init_logging(conn: &common::ConnectArgs) {
-    let default = if conn.property("debug").is_some() {
+fn init_logging(conn: Option<&common::ConnectArgs>) {
+    let default = if conn.is_some_and(|c| c.property("debug").is_some()) {
         "debug"
     } else {
         "off"

@@ -1,6 +1,7 @@
 //! The offloader: every `remote_log_manager_task_interval_ms` it looks at the partitions this
-//! broker leads and, for each, uploads the closed segments the remote log does not have yet,
-//! in offset order, then expires remote segments past retention ([`super::expiry`]).
+//! broker leads and, for each, applies local retention, uploads the closed segments the remote
+//! log does not have yet, in offset order, then expires remote segments past retention
+//! ([`super::expiry`]).
 //!
 //! One task per partition at a time (a partition's segments must commit in order); at most
 //! `remote_log_upload_concurrency` segments upload at once across partitions, paced by
@@ -125,6 +126,11 @@ pub async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
             };
             if info.leader != Some(node) || !p.is_tiered() {
                 continue;
+            }
+            // Local retention of tiered logs runs at this task's pace, so offloaded segments
+            // leave the disk within a tick of `local.retention.ms`, not a retention pass.
+            if let Err(e) = p.enforce_retention(crate::partition::now_ms()) {
+                tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "local retention failed");
             }
             let remote = p.remote();
             remote_segments += remote.segments.len() as u64;

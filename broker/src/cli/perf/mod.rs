@@ -9,6 +9,7 @@
 //! e2e records=.. p50_ms=.. p99_ms=.. p999_ms=.. max_ms=..
 //! group members=.. partitions=.. strategy=.. ... join_ms=.. add_ms=.. kill_ms=.. ...
 //! commit clients=.. partitions=.. mode=sync commits=.. seconds=.. commits_per_sec=.. p50_ms=.. ...
+//! get concurrency=.. range_bytes=.. gets=.. bytes=.. seconds=.. mb_per_sec=.. p50_ms=.. ...
 //! ```
 //!
 //! `mb_per_sec` is in MiB (2^20 bytes) per second, as Kafka's perf tools report it.
@@ -16,7 +17,8 @@
 //! - [`produce`], [`consume`], [`e2e`] — record throughput and latency;
 //! - [`group`] — consumer-group membership: join, scale-out and member-death times, with the
 //!   members run as child processes ([`member`], the hidden `perf group-member`);
-//! - [`commit`] — OffsetCommit throughput and latency against one group coordinator.
+//! - [`commit`] — OffsetCommit throughput and latency against one group coordinator;
+//! - [`get`] — the object store's ranged-GET throughput (the yardstick for remote reads).
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -34,6 +36,7 @@ use super::common::{
 mod commit;
 mod consume;
 mod e2e;
+mod get;
 mod group;
 mod member;
 mod produce;
@@ -41,6 +44,7 @@ mod produce;
 pub use commit::PerfCommitArgs;
 pub use consume::PerfConsumeArgs;
 pub use e2e::{decode_e2e_header, encode_e2e_header, PerfE2eArgs};
+pub use get::PerfGetArgs;
 pub use group::PerfGroupArgs;
 pub use member::GroupMemberArgs;
 pub use produce::{make_payload, PerfProduceArgs};
@@ -60,20 +64,25 @@ pub enum PerfCommand {
     /// Commit offsets from C clients of one group as fast as they can; report commits/s and
     /// commit latency.
     Commit(PerfCommitArgs),
+    /// Ranged GETs of segment objects straight from the object store, C in flight; report
+    /// MB/s and GET latency.
+    Get(PerfGetArgs),
     /// One member of `perf group` (internal: reports its assignment on stdout).
     #[command(hide = true)]
     GroupMember(GroupMemberArgs),
 }
 
 impl PerfCommand {
-    pub fn conn(&self) -> &ConnectArgs {
+    /// The Kafka connection settings, for the commands that talk to a broker.
+    pub fn conn(&self) -> Option<&ConnectArgs> {
         match self {
-            PerfCommand::Produce(a) => &a.conn,
-            PerfCommand::Consume(a) => &a.conn,
-            PerfCommand::E2e(a) => &a.conn,
-            PerfCommand::Group(a) => &a.conn,
-            PerfCommand::Commit(a) => &a.conn,
-            PerfCommand::GroupMember(a) => &a.conn,
+            PerfCommand::Produce(a) => Some(&a.conn),
+            PerfCommand::Consume(a) => Some(&a.conn),
+            PerfCommand::E2e(a) => Some(&a.conn),
+            PerfCommand::Group(a) => Some(&a.conn),
+            PerfCommand::Commit(a) => Some(&a.conn),
+            PerfCommand::GroupMember(a) => Some(&a.conn),
+            PerfCommand::Get(_) => None,
         }
     }
 }
@@ -85,6 +94,7 @@ pub fn run(cmd: PerfCommand) -> anyhow::Result<()> {
         PerfCommand::E2e(args) => e2e::run(args),
         PerfCommand::Group(args) => group::run(args),
         PerfCommand::Commit(args) => commit::run(args),
+        PerfCommand::Get(args) => get::run(args),
         PerfCommand::GroupMember(args) => member::run(args),
     }
 }
