@@ -121,16 +121,9 @@ async fn read(
     match p.read(offset, max_bytes)? {
         (Read::Local(bytes), offsets) => Ok((bytes, offsets)),
         (Read::Remote(segment), offsets) => {
-            let class = read_class(
-                &p.remote(),
-                &segment,
-                broker.config.remote_cache_memory_bytes,
-            );
-            let src = RemoteSource {
-                tp: &p.tp,
-                topic_id: &p.topic_id,
-                segment: &segment,
-            };
+            let remote = p.remote();
+            let class = read_class(&remote, &segment, broker.config.remote_cache_memory_bytes);
+            let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, &segment);
             let bytes = broker.tier.read(&src, offset, max_bytes, class).await?;
             Ok((bytes, offsets))
         }

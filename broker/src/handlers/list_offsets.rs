@@ -87,6 +87,7 @@ async fn lookup(
                 tp: &p.tp,
                 topic_id: &p.topic_id,
                 segment: &segment,
+                next: None,
             };
             if ts == MAX_TIMESTAMP {
                 Some(broker.tier.max_timestamp(&src).await?)

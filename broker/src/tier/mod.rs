@@ -72,6 +72,8 @@ pub struct Tier {
     upload_slots: tokio::sync::Semaphore,
     throttle: offload::Throttle,
     orphan_grace: Duration,
+    /// Bytes the cache reads ahead after each remote read.
+    readahead_bytes: u64,
 }
 
 impl Tier {
@@ -98,6 +100,8 @@ impl Tier {
             upload_slots: tokio::sync::Semaphore::new(cfg.remote_log_upload_concurrency),
             throttle: offload::Throttle::new(cfg.remote_log_upload_max_bytes_per_second),
             orphan_grace: Duration::from_millis(cfg.remote_log_orphan_grace_ms),
+            readahead_bytes: cfg.remote_cache_block_bytes
+                * cfg.remote_cache_readahead_blocks as u64,
         })
     }
 

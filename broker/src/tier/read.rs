@@ -27,21 +27,40 @@ pub struct RemoteSource<'a> {
     pub tp: &'a TopicPartition,
     pub topic_id: &'a Uuid,
     pub segment: &'a RemoteSegment,
+    /// The remote segment after this one, where readahead continues past its end.
+    pub next: Option<&'a RemoteSegment>,
 }
 
-impl RemoteSource<'_> {
-    fn log_object(&self) -> ObjectRef {
-        ObjectRef {
-            key: super::segment_key(
-                self.tp,
-                self.topic_id,
-                self.segment.base_offset,
-                &self.segment.id,
-                "log",
-            ),
-            id: self.segment.id.as_u128(),
-            size: self.segment.size_bytes,
+fn log_object(tp: &TopicPartition, topic_id: &Uuid, segment: &RemoteSegment) -> ObjectRef {
+    ObjectRef {
+        key: super::segment_key(tp, topic_id, segment.base_offset, &segment.id, "log"),
+        id: segment.id.as_u128(),
+        size: segment.size_bytes,
+    }
+}
+
+impl<'a> RemoteSource<'a> {
+    /// `segment` of `remote`, with the segment after it.
+    pub fn new(
+        tp: &'a TopicPartition,
+        topic_id: &'a Uuid,
+        remote: &'a RemoteLog,
+        segment: &'a RemoteSegment,
+    ) -> RemoteSource<'a> {
+        let next = remote
+            .segments
+            .iter()
+            .find(|s| s.base_offset > segment.base_offset);
+        RemoteSource {
+            tp,
+            topic_id,
+            segment,
+            next,
         }
+    }
+
+    fn log_object(&self) -> ObjectRef {
+        log_object(self.tp, self.topic_id, self.segment)
     }
 
     fn index_object(&self) -> ObjectRef {
@@ -246,6 +265,13 @@ impl Tier {
             }
         }
         self.cache.prefetch(&src.log_object(), end, class);
+        if let Some(next) = src.next {
+            // Near the end of the object, the replay continues in the next one.
+            if src.segment.size_bytes - end < self.readahead_bytes {
+                self.cache
+                    .prefetch(&log_object(src.tp, src.topic_id, next), 0, class);
+            }
+        }
         let Some(first) = first else {
             return Ok(Bytes::new());
         };
@@ -299,5 +325,49 @@ impl Tier {
     pub async fn max_timestamp(&self, src: &RemoteSource<'_>) -> Result<(i64, i64), TierError> {
         let index = self.index(src).await?;
         Ok((index.offset_of_max_timestamp, src.segment.max_timestamp))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_metadata::RemoteSegmentState;
+
+    fn segment(base: i64, size: u64) -> RemoteSegment {
+        RemoteSegment {
+            id: Uuid::new_v4(),
+            base_offset: base,
+            last_offset: base + 99,
+            size_bytes: size,
+            index_size_bytes: 60,
+            max_timestamp: 0,
+            leader_epoch: 0,
+            crc32c: 0,
+            state: RemoteSegmentState::Committed,
+        }
+    }
+
+    #[test]
+    fn only_the_newest_bytes_of_the_remote_log_count_as_recent() {
+        let remote = RemoteLog {
+            segments: (0..10).map(|i| segment(i * 100, 1000)).collect(),
+            floor: 0,
+            end: 1000,
+        };
+        // 2500 recent bytes: the last segment and the two before it (≤ 2000 newer bytes).
+        let classes: Vec<ReadClass> = remote
+            .segments
+            .iter()
+            .map(|s| read_class(&remote, s, 2500))
+            .collect();
+        assert_eq!(classes[..7], [ReadClass::Replay; 7]);
+        assert_eq!(classes[7..], [ReadClass::Recent; 3]);
+        let tp = TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        };
+        let topic_id = Uuid::nil();
+        let src = RemoteSource::new(&tp, &topic_id, &remote, &remote.segments[3]);
+        assert_eq!(src.next.map(|s| s.base_offset), Some(400));
     }
 }
