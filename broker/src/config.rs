@@ -93,6 +93,8 @@ pub struct BrokerConfig {
     pub remote_cache_replay_disk_bytes: u64,
     pub remote_cache_readahead_blocks: usize,
     pub remote_fetch_max_concurrent_gets: usize,
+    /// Threads of the tier's runtime (uploads, remote reads, cache), run at nice 10.
+    pub remote_io_threads: usize,
 }
 
 impl Default for BrokerConfig {
@@ -156,6 +158,7 @@ impl Default for BrokerConfig {
             remote_cache_replay_disk_bytes: 2 << 30,
             remote_cache_readahead_blocks: 8,
             remote_fetch_max_concurrent_gets: 16,
+            remote_io_threads: 2,
         }
     }
 }

@@ -125,15 +125,18 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     let store_config = cfg.object_store_config()?;
     let objects = strata_objstore::Store::open(&store_config)
         .with_context(|| format!("object store {}", store_config.url))?;
-    objects
-        .check()
+    let tier = crate::tier::Tier::open(&cfg, objects.clone())
         .await
+        .context("cannot open the remote read cache")?;
+    // On the tier's threads, like every other request to the store: the HTTP client's pooled
+    // connections are driven by the runtime that opened them, and must not be the Kafka one's.
+    let check = objects.clone();
+    tier.spawn(async move { check.check().await })
+        .await
+        .context("object store check")?
         .with_context(|| format!("object store {objects}"))?;
     metrics.register_object_store(objects.metrics());
     tracing::info!(store = %objects, "object store reachable");
-    let tier = crate::tier::Tier::open(&cfg, objects)
-        .await
-        .context("cannot open the remote read cache")?;
     metrics.register_tier(&tier.metrics, tier.cache.metrics());
     let metadata = Metadata::open_single_voter(MetadataOptions {
         node_id: cfg.node_id,

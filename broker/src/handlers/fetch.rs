@@ -111,20 +111,28 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     }
 }
 
-/// One partition's batches from `offset`, from whichever tier holds them.
+/// One partition's batches from `offset`, from whichever tier holds them. A remote read runs
+/// on the tier's low-priority threads ([`crate::tier::Tier::spawn`]).
 async fn read(
-    broker: &Broker,
-    p: &Partition,
+    broker: &Arc<Broker>,
+    p: Arc<Partition>,
     offset: i64,
     max_bytes: usize,
 ) -> Result<(bytes::Bytes, Offsets), ApiError> {
     match p.read(offset, max_bytes)? {
         (Read::Local(bytes), offsets) => Ok((bytes, offsets)),
         (Read::Remote(segment), offsets) => {
-            let remote = p.remote();
-            let class = read_class(&remote, &segment, broker.config.remote_cache_memory_bytes);
-            let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, &segment);
-            let bytes = broker.tier.read(&src, offset, max_bytes, class).await?;
+            let b = broker.clone();
+            let bytes = broker
+                .tier
+                .spawn(async move {
+                    let remote = p.remote();
+                    let class = read_class(&remote, &segment, b.config.remote_cache_memory_bytes);
+                    let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, &segment);
+                    b.tier.read(&src, offset, max_bytes, class).await
+                })
+                .await
+                .map_err(|e| ApiError::new(ErrorCode::KafkaStorageError, e.to_string()))??;
             Ok((bytes, offsets))
         }
     }
@@ -133,7 +141,7 @@ async fn read(
 /// One pass over the requested partitions. Returns the response, the bytes in it, and whether
 /// any partition had an error (which answers the fetch at once).
 async fn read_all(
-    broker: &Broker,
+    broker: &Arc<Broker>,
     wanted: &[Wanted],
     max_bytes: usize,
 ) -> (FetchResponse, usize, bool) {
@@ -168,7 +176,7 @@ async fn read_all(
                         let o = p.offsets();
                         Ok((bytes::Bytes::new(), o))
                     } else {
-                        read(broker, p, *offset, budget.max(1)).await
+                        read(broker, p.clone(), *offset, budget.max(1)).await
                     }
                 }
                 (None, None) => Err(ApiError::new(

@@ -62,6 +62,45 @@ impl TierError {
     }
 }
 
+/// A Tokio runtime for the tier's work, on threads the kernel schedules after the Kafka
+/// request threads (nice 10): uploads, remote reads and the cache's GETs and disk writes
+/// compete with produce and hot fetch for the same cores, and must lose.
+struct TierRuntime(Option<tokio::runtime::Runtime>);
+
+impl TierRuntime {
+    fn new(threads: usize) -> std::io::Result<TierRuntime> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name("strata-tier")
+            .on_thread_start(|| {
+                // SAFETY: plain syscalls on the calling thread's own id; failure only means
+                // the thread keeps normal priority.
+                let ok = unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10)
+                };
+                if ok != 0 {
+                    tracing::debug!("could not lower the priority of a tier thread");
+                }
+            })
+            .enable_all()
+            .build()?;
+        Ok(TierRuntime(Some(rt)))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("runtime lives until drop").handle()
+    }
+}
+
+impl Drop for TierRuntime {
+    fn drop(&mut self) {
+        // Dropped from async code at shutdown, where a blocking drop would panic.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// The object store, the cache over it, and what the background tasks share.
 pub struct Tier {
     pub store: Store,
@@ -74,24 +113,30 @@ pub struct Tier {
     orphan_grace: Duration,
     /// Bytes the cache reads ahead after each remote read.
     readahead_bytes: u64,
+    runtime: TierRuntime,
 }
 
 impl Tier {
     pub async fn open(cfg: &BrokerConfig, store: Store) -> Result<Tier, TierError> {
-        let cache = BlockCache::open(
-            CacheConfig {
-                block_size: cfg.remote_cache_block_bytes,
-                memory_bytes: cfg.remote_cache_memory_bytes as usize,
-                disk_bytes: cfg.remote_cache_disk_bytes,
-                replay_memory_bytes: cfg.remote_cache_replay_memory_bytes as usize,
-                replay_disk_bytes: cfg.remote_cache_replay_disk_bytes,
-                readahead_blocks: cfg.remote_cache_readahead_blocks,
-                max_concurrent_gets: cfg.remote_fetch_max_concurrent_gets,
-                ..CacheConfig::new(cfg.data_dir.join("cache"))
-            },
-            store.clone(),
-        )
-        .await?;
+        let runtime = TierRuntime::new(cfg.remote_io_threads)
+            .map_err(|e| TierError::Commit(format!("cannot start the tier's threads: {e}")))?;
+        let cache_config = CacheConfig {
+            block_size: cfg.remote_cache_block_bytes,
+            memory_bytes: cfg.remote_cache_memory_bytes as usize,
+            disk_bytes: cfg.remote_cache_disk_bytes,
+            replay_memory_bytes: cfg.remote_cache_replay_memory_bytes as usize,
+            replay_disk_bytes: cfg.remote_cache_replay_disk_bytes,
+            readahead_blocks: cfg.remote_cache_readahead_blocks,
+            max_concurrent_gets: cfg.remote_fetch_max_concurrent_gets,
+            ..CacheConfig::new(cfg.data_dir.join("cache"))
+        };
+        // Opened on the tier's runtime, so foyer's background work and prefetches run there.
+        let cache_store = store.clone();
+        let cache = runtime
+            .handle()
+            .spawn(BlockCache::open(cache_config, cache_store))
+            .await
+            .map_err(|e| TierError::Commit(format!("cache start-up: {e}")))??;
         Ok(Tier {
             store,
             cache,
@@ -102,7 +147,17 @@ impl Tier {
             orphan_grace: Duration::from_millis(cfg.remote_log_orphan_grace_ms),
             readahead_bytes: cfg.remote_cache_block_bytes
                 * cfg.remote_cache_readahead_blocks as u64,
+            runtime,
         })
+    }
+
+    /// Runs tier work (uploads, remote reads) on the tier's low-priority threads.
+    pub fn spawn<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.runtime.handle().spawn(work)
     }
 
     fn uploading(&self) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {

@@ -175,7 +175,11 @@ pub async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
         }
         if last_sweep.elapsed() >= SWEEP_EVERY && sweep.as_ref().is_none_or(|s| s.is_finished()) {
             last_sweep = Instant::now();
-            sweep = Some(tokio::spawn(super::expiry::sweep_orphans(broker.clone())));
+            sweep = Some(
+                broker
+                    .tier
+                    .spawn(super::expiry::sweep_orphans(broker.clone())),
+            );
         }
     }
     // Uploads in flight are abandoned: their objects are orphans the next sweep deletes.
