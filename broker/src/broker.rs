@@ -75,10 +75,20 @@ impl Broker {
     }
 
     /// Brings local logs in line with the metadata state.
+    ///
+    /// Opening or deleting logs is blocking file I/O (creating `__consumer_offsets` opens 50
+    /// logs and fsyncs each): it runs with `block_in_place`, so the Kafka tasks queued on this
+    /// worker move to another one instead of waiting behind it.
     pub fn sync_partitions(&self) -> Result<(), ApiError> {
-        self.partitions
-            .sync(&self.metadata.state())
-            .map_err(|e| ApiError::new(ErrorCode::KafkaStorageError, e.to_string()))
+        let sync = || {
+            self.partitions
+                .sync(&self.metadata.state())
+                .map_err(|e| ApiError::new(ErrorCode::KafkaStorageError, e.to_string()))
+        };
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(sync),
+            _ => sync(),
+        }
     }
 
     /// Places `count` partitions of `rf` replicas over the registered brokers, round robin from
