@@ -414,6 +414,22 @@ impl Partition {
         log.flush_if_due(now)
     }
 
+    /// Fsyncs the segments rolled since the last call, outside the log lock, then moves the
+    /// recovery point past them (see `Log::take_unflushed_rolls`).
+    pub fn flush_rolled(&self) -> Result<(), LogError> {
+        let rolls = self.log().take_unflushed_rolls();
+        let Some(up_to) = rolls.last().map(|(e, _)| *e) else {
+            return Ok(());
+        };
+        for (_, f) in &rolls {
+            if let Err(e) = f.sync_all() {
+                self.log().restore_unflushed_rolls(rolls);
+                return Err(e.into());
+            }
+        }
+        self.log().rolls_flushed(up_to)
+    }
+
     /// Deletes what retention allows now (see [`Log::enforce_retention`]); also run right
     /// after an offload, so local disk is freed without waiting for the next retention pass.
     pub fn enforce_retention(&self, now: i64) -> Result<(), LogError> {

@@ -287,10 +287,17 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
     let mut last_retention = 0i64;
     let lag_every = Duration::from_millis(broker.config.lag_sample_interval_ms);
     let mut last_lag = std::time::Instant::now();
+    let mut flusher: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {},
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => {
+                // Clean close flushes what is left; it must not race a batch in flight.
+                if let Some(f) = flusher {
+                    let _ = f.await;
+                }
+                return;
+            }
         }
         let now = now_ms();
         let retention = now - last_retention >= retention_every as i64;
@@ -317,6 +324,18 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             if let Err(e) = p.housekeeping(now, retention) {
                 tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "housekeeping failed");
             }
+        }
+        // Fsyncs of rolled segments block for as long as the disk takes: off the runtime, one
+        // batch at a time.
+        if flusher.as_ref().is_none_or(|f| f.is_finished()) {
+            let partitions = broker.partitions.all();
+            flusher = Some(tokio::task::spawn_blocking(move || {
+                for p in partitions {
+                    if let Err(e) = p.flush_rolled() {
+                        tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "fsync of a rolled segment failed; will retry");
+                    }
+                }
+            }));
         }
     }
 }

@@ -415,12 +415,19 @@ impl Segment {
 
     /// Closes a segment for appends: flush, write indexes, shrink the mapping to the file.
     pub fn seal(&mut self) -> Result<(), LogError> {
-        self.file.sync_all()?;
+        self.seal_unflushed()?.sync_all()?;
+        Ok(())
+    }
+
+    /// [`seal`](Self::seal) without the fsync: returns a handle for the caller to fsync later,
+    /// outside whatever lock it holds (a full segment's fsync can take hundreds of ms).
+    pub fn seal_unflushed(&mut self) -> Result<std::fs::File, LogError> {
+        let handle = self.file.try_clone()?;
         self.unflushed_messages = 0;
         self.write_indexes()?;
         self.map = None;
         self.mapped = 0;
-        Ok(())
+        Ok(handle)
     }
 
     /// Removes the segment's files. Readers holding slices keep their mapping.
