@@ -82,7 +82,7 @@ impl Broker {
     pub fn sync_partitions(&self) -> Result<(), ApiError> {
         let sync = || {
             self.partitions
-                .sync(&self.metadata.state())
+                .sync(|| self.metadata.state())
                 .map_err(|e| ApiError::new(ErrorCode::KafkaStorageError, e.to_string()))
         };
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {

@@ -508,8 +508,13 @@ impl Partitions {
 
     /// Opens, reconfigures and deletes logs so that this broker hosts exactly the partitions the
     /// state assigns to it. Idempotent; called on every metadata change.
-    pub fn sync(&self, state: &ClusterState) -> Result<(), LogError> {
+    ///
+    /// `state` is read under the sync lock: a caller that read an older state and then
+    /// waited for the lock would otherwise apply it after a newer one, and delete the logs of
+    /// a topic created in between.
+    pub fn sync(&self, state: impl FnOnce() -> Arc<ClusterState>) -> Result<(), LogError> {
         let _guard = self.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let state = state();
         let mut wanted: HashMap<TopicPartition, (Uuid, topic_config::LogConfig, RemoteLog)> =
             HashMap::new();
         for topic in state.topics.values() {
