@@ -418,16 +418,15 @@ impl Partition {
     /// recovery point past them (see `Log::take_unflushed_rolls`).
     pub fn flush_rolled(&self) -> Result<(), LogError> {
         let rolls = self.log().take_unflushed_rolls();
-        let Some(up_to) = rolls.last().map(|(e, _)| *e) else {
-            return Ok(());
-        };
-        for (_, f) in &rolls {
-            if let Err(e) = f.sync_all() {
+        // The lock is released while the disk works.
+        match crate::log::fsync_rolls(&rolls) {
+            Ok(Some(up_to)) => self.log().rolls_flushed(up_to),
+            Ok(None) => Ok(()),
+            Err(e) => {
                 self.log().restore_unflushed_rolls(rolls);
-                return Err(e.into());
+                Err(e.into())
             }
         }
-        self.log().rolls_flushed(up_to)
     }
 
     /// Deletes what retention allows now (see [`Log::enforce_retention`]); also run right

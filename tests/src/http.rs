@@ -140,6 +140,15 @@ impl Broker {
         assert_eq!(resp.status, 200, "GET /metrics: {}", resp.body);
         resp.body
     }
+
+    /// The sum of every sample of metric `name` (all label sets).
+    pub fn metric(&self, name: &str) -> f64 {
+        parse_prometheus(&self.metrics())
+            .into_iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.value)
+            .sum()
+    }
 }
 
 #[cfg(test)]

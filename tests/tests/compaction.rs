@@ -9,8 +9,8 @@ use std::time::Duration;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Offset;
 use strata_tests::{
-    block_on, now_ms, parse_prometheus, poll_until, unique_topic, wait_for, Broker, BrokerOpts,
-    ConsumedRecord, Rng, TrackingProducer,
+    block_on, now_ms, poll_until, unique_topic, wait_for, Broker, BrokerOpts, ConsumedRecord, Rng,
+    TrackingProducer,
 };
 
 const HOUR_MS: i64 = 3_600_000;
@@ -107,14 +107,6 @@ fn read_all(broker: &Broker, topic: &str) -> Contents {
         .collect()
 }
 
-fn metric(broker: &Broker, name: &str) -> f64 {
-    parse_prometheus(&broker.metrics())
-        .into_iter()
-        .filter(|s| s.name == name)
-        .map(|s| s.value)
-        .sum()
-}
-
 /// Waits until a consumer reads exactly `expected` from the beginning.
 fn wait_compacted(broker: &Broker, topic: &str, expected: &Contents) {
     poll_until(
@@ -186,8 +178,8 @@ fn the_latest_value_per_key_survives_at_its_offset_and_tombstones_expire() {
         (0, high),
         "compaction never moves the log start or the log end"
     );
-    assert!(metric(&broker, "strata_log_cleaner_runs_total") >= 1.0);
-    assert!(metric(&broker, "strata_log_cleaner_removed_records_total") >= (high - 91) as f64);
+    assert!(broker.metric("strata_log_cleaner_runs_total") >= 1.0);
+    assert!(broker.metric("strata_log_cleaner_removed_records_total") >= (high - 91) as f64);
 
     // The compacted log is what both a clean restart and a crash come back with.
     broker.restart();
@@ -292,7 +284,7 @@ fn a_kill_9_at_several_points_of_a_clean_leaves_a_readable_correct_log() {
     wait_for(
         "the cleaner's metrics to count the clean",
         Duration::from_secs(10),
-        || metric(&broker, "strata_log_cleaner_runs_total") >= 1.0,
+        || broker.metric("strata_log_cleaner_runs_total") >= 1.0,
     );
 }
 

@@ -117,14 +117,6 @@ fn check_records(broker: &Broker, topic: &str, from: usize, to: usize, ts0: i64)
     }
 }
 
-fn metric(broker: &Broker, name: &str) -> f64 {
-    parse_prometheus(&broker.metrics())
-        .into_iter()
-        .filter(|s| s.name == name)
-        .map(|s| s.value)
-        .sum()
-}
-
 fn metric_with(broker: &Broker, name: &str, label: &str, value: &str) -> f64 {
     parse_prometheus(&broker.metrics())
         .into_iter()
@@ -159,8 +151,8 @@ fn files_with(dir: &Path, suffix: &str) -> Vec<PathBuf> {
 fn wait_offloaded(broker: &Broker, topic: &str, min_uploads: f64) {
     let state = || {
         (
-            metric(broker, "strata_tier_upload_lag_segments"),
-            metric(broker, "strata_tier_uploaded_segments_total"),
+            broker.metric("strata_tier_upload_lag_segments"),
+            broker.metric("strata_tier_uploaded_segments_total"),
             local_segments(broker, topic),
         )
     };
@@ -208,7 +200,7 @@ fn offload_and_replay(broker: &Broker, topic: &str, n: usize) -> i64 {
 
     // Every record, in order, from the remote tier into the local one.
     check_records(broker, topic, 0, n, ts0);
-    assert!(metric(broker, "strata_tier_remote_fetch_bytes_total") > 0.9 * segments * 1e6);
+    assert!(broker.metric("strata_tier_remote_fetch_bytes_total") > 0.9 * segments * 1e6);
     // A timestamp inside the remote range finds its exact record.
     for i in [0, 12_345 % n, n - 10] {
         assert_eq!(offset_for_time(broker, topic, ts0 + i as i64), i as i64);
@@ -315,8 +307,8 @@ fn an_unreachable_s3_server_stalls_uploads_but_not_producers() {
         "failed uploads while the store is down",
         Duration::from_secs(60),
         || {
-            metric(&broker, "strata_tier_upload_errors_total") > 0.0
-                && metric(&broker, "strata_tier_upload_lag_segments") >= 4.0
+            broker.metric("strata_tier_upload_errors_total") > 0.0
+                && broker.metric("strata_tier_upload_lag_segments") >= 4.0
         },
     );
     assert!(
@@ -366,10 +358,10 @@ fn sigkill_in_the_middle_of_an_upload_leaves_no_orphan_and_loses_nothing() {
     broker.restart();
     wait_offloaded(&broker, &topic, 5.0);
     wait_for("the orphan swept", Duration::from_secs(30), || {
-        !half_written() && metric(&broker, "strata_tier_orphans_deleted_total") >= 1.0
+        !half_written() && broker.metric("strata_tier_orphans_deleted_total") >= 1.0
     });
     // Exactly one object pair per committed segment.
-    let committed = metric(&broker, "strata_tier_remote_log_segments");
+    let committed = broker.metric("strata_tier_remote_log_segments");
     assert_eq!(files_with(&objects, ".log").len() as f64, committed);
     check_records(&broker, &topic, 0, 8_000, ts0);
 }
@@ -478,7 +470,7 @@ fn remote_retention_deletes_exactly_the_expired_segments() {
         || broker.watermarks(&topic, 0).0 == 3_500,
     );
     wait_for("expired objects deleted", Duration::from_secs(30), || {
-        metric(&broker, "strata_tier_expired_segments_total") >= 1.0
+        broker.metric("strata_tier_expired_segments_total") >= 1.0
             && files_with(&objects, ".log").len() < before
     });
     // Every remaining object starts at or after the new log start.

@@ -129,6 +129,15 @@ pub struct RecoveryReport {
     pub truncated_bytes: u64,
 }
 
+/// Fsyncs rolled segments (from [`Log::take_unflushed_rolls`]); returns the recovery point they
+/// allow, `None` when there were none.
+pub fn fsync_rolls(rolls: &[(i64, std::fs::File)]) -> std::io::Result<Option<i64>> {
+    for (_, f) in rolls {
+        f.sync_all()?;
+    }
+    Ok(rolls.last().map(|(end, _)| *end))
+}
+
 fn read_checkpoint(path: &Path) -> Option<i64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
@@ -441,19 +450,17 @@ impl Log {
         Ok(())
     }
 
-    /// Fsyncs the rolled segments now (tests, clean close).
+    /// Fsyncs the rolled segments now (clean close).
     pub fn flush_rolls(&mut self) -> Result<(), LogError> {
         let rolls = self.take_unflushed_rolls();
-        let Some(up_to) = rolls.last().map(|(e, _)| *e) else {
-            return Ok(());
-        };
-        for (_, f) in &rolls {
-            if let Err(e) = f.sync_all() {
+        match fsync_rolls(&rolls) {
+            Ok(Some(up_to)) => self.rolls_flushed(up_to),
+            Ok(None) => Ok(()),
+            Err(e) => {
                 self.restore_unflushed_rolls(rolls);
-                return Err(e.into());
+                Err(e.into())
             }
         }
-        self.rolls_flushed(up_to)
     }
 
     /// Reads whole batches starting with the one containing `offset`, up to `max_bytes`

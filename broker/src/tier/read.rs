@@ -145,33 +145,33 @@ impl<'a> Cursor<'a> {
         Ok(())
     }
 
+    /// An error naming this object (built only when a check fails, not per batch).
+    fn corrupt(&self, what: String) -> TierError {
+        TierError::Corrupt(format!("{}: {what}", self.object.key))
+    }
+
     /// The next checked batch, or `None` at the end of the object.
     async fn next(&mut self, window: u64) -> Result<Option<(BatchHeader, Bytes)>, TierError> {
         if self.pos >= self.object.size {
             return Ok(None);
         }
-        let key = self.object.key.clone();
-        let corrupt = |what: String| TierError::Corrupt(format!("{key}: {what}"));
         self.ensure(HEADER_LEN as u64, window).await?;
         let at = (self.pos - self.start) as usize;
         let header = BatchHeader::parse(&self.buf[at..])
-            .map_err(|e| corrupt(format!("batch at {}: {e}", self.pos)))?;
+            .map_err(|e| self.corrupt(format!("batch at {}: {e}", self.pos)))?;
         let len = header.total_len() as u64;
         if self.pos + len > self.object.size {
-            return Err(corrupt(format!(
-                "batch at {} runs past the object",
-                self.pos
-            )));
+            return Err(self.corrupt(format!("batch at {} runs past the object", self.pos)));
         }
         self.ensure(len, window).await?;
         let at = (self.pos - self.start) as usize;
         let bytes = self.buf.slice(at..at + len as usize);
-        let header =
-            batch::validate(&bytes).map_err(|e| corrupt(format!("batch at {}: {e}", self.pos)))?;
+        let header = batch::validate(&bytes)
+            .map_err(|e| self.corrupt(format!("batch at {}: {e}", self.pos)))?;
         if header.base_offset < self.segment.base_offset
             || header.last_offset() > self.segment.last_offset
         {
-            return Err(corrupt(format!(
+            return Err(self.corrupt(format!(
                 "batch [{}, {}] outside the segment [{}, {}]",
                 header.base_offset,
                 header.last_offset(),
