@@ -23,13 +23,22 @@ pub type NodeId = u64;
 /// [`ClusterState::apply`](crate::ClusterState::apply).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub enum Command {
-    /// Registers a broker, replacing any earlier registration of the same node id.
+    /// Registers a broker under a new broker epoch, replacing any earlier registration of the
+    /// same node id (that incarnation is fenced first). The broker starts fenced; its first
+    /// heartbeat unfences it.
     RegisterBroker {
         node_id: NodeId,
         host: String,
         port: u16,
         rack: Option<String>,
     },
+    /// Fences the broker's registration `epoch` (missed heartbeats, or a clean shutdown): it
+    /// leaves every ISR it is not the last member of, and its partitions get new leaders from
+    /// their ISR.
+    FenceBroker { node_id: NodeId, epoch: i64 },
+    /// Unfences the broker's registration `epoch` (it heartbeats): partitions without a leader
+    /// whose ISR holds it are led by it.
+    UnfenceBroker { node_id: NodeId, epoch: i64 },
     /// Creates a topic. `replicas` has one entry per partition: that partition's replica list,
     /// the first replica being the preferred leader.
     CreateTopic {
@@ -86,6 +95,12 @@ pub enum Command {
 pub enum CommandResult {
     /// The command was applied.
     Ok,
+    /// `RegisterBroker`: the broker's new epoch.
+    BrokerRegistered { epoch: i64 },
+    /// The broker is not registered.
+    UnknownBroker,
+    /// A fence or unfence for an earlier registration than the broker's current `epoch`.
+    StaleBrokerEpoch { current: i64 },
     /// Producer ids `first .. first + count` are reserved for the proposer.
     ProducerIds { first: i64, count: u64 },
     /// `CreateTopic`: a topic with this name (or this topic id) already exists.
@@ -106,8 +121,14 @@ pub enum CommandResult {
 }
 
 impl CommandResult {
-    /// True for the results that mean the command was applied (`Ok`, `ProducerIds`).
+    /// True for the results that mean the command was applied (`Ok`, `ProducerIds`,
+    /// `BrokerRegistered`).
     pub fn is_ok(&self) -> bool {
-        matches!(self, CommandResult::Ok | CommandResult::ProducerIds { .. })
+        matches!(
+            self,
+            CommandResult::Ok
+                | CommandResult::ProducerIds { .. }
+                | CommandResult::BrokerRegistered { .. }
+        )
     }
 }

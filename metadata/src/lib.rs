@@ -6,8 +6,10 @@
 //! [`Command`], get its [`CommandResult`] once committed and applied, read or subscribe to the
 //! latest state.
 //!
-//! Today the quorum has exactly one voter ([`Metadata::open_single_voter`]); multi-voter
-//! quorums need the TCP transport that will replace [`network::UnreachableNetwork`].
+//! The quorum has 1, 3 or 5 voters and any number of learners (every other broker), talking
+//! over TCP ([`rpc`](crate::rpc)); the leader is also the controller ([`controller`]): it
+//! tracks broker heartbeats and fences silent brokers, which moves partition leadership
+//! ([`leadership`]).
 //!
 //! # Layout
 //!
@@ -15,11 +17,14 @@
 //! |---|---|
 //! | `command` | [`Command`] and [`CommandResult`]: the raft payload and its response |
 //! | `state` | [`ClusterState`] and its pure, deterministic [`ClusterState::apply`] |
+//! | `leadership` | broker registration and fencing, and the leader elections they cause |
+//! | `controller` | broker liveness on the leader: heartbeats, session expiry |
 //! | `types` | the openraft type configuration ([`TypeConfig`]) |
 //! | `log_store` | the raft log (`raft.log`: length-prefixed, CRC-32C-checked JSON records), `vote.json`, `committed.json`, `purged.json` |
 //! | `state_machine` | the raft state machine over `ClusterState`; snapshots in `snapshot/snapshot.json` |
-//! | [`network`] | raft transport between voters (single-node: every peer unreachable) |
-//! | `quorum` | [`Metadata`]: open, propose, read, snapshot, shut down |
+//! | `rpc` | node-to-node calls: length-prefixed JSON over TCP, pooled connections |
+//! | `network` | openraft's transport over `rpc` |
+//! | `quorum` | [`Metadata`]: open (initialize or join), propose and heartbeat via the leader, read, snapshot, shut down; the raft port's server |
 //! | `error` | [`MetadataError`] |
 //! | `fs_util` | atomic, durable small-file writes |
 //!
@@ -37,19 +42,23 @@
 //! left by a crash is cut off first.
 
 mod command;
+mod controller;
 mod error;
 mod fs_util;
+mod leadership;
 mod log_store;
-pub mod network;
+mod network;
 mod quorum;
 pub mod remote;
+mod rpc;
 mod state;
 mod state_machine;
 mod types;
 
 pub use command::{Command, CommandResult, NodeId};
 pub use error::MetadataError;
-pub use quorum::{Metadata, MetadataOptions};
+pub use controller::{Heartbeat, HeartbeatReply};
+pub use quorum::{Metadata, MetadataOptions, QuorumStatus};
 pub use remote::{RemoteSegment, RemoteSegmentState};
 pub use state::{BrokerInfo, ClusterState, PartitionInfo, TopicInfo, FIRST_PRODUCER_ID};
 pub use types::TypeConfig;

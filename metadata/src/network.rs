@@ -1,18 +1,16 @@
-//! Raft transport between metadata voters.
-//!
-//! **Today this is the single-node transport**: [`UnreachableNetwork`] answers every RPC with
-//! [`RPCError::Unreachable`]. A single voter never sends an RPC (it is its own quorum), so this
-//! is complete for one node. Multi-voter quorums need a real transport (TCP between voters);
-//! it will be another [`RaftNetworkFactory`] implementation in this module, passed to the same
-//! generic start-up path (`Metadata::start`), with nothing else changing.
+//! Raft transport between metadata nodes: openraft's RPCs over [`crate::rpc`] (TCP).
 //!
 //! Invariants:
-//! - A transport never fabricates a response: failing to reach a peer is reported as
-//!   `Unreachable` (raft backs off and retries), never as a vote or append result.
+//! - A transport never fabricates a response: a peer that cannot be reached is reported as
+//!   `Unreachable` (raft backs off and retries), any other failure as a network error, and
+//!   only what the peer answered is returned as its answer.
 
 use std::io;
+use std::sync::Arc;
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -20,101 +18,109 @@ use openraft::raft::{
 };
 
 use crate::command::NodeId;
+use crate::rpc::{Peer, Peers, Request, Response};
 use crate::types::{Node, TypeConfig};
 
-/// The single-node transport: creates connections whose every RPC fails as unreachable.
-/// To be replaced by a TCP transport when multi-voter quorums arrive.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct UnreachableNetwork;
-
-/// A "connection" to a peer that cannot be reached.
-#[derive(Clone, Copy, Debug)]
-pub struct UnreachableConnection {
-    target: NodeId,
+/// Creates a [`TcpConnection`] per raft replication stream or vote.
+#[derive(Clone, Debug)]
+pub(crate) struct TcpNetwork {
+    peers: Arc<Peers>,
 }
 
-impl UnreachableConnection {
-    fn error<E: std::error::Error>(&self) -> RPCError<NodeId, Node, E> {
-        let cause = io::Error::new(
-            io::ErrorKind::NotConnected,
+impl TcpNetwork {
+    pub(crate) fn new(peers: Arc<Peers>) -> TcpNetwork {
+        TcpNetwork { peers }
+    }
+}
+
+/// Raft's view of one peer.
+#[derive(Debug)]
+pub(crate) struct TcpConnection {
+    target: NodeId,
+    peer: Arc<Peer>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
+    type Network = TcpConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &Node) -> TcpConnection {
+        TcpConnection {
+            target,
+            peer: self.peers.get(&node.addr),
+        }
+    }
+}
+
+impl TcpConnection {
+    async fn send<E: std::error::Error>(
+        &self,
+        req: Request,
+        option: &RPCOption,
+    ) -> Result<Response, RPCError<NodeId, Node, E>> {
+        self.peer
+            .call(&req, option.hard_ttl())
+            .await
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::ConnectionRefused | io::ErrorKind::NotConnected => {
+                    RPCError::Unreachable(Unreachable::new(&e))
+                }
+                _ => RPCError::Network(NetworkError::new(&e)),
+            })
+    }
+
+    fn remote<T, E>(&self, answer: Result<T, RaftError<NodeId, E>>) -> RPCResult<T, E>
+    where
+        E: std::error::Error,
+    {
+        answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+
+    fn unexpected<T, E: std::error::Error>(&self, got: &Response) -> RPCResult<T, E> {
+        let e = io::Error::new(
+            io::ErrorKind::InvalidData,
             format!(
-                "metadata node {} is unreachable: this build has only the single-node raft transport",
-                self.target
+                "node {} at {} answered with the wrong message: {got:?}",
+                self.target,
+                self.peer.addr()
             ),
         );
-        RPCError::Unreachable(Unreachable::new(&cause))
+        Err(RPCError::Network(NetworkError::new(&e)))
     }
 }
 
-impl RaftNetworkFactory<TypeConfig> for UnreachableNetwork {
-    type Network = UnreachableConnection;
+type RPCResult<T, E> = Result<T, RPCError<NodeId, Node, RaftError<NodeId, E>>>;
 
-    async fn new_client(&mut self, target: NodeId, _node: &Node) -> UnreachableConnection {
-        UnreachableConnection { target }
-    }
-}
-
-impl RaftNetwork<TypeConfig> for UnreachableConnection {
+impl RaftNetwork<TypeConfig> for TcpConnection {
     async fn append_entries(
         &mut self,
-        _rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        Err(self.error())
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RPCResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        match self.send(Request::AppendEntries(rpc), &option).await? {
+            Response::AppendEntries(answer) => self.remote(answer),
+            other => self.unexpected(&other),
+        }
     }
 
     async fn install_snapshot(
         &mut self,
-        _rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
-    > {
-        Err(self.error())
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RPCResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        match self.send(Request::InstallSnapshot(rpc), &option).await? {
+            Response::InstallSnapshot(answer) => self.remote(answer),
+            other => self.unexpected(&other),
+        }
     }
 
     async fn vote(
         &mut self,
-        _rpc: VoteRequest<NodeId>,
-        _option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        Err(self.error())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use openraft::Vote;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn every_rpc_reports_the_peer_unreachable() {
-        let mut network = UnreachableNetwork;
-        let mut conn = network.new_client(2, &Node::default()).await;
-        let option = RPCOption::new(Duration::from_millis(100));
-        let vote = conn
-            .vote(VoteRequest::new(Vote::new(1, 1), None), option)
-            .await;
-        assert!(matches!(vote, Err(RPCError::Unreachable(_))), "{vote:?}");
-        let option = RPCOption::new(Duration::from_millis(100));
-        let append = conn
-            .append_entries(
-                AppendEntriesRequest {
-                    vote: Vote::new(1, 1),
-                    prev_log_id: None,
-                    entries: vec![],
-                    leader_commit: None,
-                },
-                option,
-            )
-            .await;
-        assert!(
-            matches!(append, Err(RPCError::Unreachable(_))),
-            "{append:?}"
-        );
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RPCResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        match self.send(Request::Vote(rpc), &option).await? {
+            Response::Vote(answer) => self.remote(answer),
+            other => self.unexpected(&other),
+        }
     }
 }

@@ -1,36 +1,62 @@
 //! [`Metadata`]: the handle the broker uses to run and talk to the metadata quorum.
 //!
+//! A node is a voter (listed in the voters of a new cluster, or promoted later) or a learner
+//! (any other broker: it asks a voter to add it, then receives every entry). Either way it
+//! holds the whole state machine and serves reads from it. Writes and heartbeats go to the
+//! leader: locally when this node leads, otherwise over [`crate::rpc`].
+//!
 //! Invariants:
-//! - [`Metadata::open_single_voter`] returns only once this node leads and has applied every
-//!   entry in its log, so the first [`Metadata::state`] a caller sees is the fully rebuilt state,
-//!   never a partial replay.
-//! - A fresh store (no vote, no log) is initialized as a one-voter cluster of this node; an
-//!   existing store is never re-initialized, and one whose membership does not make this node
-//!   a voter is refused rather than waited on.
-//! - Every wait has a deadline; none sleeps a fixed time.
-//! - When `propose` returns `Ok`, the command is committed, applied and visible in `state()`.
+//! - [`Metadata::open`] returns only once a leader is known and this node has applied every
+//!   entry the leader had committed when asked, so the first [`Metadata::state`] a caller sees
+//!   is up to date as of start-up, never a partial replay.
+//! - A fresh store is initialized with the configured voters only by a node that is one of
+//!   them (every voter initializing with the same voters is safe in raft); a stored
+//!   membership is never re-initialized, and one that does not hold this node is refused.
+//! - When `propose` returns `Ok`, the command is committed, applied *on this node* and
+//!   visible in `state()`, wherever the leader is.
+//! - A proposal is sent to a leader at most once: it is retried only when it was refused
+//!   (not the leader) or never sent (no connection), so a command never applies twice
+//!   through this path.
+//! - Every wait has a deadline, except the start-up wait for a quorum, which logs what it is
+//!   waiting for every few seconds; none sleeps a fixed time as synchronization.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{
+    CheckIsLeaderError, ClientWriteError, ForwardToLeader, InitializeError, RaftError,
+};
 use openraft::metrics::WaitError;
-use openraft::{Config, RaftMetrics, RaftNetworkFactory, ServerState, SnapshotPolicy};
+use openraft::{ChangeMembers, Config, RaftMetrics, ServerState, SnapshotPolicy};
+use serde::Serialize;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::command::{Command, CommandResult, NodeId};
+use crate::controller::{Heartbeat, HeartbeatReply, Liveness, Verdict};
 use crate::error::MetadataError;
 use crate::log_store::LogStore;
-use crate::network::UnreachableNetwork;
+use crate::network::TcpNetwork;
+use crate::rpc::{self, CallError, Peers, Refusal, Request, Response};
 use crate::state::ClusterState;
 use crate::state_machine::StateMachineStore;
-use crate::types::{Node, Raft, TypeConfig};
+use crate::types::{Node, Raft};
 
-/// How long `open_single_voter` waits for leadership and log replay.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a single-voter quorum may take to elect itself and replay its log.
+const SINGLE_VOTER_STARTUP: Duration = Duration::from_secs(10);
+/// Start-up with several voters waits for a quorum without a deadline, logging this often.
+const STARTUP_PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// How long a write, read barrier or membership change may take to find a leader and commit.
+const LEADER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one call to a peer may take.
+const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause before asking again when no leader is known or the one asked had just lost it.
+const LEADER_RETRY: Duration = Duration::from_millis(50);
 /// How long `snapshot` waits for the snapshot to be built.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A snapshot trigger is ignored while another build runs; re-trigger this often until ours
@@ -41,14 +67,24 @@ const SNAPSHOT_EVERY_ENTRIES: u64 = 1000;
 /// Entries kept in the log behind a snapshot, so a slightly lagging follower can catch up
 /// from the log rather than from a snapshot.
 const LOG_KEPT_BEHIND_SNAPSHOT: u64 = 100;
+/// How often the controller looks for brokers whose session expired.
+const CONTROLLER_TICK: Duration = Duration::from_millis(100);
 
 /// Where and as whom to run the metadata quorum.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct MetadataOptions {
     /// This node's id.
     pub node_id: NodeId,
     /// Directory for the raft log, vote and snapshots; created if missing.
     pub dir: PathBuf,
+    /// Bound listener for other nodes' calls (the raft port).
+    pub listener: TcpListener,
+    /// The voters of the cluster and their raft addresses. A fresh store is initialized with
+    /// these when this node is one of them; a node not listed joins as a learner through them.
+    /// This node's own entry may name port 0: the bound address is used instead.
+    pub voters: BTreeMap<NodeId, String>,
+    /// A broker silent for this long is fenced by the controller.
+    pub session_timeout: Duration,
 }
 
 /// Handle to the running metadata quorum on this node. Cheap to clone.
@@ -62,6 +98,28 @@ struct Inner {
     raft: Raft,
     state: watch::Receiver<Arc<ClusterState>>,
     metrics: watch::Receiver<RaftMetrics<NodeId, Node>>,
+    peers: Arc<Peers>,
+    session_timeout: Duration,
+    liveness: Mutex<Liveness>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Set by `shutdown`: the raft port closes every connection instead of answering.
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+/// The quorum as this node sees it, for status pages and metrics.
+#[derive(Clone, Debug, Serialize)]
+pub struct QuorumStatus {
+    pub node_id: NodeId,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub role: &'static str,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub last_log_index: Option<u64>,
+    pub last_applied_index: Option<u64>,
+    pub voters: BTreeMap<NodeId, String>,
+    pub learners: BTreeMap<NodeId, String>,
+    /// On the leader: the last log index each node is known to hold.
+    pub replication: Option<BTreeMap<NodeId, Option<u64>>>,
 }
 
 /// The raft configuration of the metadata quorum.
@@ -86,23 +144,56 @@ fn wait_error(err: WaitError) -> MetadataError {
     }
 }
 
-impl Metadata {
-    /// Opens (or creates) the on-disk raft state and starts raft. If the store is fresh
-    /// (no vote, no log), initializes a single-voter cluster with this node as the only voter.
-    /// Returns once this node is the leader and has applied every committed entry (i.e. state
-    /// is fully rebuilt), or an error after a deadline.
-    pub async fn open_single_voter(opts: MetadataOptions) -> Result<Metadata, MetadataError> {
-        Self::start(opts, UnreachableNetwork).await
+fn not_leader(f: &ForwardToLeader<NodeId, Node>) -> Refusal {
+    Refusal::NotLeader {
+        leader: f.leader_id.zip(f.leader_node.as_ref().map(|n| n.addr.clone())),
     }
+}
 
-    /// Starts raft over `network`, initializing a fresh store as a single-voter cluster, and
-    /// waits for leadership and full replay. The transport is a parameter so that a TCP
-    /// transport can be passed here when multi-voter quorums arrive.
-    async fn start<N>(opts: MetadataOptions, network: N) -> Result<Metadata, MetadataError>
-    where
-        N: RaftNetworkFactory<TypeConfig>,
-    {
-        let MetadataOptions { node_id, dir } = opts;
+fn refusal<E: std::error::Error>(e: RaftError<NodeId, E>) -> Refusal {
+    match e {
+        RaftError::Fatal(f) => Refusal::Failed(format!("raft stopped: {f}")),
+        RaftError::APIError(e) => Refusal::Failed(e.to_string()),
+    }
+}
+
+fn write_refusal(e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> Refusal {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(&f),
+        other => refusal(other),
+    }
+}
+
+impl Metadata {
+    /// Opens (or creates) the on-disk raft state, starts raft and the raft port, and joins the
+    /// quorum: a fresh voter initializes it with `voters`, a fresh learner asks a voter to add
+    /// it. Returns once a leader is known and this node has applied everything it committed.
+    pub async fn open(opts: MetadataOptions) -> Result<Metadata, MetadataError> {
+        let MetadataOptions {
+            node_id,
+            dir,
+            listener,
+            voters,
+            session_timeout,
+        } = opts;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| MetadataError::io("reading the raft listener's address", e))?;
+        let voters: BTreeMap<NodeId, String> = voters
+            .into_iter()
+            .map(|(id, addr)| {
+                let addr = if id == node_id && addr.ends_with(":0") {
+                    bound.to_string()
+                } else {
+                    addr
+                };
+                (id, addr)
+            })
+            .collect();
+        let my_addr = voters
+            .get(&node_id)
+            .cloned()
+            .unwrap_or_else(|| bound.to_string());
         let (log_store, state_machine, state) = tokio::task::spawn_blocking(move || {
             let (log_store, report) = LogStore::open(&dir)?;
             tracing::info!(
@@ -118,7 +209,9 @@ impl Metadata {
         .await
         .map_err(|e| MetadataError::Raft(format!("opening the metadata store panicked: {e}")))??;
 
+        let peers = Arc::new(Peers::default());
         let config = Arc::new(raft_config()?);
+        let network = TcpNetwork::new(peers.clone());
         let raft = Raft::new(node_id, config, network, log_store, state_machine).await?;
         let metadata = Metadata {
             inner: Arc::new(Inner {
@@ -126,71 +219,365 @@ impl Metadata {
                 metrics: raft.metrics(),
                 raft,
                 state,
+                peers,
+                session_timeout,
+                liveness: Mutex::new(Liveness::default()),
+                tasks: Mutex::new(Vec::new()),
+                stopped: std::sync::atomic::AtomicBool::new(false),
             }),
         };
-        match metadata.become_ready().await {
+        let weak = Arc::downgrade(&metadata.inner);
+        let server = tokio::spawn(serve(listener, weak.clone()));
+        let controller = tokio::spawn(run_controller(weak));
+        metadata
+            .inner
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend([server, controller]);
+        tracing::info!(node_id, raft_addr = %my_addr, "metadata node started");
+        match metadata.become_ready(&voters, &my_addr).await {
             Ok(()) => Ok(metadata),
             Err(e) => {
                 // Do not leave raft's tasks running behind a failed open.
-                if let Err(join) = metadata.inner.raft.shutdown().await {
-                    tracing::warn!(error = %join, "shutting down raft after a failed open");
+                if let Err(stop) = metadata.shutdown().await {
+                    tracing::warn!(error = %stop, "shutting down raft after a failed open");
                 }
                 Err(e)
             }
         }
     }
 
-    /// Initializes a fresh store, starts an election right away on a restarted one, and waits
-    /// until this node leads and has applied its whole log.
-    async fn become_ready(&self) -> Result<(), MetadataError> {
+    /// Initializes or joins as the store and `voters` call for, then waits for a leader and
+    /// catches up with it.
+    async fn become_ready(
+        &self,
+        voters: &BTreeMap<NodeId, String>,
+        my_addr: &str,
+    ) -> Result<(), MetadataError> {
         let raft = &self.inner.raft;
         let node_id = self.inner.node_id;
         if raft.is_initialized().await? {
-            let voters: Vec<NodeId> = {
-                let metrics = self.inner.metrics.borrow();
-                metrics.membership_config.voter_ids().collect()
-            };
-            if !voters.contains(&node_id) {
+            let membership = self.inner.metrics.borrow().membership_config.clone();
+            let stored_voters: Vec<NodeId> = membership.voter_ids().collect();
+            let member = membership.nodes().any(|(id, _)| *id == node_id);
+            if !member {
                 return Err(MetadataError::Raft(format!(
-                    "node {node_id} is not a voter of the stored metadata quorum (voters: {voters:?})"
+                    "node {node_id} is not a member of the stored metadata quorum (voters: {stored_voters:?})"
                 )));
             }
-            if voters == [node_id] {
+            let configured: Vec<NodeId> = voters.keys().copied().collect();
+            if configured != stored_voters && voters.contains_key(&node_id) {
+                tracing::warn!(
+                    ?configured,
+                    stored = ?stored_voters,
+                    "the configured voters differ from the stored membership, which wins (change voters with `strata cluster add-voter/remove-voter`)"
+                );
+            }
+            if stored_voters == [node_id] {
                 // The only voter: no need to wait out an election timeout.
                 raft.trigger().elect().await?;
             }
+        } else if voters.contains_key(&node_id) {
+            tracing::info!(node_id, voters = ?voters.keys().collect::<Vec<_>>(), "initializing the metadata quorum");
+            let members: BTreeMap<NodeId, Node> = voters
+                .iter()
+                .map(|(id, addr)| (*id, Node::new(addr.clone())))
+                .collect();
+            match raft.initialize(members).await {
+                Ok(()) => {}
+                // Another voter's initialization reached this node first.
+                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(e) => return Err(e.into()),
+            }
         } else {
-            tracing::info!(node_id, "initializing a single-voter metadata quorum");
-            raft.initialize(BTreeMap::from([(node_id, Node::default())]))
-                .await?;
+            self.join(voters, my_addr).await?;
         }
 
-        raft.wait(Some(STARTUP_TIMEOUT))
-            .metrics(
-                |m| {
-                    m.state == ServerState::Leader
-                        && m.current_leader == Some(node_id)
-                        // A leader first commits a blank entry of its own term; once an entry
-                        // of the current term is applied, everything before it is too.
-                        && m.last_applied.map(|id| id.leader_id.term) == Some(m.current_term)
-                        && m.last_applied.map(|id| id.index) == m.last_log_index
-                },
-                "this node to lead the metadata quorum and apply its whole log",
-            )
-            .await
-            .map_err(wait_error)?;
-        Ok(())
+        let single = voters.len() == 1 && voters.contains_key(&node_id);
+        let started = Instant::now();
+        loop {
+            let wait = if single {
+                SINGLE_VOTER_STARTUP
+            } else {
+                STARTUP_PROGRESS_EVERY
+            };
+            match raft
+                .wait(Some(wait))
+                .metrics(|m| m.current_leader.is_some(), "a metadata leader")
+                .await
+            {
+                Ok(_) => break,
+                Err(WaitError::Timeout(..)) if !single => {
+                    tracing::info!(
+                        waited_s = started.elapsed().as_secs(),
+                        voters = ?voters,
+                        "waiting for a quorum of metadata voters to elect a leader"
+                    );
+                }
+                Err(e) => return Err(wait_error(e)),
+            }
+        }
+        loop {
+            match self.catch_up().await {
+                Ok(()) => return Ok(()),
+                Err(MetadataError::NotLeader | MetadataError::Timeout { .. }) if !single => {
+                    tracing::info!(
+                        waited_s = started.elapsed().as_secs(),
+                        "waiting to catch up with the metadata leader"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
-    /// Proposes a command through raft and returns its result once committed and applied.
-    pub async fn propose(&self, cmd: Command) -> Result<CommandResult, MetadataError> {
-        match self.inner.raft.client_write(cmd).await {
-            Ok(response) => Ok(response.data),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-                Err(MetadataError::NotLeader)
-            }
-            Err(err) => Err(err.into()),
+    /// Asks the voters until one (the leader) adds this node as a learner.
+    async fn join(
+        &self,
+        voters: &BTreeMap<NodeId, String>,
+        my_addr: &str,
+    ) -> Result<(), MetadataError> {
+        if voters.is_empty() {
+            return Err(MetadataError::Raft(
+                "this node is not a voter and no voter is configured to join through".to_string(),
+            ));
         }
+        let node_id = self.inner.node_id;
+        let request = Request::Join {
+            node_id,
+            addr: my_addr.to_string(),
+        };
+        let started = Instant::now();
+        let mut last_report = Instant::now();
+        let mut targets: Vec<String> = voters.values().cloned().collect();
+        let mut next = 0usize;
+        loop {
+            let addr = targets[next % targets.len()].clone();
+            next += 1;
+            match self
+                .inner
+                .peers
+                .get(&addr)
+                .call(&request, PEER_CALL_TIMEOUT)
+                .await
+            {
+                Ok(Response::Joined(Ok(()))) => {
+                    tracing::info!(node_id, via = %addr, "joined the metadata quorum as a learner");
+                    return Ok(());
+                }
+                Ok(Response::Joined(Err(Refusal::NotLeader {
+                    leader: Some((_, leader)),
+                }))) => {
+                    // Ask the leader next.
+                    if !targets.contains(&leader) {
+                        targets.push(leader.clone());
+                    }
+                    next = targets.iter().position(|t| *t == leader).unwrap_or(next);
+                    continue;
+                }
+                Ok(other) => {
+                    tracing::debug!(via = %addr, answer = ?other, "join not accepted yet");
+                }
+                Err(e) => tracing::debug!(via = %addr, error = %e, "join: voter unreachable"),
+            }
+            if last_report.elapsed() >= STARTUP_PROGRESS_EVERY {
+                last_report = Instant::now();
+                tracing::info!(
+                    waited_s = started.elapsed().as_secs(),
+                    voters = ?voters,
+                    "waiting for a metadata leader to add this node as a learner"
+                );
+            }
+            tokio::time::sleep(LEADER_RETRY * 4).await;
+        }
+    }
+
+    /// Waits until this node has applied everything the leader had committed when asked.
+    async fn catch_up(&self) -> Result<(), MetadataError> {
+        let index = self.read_index().await?;
+        self.wait_applied(index).await
+    }
+
+    async fn wait_applied(&self, index: u64) -> Result<(), MetadataError> {
+        self.inner
+            .raft
+            .wait(Some(LEADER_CALL_TIMEOUT))
+            .applied_index_at_least(Some(index), "this node to apply a committed entry")
+            .await
+            .map(|_| ())
+            .map_err(wait_error)
+    }
+
+    /// Runs `local` when this node leads, or sends `request` to the leader, until one answers
+    /// or [`LEADER_CALL_TIMEOUT`] passes. `once`: the request must not run twice (see the
+    /// module invariants).
+    async fn on_leader<T, F, Fut>(
+        &self,
+        request: Request,
+        once: bool,
+        local: F,
+        unpack: fn(Response) -> Option<Result<T, Refusal>>,
+    ) -> Result<T, MetadataError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, Refusal>>,
+    {
+        let deadline = Instant::now() + LEADER_CALL_TIMEOUT;
+        loop {
+            let (leader, addr) = {
+                let m = self.inner.metrics.borrow();
+                if m.state == ServerState::Shutdown {
+                    return Err(MetadataError::Shutdown);
+                }
+                let addr = m
+                    .current_leader
+                    .and_then(|l| m.membership_config.membership().get_node(&l).cloned());
+                (m.current_leader, addr)
+            };
+            let answer = match (leader, addr) {
+                (Some(l), _) if l == self.inner.node_id => Some(local().await),
+                (Some(l), Some(node)) => {
+                    let peer = self.inner.peers.get(&node.addr);
+                    let sent = if once {
+                        peer.call_once(&request, PEER_CALL_TIMEOUT).await
+                    } else {
+                        peer.call(&request, PEER_CALL_TIMEOUT)
+                            .await
+                            .map_err(CallError::NotSent)
+                    };
+                    match sent {
+                        Ok(response) => match unpack(response) {
+                            Some(answer) => Some(answer),
+                            None => {
+                                return Err(MetadataError::Raft(format!(
+                                    "node {l} answered with the wrong message"
+                                )))
+                            }
+                        },
+                        Err(CallError::NotSent(e)) => {
+                            tracing::debug!(leader = l, error = %e, "metadata leader unreachable");
+                            None
+                        }
+                        Err(CallError::Unknown(e)) => {
+                            return Err(MetadataError::Raft(format!(
+                                "metadata leader {l} at {}: {e}",
+                                node.addr
+                            )))
+                        }
+                    }
+                }
+                _ => None,
+            };
+            match answer {
+                Some(Ok(v)) => return Ok(v),
+                Some(Err(Refusal::Failed(m))) => return Err(MetadataError::Raft(m)),
+                Some(Err(Refusal::NotLeader { .. })) | None => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(MetadataError::NotLeader);
+            }
+            tokio::time::sleep(LEADER_RETRY).await;
+        }
+    }
+
+    /// Proposes a command through raft and returns its result once committed and applied on
+    /// this node.
+    pub async fn propose(&self, cmd: Command) -> Result<CommandResult, MetadataError> {
+        let inner = &self.inner;
+        let (result, index) = self
+            .on_leader(
+                Request::Propose(cmd.clone()),
+                true,
+                || inner.local_propose(cmd.clone()),
+                |r| match r {
+                    Response::Proposed(a) => Some(a),
+                    _ => None,
+                },
+            )
+            .await?;
+        self.wait_applied(index).await?;
+        Ok(result)
+    }
+
+    /// The index a read must have applied to observe every write committed before the call.
+    async fn read_index(&self) -> Result<u64, MetadataError> {
+        let inner = &self.inner;
+        self.on_leader(
+            Request::ReadIndex,
+            false,
+            || inner.local_read_index(),
+            |r| match r {
+                Response::ReadIndex(a) => Some(a),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    /// Reports this broker's liveness to the controller.
+    pub async fn heartbeat(&self, hb: Heartbeat) -> Result<HeartbeatReply, MetadataError> {
+        let inner = &self.inner;
+        self.on_leader(
+            Request::Heartbeat(hb.clone()),
+            false,
+            || inner.local_heartbeat(hb.clone()),
+            |r| match r {
+                Response::Heartbeat(a) => Some(a),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    /// Promotes learners to voters (`add`) and demotes voters to learners (`remove`), in one
+    /// membership change through raft (joint consensus).
+    pub async fn change_voters(
+        &self,
+        add: Vec<NodeId>,
+        remove: Vec<NodeId>,
+    ) -> Result<(), MetadataError> {
+        let inner = &self.inner;
+        self.on_leader(
+            Request::ChangeVoters {
+                add: add.clone(),
+                remove: remove.clone(),
+            },
+            true,
+            || inner.local_change_voters(add.clone(), remove.clone()),
+            |r| match r {
+                Response::VotersChanged(a) => Some(a),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    /// Waits until the state satisfies `done`, for at most `timeout`.
+    pub async fn wait_for_state(
+        &self,
+        timeout: Duration,
+        what: &str,
+        done: impl Fn(&ClusterState) -> bool,
+    ) -> Result<Arc<ClusterState>, MetadataError> {
+        let mut rx = self.inner.state.clone();
+        let wait = async {
+            loop {
+                let state = rx.borrow_and_update().clone();
+                if done(&state) {
+                    return Ok(state);
+                }
+                if rx.changed().await.is_err() {
+                    return Err(MetadataError::Shutdown);
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait)
+            .await
+            .map_err(|_| MetadataError::Timeout {
+                what: what.to_string(),
+                after: timeout,
+            })?
     }
 
     /// Latest applied state (cheap: an `Arc` clone).
@@ -208,15 +595,56 @@ impl Metadata {
         self.inner.node_id
     }
 
-    /// Whether this node currently leads the metadata quorum.
+    /// Whether this node currently leads the metadata quorum (and so is the active controller).
     pub fn is_leader(&self) -> bool {
         let metrics = self.inner.metrics.borrow();
         metrics.state == ServerState::Leader && metrics.current_leader == Some(self.inner.node_id)
     }
 
-    /// The underlying raft node, for transports and operational tooling.
-    pub fn raft(&self) -> &openraft::Raft<TypeConfig> {
+    /// The node that leads the quorum (the active controller), as far as this node knows.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.inner.metrics.borrow().current_leader
+    }
+
+    #[cfg(test)]
+    fn raft(&self) -> &Raft {
         &self.inner.raft
+    }
+
+    /// Role, leader, term, log position and membership as this node sees them.
+    pub fn status(&self) -> QuorumStatus {
+        let m = self.inner.metrics.borrow();
+        let membership = m.membership_config.membership();
+        let voter_ids: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let (mut voters, mut learners) = (BTreeMap::new(), BTreeMap::new());
+        for (id, node) in membership.nodes() {
+            if voter_ids.contains(id) {
+                voters.insert(*id, node.addr.clone());
+            } else {
+                learners.insert(*id, node.addr.clone());
+            }
+        }
+        QuorumStatus {
+            node_id: self.inner.node_id,
+            role: match m.state {
+                ServerState::Leader => "leader",
+                ServerState::Follower => "follower",
+                ServerState::Candidate => "candidate",
+                ServerState::Learner => "learner",
+                ServerState::Shutdown => "shutdown",
+            },
+            leader: m.current_leader,
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            last_applied_index: m.last_applied.map(|l| l.index),
+            voters,
+            learners,
+            replication: m.replication.as_ref().map(|r| {
+                r.iter()
+                    .map(|(id, log)| (*id, log.map(|l| l.index)))
+                    .collect()
+            }),
+        }
     }
 
     /// Builds a snapshot of everything applied so far and waits until it is on disk.
@@ -247,14 +675,234 @@ impl Metadata {
         }
     }
 
-    /// Shuts raft down cleanly. Every acknowledged entry is already fsynced, so nothing is lost;
-    /// later calls on this handle (or its clones) fail with [`MetadataError::Shutdown`].
+    /// Shuts raft and the raft port down. Every acknowledged entry is already fsynced, so
+    /// nothing is lost; later calls on this handle (or its clones) fail with
+    /// [`MetadataError::Shutdown`].
     pub async fn shutdown(&self) -> Result<(), MetadataError> {
+        self.inner
+            .stopped
+            .store(true, std::sync::atomic::Ordering::Release);
+        for task in self
+            .inner
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
+        }
         self.inner
             .raft
             .shutdown()
             .await
             .map_err(|e| MetadataError::Raft(format!("raft task failed during shutdown: {e}")))
+    }
+}
+
+impl Inner {
+    fn current_term(&self) -> u64 {
+        self.metrics.borrow().current_term
+    }
+
+    async fn local_propose(&self, cmd: Command) -> Result<(CommandResult, u64), Refusal> {
+        self.raft
+            .client_write(cmd)
+            .await
+            .map(|r| (r.data, r.log_id.index))
+            .map_err(write_refusal)
+    }
+
+    async fn local_read_index(&self) -> Result<u64, Refusal> {
+        match self.raft.ensure_linearizable().await {
+            Ok(log_id) => Ok(log_id.map_or(0, |l| l.index)),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(not_leader(&f))
+            }
+            Err(e) => Err(refusal(e)),
+        }
+    }
+
+    async fn local_join(&self, node_id: NodeId, addr: String) -> Result<(), Refusal> {
+        let known = self
+            .metrics
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&node_id)
+            .cloned();
+        match known {
+            Some(node) if node.addr == addr => return Ok(()),
+            Some(node) => {
+                return Err(Refusal::Failed(format!(
+                    "node {node_id} is already a member at {}, not {addr}: node ids and raft addresses are fixed for the life of a cluster",
+                    node.addr
+                )))
+            }
+            None => {}
+        }
+        tracing::info!(node_id, %addr, "adding a learner to the metadata quorum");
+        self.raft
+            .add_learner(node_id, Node::new(addr), false)
+            .await
+            .map(|_| ())
+            .map_err(write_refusal)
+    }
+
+    async fn local_change_voters(
+        &self,
+        add: Vec<NodeId>,
+        remove: Vec<NodeId>,
+    ) -> Result<(), Refusal> {
+        if !add.is_empty() {
+            self.raft
+                .change_membership(ChangeMembers::AddVoterIds(add.into_iter().collect()), true)
+                .await
+                .map_err(write_refusal)?;
+        }
+        if !remove.is_empty() {
+            self.raft
+                .change_membership(ChangeMembers::RemoveVoters(remove.into_iter().collect()), true)
+                .await
+                .map_err(write_refusal)?;
+        }
+        Ok(())
+    }
+
+    async fn local_heartbeat(&self, hb: Heartbeat) -> Result<HeartbeatReply, Refusal> {
+        if self.metrics.borrow().current_leader != Some(self.node_id) {
+            return Err(Refusal::NotLeader { leader: None });
+        }
+        let verdict = {
+            let state = self.state.borrow().clone();
+            let mut liveness = self.liveness.lock().unwrap_or_else(PoisonError::into_inner);
+            liveness.observe_term(self.current_term(), std::time::Instant::now());
+            liveness.heartbeat(&state, &hb, std::time::Instant::now())
+        };
+        match verdict {
+            Verdict::Reply(reply) => Ok(reply),
+            Verdict::SetFenced(fence) => {
+                let cmd = if fence {
+                    tracing::info!(broker = hb.node_id, "broker shutting down: fencing it");
+                    Command::FenceBroker {
+                        node_id: hb.node_id,
+                        epoch: hb.epoch,
+                    }
+                } else {
+                    tracing::info!(broker = hb.node_id, epoch = hb.epoch, "broker heartbeats: unfencing it");
+                    Command::UnfenceBroker {
+                        node_id: hb.node_id,
+                        epoch: hb.epoch,
+                    }
+                };
+                match self.local_propose(cmd).await?.0 {
+                    CommandResult::Ok => Ok(HeartbeatReply::Alive { fenced: fence }),
+                    CommandResult::StaleBrokerEpoch { current } => {
+                        Ok(HeartbeatReply::StaleEpoch {
+                            current: Some(current),
+                        })
+                    }
+                    CommandResult::UnknownBroker => Ok(HeartbeatReply::StaleEpoch { current: None }),
+                    other => Err(Refusal::Failed(format!("unexpected {other:?}"))),
+                }
+            }
+        }
+    }
+
+    /// One controller round on the leader: fence brokers whose session expired.
+    async fn control(&self) {
+        let expired = {
+            let state = self.state.borrow().clone();
+            let mut liveness = self.liveness.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = std::time::Instant::now();
+            liveness.observe_term(self.current_term(), now);
+            liveness.expired(&state, now, self.session_timeout)
+        };
+        for (node_id, epoch, silent) in expired {
+            tracing::warn!(
+                broker = node_id,
+                epoch,
+                silent_ms = silent.as_millis() as u64,
+                "broker missed its heartbeats for the session timeout: fencing it"
+            );
+            if let Err(e) = self
+                .local_propose(Command::FenceBroker { node_id, epoch })
+                .await
+            {
+                tracing::warn!(broker = node_id, error = ?e, "fencing failed; will retry");
+            }
+        }
+    }
+
+    async fn handle(&self, request: Request) -> Response {
+        match request {
+            Request::AppendEntries(r) => Response::AppendEntries(self.raft.append_entries(r).await),
+            Request::Vote(r) => Response::Vote(self.raft.vote(r).await),
+            Request::InstallSnapshot(r) => {
+                Response::InstallSnapshot(self.raft.install_snapshot(r).await)
+            }
+            Request::Propose(cmd) => Response::Proposed(self.local_propose(cmd).await),
+            Request::Join { node_id, addr } => Response::Joined(self.local_join(node_id, addr).await),
+            Request::Heartbeat(hb) => Response::Heartbeat(self.local_heartbeat(hb).await),
+            Request::ReadIndex => Response::ReadIndex(self.local_read_index().await),
+            Request::ChangeVoters { add, remove } => {
+                Response::VotersChanged(self.local_change_voters(add, remove).await)
+            }
+        }
+    }
+}
+
+/// Accepts connections on the raft port; each carries requests answered in order.
+async fn serve(listener: TcpListener, inner: Weak<Inner>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "raft port: accept failed");
+                tokio::time::sleep(LEADER_RETRY).await;
+                continue;
+            }
+        };
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve_connection(stream, inner).await {
+                tracing::debug!(%peer, error = %e, "raft port: connection closed");
+            }
+        });
+    }
+}
+
+async fn serve_connection(mut stream: TcpStream, inner: Weak<Inner>) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    while let Some(request) = rpc::read_frame::<Request>(&mut stream).await? {
+        let Some(inner) = inner.upgrade() else {
+            return Ok(());
+        };
+        if inner.stopped.load(std::sync::atomic::Ordering::Acquire) {
+            // Peers reconnect and reach whatever now listens on this address.
+            return Ok(());
+        }
+        let response = inner.handle(request).await;
+        drop(inner);
+        rpc::write_response(&mut stream, &response).await?;
+    }
+    Ok(())
+}
+
+/// The controller loop: on the leader, fence brokers whose session expired.
+async fn run_controller(inner: Weak<Inner>) {
+    let mut tick = tokio::time::interval(CONTROLLER_TICK);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let leads = {
+            let m = inner.metrics.borrow();
+            m.state == ServerState::Leader && m.current_leader == Some(inner.node_id)
+        };
+        if leads {
+            inner.control().await;
+        }
     }
 }
 
@@ -265,15 +913,18 @@ mod tests {
 
     use super::*;
 
-    fn opts(dir: &Path) -> MetadataOptions {
+    async fn opts(node_id: NodeId, dir: &Path) -> MetadataOptions {
         MetadataOptions {
-            node_id: 1,
+            node_id,
             dir: dir.to_path_buf(),
+            listener: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+            voters: BTreeMap::from([(node_id, "127.0.0.1:0".to_string())]),
+            session_timeout: Duration::from_secs(3),
         }
     }
 
     async fn open(dir: &Path) -> Metadata {
-        Metadata::open_single_voter(opts(dir))
+        Metadata::open(opts(1, dir).await)
             .await
             .expect("open metadata")
     }
@@ -491,13 +1142,212 @@ mod tests {
         let metadata = open(dir.path()).await;
         metadata.shutdown().await.expect("shutdown");
 
-        let err = Metadata::open_single_voter(MetadataOptions {
-            node_id: 2,
-            dir: dir.path().to_path_buf(),
-        })
+        let err = Metadata::open(opts(2, dir.path()).await)
         .await
         .err()
         .expect("must refuse");
         assert!(matches!(err, MetadataError::Raft(_)), "{err}");
+    }
+
+    /// Listeners on free loopback ports for nodes `1..=n`, and the voters map naming them.
+    async fn listeners(n: u64) -> (Vec<TcpListener>, BTreeMap<NodeId, String>) {
+        let mut ls = Vec::new();
+        let mut voters = BTreeMap::new();
+        for id in 1..=n {
+            let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            voters.insert(id, l.local_addr().expect("addr").to_string());
+            ls.push(l);
+        }
+        (ls, voters)
+    }
+
+    fn node_opts(
+        node_id: NodeId,
+        dir: &Path,
+        listener: TcpListener,
+        voters: &BTreeMap<NodeId, String>,
+    ) -> MetadataOptions {
+        MetadataOptions {
+            node_id,
+            dir: dir.join(format!("node-{node_id}")),
+            listener,
+            voters: voters.clone(),
+            session_timeout: Duration::from_millis(500),
+        }
+    }
+
+    async fn wait_same_state(nodes: &[&Metadata], want: &Arc<ClusterState>) {
+        for n in nodes {
+            n.wait_for_state(Duration::from_secs(10), "replicated state", |s| s == &**want)
+                .await
+                .unwrap_or_else(|e| panic!("node {}: {e}", n.node_id()));
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn three_voters_started_in_any_order_agree_and_survive_the_leader_stopping() {
+        let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info").try_init();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ls, voters) = listeners(3).await;
+        let mut ls = ls.into_iter();
+        let (l1, l2, l3) = (ls.next().unwrap(), ls.next().unwrap(), ls.next().unwrap());
+        // Node 3 starts alone and waits; then 1 and 2 arrive.
+        let three = tokio::spawn(Metadata::open(node_opts(3, dir.path(), l3, &voters)));
+        let one = tokio::spawn(Metadata::open(node_opts(1, dir.path(), l1, &voters)));
+        let two = Metadata::open(node_opts(2, dir.path(), l2, &voters))
+            .await
+            .expect("open 2");
+        let one = one.await.expect("join").expect("open 1");
+        let three = three.await.expect("join").expect("open 3");
+        let nodes = [&one, &two, &three];
+        let leaders: Vec<_> = nodes.iter().filter(|n| n.is_leader()).collect();
+        assert_eq!(leaders.len(), 1, "exactly one leader");
+        let leader_id = leaders[0].node_id();
+        assert!(nodes.iter().all(|n| n.leader() == Some(leader_id)));
+        assert_eq!(one.status().voters.len(), 3);
+
+        // Proposals from every node, leader or not, apply everywhere.
+        for n in nodes {
+            propose_ok(n, register(n.node_id())).await;
+            assert!(n.state().brokers.contains_key(&n.node_id()), "read your write");
+        }
+        propose_ok(&two, create_topic("t", 2)).await;
+        let want = two.state();
+        wait_same_state(&nodes, &want).await;
+
+        // Stop the leader: the other two elect a new one and keep accepting writes.
+        let (stopped, rest): (Vec<&Metadata>, Vec<&Metadata>) =
+            nodes.iter().partition(|n| n.node_id() == leader_id);
+        stopped[0].shutdown().await.expect("shutdown");
+        propose_ok(rest[0], create_topic("after-failover", 1)).await;
+        let want = rest[0].state();
+        wait_same_state(&rest, &want).await;
+        let new_leader = rest[0].leader().expect("a leader");
+        assert_ne!(new_leader, leader_id);
+
+        // The old leader comes back on its address and catches up.
+        let listener = TcpListener::bind(&voters[&leader_id]).await.expect("rebind");
+        let back = Metadata::open(node_opts(leader_id, dir.path(), listener, &voters))
+            .await
+            .expect("reopen");
+        assert!(back.state().topic("after-failover").is_some(), "caught up at open");
+        for n in [&back, rest[0], rest[1]] {
+            n.shutdown().await.expect("shutdown");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_learner_joins_catches_up_from_a_snapshot_and_can_be_made_a_voter() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut ls, voters) = listeners(1).await;
+        let one = Metadata::open(node_opts(1, dir.path(), ls.remove(0), &voters))
+            .await
+            .expect("open 1");
+        propose_ok(&one, register(1)).await;
+        for _ in 0..SNAPSHOT_EVERY_ENTRIES + 50 {
+            propose_ok(&one, Command::AllocateProducerIds { count: 1 }).await;
+        }
+        one.raft()
+            .wait(Some(Duration::from_secs(10)))
+            .metrics(|m| m.purged.is_some(), "the log to be purged behind a snapshot")
+            .await
+            .expect("purged");
+
+        // Node 2 is not a voter: it joins through node 1 and receives the snapshot.
+        let l2 = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let two = Metadata::open(node_opts(2, dir.path(), l2, &voters))
+            .await
+            .expect("open learner");
+        assert_eq!(two.state(), one.state());
+        assert_eq!(two.status().role, "learner");
+        assert!(one.status().learners.contains_key(&2));
+        // A learner's proposals go to the leader.
+        propose_ok(&two, register(2)).await;
+        assert!(one.state().brokers.contains_key(&2));
+
+        one.change_voters(vec![2], vec![]).await.expect("promote");
+        assert_eq!(one.status().voters.len(), 2);
+        two.change_voters(vec![], vec![2]).await.expect("demote");
+        let status = one.status();
+        assert_eq!((status.voters.len(), status.learners.len()), (1, 1));
+        two.shutdown().await.expect("shutdown");
+        one.shutdown().await.expect("shutdown");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_controller_unfences_on_heartbeat_and_fences_silent_or_departing_brokers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut ls, voters) = listeners(1).await;
+        let meta = Metadata::open(node_opts(1, dir.path(), ls.remove(0), &voters))
+            .await
+            .expect("open");
+        let mut epochs = BTreeMap::new();
+        for id in [1, 2] {
+            let CommandResult::BrokerRegistered { epoch } =
+                meta.propose(register(id)).await.expect("register")
+            else {
+                panic!("register");
+            };
+            epochs.insert(id, epoch);
+        }
+        propose_ok(
+            &meta,
+            Command::CreateTopic {
+                name: "t".to_string(),
+                topic_id: uuid::Uuid::new_v4(),
+                replicas: vec![vec![2, 1]],
+                configs: BTreeMap::new(),
+            },
+        )
+        .await;
+        assert_eq!(meta.state().topics["t"].partitions[0].leader, None);
+        let hb = |id: NodeId, shutting_down| Heartbeat {
+            node_id: id,
+            epoch: epochs[&id],
+            shutting_down,
+        };
+        for id in [1, 2] {
+            let reply = meta.heartbeat(hb(id, false)).await.expect("heartbeat");
+            assert_eq!(reply, HeartbeatReply::Alive { fenced: false });
+        }
+        let p = &meta.state().topics["t"].partitions[0];
+        assert!(p.leader.is_some(), "an unfenced ISR member leads");
+
+        // Broker 2 goes silent: fenced after the session timeout; 1 keeps heartbeating.
+        let keep_alive = {
+            let meta = meta.clone();
+            let hb = hb(1, false);
+            tokio::spawn(async move {
+                loop {
+                    let _ = meta.heartbeat(hb.clone()).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        };
+        let state = meta
+            .wait_for_state(Duration::from_secs(10), "broker 2 fenced", |s| s.brokers[&2].fenced)
+            .await
+            .expect("fenced");
+        assert!(!state.brokers[&1].fenced);
+        assert_eq!(state.topics["t"].partitions[0].leader, Some(1));
+        assert_eq!(state.topics["t"].partitions[0].isr, vec![1]);
+
+        // A stale epoch is told to register again.
+        let mut stale = hb(2, false);
+        stale.epoch -= 1;
+        assert_eq!(
+            meta.heartbeat(stale).await.expect("heartbeat"),
+            HeartbeatReply::StaleEpoch {
+                current: Some(epochs[&2])
+            }
+        );
+        // A clean shutdown fences at once.
+        keep_alive.abort();
+        assert_eq!(
+            meta.heartbeat(hb(1, true)).await.expect("heartbeat"),
+            HeartbeatReply::Alive { fenced: true }
+        );
+        assert!(meta.state().brokers[&1].fenced);
+        meta.shutdown().await.expect("shutdown");
     }
 }

@@ -10,8 +10,9 @@
 //!   replicas.
 //! - Topic names and topic ids are both unique, so [`ClusterState::topic_by_id`] is unambiguous.
 //! - `next_producer_id` only increases; producer id blocks never overlap.
-//! - Leader epochs and partition epochs only increase (invariant 6 of the design); today they
-//!   start at 0 and no command changes them yet.
+//! - Leader epochs and partition epochs only increase (invariant 6 of the design); see
+//!   [`crate::leadership`] for the commands that move them.
+//! - Broker epochs are unique: each registration gets one above every epoch issued before.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,6 +37,9 @@ pub struct ClusterState {
     /// The first producer id of the next block [`Command::AllocateProducerIds`] hands out.
     /// [`ClusterState::default`] sets it to [`FIRST_PRODUCER_ID`].
     pub next_producer_id: i64,
+    /// The last broker epoch handed out by [`Command::RegisterBroker`].
+    #[serde(default)]
+    pub broker_epochs_issued: i64,
 }
 
 impl Default for ClusterState {
@@ -45,6 +49,7 @@ impl Default for ClusterState {
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
             next_producer_id: FIRST_PRODUCER_ID,
+            broker_epochs_issued: 0,
         }
     }
 }
@@ -56,6 +61,15 @@ pub struct BrokerInfo {
     pub host: String,
     pub port: u16,
     pub rack: Option<String>,
+    /// Epoch of the broker's current registration: a heartbeat or fence naming another epoch
+    /// is about an earlier incarnation of the process.
+    #[serde(default)]
+    pub epoch: i64,
+    /// A fenced broker leads nothing and is out of every ISR it can leave: it registered and
+    /// has not heartbeated since, or missed heartbeats for the session timeout, or is shutting
+    /// down.
+    #[serde(default)]
+    pub fenced: bool,
 }
 
 /// A topic and its partitions.
@@ -92,10 +106,14 @@ pub struct PartitionInfo {
 }
 
 impl PartitionInfo {
-    /// A new partition: led by its preferred (first) replica, every replica in sync, epochs 0.
-    fn new(replicas: Vec<NodeId>) -> Self {
+    /// A new partition: every replica in sync, led by the first replica that is not fenced,
+    /// epochs 0.
+    fn new(replicas: Vec<NodeId>, brokers: &BTreeMap<NodeId, BrokerInfo>) -> Self {
         PartitionInfo {
-            leader: replicas.first().copied(),
+            leader: replicas
+                .iter()
+                .copied()
+                .find(|r| brokers.get(r).is_some_and(|b| !b.fenced)),
             isr: replicas.clone(),
             replicas,
             leader_epoch: 0,
@@ -126,18 +144,9 @@ impl ClusterState {
                 host,
                 port,
                 rack,
-            } => {
-                self.brokers.insert(
-                    *node_id,
-                    BrokerInfo {
-                        node_id: *node_id,
-                        host: host.clone(),
-                        port: *port,
-                        rack: rack.clone(),
-                    },
-                );
-                CommandResult::Ok
-            }
+            } => self.register_broker(*node_id, host, *port, rack),
+            Command::FenceBroker { node_id, epoch } => self.fence_broker(*node_id, *epoch),
+            Command::UnfenceBroker { node_id, epoch } => self.unfence_broker(*node_id, *epoch),
             Command::CreateTopic {
                 name,
                 topic_id,
@@ -166,7 +175,10 @@ impl ClusterState {
                     TopicInfo {
                         name: name.clone(),
                         topic_id: *topic_id,
-                        partitions: replicas.iter().cloned().map(PartitionInfo::new).collect(),
+                        partitions: replicas
+                            .iter()
+                            .map(|r| PartitionInfo::new(r.clone(), &self.brokers))
+                            .collect(),
                         configs: configs.clone(),
                     },
                 );
@@ -198,10 +210,13 @@ impl ClusterState {
                 {
                     return CommandResult::InvalidReplicaAssignment(reason);
                 }
+                let brokers = &self.brokers;
                 if let Some(topic) = self.topics.get_mut(name) {
-                    topic
-                        .partitions
-                        .extend(new_replicas.iter().cloned().map(PartitionInfo::new));
+                    topic.partitions.extend(
+                        new_replicas
+                            .iter()
+                            .map(|r| PartitionInfo::new(r.clone(), brokers)),
+                    );
                 }
                 CommandResult::Ok
             }
@@ -293,6 +308,7 @@ impl ClusterState {
 mod tests {
     use super::*;
 
+    /// Registers the broker and unfences it, as its first heartbeat would.
     fn register(state: &mut ClusterState, node_id: NodeId) {
         let result = state.apply(&Command::RegisterBroker {
             node_id,
@@ -300,7 +316,13 @@ mod tests {
             port: 9092,
             rack: None,
         });
-        assert_eq!(result, CommandResult::Ok);
+        let CommandResult::BrokerRegistered { epoch } = result else {
+            panic!("{result:?}");
+        };
+        assert_eq!(
+            state.apply(&Command::UnfenceBroker { node_id, epoch }),
+            CommandResult::Ok
+        );
     }
 
     fn cluster_with_brokers(ids: &[NodeId]) -> ClusterState {
@@ -355,7 +377,7 @@ mod tests {
             port: 19092,
             rack: Some("rack-a".to_string()),
         });
-        assert_eq!(result, CommandResult::Ok);
+        assert_eq!(result, CommandResult::BrokerRegistered { epoch: 2 });
         assert_eq!(state.brokers.len(), 1);
         assert_eq!(
             state.brokers[&1],
@@ -364,6 +386,8 @@ mod tests {
                 host: "new-host".to_string(),
                 port: 19092,
                 rack: Some("rack-a".to_string()),
+                epoch: 2,
+                fenced: true,
             }
         );
     }

@@ -346,7 +346,7 @@ mod tests {
             results,
             vec![
                 CommandResult::Ok,
-                CommandResult::Ok,
+                CommandResult::BrokerRegistered { epoch: 1 },
                 CommandResult::UnknownTopic
             ]
         );

@@ -1,0 +1,291 @@
+//! Broker registration and fencing, and the partition leader elections they cause.
+//!
+//! These are the state-machine half of the controller ([`crate::controller`] decides *when*,
+//! from heartbeats and the clock; this module decides *what*, deterministically, as part of
+//! [`ClusterState::apply`]).
+//!
+//! Invariants:
+//! - A partition's leader is always in its ISR and never a fenced broker; a partition with no
+//!   eligible ISR member has no leader (offline) rather than a leader from outside the ISR.
+//! - Fencing never empties an ISR: the last member stays, so the replica that holds every
+//!   acknowledged record is the one that leads when it comes back.
+//! - Every leader change bumps the partition's leader epoch; every change of leader or ISR
+//!   bumps its partition epoch. Neither ever decreases.
+//! - Elections prefer replicas in assignment order: the first replica is the preferred leader.
+
+use crate::command::{CommandResult, NodeId};
+use crate::state::{BrokerInfo, ClusterState, PartitionInfo};
+
+impl ClusterState {
+    /// Registers (or re-registers) a broker under a new epoch; it starts fenced.
+    pub(crate) fn register_broker(
+        &mut self,
+        node_id: NodeId,
+        host: &str,
+        port: u16,
+        rack: &Option<String>,
+    ) -> CommandResult {
+        if self.brokers.get(&node_id).is_some_and(|b| !b.fenced) {
+            // The earlier incarnation is gone (or about to be): it leads nothing from now on.
+            self.fence(node_id);
+        }
+        self.broker_epochs_issued += 1;
+        let epoch = self.broker_epochs_issued;
+        self.brokers.insert(
+            node_id,
+            BrokerInfo {
+                node_id,
+                host: host.to_string(),
+                port,
+                rack: rack.clone(),
+                epoch,
+                fenced: true,
+            },
+        );
+        CommandResult::BrokerRegistered { epoch }
+    }
+
+    pub(crate) fn fence_broker(&mut self, node_id: NodeId, epoch: i64) -> CommandResult {
+        match self.check_epoch(node_id, epoch) {
+            Err(refused) => refused,
+            Ok(true) => CommandResult::Ok,
+            Ok(false) => {
+                self.fence(node_id);
+                CommandResult::Ok
+            }
+        }
+    }
+
+    pub(crate) fn unfence_broker(&mut self, node_id: NodeId, epoch: i64) -> CommandResult {
+        match self.check_epoch(node_id, epoch) {
+            Err(refused) => refused,
+            Ok(false) => CommandResult::Ok,
+            Ok(true) => {
+                if let Some(b) = self.brokers.get_mut(&node_id) {
+                    b.fenced = false;
+                }
+                for p in self.partitions_mut() {
+                    if p.leader.is_none() && p.isr.contains(&node_id) {
+                        p.leader = Some(node_id);
+                        p.leader_epoch += 1;
+                        p.partition_epoch += 1;
+                    }
+                }
+                CommandResult::Ok
+            }
+        }
+    }
+
+    /// `Ok(fenced)` when `epoch` is the broker's current registration.
+    fn check_epoch(&self, node_id: NodeId, epoch: i64) -> Result<bool, CommandResult> {
+        match self.brokers.get(&node_id) {
+            None => Err(CommandResult::UnknownBroker),
+            Some(b) if b.epoch != epoch => {
+                Err(CommandResult::StaleBrokerEpoch { current: b.epoch })
+            }
+            Some(b) => Ok(b.fenced),
+        }
+    }
+
+    /// Marks the broker fenced, takes it out of ISRs it is not the last member of, and elects
+    /// new leaders for the partitions it led.
+    fn fence(&mut self, node_id: NodeId) {
+        if let Some(b) = self.brokers.get_mut(&node_id) {
+            b.fenced = true;
+        }
+        let brokers = self.brokers.clone();
+        for p in self.partitions_mut() {
+            let mut changed = false;
+            if p.isr.len() > 1 && p.isr.contains(&node_id) {
+                p.isr.retain(|r| *r != node_id);
+                changed = true;
+            }
+            if p.leader == Some(node_id) {
+                p.leader = elect_from_isr(p, &brokers);
+                p.leader_epoch += 1;
+                changed = true;
+            }
+            if changed {
+                p.partition_epoch += 1;
+            }
+        }
+    }
+
+    fn partitions_mut(&mut self) -> impl Iterator<Item = &mut PartitionInfo> {
+        self.topics
+            .values_mut()
+            .flat_map(|t| t.partitions.iter_mut())
+    }
+}
+
+/// The first replica, in assignment order, that is in the ISR and not fenced.
+fn elect_from_isr(
+    p: &PartitionInfo,
+    brokers: &std::collections::BTreeMap<NodeId, BrokerInfo>,
+) -> Option<NodeId> {
+    p.replicas
+        .iter()
+        .copied()
+        .find(|r| p.isr.contains(r) && brokers.get(r).is_some_and(|b| !b.fenced))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use crate::command::Command;
+
+    use super::*;
+
+    fn register(state: &mut ClusterState, node_id: NodeId) -> i64 {
+        match state.apply(&Command::RegisterBroker {
+            node_id,
+            host: "h".to_string(),
+            port: 1,
+            rack: None,
+        }) {
+            CommandResult::BrokerRegistered { epoch } => epoch,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn live_cluster(ids: &[NodeId]) -> (ClusterState, BTreeMap<NodeId, i64>) {
+        let mut state = ClusterState::default();
+        let mut epochs = BTreeMap::new();
+        for id in ids {
+            let epoch = register(&mut state, *id);
+            assert_eq!(
+                state.apply(&Command::UnfenceBroker {
+                    node_id: *id,
+                    epoch
+                }),
+                CommandResult::Ok
+            );
+            epochs.insert(*id, epoch);
+        }
+        (state, epochs)
+    }
+
+    fn topic(state: &mut ClusterState, replicas: Vec<Vec<NodeId>>) {
+        let result = state.apply(&Command::CreateTopic {
+            name: "t".to_string(),
+            topic_id: uuid::Uuid::new_v4(),
+            replicas,
+            configs: BTreeMap::new(),
+        });
+        assert_eq!(result, CommandResult::Ok);
+    }
+
+    fn partition(state: &ClusterState, i: usize) -> &PartitionInfo {
+        &state.topics["t"].partitions[i]
+    }
+
+    #[test]
+    fn registration_hands_out_increasing_epochs_and_starts_fenced() {
+        let mut state = ClusterState::default();
+        assert_eq!(register(&mut state, 1), 1);
+        assert_eq!(register(&mut state, 2), 2);
+        assert_eq!(register(&mut state, 1), 3);
+        assert!(state.brokers.values().all(|b| b.fenced));
+        assert_eq!(state.brokers[&1].epoch, 3);
+    }
+
+    #[test]
+    fn a_fenced_leader_is_replaced_by_the_next_isr_replica_and_leaves_the_isr() {
+        let (mut state, epochs) = live_cluster(&[1, 2, 3]);
+        topic(&mut state, vec![vec![1, 2, 3], vec![2, 3, 1]]);
+        assert_eq!(
+            state.apply(&Command::FenceBroker {
+                node_id: 1,
+                epoch: epochs[&1]
+            }),
+            CommandResult::Ok
+        );
+        let p0 = partition(&state, 0);
+        assert_eq!(p0.leader, Some(2));
+        assert_eq!(p0.isr, vec![2, 3]);
+        assert_eq!((p0.leader_epoch, p0.partition_epoch), (1, 1));
+        // Partition 1 keeps its leader; only its ISR shrinks.
+        let p1 = partition(&state, 1);
+        assert_eq!(p1.leader, Some(2));
+        assert_eq!(p1.isr, vec![2, 3]);
+        assert_eq!((p1.leader_epoch, p1.partition_epoch), (0, 1));
+        // Fencing again is a no-op.
+        let before = state.clone();
+        state.apply(&Command::FenceBroker {
+            node_id: 1,
+            epoch: epochs[&1],
+        });
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn the_last_isr_member_stays_and_leads_again_when_unfenced() {
+        let (mut state, epochs) = live_cluster(&[1, 2]);
+        topic(&mut state, vec![vec![1]]);
+        state.apply(&Command::FenceBroker {
+            node_id: 1,
+            epoch: epochs[&1],
+        });
+        let p = partition(&state, 0);
+        assert_eq!((p.leader, p.isr.clone(), p.leader_epoch), (None, vec![1], 1));
+
+        // A restart: new registration, still fenced, then the first heartbeat unfences.
+        let epoch = register(&mut state, 1);
+        assert_eq!(partition(&state, 0).leader, None);
+        assert_eq!(
+            state.apply(&Command::UnfenceBroker { node_id: 1, epoch }),
+            CommandResult::Ok
+        );
+        let p = partition(&state, 0);
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (Some(1), 2, 2));
+    }
+
+    #[test]
+    fn re_registering_a_live_broker_fences_its_old_incarnation() {
+        let (mut state, _) = live_cluster(&[1, 2]);
+        topic(&mut state, vec![vec![1, 2]]);
+        register(&mut state, 1);
+        let p = partition(&state, 0);
+        assert_eq!((p.leader, p.isr.clone()), (Some(2), vec![2]));
+    }
+
+    #[test]
+    fn stale_epochs_and_unknown_brokers_are_refused_without_change() {
+        let (mut state, epochs) = live_cluster(&[1]);
+        let before = state.clone();
+        assert_eq!(
+            state.apply(&Command::FenceBroker {
+                node_id: 1,
+                epoch: epochs[&1] - 1
+            }),
+            CommandResult::StaleBrokerEpoch {
+                current: epochs[&1]
+            }
+        );
+        assert_eq!(
+            state.apply(&Command::UnfenceBroker {
+                node_id: 9,
+                epoch: 1
+            }),
+            CommandResult::UnknownBroker
+        );
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn new_partitions_are_led_by_their_first_live_replica() {
+        let (mut state, epochs) = live_cluster(&[1, 2]);
+        state.apply(&Command::FenceBroker {
+            node_id: 1,
+            epoch: epochs[&1],
+        });
+        topic(&mut state, vec![vec![1, 2]]);
+        assert_eq!(partition(&state, 0).leader, Some(2));
+        state.apply(&Command::DeleteTopic {
+            name: "t".to_string(),
+        });
+        topic(&mut state, vec![vec![1]]);
+        assert_eq!(partition(&state, 0).leader, None);
+    }
+}
