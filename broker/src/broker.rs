@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use strata_metadata::{Command, CommandResult, Metadata, TopicInfo};
 use tokio::sync::Mutex;
@@ -12,7 +13,7 @@ use uuid::Uuid;
 use crate::admin::metrics::Metrics;
 use crate::config::BrokerConfig;
 use crate::error::{ApiError, ErrorCode};
-use crate::partition::Partitions;
+use crate::partition::{Partition, Partitions};
 use crate::topic_config;
 
 pub struct Broker {
@@ -26,6 +27,24 @@ pub struct Broker {
     pub tier: crate::tier::Tier,
     /// The block of producer ids reserved through the quorum: (next, end).
     producer_ids: Mutex<(i64, i64)>,
+}
+
+/// Partitions have one replica until replication between brokers is built (issue 5): a
+/// larger replication factor is refused with INVALID_REPLICATION_FACTOR rather than
+/// accepted and silently not replicated.
+const MAX_REPLICATION_FACTOR: usize = 1;
+
+/// Refuses replica lists longer than [`MAX_REPLICATION_FACTOR`].
+fn check_replication_factor(replicas: &[Vec<u64>]) -> Result<(), ApiError> {
+    match replicas.iter().map(Vec::len).max() {
+        Some(rf) if rf > MAX_REPLICATION_FACTOR => Err(ApiError::new(
+            ErrorCode::InvalidReplicationFactor,
+            format!(
+                "replication factor {rf}: replication between brokers is not built yet, so partitions have {MAX_REPLICATION_FACTOR} replica"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Producer ids reserved per quorum write.
@@ -91,6 +110,63 @@ impl Broker {
         }
     }
 
+    /// The partition, if this broker leads it: the one check before serving a produce, a
+    /// fetch or an offset lookup. `current_leader_epoch` (-1: not given) is the epoch the
+    /// client believes current, as Kafka's Fetch and ListOffsets carry it.
+    pub fn leader_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+    ) -> Result<Arc<Partition>, ApiError> {
+        let state = self.metadata.state();
+        let info = state
+            .topic(topic)
+            .and_then(|t| {
+                usize::try_from(partition)
+                    .ok()
+                    .and_then(|i| t.partitions.get(i))
+            })
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("unknown partition {topic}-{partition}"),
+                )
+            })?;
+        if current_leader_epoch >= 0 && current_leader_epoch < info.leader_epoch {
+            return Err(ApiError::new(
+                ErrorCode::FencedLeaderEpoch,
+                format!(
+                    "{topic}-{partition}: leader epoch {current_leader_epoch} is older than the current {}",
+                    info.leader_epoch
+                ),
+            ));
+        }
+        if current_leader_epoch > info.leader_epoch {
+            return Err(ApiError::new(
+                ErrorCode::UnknownLeaderEpoch,
+                format!(
+                    "{topic}-{partition}: leader epoch {current_leader_epoch} is newer than this broker knows ({})",
+                    info.leader_epoch
+                ),
+            ));
+        }
+        let not_leader = || {
+            ApiError::new(
+                ErrorCode::NotLeaderOrFollower,
+                match info.leader {
+                    Some(l) => format!("{topic}-{partition} is led by broker {l}"),
+                    None => format!("{topic}-{partition} has no leader (offline)"),
+                },
+            )
+        };
+        if info.leader != Some(self.config.node_id) {
+            return Err(not_leader());
+        }
+        // Led here but not opened yet: the metadata change is being applied.
+        self.partitions.get(topic, partition).ok_or_else(not_leader)
+    }
+
     /// Places `count` partitions of `rf` replicas over the registered brokers, round robin from
     /// a start derived from the topic name so topics spread their leaders.
     fn place(
@@ -100,7 +176,15 @@ impl Broker {
         count: usize,
         rf: usize,
     ) -> Result<Vec<Vec<u64>>, ApiError> {
-        let brokers: Vec<u64> = self.metadata.state().brokers.keys().copied().collect();
+        // Fenced brokers (stopped, or silent) get no new replicas.
+        let brokers: Vec<u64> = self
+            .metadata
+            .state()
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .map(|b| b.node_id)
+            .collect();
         if rf == 0 || rf > brokers.len() {
             return Err(ApiError::new(
                 ErrorCode::InvalidReplicationFactor,
@@ -175,6 +259,7 @@ impl Broker {
                 self.place(name, 0, partitions as usize, rf as usize)?
             }
         };
+        check_replication_factor(&replicas)?;
         if validate_only {
             if self.metadata.state().topic(name).is_some() {
                 return Err(ApiError::new(
@@ -213,9 +298,7 @@ impl Broker {
         partitions: usize,
         configs: BTreeMap<String, String>,
     ) -> Result<(), ApiError> {
-        let brokers = self.metadata.state().brokers.len().max(1);
-        let rf = brokers.min(3);
-        let replicas = self.place(name, 0, partitions, rf)?;
+        let replicas = self.place(name, 0, partitions, MAX_REPLICATION_FACTOR)?;
         self.apply(Command::CreateTopic {
             name: name.to_string(),
             topic_id: Uuid::new_v4(),
@@ -266,6 +349,7 @@ impl Broker {
                 self.place(name, current, new, rf)?
             }
         };
+        check_replication_factor(&new_replicas)?;
         if validate_only {
             return Ok(());
         }
@@ -285,7 +369,9 @@ impl Broker {
             .await
             .map_err(|e| ApiError::new(ErrorCode::NotController, e.to_string()))?;
         match result {
-            CommandResult::Ok | CommandResult::ProducerIds { .. } => Ok(result),
+            CommandResult::Ok
+            | CommandResult::ProducerIds { .. }
+            | CommandResult::BrokerRegistered { .. } => Ok(result),
             CommandResult::TopicAlreadyExists => Err(ApiError::new(
                 ErrorCode::TopicAlreadyExists,
                 "topic already exists",
@@ -311,6 +397,9 @@ impl Broker {
             CommandResult::InvalidRemoteSegment(m) => {
                 Err(ApiError::new(ErrorCode::KafkaStorageError, m))
             }
+            CommandResult::UnknownBroker | CommandResult::StaleBrokerEpoch { .. } => Err(
+                ApiError::new(ErrorCode::StaleBrokerEpoch, format!("{result:?}")),
+            ),
         }
     }
 

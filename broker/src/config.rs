@@ -4,6 +4,7 @@
 //! Keys are flat (`log_segment_bytes`, not `[log] segment_bytes`) so that every key has exactly
 //! one environment variable: `STRATA_` + the key in upper case.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -18,6 +19,16 @@ pub struct BrokerConfig {
     /// Address given to clients in Metadata; defaults to the bound Kafka address.
     pub advertised_kafka_addr: Option<SocketAddr>,
     pub admin_addr: SocketAddr,
+    /// Listener for the other nodes of the cluster: the metadata quorum's raft port.
+    pub raft_addr: SocketAddr,
+    /// The metadata voters, `id@host:port,...` (Kafka's `controller.quorum.voters`). Unset:
+    /// this node alone. A node not listed joins the quorum as a learner through them.
+    pub voters: Option<String>,
+    /// A broker that has not heartbeated to the controller for this long is fenced: it leads
+    /// nothing and leaves the ISRs (Kafka's `broker.session.timeout.ms`).
+    pub broker_session_timeout_ms: u64,
+    /// How often a broker heartbeats to the controller.
+    pub broker_heartbeat_interval_ms: u64,
     pub rack: Option<String>,
     pub cluster_id: String,
     pub auto_create_topics_enable: bool,
@@ -105,6 +116,10 @@ impl Default for BrokerConfig {
             kafka_addr: "127.0.0.1:9092".parse().expect("literal"),
             advertised_kafka_addr: None,
             admin_addr: "127.0.0.1:9644".parse().expect("literal"),
+            raft_addr: "127.0.0.1:9093".parse().expect("literal"),
+            voters: None,
+            broker_session_timeout_ms: 3000,
+            broker_heartbeat_interval_ms: 500,
             rack: None,
             cluster_id: "strata".into(),
             auto_create_topics_enable: true,
@@ -234,6 +249,19 @@ impl BrokerConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.node_id > i32::MAX as u64 {
+            return Err(ConfigError::Invalid(
+                "node_id must be at most 2147483647 (Kafka broker ids are 32-bit)".into(),
+            ));
+        }
+        self.voter_map()?;
+        if self.broker_heartbeat_interval_ms == 0
+            || self.broker_heartbeat_interval_ms * 2 > self.broker_session_timeout_ms
+        {
+            return Err(ConfigError::Invalid(
+                "broker_heartbeat_interval_ms must be ≥ 1 and at most half of broker_session_timeout_ms".into(),
+            ));
+        }
         if self.num_partitions == 0 {
             return Err(ConfigError::Invalid("num_partitions must be ≥ 1".into()));
         }
@@ -269,6 +297,46 @@ impl BrokerConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The metadata voters by node id: `voters` parsed, or this node alone on `raft_addr`.
+    pub fn voter_map(&self) -> Result<BTreeMap<u64, String>, ConfigError> {
+        let Some(spec) = &self.voters else {
+            return Ok(BTreeMap::from([(self.node_id, self.raft_addr.to_string())]));
+        };
+        let bad = |why: String| {
+            ConfigError::Invalid(format!(
+                "voters '{spec}': {why} (expected id@host:port,id@host:port,...)"
+            ))
+        };
+        let mut voters = BTreeMap::new();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (id, addr) = part
+                .split_once('@')
+                .ok_or_else(|| bad(format!("'{part}' has no '@'")))?;
+            let id: u64 = id
+                .parse()
+                .map_err(|_| bad(format!("'{id}' is not a node id")))?;
+            if !addr
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+            {
+                return Err(bad(format!("'{addr}' is not host:port")));
+            }
+            if voters.insert(id, addr.to_string()).is_some() {
+                return Err(bad(format!("node {id} is listed twice")));
+            }
+        }
+        if voters.is_empty() {
+            return Err(bad("no voters".to_string()));
+        }
+        if voters.len() % 2 == 0 {
+            return Err(bad(format!(
+                "{} voters: use an odd number (1, 3 or 5); an even one tolerates no more failures than one fewer",
+                voters.len()
+            )));
+        }
+        Ok(voters)
     }
 
     /// The object store settings, with the single-node default under the data dir.
@@ -334,5 +402,42 @@ mod tests {
         let env = vec![("STRATA_LAG_WINDOW_MS".to_string(), "1000".to_string())];
         let err = BrokerConfig::load(None, env.into_iter()).unwrap_err();
         assert!(err.to_string().contains("lag_window_ms"), "{err}");
+    }
+
+    #[test]
+    fn voters_parse_kafka_style_and_bad_lists_are_refused() {
+        let cfg = BrokerConfig {
+            voters: Some("1@127.0.0.1:9093, 2@node-b:9193,3@[::1]:9293".into()),
+            ..BrokerConfig::default()
+        };
+        let voters = cfg.voter_map().expect("valid");
+        assert_eq!(voters.len(), 3);
+        assert_eq!(voters[&2], "node-b:9193");
+        assert_eq!(voters[&3], "[::1]:9293");
+        let alone = BrokerConfig::default().voter_map().expect("default");
+        assert_eq!(alone, BTreeMap::from([(1, "127.0.0.1:9093".to_string())]));
+        for bad in [
+            "",
+            "1@a:1,1@b:2,3@c:3",
+            "1@a:1,2@b:2",
+            "x@a:1",
+            "1-a:1",
+            "1@a",
+            "1@:5",
+        ] {
+            let cfg = BrokerConfig {
+                voters: Some(bad.into()),
+                ..BrokerConfig::default()
+            };
+            assert!(cfg.validate().is_err(), "'{bad}' must be refused");
+        }
+        let cfg = BrokerConfig {
+            broker_heartbeat_interval_ms: 2000,
+            ..BrokerConfig::default()
+        };
+        assert!(
+            cfg.validate().is_err(),
+            "heartbeat above half the session timeout"
+        );
     }
 }

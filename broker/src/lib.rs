@@ -2,6 +2,7 @@
 //!
 //! Layout (request path top to bottom):
 //! - [`serve`] — `strata serve`: start-up order, housekeeping, clean shutdown;
+//! - [`session`] — registration, heartbeats and controlled shutdown with the controller;
 //! - [`server`] — Kafka listener and connections (frames in, responses out, in order);
 //! - [`protocol`] — frames, request decoding, the API versions Strata speaks;
 //! - [`handlers`] — one module per Kafka API;
@@ -29,5 +30,6 @@ pub mod partition;
 pub mod protocol;
 pub mod serve;
 pub mod server;
+pub mod session;
 pub mod tier;
 pub mod topic_config;

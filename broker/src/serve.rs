@@ -1,10 +1,13 @@
 //! `strata serve`: settings, start-up order, background housekeeping and clean shutdown.
 //!
-//! Start-up: settings → metadata quorum (state rebuilt from its log and snapshot) → register
-//! this broker → open the partitions the state assigns here (recovering logs) → listen.
-//! `READY kafka=… admin=…` on stdout marks the moment clients can connect.
-//! Shutdown (SIGTERM/SIGINT): stop accepting, finish in-flight requests, close every log
-//! (flush, indexes, producer state, clean marker), snapshot and stop the quorum.
+//! Start-up: settings → metadata quorum (state rebuilt from its log and snapshot, then caught
+//! up with the leader; with several voters this waits for a quorum) → register this broker
+//! and heartbeat until unfenced ([`crate::session`]) → open the partitions the state assigns
+//! here (recovering logs) → listen. `READY kafka=… admin=… raft=…` on stdout marks the
+//! moment clients can connect.
+//! Shutdown (SIGTERM/SIGINT): controlled shutdown (ask to be fenced, so leadership moves at
+//! once), stop accepting, finish in-flight requests, close every log (flush, indexes,
+//! producer state, clean marker), snapshot and stop the quorum.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -15,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use strata_metadata::{Command, Metadata, MetadataOptions};
+use strata_metadata::{Metadata, MetadataOptions};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -44,6 +47,13 @@ pub struct ServeArgs {
     /// This broker's id [default: 1].
     #[arg(long)]
     pub node_id: Option<u64>,
+    /// Listener for the other nodes (the metadata quorum's raft port) [default: 127.0.0.1:9093].
+    #[arg(long)]
+    pub raft_addr: Option<SocketAddr>,
+    /// Metadata voters, `id@host:port,...` [default: this node alone]. A node not listed
+    /// joins as a learner.
+    #[arg(long)]
+    pub voters: Option<String>,
     /// Object store for closed segments: s3://bucket/prefix, file:///path or memory://
     /// [default: file://<data-dir>/objects].
     #[arg(long)]
@@ -67,6 +77,12 @@ impl ServeArgs {
         }
         if let Some(v) = self.node_id {
             cfg.node_id = v;
+        }
+        if let Some(v) = self.raft_addr {
+            cfg.raft_addr = v;
+        }
+        if let Some(v) = &self.voters {
+            cfg.voters = Some(v.clone());
         }
         if let Some(v) = &self.object_store {
             cfg.object_store = Some(v.clone());
@@ -110,8 +126,12 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     let admin = TcpListener::bind(cfg.admin_addr)
         .await
         .with_context(|| format!("cannot listen for admin HTTP on {}", cfg.admin_addr))?;
+    let raft = TcpListener::bind(cfg.raft_addr)
+        .await
+        .with_context(|| format!("cannot listen for the other nodes on {}", cfg.raft_addr))?;
     let kafka_addr = kafka.local_addr()?;
     let admin_addr = admin.local_addr()?;
+    let raft_addr = raft.local_addr()?;
     let advertised = cfg.advertised(kafka_addr);
     if advertised.ip().is_unspecified() {
         anyhow::bail!("listening on {kafka_addr}: set --advertised-kafka-addr to an address clients can reach");
@@ -138,9 +158,12 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     metrics.register_object_store(objects.metrics());
     tracing::info!(store = %objects, "object store reachable");
     metrics.register_tier(&tier.metrics, tier.cache.metrics());
-    let metadata = Metadata::open_single_voter(MetadataOptions {
+    let metadata = Metadata::open(MetadataOptions {
         node_id: cfg.node_id,
         dir: cfg.data_dir.join("metadata"),
+        listener: raft,
+        voters: cfg.voter_map()?,
+        session_timeout: Duration::from_millis(cfg.broker_session_timeout_ms),
     })
     .await
     .context("cannot start the metadata quorum")?;
@@ -158,21 +181,10 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         shutdown_rx.clone(),
     ));
 
-    let me = metadata.state().brokers.get(&cfg.node_id).cloned();
-    let registered = me.is_some_and(|b| {
-        b.host == advertised.ip().to_string() && b.port == advertised.port() && b.rack == cfg.rack
-    });
-    if !registered {
-        broker
-            .apply(Command::RegisterBroker {
-                node_id: cfg.node_id,
-                host: advertised.ip().to_string(),
-                port: advertised.port(),
-                rack: cfg.rack.clone(),
-            })
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot register broker: {e}"))?;
-    }
+    let epoch = crate::session::register(&broker)
+        .await
+        .context("cannot register with the controller")?;
+    crate::session::wait_unfenced(&broker, epoch).await?;
     let opened = std::time::Instant::now();
     broker
         .sync_partitions()
@@ -203,6 +215,11 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     let cleaner =
         crate::cleaner::Cleaner::start(broker.clone()).context("start the log cleaner")?;
     let follower = tokio::spawn(follow_metadata(broker.clone(), shutdown_rx.clone()));
+    let session = tokio::spawn(crate::session::run(
+        broker.clone(),
+        epoch,
+        shutdown_rx.clone(),
+    ));
     let housekeeper = tokio::spawn(housekeeping(broker.clone(), shutdown_rx.clone()));
     let offloader = tokio::spawn(crate::tier::offload::run(
         broker.clone(),
@@ -214,17 +231,22 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         shutdown_rx.clone(),
     ));
     ready.store(true, Ordering::Release);
-    tracing::info!(%kafka_addr, %advertised, %admin_addr, data_dir = %cfg.data_dir.display(), "strata is ready");
+    tracing::info!(%kafka_addr, %advertised, %admin_addr, %raft_addr, data_dir = %cfg.data_dir.display(), "strata is ready");
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "READY kafka={kafka_addr} admin={admin_addr}")?;
+        writeln!(
+            out,
+            "READY kafka={kafka_addr} admin={admin_addr} raft={raft_addr}"
+        )?;
         out.flush()?;
     }
 
     wait_for_signal().await;
-    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    tracing::info!("shutting down: moving leadership away, then finishing in-flight requests");
     ready.store(false, Ordering::Release);
     let _ = shutdown_tx.send(true);
+    // Controlled shutdown runs first, while connections still drain.
+    let _ = session.await;
     let drained = tokio::time::timeout(Duration::from_secs(30), server).await;
     if drained.is_err() {
         tracing::warn!("connections did not finish within 30 s; closing logs anyway");

@@ -73,7 +73,12 @@ impl Liveness {
     }
 
     /// Records `hb` and decides what it calls for.
-    pub(crate) fn heartbeat(&mut self, state: &ClusterState, hb: &Heartbeat, now: Instant) -> Verdict {
+    pub(crate) fn heartbeat(
+        &mut self,
+        state: &ClusterState,
+        hb: &Heartbeat,
+        now: Instant,
+    ) -> Verdict {
         let Some(broker) = state.brokers.get(&hb.node_id) else {
             return Verdict::Reply(HeartbeatReply::StaleEpoch { current: None });
         };
@@ -131,7 +136,10 @@ mod tests {
                 panic!("register");
             };
             if live.contains(id) {
-                state.apply(&Command::UnfenceBroker { node_id: *id, epoch });
+                state.apply(&Command::UnfenceBroker {
+                    node_id: *id,
+                    epoch,
+                });
             }
         }
         state
@@ -151,8 +159,14 @@ mod tests {
         let mut l = Liveness::default();
         let now = Instant::now();
         l.observe_term(1, now);
-        assert_eq!(l.heartbeat(&state, &hb(&state, 2, false), now), Verdict::SetFenced(false));
-        assert_eq!(l.heartbeat(&state, &hb(&state, 1, true), now), Verdict::SetFenced(true));
+        assert_eq!(
+            l.heartbeat(&state, &hb(&state, 2, false), now),
+            Verdict::SetFenced(false)
+        );
+        assert_eq!(
+            l.heartbeat(&state, &hb(&state, 1, true), now),
+            Verdict::SetFenced(true)
+        );
         assert_eq!(
             l.heartbeat(&state, &hb(&state, 1, false), now),
             Verdict::Reply(HeartbeatReply::Alive { fenced: false })
@@ -172,7 +186,9 @@ mod tests {
         old.epoch -= 1;
         assert_eq!(
             l.heartbeat(&state, &old, now),
-            Verdict::Reply(HeartbeatReply::StaleEpoch { current: Some(old.epoch + 1) })
+            Verdict::Reply(HeartbeatReply::StaleEpoch {
+                current: Some(old.epoch + 1)
+            })
         );
         old.node_id = 7;
         assert_eq!(
@@ -187,7 +203,10 @@ mod tests {
         let mut l = Liveness::default();
         let t0 = Instant::now();
         let timeout = Duration::from_secs(3);
-        assert!(l.expired(&state, t0 + timeout * 10, timeout).is_empty(), "no term seen yet");
+        assert!(
+            l.expired(&state, t0 + timeout * 10, timeout).is_empty(),
+            "no term seen yet"
+        );
         l.observe_term(5, t0);
         l.heartbeat(&state, &hb(&state, 1, false), t0 + Duration::from_secs(2));
         assert!(l.expired(&state, t0 + timeout, timeout).is_empty());
@@ -199,6 +218,8 @@ mod tests {
         );
         // A new term forgets everything and restarts the grace period.
         l.observe_term(6, t0 + Duration::from_secs(10));
-        assert!(l.expired(&state, t0 + Duration::from_secs(12), timeout).is_empty());
+        assert!(l
+            .expired(&state, t0 + Duration::from_secs(12), timeout)
+            .is_empty());
     }
 }

@@ -228,7 +228,10 @@ mod tests {
             epoch: epochs[&1],
         });
         let p = partition(&state, 0);
-        assert_eq!((p.leader, p.isr.clone(), p.leader_epoch), (None, vec![1], 1));
+        assert_eq!(
+            (p.leader, p.isr.clone(), p.leader_epoch),
+            (None, vec![1], 1)
+        );
 
         // A restart: new registration, still fenced, then the first heartbeat unfences.
         let epoch = register(&mut state, 1);
@@ -238,7 +241,10 @@ mod tests {
             CommandResult::Ok
         );
         let p = partition(&state, 0);
-        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (Some(1), 2, 2));
+        assert_eq!(
+            (p.leader, p.leader_epoch, p.partition_epoch),
+            (Some(1), 2, 2)
+        );
     }
 
     #[test]

@@ -56,8 +56,8 @@ mod state_machine;
 mod types;
 
 pub use command::{Command, CommandResult, NodeId};
-pub use error::MetadataError;
 pub use controller::{Heartbeat, HeartbeatReply};
+pub use error::MetadataError;
 pub use quorum::{Metadata, MetadataOptions, QuorumStatus};
 pub use remote::{RemoteSegment, RemoteSegmentState};
 pub use state::{BrokerInfo, ClusterState, PartitionInfo, TopicInfo, FIRST_PRODUCER_ID};

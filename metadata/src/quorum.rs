@@ -146,7 +146,9 @@ fn wait_error(err: WaitError) -> MetadataError {
 
 fn not_leader(f: &ForwardToLeader<NodeId, Node>) -> Refusal {
     Refusal::NotLeader {
-        leader: f.leader_id.zip(f.leader_node.as_ref().map(|n| n.addr.clone())),
+        leader: f
+            .leader_id
+            .zip(f.leader_node.as_ref().map(|n| n.addr.clone())),
     }
 }
 
@@ -715,9 +717,7 @@ impl Inner {
     async fn local_read_index(&self) -> Result<u64, Refusal> {
         match self.raft.ensure_linearizable().await {
             Ok(log_id) => Ok(log_id.map_or(0, |l| l.index)),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                Err(not_leader(&f))
-            }
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(not_leader(&f)),
             Err(e) => Err(refusal(e)),
         }
     }
@@ -761,7 +761,10 @@ impl Inner {
         }
         if !remove.is_empty() {
             self.raft
-                .change_membership(ChangeMembers::RemoveVoters(remove.into_iter().collect()), true)
+                .change_membership(
+                    ChangeMembers::RemoveVoters(remove.into_iter().collect()),
+                    true,
+                )
                 .await
                 .map_err(write_refusal)?;
         }
@@ -788,7 +791,11 @@ impl Inner {
                         epoch: hb.epoch,
                     }
                 } else {
-                    tracing::info!(broker = hb.node_id, epoch = hb.epoch, "broker heartbeats: unfencing it");
+                    tracing::info!(
+                        broker = hb.node_id,
+                        epoch = hb.epoch,
+                        "broker heartbeats: unfencing it"
+                    );
                     Command::UnfenceBroker {
                         node_id: hb.node_id,
                         epoch: hb.epoch,
@@ -796,12 +803,12 @@ impl Inner {
                 };
                 match self.local_propose(cmd).await?.0 {
                     CommandResult::Ok => Ok(HeartbeatReply::Alive { fenced: fence }),
-                    CommandResult::StaleBrokerEpoch { current } => {
-                        Ok(HeartbeatReply::StaleEpoch {
-                            current: Some(current),
-                        })
+                    CommandResult::StaleBrokerEpoch { current } => Ok(HeartbeatReply::StaleEpoch {
+                        current: Some(current),
+                    }),
+                    CommandResult::UnknownBroker => {
+                        Ok(HeartbeatReply::StaleEpoch { current: None })
                     }
-                    CommandResult::UnknownBroker => Ok(HeartbeatReply::StaleEpoch { current: None }),
                     other => Err(Refusal::Failed(format!("unexpected {other:?}"))),
                 }
             }
@@ -841,7 +848,9 @@ impl Inner {
                 Response::InstallSnapshot(self.raft.install_snapshot(r).await)
             }
             Request::Propose(cmd) => Response::Proposed(self.local_propose(cmd).await),
-            Request::Join { node_id, addr } => Response::Joined(self.local_join(node_id, addr).await),
+            Request::Join { node_id, addr } => {
+                Response::Joined(self.local_join(node_id, addr).await)
+            }
             Request::Heartbeat(hb) => Response::Heartbeat(self.local_heartbeat(hb).await),
             Request::ReadIndex => Response::ReadIndex(self.local_read_index().await),
             Request::ChangeVoters { add, remove } => {
@@ -1143,9 +1152,9 @@ mod tests {
         metadata.shutdown().await.expect("shutdown");
 
         let err = Metadata::open(opts(2, dir.path()).await)
-        .await
-        .err()
-        .expect("must refuse");
+            .await
+            .err()
+            .expect("must refuse");
         assert!(matches!(err, MetadataError::Raft(_)), "{err}");
     }
 
@@ -1178,15 +1187,20 @@ mod tests {
 
     async fn wait_same_state(nodes: &[&Metadata], want: &Arc<ClusterState>) {
         for n in nodes {
-            n.wait_for_state(Duration::from_secs(10), "replicated state", |s| s == &**want)
-                .await
-                .unwrap_or_else(|e| panic!("node {}: {e}", n.node_id()));
+            n.wait_for_state(Duration::from_secs(10), "replicated state", |s| {
+                s == &**want
+            })
+            .await
+            .unwrap_or_else(|e| panic!("node {}: {e}", n.node_id()));
         }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn three_voters_started_in_any_order_agree_and_survive_the_leader_stopping() {
-        let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info").try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter("info")
+            .try_init();
         let dir = tempfile::tempdir().expect("tempdir");
         let (ls, voters) = listeners(3).await;
         let mut ls = ls.into_iter();
@@ -1209,7 +1223,10 @@ mod tests {
         // Proposals from every node, leader or not, apply everywhere.
         for n in nodes {
             propose_ok(n, register(n.node_id())).await;
-            assert!(n.state().brokers.contains_key(&n.node_id()), "read your write");
+            assert!(
+                n.state().brokers.contains_key(&n.node_id()),
+                "read your write"
+            );
         }
         propose_ok(&two, create_topic("t", 2)).await;
         let want = two.state();
@@ -1226,11 +1243,16 @@ mod tests {
         assert_ne!(new_leader, leader_id);
 
         // The old leader comes back on its address and catches up.
-        let listener = TcpListener::bind(&voters[&leader_id]).await.expect("rebind");
+        let listener = TcpListener::bind(&voters[&leader_id])
+            .await
+            .expect("rebind");
         let back = Metadata::open(node_opts(leader_id, dir.path(), listener, &voters))
             .await
             .expect("reopen");
-        assert!(back.state().topic("after-failover").is_some(), "caught up at open");
+        assert!(
+            back.state().topic("after-failover").is_some(),
+            "caught up at open"
+        );
         for n in [&back, rest[0], rest[1]] {
             n.shutdown().await.expect("shutdown");
         }
@@ -1249,7 +1271,10 @@ mod tests {
         }
         one.raft()
             .wait(Some(Duration::from_secs(10)))
-            .metrics(|m| m.purged.is_some(), "the log to be purged behind a snapshot")
+            .metrics(
+                |m| m.purged.is_some(),
+                "the log to be purged behind a snapshot",
+            )
             .await
             .expect("purged");
 
@@ -1325,7 +1350,9 @@ mod tests {
             })
         };
         let state = meta
-            .wait_for_state(Duration::from_secs(10), "broker 2 fenced", |s| s.brokers[&2].fenced)
+            .wait_for_state(Duration::from_secs(10), "broker 2 fenced", |s| {
+                s.brokers[&2].fenced
+            })
             .await
             .expect("fenced");
         assert!(!state.brokers[&1].fenced);

@@ -50,7 +50,10 @@ pub(crate) enum Request {
     /// Propose a command (sent to the leader by a node that does not lead).
     Propose(Command),
     /// Add the sender to the quorum as a learner (a broker that is not a voter).
-    Join { node_id: NodeId, addr: String },
+    Join {
+        node_id: NodeId,
+        addr: String,
+    },
     /// A broker's liveness report to the controller.
     Heartbeat(Heartbeat),
     /// The index a read must have applied to see every write committed before it was asked.
@@ -167,7 +170,11 @@ impl Peer {
     /// Sends `req` and waits for the answer, on a pooled connection when one is idle.
     /// For requests that are safe to repeat.
     pub(crate) async fn call(&self, req: &Request, timeout: Duration) -> io::Result<Response> {
-        let pooled = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let pooled = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
         let mut stream = match pooled {
             Some(s) => s,
             None => self.connect(timeout).await?,
@@ -330,7 +337,9 @@ mod tests {
             s
         });
         let (mut stream, _) = listener.accept().await.expect("accept");
-        let err = read_frame::<Request>(&mut stream).await.expect_err("refused");
+        let err = read_frame::<Request>(&mut stream)
+            .await
+            .expect_err("refused");
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         drop(client.await);
     }

@@ -40,6 +40,14 @@ pub struct BrokerOpts {
     pub advertised_kafka_addr: Option<String>,
     /// Run on this data dir instead of a fresh temporary one (kept by the caller).
     pub data_dir: Option<PathBuf>,
+    /// `--node-id`.
+    pub node_id: Option<u64>,
+    /// Fixed listeners (`--kafka-addr`, `--admin-addr`, `--raft-addr`); port 0 when unset.
+    pub kafka_addr: Option<String>,
+    pub admin_addr: Option<String>,
+    pub raft_addr: Option<String>,
+    /// `--voters`.
+    pub voters: Option<String>,
 }
 
 impl BrokerOpts {
@@ -67,6 +75,31 @@ impl BrokerOpts {
         self.data_dir = Some(dir.into());
         self
     }
+
+    /// A cluster member: its id, fixed listeners (so restarts keep their addresses) and the
+    /// voters.
+    pub fn member(
+        mut self,
+        node_id: u64,
+        kafka: &str,
+        admin: &str,
+        raft: &str,
+        voters: &str,
+    ) -> Self {
+        self.node_id = Some(node_id);
+        self.kafka_addr = Some(kafka.to_string());
+        self.admin_addr = Some(admin.to_string());
+        self.raft_addr = Some(raft.to_string());
+        self.voters = Some(voters.to_string());
+        self
+    }
+}
+
+/// A started process whose READY line has not been read yet.
+struct Pending {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr_done: mpsc::Receiver<()>,
 }
 
 /// Everything the broker printed, across restarts; shown when a test fails.
@@ -99,6 +132,7 @@ pub struct Broker {
     data_dir: PathBuf,
     _temp: Option<TempDir>,
     child: Option<Child>,
+    pending: Option<Pending>,
     log: OutputLog,
     generation: u32,
 }
@@ -111,6 +145,14 @@ impl Broker {
 
     /// Starts a broker and waits for its READY line.
     pub fn start(opts: BrokerOpts) -> Broker {
+        let mut broker = Self::launch(opts);
+        broker.wait_ready();
+        broker
+    }
+
+    /// Starts a broker without waiting for it to be ready (a cluster member waits for a
+    /// quorum of its peers); call [`Broker::wait_ready`] next.
+    pub fn launch(opts: BrokerOpts) -> Broker {
         let (temp, data_dir) = match &opts.data_dir {
             Some(dir) => (None, dir.clone()),
             None => {
@@ -130,15 +172,24 @@ impl Broker {
             data_dir,
             _temp: temp,
             child: None,
+            pending: None,
             log: OutputLog::default(),
             generation: 0,
         };
-        broker.spawn();
+        broker.spawn_process();
         broker
     }
 
     fn spawn(&mut self) {
-        assert!(self.child.is_none(), "broker is already running");
+        self.spawn_process();
+        self.wait_ready();
+    }
+
+    fn spawn_process(&mut self) {
+        assert!(
+            self.child.is_none() && self.pending.is_none(),
+            "broker is already running"
+        );
         let bin = strata_bin();
         assert!(
             bin.exists(),
@@ -148,10 +199,24 @@ impl Broker {
         );
         self.generation += 1;
         let mut cmd = Command::new(&bin);
+        let opts = &self.opts;
         cmd.arg("serve")
             .arg("--data-dir")
             .arg(&self.data_dir)
-            .args(["--kafka-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"]);
+            .args([
+                "--kafka-addr",
+                opts.kafka_addr.as_deref().unwrap_or("127.0.0.1:0"),
+                "--admin-addr",
+                opts.admin_addr.as_deref().unwrap_or("127.0.0.1:0"),
+                "--raft-addr",
+                opts.raft_addr.as_deref().unwrap_or("127.0.0.1:0"),
+            ]);
+        if let Some(id) = opts.node_id {
+            cmd.args(["--node-id", &id.to_string()]);
+        }
+        if let Some(voters) = &opts.voters {
+            cmd.args(["--voters", voters]);
+        }
         if let Some(cfg) = &self.opts.config {
             let parent = self.data_dir.parent().unwrap_or(Path::new("/tmp"));
             let path = parent.join(format!("strata-{}.toml", self.generation));
@@ -215,7 +280,20 @@ impl Broker {
             }
             let _ = err_done_tx.send(());
         });
+        self.pending = Some(Pending {
+            child,
+            lines: rx,
+            stderr_done: err_done_rx,
+        });
+    }
 
+    /// Waits for the READY line of a launched process.
+    pub fn wait_ready(&mut self) {
+        let Pending {
+            mut child,
+            lines: rx,
+            stderr_done: err_done_rx,
+        } = self.pending.take().expect("no process launched");
         let deadline = Instant::now() + READY_TIMEOUT;
         let ready = loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -276,6 +354,11 @@ impl Broker {
 
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("broker not running").id()
+    }
+
+    /// This broker's `--node-id` (1 unless set).
+    pub fn node_id(&self) -> u64 {
+        self.opts.node_id.unwrap_or(1)
     }
 
     /// True while the process has not exited.
@@ -349,8 +432,13 @@ impl Broker {
         );
     }
 
+    /// Starts the process again without waiting for READY (see [`Broker::launch`]).
+    pub fn relaunch(&mut self) {
+        self.spawn_process();
+    }
+
     /// Starts the broker again on the same data dir (after `kill9` or `terminate`); the new
-    /// process listens on new ports.
+    /// process listens on new ports unless they were fixed.
     pub fn restart(&mut self) {
         if self.child.is_some() {
             self.terminate();
@@ -364,6 +452,10 @@ impl Drop for Broker {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(mut pending) = self.pending.take() {
+            let _ = pending.child.kill();
+            let _ = pending.child.wait();
         }
         if thread::panicking() {
             eprintln!(

@@ -7,6 +7,7 @@
 
 pub mod broker;
 pub mod clients;
+pub mod cluster;
 pub mod groups;
 pub mod http;
 pub mod outage;
@@ -17,6 +18,7 @@ pub mod util;
 
 pub use broker::{strata_bin, Broker, BrokerOpts};
 pub use clients::{block_on, by_partition, ConsumedRecord, Delivery, TrackingProducer};
+pub use cluster::Cluster;
 pub use http::{http_get, parse_prometheus, HttpResponse, Sample};
 pub use proxy::FaultProxy;
 pub use raw::{encode_batch, Idempotence, KafkaConn, RawRecord};

@@ -46,6 +46,119 @@ struct LagLabels {
 
 type LagGauge = Family<LagLabels, Gauge<f64, AtomicU64>>;
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BrokerStateLabels {
+    state: String,
+}
+
+/// The cluster as this node sees it: controller, quorum, brokers, partition health. All
+/// gauges but the heartbeat counter are read from the metadata state at scrape time.
+struct ClusterMetrics {
+    heartbeats: Family<ResultLabels, Counter>,
+    active_controller: Gauge,
+    raft_term: Gauge,
+    raft_leader: Gauge,
+    raft_applied_index: Gauge,
+    brokers: Family<BrokerStateLabels, Gauge>,
+    offline_partitions: Gauge,
+    under_replicated_partitions: Gauge,
+    leader_partitions: Gauge,
+}
+
+impl ClusterMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "broker_heartbeats",
+            "Heartbeats sent to the controller, by result (ok, error)",
+            self.heartbeats.clone(),
+        );
+        registry.register(
+            "active_controller",
+            "1 on the node that leads the metadata quorum and so is the controller; the sum over the cluster is 1",
+            self.active_controller.clone(),
+        );
+        registry.register(
+            "metadata_raft_term",
+            "Current raft term of the metadata quorum",
+            self.raft_term.clone(),
+        );
+        registry.register(
+            "metadata_raft_leader",
+            "Node id of the metadata leader as this node knows it (-1: none)",
+            self.raft_leader.clone(),
+        );
+        registry.register(
+            "metadata_applied_index",
+            "Last metadata log index applied on this node",
+            self.raft_applied_index.clone(),
+        );
+        registry.register(
+            "brokers",
+            "Registered brokers by state (live, fenced)",
+            self.brokers.clone(),
+        );
+        registry.register(
+            "offline_partitions",
+            "Partitions without a leader (reported by the active controller only, 0 elsewhere)",
+            self.offline_partitions.clone(),
+        );
+        registry.register(
+            "under_replicated_partitions",
+            "Partitions led here whose ISR is smaller than their replica set",
+            self.under_replicated_partitions.clone(),
+        );
+        registry.register(
+            "leader_partitions",
+            "Partitions led by this broker",
+            self.leader_partitions.clone(),
+        );
+    }
+
+    fn update(&self, metadata: &strata_metadata::Metadata) {
+        let status = metadata.status();
+        let me = status.node_id;
+        let controller = status.role == "leader" && status.leader == Some(me);
+        self.active_controller.set(i64::from(controller));
+        self.raft_term.set(status.term as i64);
+        self.raft_leader.set(status.leader.map_or(-1, |l| l as i64));
+        self.raft_applied_index
+            .set(status.last_applied_index.map_or(-1, |i| i as i64));
+        let state = metadata.state();
+        let fenced = state.brokers.values().filter(|b| b.fenced).count() as i64;
+        self.brokers
+            .get_or_create(&BrokerStateLabels {
+                state: "live".into(),
+            })
+            .set(state.brokers.len() as i64 - fenced);
+        self.brokers
+            .get_or_create(&BrokerStateLabels {
+                state: "fenced".into(),
+            })
+            .set(fenced);
+        let (mut offline, mut under, mut led) = (0, 0, 0);
+        for p in state.topics.values().flat_map(|t| &t.partitions) {
+            if p.leader.is_none() {
+                offline += 1;
+            }
+            if p.leader == Some(me) {
+                led += 1;
+                if p.isr.len() < p.replicas.len() {
+                    under += 1;
+                }
+            }
+        }
+        self.offline_partitions
+            .set(if controller { offline } else { 0 });
+        self.under_replicated_partitions.set(under);
+        self.leader_partitions.set(led);
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
     requests: Family<ApiLabels, Counter>,
@@ -77,6 +190,7 @@ pub struct Metrics {
     cleaner_last_seconds: Gauge<f64, AtomicU64>,
     cleaner_max_dirty_ratio: Gauge<f64, AtomicU64>,
     cleaner_uncleanable: Gauge,
+    cluster: ClusterMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -123,8 +237,20 @@ impl Metrics {
             cleaner_last_seconds: Gauge::default(),
             cleaner_max_dirty_ratio: Gauge::default(),
             cleaner_uncleanable: Gauge::default(),
+            cluster: ClusterMetrics {
+                heartbeats: Family::default(),
+                active_controller: Gauge::default(),
+                raft_term: Gauge::default(),
+                raft_leader: Gauge::default(),
+                raft_applied_index: Gauge::default(),
+                brokers: Family::default(),
+                offline_partitions: Gauge::default(),
+                under_replicated_partitions: Gauge::default(),
+                leader_partitions: Gauge::default(),
+            },
             registry: Registry::default(),
         };
+        m.cluster.register(&mut registry);
         registry.register(
             "requests",
             "Kafka requests handled, by API",
@@ -391,8 +517,19 @@ impl Metrics {
         }
     }
 
-    /// Prometheus text exposition, with partition gauges read now.
-    pub fn render(&self, partitions: &Partitions) -> String {
+    /// A heartbeat to the controller was answered (`ok`) or not.
+    pub fn heartbeat(&self, ok: bool) {
+        self.cluster
+            .heartbeats
+            .get_or_create(&ResultLabels {
+                result: if ok { "ok" } else { "error" }.into(),
+            })
+            .inc();
+    }
+
+    /// Prometheus text exposition, with partition and cluster gauges read now.
+    pub fn render(&self, partitions: &Partitions, metadata: &strata_metadata::Metadata) -> String {
+        self.cluster.update(metadata);
         for family in [
             &self.log_end_offset,
             &self.high_watermark,

@@ -6,13 +6,16 @@
 //! - `strata consume` — records to stdout — [`consume`];
 //! - `strata perf produce|consume|e2e|group|commit` — load generation, latency, consumer-group
 //!   rebalance times and offset-commit throughput — [`perf`];
-//! - `strata group list|describe|delete|reset-offsets` — consumer groups — [`group`].
+//! - `strata group list|describe|delete|reset-offsets` — consumer groups — [`group`];
+//! - `strata cluster status|add-voter|remove-voter` — the controller, quorum, brokers and
+//!   unhealthy partitions, over the admin HTTP port — [`cluster`].
 //!
 //! Every command takes `-b/--bootstrap-server` (env `STRATA_BOOTSTRAP`), repeated
 //! `-X key=value` librdkafka properties and `--request-timeout-ms`.
 
 use clap::Subcommand;
 
+pub mod cluster;
 pub mod common;
 pub mod consume;
 pub mod group;
@@ -37,6 +40,9 @@ pub enum ClientCommand {
     /// List, describe (members, lag) and delete consumer groups; reset their offsets.
     #[command(subcommand)]
     Group(group::GroupCommand),
+    /// Cluster health (controller, quorum, brokers, unhealthy partitions) and voter changes.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
 }
 
 impl ClientCommand {
@@ -47,6 +53,7 @@ impl ClientCommand {
             ClientCommand::Consume(args) => Some(&args.conn),
             ClientCommand::Perf(cmd) => cmd.conn(),
             ClientCommand::Group(cmd) => Some(cmd.conn()),
+            ClientCommand::Cluster(_) => None,
         }
     }
 }
@@ -80,6 +87,13 @@ pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Consume(args) => consume::run(args),
         ClientCommand::Perf(cmd) => perf::run(cmd),
         ClientCommand::Group(cmd) => group::run(cmd),
+        ClientCommand::Cluster(cmd) => {
+            if !cluster::run(cmd)? {
+                // Unhealthy: distinct from an error (1), for scripts that wait for health.
+                std::process::exit(2);
+            }
+            Ok(())
+        }
     }
 }
 

@@ -186,17 +186,20 @@ fn source_label(source: &ConfigSource) -> &'static str {
 /// One `tier` line per partition: the whole log, the local part, the remote part, and what is
 /// waiting to be offloaded, from the broker's `/v1/partitions`.
 fn print_tiers(admin_addr: &str, topic: &str) -> anyhow::Result<()> {
-    let stats: Vec<crate::partition::TierStats> =
-        match admin_get(admin_addr, &format!("/v1/partitions?topic={topic}"))
-            .and_then(|body| serde_json::from_str(&body).context("decoding /v1/partitions"))
-        {
-            Ok(s) => s,
-            Err(e) => {
-                return emit(format_args!(
-                    "tier ranges unavailable: admin endpoint {admin_addr}: {e:#}"
-                ))
-            }
-        };
+    let stats: Vec<crate::partition::TierStats> = match super::common::admin_request(
+        admin_addr,
+        "GET",
+        &format!("/v1/partitions?topic={topic}"),
+    )
+    .and_then(|body| serde_json::from_str(&body).context("decoding /v1/partitions"))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            return emit(format_args!(
+                "tier ranges unavailable: admin endpoint {admin_addr}: {e:#}"
+            ))
+        }
+    };
     let range = |start: Option<i64>, end: Option<i64>| match (start, end) {
         (Some(s), Some(e)) => format!("[{s},{e})"),
         _ => "none".to_string(),
@@ -220,24 +223,6 @@ fn print_tiers(admin_addr: &str, topic: &str) -> anyhow::Result<()> {
         ))?;
     }
     Ok(())
-}
-
-/// A plain HTTP/1.0 GET of the admin endpoint (no HTTP client is worth a dependency here).
-fn admin_get(addr: &str, path: &str) -> anyhow::Result<String> {
-    use std::io::{Read, Write};
-    let sock: std::net::SocketAddr = addr.parse().context("admin address")?;
-    let mut conn = std::net::TcpStream::connect_timeout(&sock, std::time::Duration::from_secs(2))?;
-    conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
-    write!(conn, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut text = String::new();
-    conn.read_to_string(&mut text)?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| anyhow!("malformed HTTP response"))?;
-    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-        bail!("{}", head.lines().next().unwrap_or(head));
-    }
-    Ok(body.to_string())
 }
 
 fn describe(runtime: &tokio::runtime::Runtime, args: DescribeArgs) -> anyhow::Result<()> {

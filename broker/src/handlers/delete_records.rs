@@ -41,10 +41,7 @@ async fn delete(
     partition: i32,
     offset: i64,
 ) -> Result<i64, ApiError> {
-    let part = broker
-        .partitions
-        .get(topic, partition)
-        .ok_or_else(|| ApiError::new(ErrorCode::UnknownTopicOrPartition, "unknown partition"))?;
+    let part = broker.leader_partition(topic, partition, -1)?;
     let offsets = part.offsets();
     let offset = if offset == -1 {
         offsets.high_watermark

@@ -12,9 +12,11 @@ pub fn handle(
     _version: i16,
 ) -> DescribeClusterResponse {
     let state = broker.metadata.state();
+    // Live brokers only (v2's include_fenced_brokers is not offered).
     let brokers = state
         .brokers
         .values()
+        .filter(|b| !b.fenced)
         .map(|b| {
             DescribeClusterBroker::default()
                 .with_broker_id(BrokerId(b.node_id as i32))
@@ -25,7 +27,7 @@ pub fn handle(
         .collect();
     DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(broker.config.cluster_id.clone()))
-        .with_controller_id(BrokerId(broker.config.node_id as i32))
+        .with_controller_id(BrokerId(broker.metadata.leader().map_or(-1, |l| l as i32)))
         .with_brokers(brokers)
         .with_cluster_authorized_operations(i32::MIN)
 }

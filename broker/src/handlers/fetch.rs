@@ -53,13 +53,20 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
             .partitions
             .iter()
             .map(|p| {
-                let part = broker.partitions.get(&name, p.partition);
-                let err = match (&info, &part) {
-                    (None, _) | (_, None) => Some(ApiError::new(
-                        missing,
-                        format!("unknown {name}-{}", p.partition),
-                    )),
-                    _ => None,
+                let (part, err) = match &info {
+                    None => (
+                        None,
+                        Some(ApiError::new(
+                            missing,
+                            format!("unknown {name}-{}", p.partition),
+                        )),
+                    ),
+                    Some(_) => {
+                        match broker.leader_partition(&name, p.partition, p.current_leader_epoch) {
+                            Ok(part) => (Some(part), None),
+                            Err(e) => (None, Some(e)),
+                        }
+                    }
                 };
                 WantedPartition {
                     index: p.partition,

@@ -28,12 +28,20 @@ pub async fn handle(
             let resp =
                 ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
             partitions.push(
-                match lookup(broker, &name, p.partition_index, p.timestamp).await {
-                    Ok((offset, timestamp)) => {
+                match lookup(
+                    broker,
+                    &name,
+                    p.partition_index,
+                    p.timestamp,
+                    p.current_leader_epoch,
+                )
+                .await
+                {
+                    Ok((offset, timestamp, epoch)) => {
                         let resp = resp.with_offset(offset).with_timestamp(timestamp);
                         // Leader epochs exist from v4; earlier versions must leave the default.
                         if version >= 4 {
-                            resp.with_leader_epoch(0)
+                            resp.with_leader_epoch(epoch)
                         } else {
                             resp
                         }
@@ -59,18 +67,36 @@ async fn lookup(
     topic: &str,
     partition: i32,
     ts: i64,
-) -> Result<(i64, i64), ApiError> {
-    let p = broker.partitions.get(topic, partition).ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::UnknownTopicOrPartition,
-            format!("unknown {topic}-{partition}"),
-        )
-    })?;
+    current_leader_epoch: i32,
+) -> Result<(i64, i64, i32), ApiError> {
+    let (found, epoch) = find(broker, topic, partition, ts, current_leader_epoch).await?;
+    Ok((found.0, found.1, epoch))
+}
+
+/// The offset and timestamp for `ts`, and the leader epoch to report with them: the current
+/// one for the log end, otherwise -1 ("unknown"), since this broker does not yet keep the
+/// epoch of every offset (the leader-epoch cache comes with replication).
+async fn find(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    ts: i64,
+    current_leader_epoch: i32,
+) -> Result<((i64, i64), i32), ApiError> {
+    let p = broker.leader_partition(topic, partition, current_leader_epoch)?;
     let o = p.offsets();
     let found = match ts {
-        LATEST => return Ok((o.high_watermark, -1)),
-        EARLIEST => return Ok((o.log_start, -1)),
-        EARLIEST_LOCAL => return Ok((p.local_log_start().max(o.log_start), -1)),
+        LATEST => {
+            let epoch = broker
+                .metadata
+                .state()
+                .topic(topic)
+                .and_then(|t| t.partitions.get(partition as usize))
+                .map_or(-1, |p| p.leader_epoch);
+            return Ok(((o.high_watermark, -1), epoch));
+        }
+        EARLIEST => return Ok(((o.log_start, -1), -1)),
+        EARLIEST_LOCAL => return Ok(((p.local_log_start().max(o.log_start), -1), -1)),
         MAX_TIMESTAMP => p.max_timestamp(),
         ts if ts < 0 => {
             return Err(ApiError::new(
@@ -99,5 +125,5 @@ async fn lookup(
             }
         }
     };
-    Ok(found.unwrap_or((-1, -1)))
+    Ok((found.unwrap_or((-1, -1)), -1))
 }

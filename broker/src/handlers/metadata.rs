@@ -4,13 +4,14 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
-use strata_metadata::TopicInfo;
+use strata_metadata::{ClusterState, TopicInfo};
 
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 
-fn topic_response(t: &TopicInfo) -> MetadataResponseTopic {
+fn topic_response(t: &TopicInfo, state: &ClusterState) -> MetadataResponseTopic {
+    let fenced = |r: &u64| state.brokers.get(r).is_none_or(|b| b.fenced);
     let partitions = t
         .partitions
         .iter()
@@ -19,14 +20,21 @@ fn topic_response(t: &TopicInfo) -> MetadataResponseTopic {
             MetadataResponsePartition::default()
                 .with_partition_index(i as i32)
                 .with_error_code(if p.leader.is_some() {
-                    0
+                    ErrorCode::None.code()
                 } else {
-                    5 /* LEADER_NOT_AVAILABLE */
+                    ErrorCode::LeaderNotAvailable.code()
                 })
                 .with_leader_id(BrokerId(p.leader.map(|l| l as i32).unwrap_or(-1)))
                 .with_leader_epoch(p.leader_epoch)
                 .with_replica_nodes(p.replicas.iter().map(|r| BrokerId(*r as i32)).collect())
                 .with_isr_nodes(p.isr.iter().map(|r| BrokerId(*r as i32)).collect())
+                .with_offline_replicas(
+                    p.replicas
+                        .iter()
+                        .filter(|r| fenced(r))
+                        .map(|r| BrokerId(*r as i32))
+                        .collect(),
+                )
         })
         .collect();
     MetadataResponseTopic::default()
@@ -53,32 +61,28 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
     };
     let allow_create = version < 4 || req.allow_auto_topic_creation;
     let topics = match requested {
-        None => broker
-            .metadata
-            .state()
-            .topics
-            .values()
-            .map(topic_response)
-            .collect(),
+        None => {
+            let state = broker.metadata.state();
+            state
+                .topics
+                .values()
+                .map(|t| topic_response(t, &state))
+                .collect()
+        }
         Some(requested) => {
             let mut out = Vec::with_capacity(requested.len());
             for t in requested {
                 let Some(name) = t.name.clone() else {
                     // By id (v10+).
-                    match broker
-                        .metadata
-                        .state()
-                        .topics
-                        .values()
-                        .find(|x| x.topic_id == t.topic_id)
-                    {
-                        Some(info) => out.push(topic_response(info)),
+                    let state = broker.metadata.state();
+                    match state.topic_by_id(&t.topic_id) {
+                        Some(info) => out.push(topic_response(info, &state)),
                         None => out.push(error_topic(None, t.topic_id, ErrorCode::UnknownTopicId)),
                     }
                     continue;
                 };
                 match broker.topic_or_create(name.0.as_str(), allow_create).await {
-                    Ok(Some(info)) => out.push(topic_response(&info)),
+                    Ok(Some(info)) => out.push(topic_response(&info, &broker.metadata.state())),
                     Ok(None) => out.push(error_topic(
                         Some(name),
                         uuid::Uuid::nil(),
@@ -90,11 +94,13 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
             out
         }
     };
+    // Fenced brokers (stopped or silent) are left out, as Kafka lists only live brokers.
     let brokers = broker
         .metadata
         .state()
         .brokers
         .values()
+        .filter(|b| !b.fenced)
         .map(|b| {
             MetadataResponseBroker::default()
                 .with_node_id(BrokerId(b.node_id as i32))
@@ -105,7 +111,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         .collect();
     let mut resp = MetadataResponse::default()
         .with_brokers(brokers)
-        .with_controller_id(BrokerId(broker.config.node_id as i32))
+        .with_controller_id(BrokerId(broker.metadata.leader().map_or(-1, |l| l as i32)))
         .with_topics(topics);
     if version >= 2 {
         resp.cluster_id = Some(str_bytes(broker.config.cluster_id.clone()));

@@ -83,12 +83,7 @@ fn append(
     partition: i32,
     records: Option<&bytes::Bytes>,
 ) -> Result<(i64, i64, i64), ApiError> {
-    let partition_ref = broker.partitions.get(topic, partition).ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::UnknownTopicOrPartition,
-            format!("unknown partition {topic}-{partition}"),
-        )
-    })?;
+    let partition_ref = broker.leader_partition(topic, partition, -1)?;
     let records = records.ok_or_else(|| ApiError::new(ErrorCode::InvalidRecord, "null records"))?;
     let info = partition_ref.append(records)?;
     if !info.duplicate {

@@ -1,0 +1,182 @@
+//! The broker's session with the controller: registration, heartbeats, controlled shutdown.
+//!
+//! At start-up the broker registers (a new broker epoch; it starts fenced), then heartbeats
+//! until the controller unfences it and this node has applied that, and only then opens its
+//! partitions and listens. While it runs it heartbeats every `broker_heartbeat_interval_ms`;
+//! the controller fences a broker silent for `broker_session_timeout_ms`, which moves the
+//! leadership of its partitions. A clean stop asks to be fenced first (Kafka's controlled
+//! shutdown), so leadership moves at once rather than after the session timeout.
+//!
+//! Invariants:
+//! - The broker serves nothing before its registration is unfenced in its own copy of the
+//!   state: leadership checks read that copy.
+//! - A heartbeat answered `StaleEpoch` (another process registered this node id since, or
+//!   the state was restored without this registration) registers again rather than carrying
+//!   on with an epoch the controller does not know.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_metadata::{Command, CommandResult, Heartbeat, HeartbeatReply};
+use tokio::sync::watch;
+
+use crate::broker::Broker;
+
+/// How long start-up waits for the controller to unfence this broker.
+const UNFENCE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a controlled shutdown waits for the fence to be applied here.
+const SHUTDOWN_FENCE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Registers this broker under a new epoch and returns it.
+pub async fn register(broker: &Broker) -> anyhow::Result<i64> {
+    let cmd = Command::RegisterBroker {
+        node_id: broker.config.node_id,
+        host: broker.advertised.ip().to_string(),
+        port: broker.advertised.port(),
+        rack: broker.config.rack.clone(),
+    };
+    match broker.metadata.propose(cmd).await? {
+        CommandResult::BrokerRegistered { epoch } => {
+            tracing::info!(
+                node_id = broker.config.node_id,
+                epoch,
+                "registered with the controller"
+            );
+            Ok(epoch)
+        }
+        other => anyhow::bail!("registration refused: {other:?}"),
+    }
+}
+
+fn heartbeat(broker: &Broker, epoch: i64, shutting_down: bool) -> Heartbeat {
+    Heartbeat {
+        node_id: broker.config.node_id,
+        epoch,
+        shutting_down,
+    }
+}
+
+/// Heartbeats until the controller unfences registration `epoch` and this node applied it.
+pub async fn wait_unfenced(broker: &Broker, epoch: i64) -> anyhow::Result<()> {
+    let node_id = broker.config.node_id;
+    let deadline = tokio::time::Instant::now() + UNFENCE_TIMEOUT;
+    let interval = Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
+    loop {
+        match broker
+            .metadata
+            .heartbeat(heartbeat(broker, epoch, false))
+            .await
+        {
+            Ok(HeartbeatReply::Alive { fenced: false }) => break,
+            Ok(HeartbeatReply::Alive { fenced: true }) => {}
+            Ok(HeartbeatReply::StaleEpoch { current }) => {
+                anyhow::bail!("registration epoch {epoch} was replaced (now {current:?}) during start-up: is another process running as node {node_id}?")
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "waiting for the controller to unfence this broker")
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("the controller did not unfence this broker within {UNFENCE_TIMEOUT:?}");
+        }
+        tokio::time::sleep(interval).await;
+    }
+    broker
+        .metadata
+        .wait_for_state(
+            UNFENCE_TIMEOUT,
+            "this broker's unfencing to apply here",
+            |s| {
+                s.brokers
+                    .get(&node_id)
+                    .is_some_and(|b| b.epoch == epoch && !b.fenced)
+            },
+        )
+        .await?;
+    tracing::info!(node_id, epoch, "unfenced by the controller");
+    Ok(())
+}
+
+/// Heartbeats until shutdown, then asks to be fenced (controlled shutdown).
+pub async fn run(broker: Arc<Broker>, mut epoch: i64, mut shutdown: watch::Receiver<bool>) {
+    let interval = Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing_since: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => break,
+        }
+        match broker
+            .metadata
+            .heartbeat(heartbeat(&broker, epoch, false))
+            .await
+        {
+            Ok(HeartbeatReply::Alive { fenced }) => {
+                broker.metrics.heartbeat(true);
+                if let Some(since) = failing_since.take() {
+                    tracing::info!(
+                        failed_for_ms = since.elapsed().as_millis() as u64,
+                        fenced,
+                        "heartbeats reach the controller again"
+                    );
+                }
+            }
+            Ok(HeartbeatReply::StaleEpoch { current }) => {
+                tracing::warn!(
+                    epoch,
+                    ?current,
+                    "the controller does not know this registration: registering again"
+                );
+                match register(&broker).await {
+                    Ok(e) => epoch = e,
+                    Err(e) => tracing::warn!(error = %e, "registering again failed; will retry"),
+                }
+            }
+            Err(e) => {
+                broker.metrics.heartbeat(false);
+                let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                tracing::warn!(
+                    error = %e,
+                    failing_for_ms = since.elapsed().as_millis() as u64,
+                    "heartbeat to the controller failed"
+                );
+            }
+        }
+    }
+    controlled_shutdown(&broker, epoch).await;
+}
+
+/// Asks the controller to fence this broker and waits (briefly) until that applied here.
+async fn controlled_shutdown(broker: &Broker, epoch: i64) {
+    let node_id = broker.config.node_id;
+    match broker
+        .metadata
+        .heartbeat(heartbeat(broker, epoch, true))
+        .await
+    {
+        Ok(HeartbeatReply::Alive { fenced: true }) => {
+            let applied = broker
+                .metadata
+                .wait_for_state(
+                    SHUTDOWN_FENCE_TIMEOUT,
+                    "this broker's fence to apply here",
+                    |s| {
+                        s.brokers
+                            .get(&node_id)
+                            .is_none_or(|b| b.fenced || b.epoch != epoch)
+                    },
+                )
+                .await;
+            match applied {
+                Ok(_) => tracing::info!(node_id, "controlled shutdown: fenced, leadership moved"),
+                Err(e) => tracing::warn!(error = %e, "controlled shutdown: fence not seen here"),
+            }
+        }
+        other => tracing::warn!(
+            answer = ?other,
+            "controlled shutdown refused or unreachable; partitions move after the session timeout"
+        ),
+    }
+}

@@ -1,0 +1,174 @@
+//! Several `strata serve` processes forming one cluster on loopback.
+//!
+//! Every member gets fixed Kafka, admin and raft ports (picked free at creation), so a killed
+//! and restarted member comes back on the addresses its peers and clients know. The first
+//! `voters` members are the metadata voters; the others join as learners.
+
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::broker::{Broker, BrokerOpts};
+use crate::util::{wait_for, wait_for_some};
+
+/// A free loopback port: bound, then released for the broker to take. Another process could
+/// take it in between; on a test machine that is rare enough, and the broker fails loudly.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free port")
+}
+
+/// A cluster of real broker processes.
+pub struct Cluster {
+    /// Member `i` has node id `i + 1`.
+    pub nodes: Vec<Broker>,
+    kafka: Vec<String>,
+}
+
+/// How long a cluster may take to agree on something after a change.
+pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Cluster {
+    /// Starts `n` members, the first `voters` of them voters, all with `env` (`STRATA_*`
+    /// settings), launched together and then waited for.
+    pub fn start(n: usize, voters: usize, env: &[(&str, &str)]) -> Cluster {
+        Self::start_with(n, voters, env, None)
+    }
+
+    /// Like [`Cluster::start`], but member `first` starts alone and is seen waiting for a
+    /// quorum before the others are launched: members may start in any order.
+    pub fn start_first(n: usize, voters: usize, env: &[(&str, &str)], first: u64) -> Cluster {
+        Self::start_with(n, voters, env, Some(first))
+    }
+
+    fn start_with(n: usize, voters: usize, env: &[(&str, &str)], first: Option<u64>) -> Cluster {
+        assert!(voters >= 1 && voters <= n);
+        let addrs: Vec<(String, String, String)> = (0..n)
+            .map(|_| {
+                (
+                    format!("127.0.0.1:{}", free_port()),
+                    format!("127.0.0.1:{}", free_port()),
+                    format!("127.0.0.1:{}", free_port()),
+                )
+            })
+            .collect();
+        let voter_list = addrs
+            .iter()
+            .take(voters)
+            .enumerate()
+            .map(|(i, (_, _, raft))| format!("{}@{raft}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let opts = |i: usize| {
+            let (kafka, admin, raft) = &addrs[i];
+            let mut opts = BrokerOpts::new().member(i as u64 + 1, kafka, admin, raft, &voter_list);
+            for (k, v) in env {
+                opts = opts.env(k, v);
+            }
+            opts
+        };
+        let mut slots: Vec<Option<Broker>> = (0..n).map(|_| None).collect();
+        if let Some(first) = first {
+            let i = first as usize - 1;
+            let alone = Broker::launch(opts(i));
+            wait_for(
+                "the first member to wait for a quorum",
+                CLUSTER_TIMEOUT,
+                || alone.output().contains("waiting for a quorum"),
+            );
+            slots[i] = Some(alone);
+        }
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if slot.is_none() {
+                *slot = Some(Broker::launch(opts(i)));
+            }
+        }
+        let mut nodes: Vec<Broker> = slots.into_iter().flatten().collect();
+        for n in &mut nodes {
+            n.wait_ready();
+        }
+        Cluster {
+            kafka: addrs.iter().map(|(k, _, _)| k.clone()).collect(),
+            nodes,
+        }
+    }
+
+    /// Every member's Kafka address, comma-separated: a bootstrap list.
+    pub fn bootstrap(&self) -> String {
+        self.kafka.join(",")
+    }
+
+    /// Member with node id `id`.
+    pub fn node(&mut self, id: u64) -> &mut Broker {
+        &mut self.nodes[id as usize - 1]
+    }
+
+    /// The controller as the running members agree on it: every running member reporting
+    /// itself active (`strata_active_controller`) must be the same one, and exactly one.
+    pub fn controller(&mut self) -> Option<u64> {
+        let mut active = Vec::new();
+        for n in &mut self.nodes {
+            if n.is_running() && n.metric("strata_active_controller") == 1.0 {
+                active.push(n.node_id());
+            }
+        }
+        (active.len() == 1).then(|| active[0])
+    }
+
+    /// Waits until exactly one running member is the active controller, and returns it.
+    pub fn wait_controller(&mut self) -> u64 {
+        wait_for_some("exactly one active controller", CLUSTER_TIMEOUT, || {
+            self.controller()
+        })
+    }
+
+    /// `config` (one of a member's client configs) bootstrapping from every member.
+    pub fn with_bootstrap(&self, mut config: ClientConfig) -> ClientConfig {
+        config.set("bootstrap.servers", self.bootstrap());
+        config
+    }
+
+    /// A running member, to take client configs from.
+    pub fn any_running(&mut self) -> &mut Broker {
+        self.nodes
+            .iter_mut()
+            .find_map(|n| n.is_running().then_some(n))
+            .expect("a running member")
+    }
+
+    /// The leader of every partition of `topic`, as a client sees it in Metadata (`None`:
+    /// offline or unknown).
+    pub fn leaders(&mut self, topic: &str) -> Vec<Option<u64>> {
+        let base = self.any_running().client_config();
+        let config = self.with_bootstrap(base);
+        let consumer: BaseConsumer = config.create().expect("metadata client");
+        let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) else {
+            return Vec::new();
+        };
+        let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+            return Vec::new();
+        };
+        let mut parts: Vec<_> = t.partitions().iter().collect();
+        parts.sort_by_key(|p| p.id());
+        parts
+            .iter()
+            .map(|p| (p.error().is_none() && p.leader() >= 0).then(|| p.leader() as u64))
+            .collect()
+    }
+
+    /// Waits until every running member sees `pred` hold on its `/v1/cluster` view.
+    pub fn wait_all(&mut self, what: &str, pred: impl Fn(&serde_json::Value) -> bool) {
+        wait_for(what, CLUSTER_TIMEOUT, || {
+            self.nodes.iter_mut().all(|n| {
+                !n.is_running()
+                    || n.admin_get("/v1/cluster")
+                        .ok()
+                        .and_then(|r| serde_json::from_str::<serde_json::Value>(&r.body).ok())
+                        .is_some_and(|v| pred(&v))
+            })
+        });
+    }
+}

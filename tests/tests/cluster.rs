@@ -1,0 +1,329 @@
+//! Clusters of real `strata` processes on loopback: the metadata quorum over TCP, broker
+//! registration, heartbeats and fencing, leader moves, and the operator's view
+//! (`strata cluster status`, metrics). Partitions have one replica here: replication between
+//! brokers is refused honestly until it is built.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use strata_tests::cluster::CLUSTER_TIMEOUT;
+use strata_tests::{block_on, strata_bin, unique_topic, wait_for, Cluster, TrackingProducer};
+
+/// Fast failure detection, so the tests do not wait out production timeouts.
+const FAST: &[(&str, &str)] = &[
+    ("STRATA_BROKER_HEARTBEAT_INTERVAL_MS", "200"),
+    ("STRATA_BROKER_SESSION_TIMEOUT_MS", "1500"),
+];
+
+fn cluster_status(admin: &str) -> (i32, String) {
+    let out = Command::new(strata_bin())
+        .args(["cluster", "status", "--admin-addr", admin])
+        .output()
+        .expect("run strata cluster status");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn cluster_cli(admin: &str, args: &[&str]) -> String {
+    let out = Command::new(strata_bin())
+        .arg("cluster")
+        .args(args)
+        .args(["--admin-addr", admin])
+        .output()
+        .expect("run strata cluster");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "strata cluster {args:?}: {text}");
+    text
+}
+
+/// Produces `n` records to `topic` (any partition) and returns their (partition, offset).
+fn produce(cluster: &mut Cluster, topic: &str, n: usize, tag: &str) -> Vec<(i32, i64)> {
+    let cfg = cluster.with_bootstrap(cluster.any_running().producer_config());
+    let producer = TrackingProducer::new(&cfg);
+    for i in 0..n {
+        let key = format!("{tag}-{i}");
+        producer.send(i, topic, None, key.as_bytes(), key.as_bytes(), &[], None);
+    }
+    producer.flush(Duration::from_secs(60));
+    producer.all_delivered(n)
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).expect("JSON")
+}
+
+#[test]
+fn three_nodes_started_in_any_order_serve_topics_spread_over_all_of_them() {
+    // Node 3 starts alone and waits for a quorum; then 1 and 2 arrive.
+    let mut cluster = Cluster::start_first(3, 3, FAST, 3);
+    let controller = cluster.wait_controller();
+    cluster.wait_all(
+        "every node to see 3 live brokers and the same controller",
+        |v| {
+            v["controller"].as_u64() == Some(controller)
+                && v["brokers"]
+                    .as_array()
+                    .is_some_and(|b| b.len() == 3 && b.iter().all(|b| b["state"] == "live"))
+        },
+    );
+
+    // A topic created through one node is led by all three and readable through any.
+    let topic = unique_topic("spread");
+    cluster
+        .node(2)
+        .create_topic(&topic, 6, &[])
+        .expect("create topic");
+    let leaders = cluster.leaders(&topic);
+    assert_eq!(leaders.len(), 6);
+    let leaders: BTreeSet<u64> = leaders.into_iter().map(|l| l.expect("a leader")).collect();
+    assert_eq!(
+        leaders,
+        BTreeSet::from([1, 2, 3]),
+        "leaders spread over the brokers"
+    );
+    let delivered = produce(&mut cluster, &topic, 3000, "r");
+    assert_eq!(
+        delivered.iter().map(|d| d.0).collect::<BTreeSet<_>>().len(),
+        6,
+        "every partition got records"
+    );
+    let got = cluster
+        .node(1)
+        .consume_n(&topic, &[0, 1, 2, 3, 4, 5], 3000, CLUSTER_TIMEOUT);
+    let keys: BTreeSet<_> = got.iter().map(|r| r.key.clone().expect("key")).collect();
+    assert_eq!(keys.len(), 3000, "every record, once");
+
+    // Replication is not built yet: a replication factor above 1 is refused, not faked.
+    let admin = cluster.node(3).admin();
+    let rf3 = NewTopic::new("rf3", 1, TopicReplication::Fixed(3));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let result = block_on(admin.create_topics([&rf3], &opts)).expect("CreateTopics");
+    let err = result[0].clone().expect_err("RF 3 must be refused");
+    assert_eq!(
+        err.1,
+        rdkafka::types::RDKafkaErrorCode::InvalidReplicationFactor,
+        "{err:?}"
+    );
+
+    let (code, text) = cluster_status(&cluster.node(1).admin_addr.clone());
+    assert_eq!(code, 0, "a healthy cluster: {text}");
+    assert!(
+        text.contains(&format!("controller={controller} ")),
+        "{text}"
+    );
+    assert!(text.contains("voters=1,2,3 learners=-"), "{text}");
+    assert_eq!(text.matches("state=live").count(), 3, "{text}");
+}
+
+#[test]
+fn killing_the_controller_elects_another_and_a_dead_brokers_partitions_go_offline_then_return() {
+    let mut cluster = Cluster::start(3, 3, FAST);
+    let old = cluster.wait_controller();
+    let topic = unique_topic("failover");
+    let survivor = (1..=3).find(|n| *n != old).expect("another node");
+    cluster
+        .node(survivor)
+        .create_topic(&topic, 3, &[])
+        .expect("create topic");
+    let before = produce(&mut cluster, &topic, 600, "before");
+    let leaders = cluster.leaders(&topic);
+    let orphaned: Vec<usize> = (0..3).filter(|p| leaders[*p] == Some(old)).collect();
+
+    let killed_at = Instant::now();
+    cluster.node(old).kill9();
+    let new = cluster.wait_controller();
+    let elected_after = killed_at.elapsed();
+    assert_ne!(new, old);
+    eprintln!("controller failover: {} ms", elected_after.as_millis());
+
+    // The dead broker is fenced after its session timeout: its partitions have no leader,
+    // which the new controller counts and `cluster status` reports.
+    let admin = cluster.node(new).admin_addr.clone();
+    cluster.wait_all("the killed broker to be fenced", |v| {
+        v["brokers"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|b| b["id"] == old && b["state"] == "fenced"))
+    });
+    let offline = cluster.node(new).metric("strata_offline_partitions");
+    assert!(
+        offline as usize >= orphaned.len(),
+        "{offline} offline partitions"
+    );
+    let (code, text) = cluster_status(&admin);
+    assert_eq!(code, 2, "unhealthy while a broker is down: {text}");
+    for p in &orphaned {
+        assert!(
+            text.contains(&format!(
+                "unhealthy topic={topic} partition={p} state=offline leader=none"
+            )),
+            "{text}"
+        );
+    }
+
+    // Metadata keeps working without the old controller: a new topic, led by live brokers.
+    let topic2 = unique_topic("after-failover");
+    cluster
+        .node(new)
+        .create_topic(&topic2, 2, &[])
+        .expect("create topic after failover");
+    let leaders2 = cluster.leaders(&topic2);
+    assert!(
+        leaders2.iter().all(|l| l.is_some() && *l != Some(old)),
+        "{leaders2:?}"
+    );
+    produce(&mut cluster, &topic2, 100, "after");
+
+    // The killed broker comes back: its partitions are led by it again, with their data.
+    cluster.node(old).restart();
+    wait_for(
+        "the restarted broker to lead its partitions again",
+        CLUSTER_TIMEOUT,
+        || {
+            let l = cluster.leaders(&topic);
+            orphaned
+                .iter()
+                .all(|p| l.get(*p).copied().flatten() == Some(old))
+        },
+    );
+    let got = cluster
+        .node(survivor)
+        .consume_n(&topic, &[0, 1, 2], before.len(), CLUSTER_TIMEOUT);
+    assert_eq!(got.len(), before.len());
+    let (code, text) = cluster_status(&admin);
+    assert_eq!(code, 0, "healthy again: {text}");
+}
+
+#[test]
+fn five_nodes_with_two_learners_promoted_to_voters_survive_losing_two() {
+    let mut cluster = Cluster::start(5, 3, FAST);
+    cluster.wait_controller();
+    let admin = cluster.node(4).admin_addr.clone();
+    let (_, text) = cluster_status(&admin);
+    assert!(text.contains("voters=1,2,3 learners=4,5"), "{text}");
+    assert!(
+        text.contains("asked_role=learner"),
+        "a learner serves the status: {text}"
+    );
+
+    // Learners are brokers like the others: they lead partitions.
+    let topic = unique_topic("five");
+    cluster
+        .node(5)
+        .create_topic(&topic, 10, &[])
+        .expect("create topic");
+    let leaders: BTreeSet<u64> = cluster.leaders(&topic).into_iter().flatten().collect();
+    assert_eq!(leaders.len(), 5, "{leaders:?}");
+
+    let out = cluster_cli(&admin, &["add-voter", "4"]);
+    assert!(out.contains("voters [1, 2, 3, 4]"), "{out}");
+    let out = cluster_cli(&admin, &["add-voter", "5"]);
+    assert!(out.contains("voters [1, 2, 3, 4, 5]"), "{out}");
+    cluster.wait_all("every node to see five voters", |v| {
+        v["quorum"]["voters"]
+            .as_object()
+            .is_some_and(|m| m.len() == 5)
+    });
+
+    // Two of five voters down (one of them the controller): three still make a quorum.
+    let controller = cluster.wait_controller();
+    let other = (1..=5).find(|n| *n != controller).expect("another voter");
+    cluster.node(controller).kill9();
+    cluster.node(other).kill9();
+    let new = cluster.wait_controller();
+    assert!(new != controller && new != other);
+    let t2 = unique_topic("three-of-five");
+    let live = (1..=5)
+        .find(|n| *n != controller && *n != other)
+        .expect("a live node");
+    cluster
+        .node(live)
+        .create_topic(&t2, 3, &[])
+        .expect("create with 3 of 5 voters");
+
+    // A bad voter change is refused with the reason.
+    let out = Command::new(strata_bin())
+        .args(["cluster", "add-voter", "9", "--admin-addr"])
+        .arg(cluster.node(live).admin_addr.clone())
+        .output()
+        .expect("run");
+    assert!(!out.status.success(), "node 9 is not a learner");
+}
+
+#[test]
+fn a_full_cluster_restart_keeps_topics_data_and_committed_offsets() {
+    let mut cluster = Cluster::start(3, 3, FAST);
+    cluster.wait_controller();
+    let topic = unique_topic("restart-all");
+    cluster
+        .node(1)
+        .create_topic(&topic, 3, &[])
+        .expect("create topic");
+    let delivered = produce(&mut cluster, &topic, 900, "x");
+
+    // A consumer group commits its position through whichever broker coordinates it.
+    let group = unique_topic("restart-group");
+    {
+        use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+        let mut cfg = cluster.with_bootstrap(cluster.any_running().consumer_config());
+        cfg.set("group.id", &group);
+        let consumer: StreamConsumer = cfg.create().expect("consumer");
+        consumer.subscribe(&[&topic]).expect("subscribe");
+        let mut seen = 0;
+        block_on(async {
+            while seen < 900 {
+                let m = tokio::time::timeout(CLUSTER_TIMEOUT, consumer.recv())
+                    .await
+                    .expect("records within the timeout")
+                    .expect("record");
+                let _ = m;
+                seen += 1;
+            }
+            consumer
+                .commit_consumer_state(CommitMode::Sync)
+                .expect("commit");
+        });
+    }
+
+    for n in 1..=3 {
+        cluster.node(n).terminate();
+    }
+    for n in 1..=3 {
+        cluster.node(n).relaunch();
+    }
+    for n in 1..=3 {
+        cluster.node(n).wait_ready();
+    }
+    cluster.wait_controller();
+    let got = cluster
+        .node(2)
+        .consume_n(&topic, &[0, 1, 2], delivered.len(), CLUSTER_TIMEOUT);
+    let keys: BTreeSet<_> = got.iter().map(|r| r.key.clone().expect("key")).collect();
+    assert_eq!(keys.len(), delivered.len());
+
+    // The group's committed offsets survived: nothing is left to read.
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let mut cfg = cluster.with_bootstrap(cluster.any_running().consumer_config());
+    cfg.set("group.id", &group);
+    let consumer: BaseConsumer = cfg.create().expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition(&topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(20))
+        .expect("committed offsets");
+    let total: i64 = committed
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            rdkafka::Offset::Offset(o) => o,
+            other => panic!("no committed offset: {other:?}"),
+        })
+        .sum();
+    assert_eq!(total, 900);
+}
