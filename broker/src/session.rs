@@ -148,8 +148,20 @@ pub async fn run(broker: Arc<Broker>, mut epoch: i64, mut shutdown: watch::Recei
     controlled_shutdown(&broker, epoch).await;
 }
 
-/// Asks the controller to fence this broker and waits (briefly) until that applied here.
+/// Asks the controller to fence this broker and waits until that applied here, for at most
+/// [`SHUTDOWN_FENCE_TIMEOUT`] (the last voters of a stopping cluster have no quorum left).
 async fn controlled_shutdown(broker: &Broker, epoch: i64) {
+    if tokio::time::timeout(SHUTDOWN_FENCE_TIMEOUT, fence_self(broker, epoch))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "controlled shutdown: no answer within {SHUTDOWN_FENCE_TIMEOUT:?}; partitions move after the session timeout"
+        );
+    }
+}
+
+async fn fence_self(broker: &Broker, epoch: i64) {
     let node_id = broker.config.node_id;
     match broker
         .metadata

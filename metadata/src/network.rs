@@ -51,6 +51,8 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
     }
 }
 
+// The error type is openraft's (`RaftNetwork`'s signatures), not ours to shrink.
+#[allow(clippy::result_large_err)]
 impl TcpConnection {
     async fn send<E: std::error::Error>(
         &self,

@@ -259,8 +259,10 @@ impl Metadata {
     ) -> Result<(), MetadataError> {
         let raft = &self.inner.raft;
         let node_id = self.inner.node_id;
-        if raft.is_initialized().await? {
-            let membership = self.inner.metrics.borrow().membership_config.clone();
+        let membership = self.inner.metrics.borrow().membership_config.clone();
+        // A fresh node may already have a vote (a peer's vote request reached the raft port
+        // before this point), so "fresh" means no membership entry yet, not an empty vote.
+        if membership.log_id().is_some() {
             let stored_voters: Vec<NodeId> = membership.voter_ids().collect();
             let member = membership.nodes().any(|(id, _)| *id == node_id);
             if !member {
@@ -288,7 +290,8 @@ impl Metadata {
                 .collect();
             match raft.initialize(members).await {
                 Ok(()) => {}
-                // Another voter's initialization reached this node first.
+                // Another voter's initialization (or its vote request) reached this node first;
+                // the leader sends the membership.
                 Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -706,12 +709,18 @@ impl Inner {
         self.metrics.borrow().current_term
     }
 
+    /// Proposes on this node (the leader). Bounded: a leader cut off from its quorum cannot
+    /// commit, and its caller must not wait forever (the entry may still commit later, if
+    /// this node keeps its leadership).
     async fn local_propose(&self, cmd: Command) -> Result<(CommandResult, u64), Refusal> {
-        self.raft
-            .client_write(cmd)
-            .await
-            .map(|r| (r.data, r.log_id.index))
-            .map_err(write_refusal)
+        match tokio::time::timeout(LEADER_CALL_TIMEOUT, self.raft.client_write(cmd)).await {
+            Ok(written) => written
+                .map(|r| (r.data, r.log_id.index))
+                .map_err(write_refusal),
+            Err(_) => Err(Refusal::Failed(format!(
+                "not committed within {LEADER_CALL_TIMEOUT:?}: no quorum of metadata voters reachable"
+            ))),
+        }
     }
 
     async fn local_read_index(&self) -> Result<u64, Refusal> {

@@ -131,6 +131,18 @@ impl Cluster {
         config
     }
 
+    /// A member's producer config (acks=all) bootstrapping from every member.
+    pub fn producer_config(&mut self) -> ClientConfig {
+        let base = self.any_running().producer_config();
+        self.with_bootstrap(base)
+    }
+
+    /// A member's assign-only consumer config bootstrapping from every member.
+    pub fn consumer_config(&mut self) -> ClientConfig {
+        let base = self.any_running().consumer_config();
+        self.with_bootstrap(base)
+    }
+
     /// A running member, to take client configs from.
     pub fn any_running(&mut self) -> &mut Broker {
         self.nodes

@@ -43,7 +43,7 @@ fn cluster_cli(admin: &str, args: &[&str]) -> String {
 
 /// Produces `n` records to `topic` (any partition) and returns their (partition, offset).
 fn produce(cluster: &mut Cluster, topic: &str, n: usize, tag: &str) -> Vec<(i32, i64)> {
-    let cfg = cluster.with_bootstrap(cluster.any_running().producer_config());
+    let cfg = cluster.producer_config();
     let producer = TrackingProducer::new(&cfg);
     for i in 0..n {
         let key = format!("{tag}-{i}");
@@ -51,10 +51,6 @@ fn produce(cluster: &mut Cluster, topic: &str, n: usize, tag: &str) -> Vec<(i32,
     }
     producer.flush(Duration::from_secs(60));
     producer.all_delivered(n)
-}
-
-fn json(body: &str) -> serde_json::Value {
-    serde_json::from_str(body).expect("JSON")
 }
 
 #[test]
@@ -269,19 +265,18 @@ fn a_full_cluster_restart_keeps_topics_data_and_committed_offsets() {
     let group = unique_topic("restart-group");
     {
         use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-        let mut cfg = cluster.with_bootstrap(cluster.any_running().consumer_config());
-        cfg.set("group.id", &group);
-        let consumer: StreamConsumer = cfg.create().expect("consumer");
-        consumer.subscribe(&[&topic]).expect("subscribe");
-        let mut seen = 0;
+        let mut cfg = cluster.consumer_config();
+        cfg.set("group.id", &group)
+            .set("enable.auto.offset.store", "true");
         block_on(async {
-            while seen < 900 {
-                let m = tokio::time::timeout(CLUSTER_TIMEOUT, consumer.recv())
+            // StreamConsumer needs the runtime to exist when it is created.
+            let consumer: StreamConsumer = cfg.create().expect("consumer");
+            consumer.subscribe(&[&topic]).expect("subscribe");
+            for _ in 0..900 {
+                tokio::time::timeout(CLUSTER_TIMEOUT, consumer.recv())
                     .await
                     .expect("records within the timeout")
                     .expect("record");
-                let _ = m;
-                seen += 1;
             }
             consumer
                 .commit_consumer_state(CommitMode::Sync)
@@ -307,7 +302,7 @@ fn a_full_cluster_restart_keeps_topics_data_and_committed_offsets() {
 
     // The group's committed offsets survived: nothing is left to read.
     use rdkafka::consumer::{BaseConsumer, Consumer};
-    let mut cfg = cluster.with_bootstrap(cluster.any_running().consumer_config());
+    let mut cfg = cluster.consumer_config();
     cfg.set("group.id", &group);
     let consumer: BaseConsumer = cfg.create().expect("consumer");
     let mut tpl = rdkafka::TopicPartitionList::new();

@@ -327,6 +327,29 @@ pub fn per_sec(count: u64, seconds: f64) -> f64 {
     }
 }
 
+/// A plain HTTP/1.0 request to a broker's admin endpoint (no HTTP client is worth a
+/// dependency here). Returns the body of a 200 answer; anything else is an error carrying the
+/// status line and the body.
+pub fn admin_request(addr: &str, method: &str, path: &str) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let sock: std::net::SocketAddr = addr.parse().context("admin address")?;
+    let mut conn = std::net::TcpStream::connect_timeout(&sock, std::time::Duration::from_secs(2))?;
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    write!(
+        conn,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text)?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("malformed HTTP response"))?;
+    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+        anyhow::bail!("{}: {}", head.lines().next().unwrap_or(head), body.trim());
+    }
+    Ok(body.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,27 +429,4 @@ mod tests {
         assert!(check_partition("t", &[0, 1, 2], 2).is_ok());
         assert!(check_partition("t", &[0, 1, 2], 3).is_err());
     }
-}
-
-/// A plain HTTP/1.0 request to a broker's admin endpoint (no HTTP client is worth a
-/// dependency here). Returns the body of a 200 answer; anything else is an error carrying the
-/// status line and the body.
-pub fn admin_request(addr: &str, method: &str, path: &str) -> anyhow::Result<String> {
-    use std::io::{Read, Write};
-    let sock: std::net::SocketAddr = addr.parse().context("admin address")?;
-    let mut conn = std::net::TcpStream::connect_timeout(&sock, std::time::Duration::from_secs(2))?;
-    conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
-    write!(
-        conn,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    conn.read_to_string(&mut text)?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| anyhow::anyhow!("malformed HTTP response"))?;
-    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-        anyhow::bail!("{}: {}", head.lines().next().unwrap_or(head), body.trim());
-    }
-    Ok(body.to_string())
 }
