@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use bytes::Bytes;
@@ -139,6 +139,8 @@ pub struct Partition {
     /// Set when the topic is deleted, so a clean in progress stops writing into the directory
     /// that is about to be removed.
     deleted: AtomicBool,
+    /// The partition's current leader epoch (from the metadata state), stamped on appends.
+    leader_epoch: AtomicI32,
 }
 
 pub fn now_ms() -> i64 {
@@ -169,11 +171,22 @@ impl Partition {
                 crate::log::compact::check_keys(bytes, header)?;
             }
         }
-        let info = self.log().append(&batches, 0, now_ms())?;
+        let epoch = self.leader_epoch.load(Ordering::Acquire);
+        let info = self.log().append(&batches, epoch, now_ms())?;
         if !info.duplicate {
             self.wake();
         }
         Ok(info)
+    }
+
+    /// OffsetForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ends.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.log().end_offset_for_epoch(epoch)
+    }
+
+    /// The leader epoch of the batch holding `offset` (-1 when unknown).
+    pub fn epoch_for_offset(&self, offset: i64) -> i32 {
+        self.log().epoch_for_offset(offset)
     }
 
     fn wake(&self) {
@@ -514,7 +527,7 @@ impl Partitions {
     pub fn sync(&self, state: impl FnOnce() -> Arc<ClusterState>) -> Result<(), LogError> {
         let _guard = self.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
         let state = state();
-        let mut wanted: HashMap<TopicPartition, (Uuid, topic_config::LogConfig, RemoteLog)> =
+        let mut wanted: HashMap<TopicPartition, (Uuid, topic_config::LogConfig, RemoteLog, i32)> =
             HashMap::new();
         for topic in state.topics.values() {
             let log_config = topic_config::log_config(&self.config, &topic.configs);
@@ -524,7 +537,15 @@ impl Partitions {
                         topic: topic.name.clone(),
                         partition: i as i32,
                     };
-                    wanted.insert(tp, (topic.topic_id, log_config.clone(), RemoteLog::of(p)));
+                    wanted.insert(
+                        tp,
+                        (
+                            topic.topic_id,
+                            log_config.clone(),
+                            RemoteLog::of(p),
+                            p.leader_epoch,
+                        ),
+                    );
                 }
             }
         }
@@ -550,8 +571,9 @@ impl Partitions {
             remove_dir_if_exists(&dir)?;
         }
         self.delete_stray_dirs(&wanted)?;
-        for (tp, (topic_id, log_config, remote)) in wanted {
+        for (tp, (topic_id, log_config, remote, leader_epoch)) in wanted {
             if let Some(existing) = self.get(&tp.topic, tp.partition) {
+                existing.leader_epoch.store(leader_epoch, Ordering::Release);
                 {
                     let mut current = existing.remote.write().unwrap_or_else(|p| p.into_inner());
                     if **current != remote {
@@ -588,6 +610,7 @@ impl Partitions {
                 remote: RwLock::new(Arc::new(remote)),
                 waiters: Mutex::new(Vec::new()),
                 deleted: AtomicBool::new(false),
+                leader_epoch: AtomicI32::new(leader_epoch),
             });
             self.map
                 .write()
@@ -601,7 +624,7 @@ impl Partitions {
     /// another topic id): leftovers of topics deleted while this broker was down.
     fn delete_stray_dirs(
         &self,
-        wanted: &HashMap<TopicPartition, (Uuid, topic_config::LogConfig, RemoteLog)>,
+        wanted: &HashMap<TopicPartition, (Uuid, topic_config::LogConfig, RemoteLog, i32)>,
     ) -> Result<(), LogError> {
         let Ok(entries) = std::fs::read_dir(&self.data_dir) else {
             return Ok(());

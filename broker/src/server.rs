@@ -238,6 +238,7 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::DescribeGroups => "DescribeGroups",
         ApiKey::DeleteGroups => "DeleteGroups",
         ApiKey::OffsetDelete => "OffsetDelete",
+        ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
         _ => "Other",
     }
 }

@@ -42,7 +42,7 @@ use crate::controller::{Heartbeat, HeartbeatReply, Liveness, Verdict};
 use crate::error::MetadataError;
 use crate::log_store::LogStore;
 use crate::network::TcpNetwork;
-use crate::rpc::{self, CallError, Peers, Refusal, Request, Response};
+use crate::rpc::{self, CallError, Envelope, Peers, QuorumId, Refusal, Request, Response};
 use crate::state::ClusterState;
 use crate::state_machine::StateMachineStore;
 use crate::types::{Node, Raft};
@@ -67,6 +67,8 @@ const SNAPSHOT_EVERY_ENTRIES: u64 = 1000;
 /// Entries kept in the log behind a snapshot, so a slightly lagging follower can catch up
 /// from the log rather than from a snapshot.
 const LOG_KEPT_BEHIND_SNAPSHOT: u64 = 100;
+/// File of the metadata directory holding the quorum id (see [`QuorumId`]).
+const QUORUM_ID_FILE: &str = "quorum-id.json";
 /// How often the controller looks for brokers whose session expired.
 const CONTROLLER_TICK: Duration = Duration::from_millis(100);
 
@@ -99,6 +101,8 @@ struct Inner {
     state: watch::Receiver<Arc<ClusterState>>,
     metrics: watch::Receiver<RaftMetrics<NodeId, Node>>,
     peers: Arc<Peers>,
+    quorum_id: Arc<QuorumId>,
+    dir: PathBuf,
     session_timeout: Duration,
     liveness: Mutex<Liveness>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -196,7 +200,13 @@ impl Metadata {
             .get(&node_id)
             .cloned()
             .unwrap_or_else(|| bound.to_string());
+        let quorum_id = Arc::new(QuorumId::default());
+        if let Some(id) = crate::fs_util::read_json::<String>(&dir.join(QUORUM_ID_FILE))? {
+            quorum_id.set(id);
+        }
+        let store_dir = dir.clone();
         let (log_store, state_machine, state) = tokio::task::spawn_blocking(move || {
+            let dir = store_dir;
             let (log_store, report) = LogStore::open(&dir)?;
             tracing::info!(
                 dir = %dir.display(),
@@ -211,7 +221,7 @@ impl Metadata {
         .await
         .map_err(|e| MetadataError::Raft(format!("opening the metadata store panicked: {e}")))??;
 
-        let peers = Arc::new(Peers::default());
+        let peers = Arc::new(Peers::new(quorum_id.clone()));
         let config = Arc::new(raft_config()?);
         let network = TcpNetwork::new(peers.clone());
         let raft = Raft::new(node_id, config, network, log_store, state_machine).await?;
@@ -222,12 +232,33 @@ impl Metadata {
                 raft,
                 state,
                 peers,
+                quorum_id,
+                dir,
                 session_timeout,
                 liveness: Mutex::new(Liveness::default()),
                 tasks: Mutex::new(Vec::new()),
                 stopped: std::sync::atomic::AtomicBool::new(false),
             }),
         };
+        // Known before the raft port answers anyone: a fresh voter's id comes from the voters
+        // it initializes with, an older store's from its membership.
+        if metadata.inner.quorum_id.get().is_none() {
+            let id = if let Some(m) = metadata.stored_membership().await? {
+                let voters: BTreeSet<NodeId> = m.voter_ids().collect();
+                Some(QuorumId::of_voters(
+                    m.nodes()
+                        .filter(|(id, _)| voters.contains(id))
+                        .map(|(id, n)| (id, &n.addr)),
+                ))
+            } else if voters.contains_key(&node_id) {
+                Some(QuorumId::of_voters(&voters))
+            } else {
+                None
+            };
+            if let Some(id) = id {
+                metadata.inner.keep_quorum_id(id)?;
+            }
+        }
         let weak = Arc::downgrade(&metadata.inner);
         let server = tokio::spawn(serve(listener, weak.clone()));
         let controller = tokio::spawn(run_controller(weak));
@@ -259,10 +290,9 @@ impl Metadata {
     ) -> Result<(), MetadataError> {
         let raft = &self.inner.raft;
         let node_id = self.inner.node_id;
-        let membership = self.inner.metrics.borrow().membership_config.clone();
         // A fresh node may already have a vote (a peer's vote request reached the raft port
         // before this point), so "fresh" means no membership entry yet, not an empty vote.
-        if membership.log_id().is_some() {
+        if let Some(membership) = self.stored_membership().await? {
             let stored_voters: Vec<NodeId> = membership.voter_ids().collect();
             let member = membership.nodes().any(|(id, _)| *id == node_id);
             if !member {
@@ -337,6 +367,23 @@ impl Metadata {
         }
     }
 
+    /// The membership in this node's log or snapshot, `None` for a fresh node. Read from raft
+    /// itself: its metrics are published asynchronously and may not show the stored
+    /// membership yet right after start.
+    async fn stored_membership(
+        &self,
+    ) -> Result<Option<openraft::Membership<NodeId, Node>>, MetadataError> {
+        let effective = self
+            .inner
+            .raft
+            .with_raft_state(|st| st.membership_state.effective().clone())
+            .await?;
+        Ok(effective
+            .log_id()
+            .is_some()
+            .then(|| effective.membership().clone()))
+    }
+
     /// Asks the voters until one (the leader) adds this node as a learner.
     async fn join(
         &self,
@@ -367,7 +414,8 @@ impl Metadata {
                 .call(&request, PEER_CALL_TIMEOUT)
                 .await
             {
-                Ok(Response::Joined(Ok(()))) => {
+                Ok(Response::Joined(Ok(quorum))) => {
+                    self.inner.keep_quorum_id(quorum)?;
                     tracing::info!(node_id, via = %addr, "joined the metadata quorum as a learner");
                     return Ok(());
                 }
@@ -705,6 +753,12 @@ impl Metadata {
 }
 
 impl Inner {
+    /// Records the quorum id (first one wins) and keeps it in the metadata directory.
+    fn keep_quorum_id(&self, id: String) -> Result<(), MetadataError> {
+        let id = self.quorum_id.set(id).to_string();
+        crate::fs_util::write_json_atomic(&self.dir.join(QUORUM_ID_FILE), &id)
+    }
+
     fn current_term(&self) -> u64 {
         self.metrics.borrow().current_term
     }
@@ -731,7 +785,8 @@ impl Inner {
         }
     }
 
-    async fn local_join(&self, node_id: NodeId, addr: String) -> Result<(), Refusal> {
+    async fn local_join(&self, node_id: NodeId, addr: String) -> Result<String, Refusal> {
+        let quorum = self.quorum_id.get().unwrap_or_default().to_string();
         let known = self
             .metrics
             .borrow()
@@ -740,7 +795,7 @@ impl Inner {
             .get_node(&node_id)
             .cloned();
         match known {
-            Some(node) if node.addr == addr => return Ok(()),
+            Some(node) if node.addr == addr => return Ok(quorum),
             Some(node) => {
                 return Err(Refusal::Failed(format!(
                     "node {node_id} is already a member at {}, not {addr}: node ids and raft addresses are fixed for the life of a cluster",
@@ -753,7 +808,7 @@ impl Inner {
         self.raft
             .add_learner(node_id, Node::new(addr), false)
             .await
-            .map(|_| ())
+            .map(|_| quorum)
             .map_err(write_refusal)
     }
 
@@ -891,13 +946,26 @@ async fn serve(listener: TcpListener, inner: Weak<Inner>) {
 
 async fn serve_connection(mut stream: TcpStream, inner: Weak<Inner>) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
-    while let Some(request) = rpc::read_frame::<Request>(&mut stream).await? {
+    let peer = stream.peer_addr()?;
+    while let Some(Envelope { quorum, request }) = rpc::read_frame(&mut stream).await? {
         let Some(inner) = inner.upgrade() else {
             return Ok(());
         };
         if inner.stopped.load(std::sync::atomic::Ordering::Acquire) {
             // Peers reconnect and reach whatever now listens on this address.
             return Ok(());
+        }
+        if let Some(mine) = inner.quorum_id.get() {
+            let joining = quorum.is_none() && matches!(request, Request::Join { .. });
+            if quorum.as_deref() != Some(mine) && !joining {
+                tracing::warn!(
+                    %peer,
+                    theirs = ?quorum,
+                    mine,
+                    "refusing a raft request from another metadata quorum (a reused address, or wrong --voters?)"
+                );
+                return Ok(());
+            }
         }
         let response = inner.handle(request).await;
         drop(inner);
@@ -1385,5 +1453,42 @@ mod tests {
         );
         assert!(meta.state().brokers[&1].fenced);
         meta.shutdown().await.expect("shutdown");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_of_another_quorum_gets_no_answer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut lx, vx) = listeners(1).await;
+        let x = Metadata::open(node_opts(1, &dir.path().join("x"), lx.remove(0), &vx))
+            .await
+            .expect("open x");
+        let (mut ly, vy) = listeners(1).await;
+        let y = Metadata::open(node_opts(1, &dir.path().join("y"), ly.remove(0), &vy))
+            .await
+            .expect("open y");
+        assert_ne!(x.inner.quorum_id.get(), y.inner.quorum_id.get());
+        // Y's node asks X's address, as after a port reuse: refused, connection closed.
+        let from_y = y.inner.peers.get(&vx[&1]);
+        let answer = from_y
+            .call(&Request::ReadIndex, Duration::from_secs(5))
+            .await;
+        assert!(answer.is_err(), "{answer:?}");
+        // X's own peers are answered.
+        let from_x = x.inner.peers.get(&vx[&1]);
+        let answer = from_x
+            .call(&Request::ReadIndex, Duration::from_secs(5))
+            .await
+            .expect("answered");
+        assert!(matches!(answer, Response::ReadIndex(Ok(_))), "{answer:?}");
+        // The id survives a restart.
+        let id = x.inner.quorum_id.get().map(str::to_string);
+        x.shutdown().await.expect("shutdown");
+        let again = TcpListener::bind(&vx[&1]).await.expect("rebind");
+        let x2 = Metadata::open(node_opts(1, &dir.path().join("x"), again, &vx))
+            .await
+            .expect("reopen x");
+        assert_eq!(x2.inner.quorum_id.get().map(str::to_string), id);
+        x2.shutdown().await.expect("shutdown");
+        y.shutdown().await.expect("shutdown");
     }
 }

@@ -14,6 +14,10 @@
 //! - Calls that must not run twice (proposals) use [`Peer::call_once`], which never reuses a
 //!   pooled connection: a pooled connection closed by a restarted peer would fail after the
 //!   request was written, leaving the caller unable to tell whether it ran.
+//! - Every request carries the sender's quorum id ([`QuorumId`]); a node that knows its own
+//!   answers only requests of its quorum (a node of another cluster that reaches this address
+//!   — a reused port, a wrong `--voters` — gets its connection closed, and no vote or entry of
+//!   a foreign cluster is ever applied here).
 
 use std::collections::HashMap;
 use std::io;
@@ -40,6 +44,46 @@ pub(crate) const MAX_FRAME: usize = 64 << 20;
 
 /// Idle connections kept per peer.
 const IDLE_PER_PEER: usize = 4;
+
+/// The identity of one metadata quorum: derived from the voters it was initialized with,
+/// learned by a joining node from the leader, kept in the metadata directory. Unknown only on
+/// a node that has not joined yet.
+#[derive(Debug, Default)]
+pub(crate) struct QuorumId(std::sync::OnceLock<String>);
+
+impl QuorumId {
+    /// The id of a quorum initialized with `voters`: a stable hash of `id@addr` pairs.
+    pub(crate) fn of_voters<'a>(voters: impl IntoIterator<Item = (&'a u64, &'a String)>) -> String {
+        let mut pairs: Vec<String> = voters
+            .into_iter()
+            .map(|(id, addr)| format!("{id}@{addr}"))
+            .collect();
+        pairs.sort();
+        // FNV-1a 64: stable across builds and platforms (std's hasher is not).
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in pairs.join(",").bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}")
+    }
+
+    pub(crate) fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+
+    /// Sets the id unless it is set already; returns the id in force.
+    pub(crate) fn set(&self, id: String) -> &str {
+        self.0.get_or_init(|| id)
+    }
+}
+
+/// A request as it travels: the sender's quorum id, then the request.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Envelope {
+    pub quorum: Option<String>,
+    pub request: Request,
+}
 
 /// What one node asks of another.
 #[derive(Debug, Serialize, Deserialize)]
@@ -75,7 +119,8 @@ pub(crate) enum Response {
     ),
     /// The command's result and the index of the log entry that carried it.
     Proposed(Result<(CommandResult, u64), Refusal>),
-    Joined(Result<(), Refusal>),
+    /// The quorum id, for the joining node to keep.
+    Joined(Result<String, Refusal>),
     Heartbeat(Result<HeartbeatReply, Refusal>),
     ReadIndex(Result<u64, Refusal>),
     VotersChanged(Result<(), Refusal>),
@@ -136,6 +181,7 @@ pub(crate) async fn write_response(stream: &mut TcpStream, msg: &Response) -> io
 #[derive(Debug)]
 pub(crate) struct Peer {
     addr: String,
+    quorum: Arc<QuorumId>,
     idle: Mutex<Vec<TcpStream>>,
 }
 
@@ -157,8 +203,17 @@ impl Peer {
         Ok(stream)
     }
 
-    async fn exchange(stream: &mut TcpStream, req: &Request) -> io::Result<Response> {
-        write_frame(stream, req).await?;
+    async fn exchange(&self, stream: &mut TcpStream, req: &Request) -> io::Result<Response> {
+        #[derive(Serialize)]
+        struct EnvelopeRef<'a> {
+            quorum: Option<&'a str>,
+            request: &'a Request,
+        }
+        let envelope = EnvelopeRef {
+            quorum: self.quorum.get(),
+            request: req,
+        };
+        write_frame(stream, &envelope).await?;
         read_frame(stream).await?.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -179,7 +234,7 @@ impl Peer {
             Some(s) => s,
             None => self.connect(timeout).await?,
         };
-        let response = tokio::time::timeout(timeout, Self::exchange(&mut stream, req))
+        let response = tokio::time::timeout(timeout, self.exchange(&mut stream, req))
             .await
             .map_err(|_| {
                 io::Error::new(
@@ -203,7 +258,7 @@ impl Peer {
         timeout: Duration,
     ) -> Result<Response, CallError> {
         let mut stream = self.connect(timeout).await.map_err(CallError::NotSent)?;
-        tokio::time::timeout(timeout, Self::exchange(&mut stream, req))
+        tokio::time::timeout(timeout, self.exchange(&mut stream, req))
             .await
             .map_err(|_| {
                 CallError::Unknown(io::Error::new(
@@ -236,10 +291,18 @@ impl std::fmt::Display for CallError {
 /// Every peer this node talks to, by address.
 #[derive(Debug, Default)]
 pub(crate) struct Peers {
+    quorum: Arc<QuorumId>,
     by_addr: Mutex<HashMap<String, Arc<Peer>>>,
 }
 
 impl Peers {
+    pub(crate) fn new(quorum: Arc<QuorumId>) -> Peers {
+        Peers {
+            quorum,
+            by_addr: Mutex::new(HashMap::new()),
+        }
+    }
+
     pub(crate) fn get(&self, addr: &str) -> Arc<Peer> {
         self.by_addr
             .lock()
@@ -248,6 +311,7 @@ impl Peers {
             .or_insert_with(|| {
                 Arc::new(Peer {
                     addr: addr.to_string(),
+                    quorum: self.quorum.clone(),
                     idle: Mutex::new(Vec::new()),
                 })
             })
@@ -270,8 +334,8 @@ mod tests {
                     return;
                 };
                 tokio::spawn(async move {
-                    while let Ok(Some(req)) = read_frame::<Request>(&mut stream).await {
-                        let answer = match req {
+                    while let Ok(Some(env)) = read_frame::<Envelope>(&mut stream).await {
+                        let answer = match env.request {
                             Request::ReadIndex => Response::ReadIndex(Ok(7)),
                             _ => Response::ReadIndex(Err(Refusal::Failed("no".into()))),
                         };
@@ -342,5 +406,22 @@ mod tests {
             .expect_err("refused");
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         drop(client.await);
+    }
+
+    #[test]
+    fn quorum_ids_depend_on_the_voters_not_their_order() {
+        let a =
+            std::collections::BTreeMap::from([(1u64, "h:1".to_string()), (2, "h:2".to_string())]);
+        let (h1, h2) = ("h:1".to_string(), "h:2".to_string());
+        let b = vec![(&2u64, &h2), (&1u64, &h1)];
+        let id = QuorumId::of_voters(&a);
+        assert_eq!(id, QuorumId::of_voters(b));
+        let c =
+            std::collections::BTreeMap::from([(1u64, "h:1".to_string()), (2, "h:3".to_string())]);
+        assert_ne!(id, QuorumId::of_voters(&c));
+        let q = QuorumId::default();
+        assert_eq!(q.get(), None);
+        assert_eq!(q.set(id.clone()), id);
+        assert_eq!(q.set("other".into()), id, "set once");
     }
 }

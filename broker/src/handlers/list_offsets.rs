@@ -73,9 +73,8 @@ async fn lookup(
     Ok((found.0, found.1, epoch))
 }
 
-/// The offset and timestamp for `ts`, and the leader epoch to report with them: the current
-/// one for the log end, otherwise -1 ("unknown"), since this broker does not yet keep the
-/// epoch of every offset (the leader-epoch cache comes with replication).
+/// The offset and timestamp for `ts`, and the leader epoch of that offset (Kafka reports the
+/// latest epoch for the log end).
 async fn find(
     broker: &Broker,
     topic: &str,
@@ -86,17 +85,12 @@ async fn find(
     let p = broker.leader_partition(topic, partition, current_leader_epoch)?;
     let o = p.offsets();
     let found = match ts {
-        LATEST => {
-            let epoch = broker
-                .metadata
-                .state()
-                .topic(topic)
-                .and_then(|t| t.partitions.get(partition as usize))
-                .map_or(-1, |p| p.leader_epoch);
-            return Ok(((o.high_watermark, -1), epoch));
+        LATEST => return Ok(((o.high_watermark, -1), p.epoch_for_offset(i64::MAX))),
+        EARLIEST => return Ok(((o.log_start, -1), p.epoch_for_offset(o.log_start))),
+        EARLIEST_LOCAL => {
+            let start = p.local_log_start().max(o.log_start);
+            return Ok(((start, -1), p.epoch_for_offset(start)));
         }
-        EARLIEST => return Ok(((o.log_start, -1), -1)),
-        EARLIEST_LOCAL => return Ok(((p.local_log_start().max(o.log_start), -1), -1)),
         MAX_TIMESTAMP => p.max_timestamp(),
         ts if ts < 0 => {
             return Err(ApiError::new(
@@ -125,5 +119,8 @@ async fn find(
             }
         }
     };
-    Ok((found.unwrap_or((-1, -1)), -1))
+    Ok(match found {
+        Some((offset, ts)) => ((offset, ts), p.epoch_for_offset(offset)),
+        None => ((-1, -1), -1),
+    })
 }

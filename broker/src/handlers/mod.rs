@@ -24,6 +24,7 @@ mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
+mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
 
@@ -47,6 +48,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Op
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(broker, r, v).await),
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, r, v).await)
+        }
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(broker, r))
         }
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(create_topics::handle(broker, r, v).await)

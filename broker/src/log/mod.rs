@@ -5,6 +5,7 @@
 //! - `log-start-offset` — first readable offset (moved by retention and DeleteRecords);
 //! - `recovery-point` — every segment below the one holding this offset was flushed and sealed;
 //! - `producer-state.json` — idempotent producer state and the offset it covers;
+//! - `leader-epoch-checkpoint` — the first offset of each leader epoch ([`leader_epoch`]);
 //! - `cleaner-offset-checkpoint` — compacted logs: where the dirty section starts;
 //! - `cleaning/` — compacted logs: a clean in progress ([`cleaning`]);
 //! - `clean-shutdown` — present only between a clean close and the next open.
@@ -22,6 +23,7 @@ pub mod batch;
 pub mod cleaning;
 pub mod compact;
 pub mod index;
+pub mod leader_epoch;
 pub mod producer_state;
 pub mod segment;
 
@@ -32,6 +34,7 @@ use bytes::Bytes;
 
 use crate::topic_config::{LogConfig, TimestampType};
 use batch::BatchHeader;
+use leader_epoch::LeaderEpochCache;
 use producer_state::{ProducerState, SequenceCheck};
 use segment::Segment;
 
@@ -95,6 +98,8 @@ pub struct Log {
     /// for 100–250 ms); [`crate::partition::Partition::flush_rolled`] does it outside, and only
     /// then does the recovery point move past them.
     unflushed_rolls: Vec<(i64, std::fs::File)>,
+    /// First offset of each leader epoch.
+    epochs: LeaderEpochCache,
 }
 
 const CLEAN_SHUTDOWN: &str = "clean-shutdown";
@@ -235,9 +240,47 @@ impl Log {
             last_flush_ms: now_ms,
             clean_point: Log::load_clean_point(dir),
             unflushed_rolls: Vec::new(),
+            epochs: LeaderEpochCache::default(),
         };
         log.rebuild_producer_state()?;
+        log.load_epochs()?;
         Ok((log, report))
+    }
+
+    /// Loads the leader-epoch checkpoint, or rebuilds it from the batch headers when it is
+    /// missing or damaged, and drops epochs the log does not reach (a crash between writing
+    /// the checkpoint and the append).
+    fn load_epochs(&mut self) -> Result<(), LogError> {
+        let (mut epochs, mut changed) = match LeaderEpochCache::load(&self.dir)? {
+            Some(c) => (c, false),
+            None => {
+                let mut c = LeaderEpochCache::default();
+                for seg in self.segments.values_mut() {
+                    for (_, h) in seg.headers_from(0)? {
+                        c.assign(h.leader_epoch, h.base_offset);
+                    }
+                }
+                (c, true)
+            }
+        };
+        changed |= epochs.truncate_from_end(self.log_end_offset());
+        if changed {
+            epochs.save(&self.dir)?;
+        }
+        self.epochs = epochs;
+        Ok(())
+    }
+
+    /// OffsetForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ends.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// The leader epoch of the batch holding `offset` (-1 when unknown).
+    pub fn epoch_for_offset(&self, offset: i64) -> i32 {
+        self.epochs
+            .epoch_for(offset)
+            .unwrap_or(leader_epoch::UNDEFINED_EPOCH)
     }
 
     /// Loads the producer snapshot and replays the batch headers after it.
@@ -368,6 +411,10 @@ impl Log {
             }
             self.maybe_roll(bytes.len() as u64, now_ms)?;
             let base_offset = self.log_end_offset();
+            if self.epochs.assign(leader_epoch, base_offset) {
+                // Durable before the batch: the file never lacks an epoch the log holds.
+                self.epochs.save(&self.dir)?;
+            }
             let stored;
             let body: &Bytes = if self.config.timestamp_type == TimestampType::LogAppendTime {
                 stored = batch::with_log_append_time(bytes, now_ms);
