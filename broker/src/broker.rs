@@ -25,27 +25,14 @@ pub struct Broker {
     pub groups: crate::group::Coordinator,
     pub lag: crate::group::lag::LagTracker,
     pub tier: crate::tier::Tier,
+    pub fetchers: crate::replication::fetcher::Fetchers,
     /// The block of producer ids reserved through the quorum: (next, end).
     producer_ids: Mutex<(i64, i64)>,
 }
 
-/// Partitions have one replica until replication between brokers is built (issue 5): a
-/// larger replication factor is refused with INVALID_REPLICATION_FACTOR rather than
-/// accepted and silently not replicated.
-const MAX_REPLICATION_FACTOR: usize = 1;
-
-/// Refuses replica lists longer than [`MAX_REPLICATION_FACTOR`].
-fn check_replication_factor(replicas: &[Vec<u64>]) -> Result<(), ApiError> {
-    match replicas.iter().map(Vec::len).max() {
-        Some(rf) if rf > MAX_REPLICATION_FACTOR => Err(ApiError::new(
-            ErrorCode::InvalidReplicationFactor,
-            format!(
-                "replication factor {rf}: replication between brokers is not built yet, so partitions have {MAX_REPLICATION_FACTOR} replica"
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
+/// Internal topics (`__consumer_offsets`) keep one replica until the group coordinator moves
+/// with their leadership: a coordinator loads its groups once, at start-up.
+const INTERNAL_REPLICATION_FACTOR: usize = 1;
 
 /// Producer ids reserved per quorum write.
 const PRODUCER_ID_BLOCK: u64 = 1000;
@@ -89,6 +76,7 @@ impl Broker {
             groups: crate::group::Coordinator::default(),
             lag: crate::group::lag::LagTracker::default(),
             tier,
+            fetchers: Default::default(),
             producer_ids: Mutex::new((0, 0)),
         }
     }
@@ -259,7 +247,6 @@ impl Broker {
                 self.place(name, 0, partitions as usize, rf as usize)?
             }
         };
-        check_replication_factor(&replicas)?;
         if validate_only {
             if self.metadata.state().topic(name).is_some() {
                 return Err(ApiError::new(
@@ -298,7 +285,7 @@ impl Broker {
         partitions: usize,
         configs: BTreeMap<String, String>,
     ) -> Result<(), ApiError> {
-        let replicas = self.place(name, 0, partitions, MAX_REPLICATION_FACTOR)?;
+        let replicas = self.place(name, 0, partitions, INTERNAL_REPLICATION_FACTOR)?;
         self.apply(Command::CreateTopic {
             name: name.to_string(),
             topic_id: Uuid::new_v4(),
@@ -349,7 +336,6 @@ impl Broker {
                 self.place(name, current, new, rf)?
             }
         };
-        check_replication_factor(&new_replicas)?;
         if validate_only {
             return Ok(());
         }
@@ -397,6 +383,11 @@ impl Broker {
             CommandResult::InvalidRemoteSegment(m) => {
                 Err(ApiError::new(ErrorCode::KafkaStorageError, m))
             }
+            CommandResult::InvalidUpdateVersion { current } => Err(ApiError::new(
+                ErrorCode::InvalidUpdateVersion,
+                format!("partition epoch is now {current}"),
+            )),
+            CommandResult::InvalidIsr(m) => Err(ApiError::new(ErrorCode::InvalidRequest, m)),
             CommandResult::UnknownBroker | CommandResult::StaleBrokerEpoch { .. } => Err(
                 ApiError::new(ErrorCode::StaleBrokerEpoch, format!("{result:?}")),
             ),

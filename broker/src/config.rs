@@ -29,6 +29,8 @@ pub struct BrokerConfig {
     pub broker_session_timeout_ms: u64,
     /// How often a broker heartbeats to the controller.
     pub broker_heartbeat_interval_ms: u64,
+    /// A follower not caught up with its leader for this long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
     pub rack: Option<String>,
     pub cluster_id: String,
     pub auto_create_topics_enable: bool,
@@ -120,6 +122,7 @@ impl Default for BrokerConfig {
             voters: None,
             broker_session_timeout_ms: 3000,
             broker_heartbeat_interval_ms: 500,
+            replica_lag_time_max_ms: 10_000,
             rack: None,
             cluster_id: "strata".into(),
             auto_create_topics_enable: true,

@@ -194,6 +194,7 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         ms = opened.elapsed().as_millis() as u64,
         "partitions opened"
     );
+    broker.fetchers.sync(&broker);
 
     if broker
         .metadata
@@ -252,6 +253,7 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         tracing::warn!("connections did not finish within 30 s; closing logs anyway");
     }
     let _ = follower.await;
+    broker.fetchers.stop();
     let _ = housekeeper.await;
     let _ = offloader.await;
     tokio::task::spawn_blocking(move || cleaner.stop())
@@ -298,6 +300,7 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
         if let Err(e) = broker.sync_partitions() {
             tracing::error!(error = %e, "cannot apply metadata change to local partitions");
         }
+        broker.fetchers.sync(&broker);
     }
 }
 
@@ -337,6 +340,7 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             );
         }
         broker.groups.tick(&broker);
+        crate::replication::check_isr(&broker);
         if last_lag.elapsed() >= lag_every {
             last_lag = std::time::Instant::now();
             let lags = broker.lag.sample(&broker);

@@ -39,6 +39,16 @@ pub enum Command {
     /// Unfences the broker's registration `epoch` (it heartbeats): partitions without a leader
     /// whose ISR holds it are led by it.
     UnfenceBroker { node_id: NodeId, epoch: i64 },
+    /// A partition leader's change of its ISR (Kafka's AlterPartition): accepted only from
+    /// the current leader at the current leader epoch and partition epoch.
+    AlterPartition {
+        topic_id: uuid::Uuid,
+        partition: i32,
+        leader: NodeId,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<NodeId>,
+    },
     /// Creates a topic. `replicas` has one entry per partition: that partition's replica list,
     /// the first replica being the preferred leader.
     CreateTopic {
@@ -114,8 +124,13 @@ pub enum CommandResult {
     InvalidReplicaAssignment(String),
     /// The topic exists but has no such partition.
     UnknownPartition,
-    /// A remote segment from an older leader epoch than the partition's.
+    /// A remote segment or ISR change from an older leader epoch (or another leader) than the
+    /// partition's.
     FencedLeaderEpoch { current: i32 },
+    /// An ISR change based on an older partition epoch than the current one.
+    InvalidUpdateVersion { current: i32 },
+    /// An ISR that is not a subset of the replicas holding the leader, or adds a fenced broker.
+    InvalidIsr(String),
     /// A remote segment that does not start after the partition's last one, or is malformed.
     InvalidRemoteSegment(String),
 }

@@ -76,6 +76,61 @@ impl ClusterState {
         }
     }
 
+    /// The leader's ISR change: only from the current leader at the current leader and
+    /// partition epochs; the ISR must hold the leader, be a subset of the replicas, and add
+    /// no fenced broker.
+    pub(crate) fn alter_partition(
+        &mut self,
+        topic_id: &uuid::Uuid,
+        partition: i32,
+        leader: NodeId,
+        (leader_epoch, partition_epoch): (i32, i32),
+        isr: &[NodeId],
+    ) -> CommandResult {
+        let brokers = self.brokers.clone();
+        let p = match self.partition_mut(topic_id, partition) {
+            Ok(p) => p,
+            Err(e) => return e,
+        };
+        if p.leader != Some(leader) || p.leader_epoch != leader_epoch {
+            return CommandResult::FencedLeaderEpoch {
+                current: p.leader_epoch,
+            };
+        }
+        if p.partition_epoch != partition_epoch {
+            return CommandResult::InvalidUpdateVersion {
+                current: p.partition_epoch,
+            };
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for r in isr {
+            if !p.replicas.contains(r) || !seen.insert(*r) {
+                return CommandResult::InvalidIsr(format!(
+                    "{isr:?} is not a set of the replicas {:?}",
+                    p.replicas
+                ));
+            }
+            if !p.isr.contains(r) && brokers.get(r).is_none_or(|b| b.fenced) {
+                return CommandResult::InvalidIsr(format!("broker {r} is fenced"));
+            }
+        }
+        if !isr.contains(&leader) {
+            return CommandResult::InvalidIsr(format!("{isr:?} does not hold the leader {leader}"));
+        }
+        // Keep assignment order, so elections stay predictable.
+        let isr: Vec<NodeId> = p
+            .replicas
+            .iter()
+            .copied()
+            .filter(|r| isr.contains(r))
+            .collect();
+        if p.isr != isr {
+            p.isr = isr;
+            p.partition_epoch += 1;
+        }
+        CommandResult::Ok
+    }
+
     /// `Ok(fenced)` when `epoch` is the broker's current registration.
     fn check_epoch(&self, node_id: NodeId, epoch: i64) -> Result<bool, CommandResult> {
         match self.brokers.get(&node_id) {
@@ -293,5 +348,72 @@ mod tests {
         });
         topic(&mut state, vec![vec![1]]);
         assert_eq!(partition(&state, 0).leader, None);
+    }
+
+    fn alter(
+        state: &mut ClusterState,
+        leader: NodeId,
+        epochs: (i32, i32),
+        isr: &[NodeId],
+    ) -> CommandResult {
+        let topic_id = state.topics["t"].topic_id;
+        state.apply(&Command::AlterPartition {
+            topic_id,
+            partition: 0,
+            leader,
+            leader_epoch: epochs.0,
+            partition_epoch: epochs.1,
+            isr: isr.to_vec(),
+        })
+    }
+
+    #[test]
+    fn the_leader_shrinks_and_expands_its_isr_at_the_current_epochs() {
+        let (mut state, epochs) = live_cluster(&[1, 2, 3]);
+        topic(&mut state, vec![vec![1, 2, 3]]);
+        assert_eq!(alter(&mut state, 1, (0, 0), &[1, 3]), CommandResult::Ok);
+        assert_eq!(partition(&state, 0).isr, vec![1, 3]);
+        assert_eq!(partition(&state, 0).partition_epoch, 1);
+        // A stale partition epoch, another leader, an old leader epoch: refused unchanged.
+        let before = state.clone();
+        assert_eq!(
+            alter(&mut state, 1, (0, 0), &[1]),
+            CommandResult::InvalidUpdateVersion { current: 1 }
+        );
+        assert_eq!(
+            alter(&mut state, 2, (0, 1), &[1]),
+            CommandResult::FencedLeaderEpoch { current: 0 }
+        );
+        assert_eq!(
+            alter(&mut state, 1, (-1, 1), &[1]),
+            CommandResult::FencedLeaderEpoch { current: 0 }
+        );
+        assert!(
+            matches!(
+                alter(&mut state, 1, (0, 1), &[3]),
+                CommandResult::InvalidIsr(_)
+            ),
+            "no leader"
+        );
+        assert!(matches!(
+            alter(&mut state, 1, (0, 1), &[1, 9]),
+            CommandResult::InvalidIsr(_)
+        ));
+        assert_eq!(state, before);
+        // Expanding with a fenced broker is refused; once it is live again it may join.
+        state.apply(&Command::FenceBroker {
+            node_id: 2,
+            epoch: epochs[&2],
+        });
+        assert!(matches!(
+            alter(&mut state, 1, (0, 1), &[2, 1, 3]),
+            CommandResult::InvalidIsr(_)
+        ));
+        state.apply(&Command::UnfenceBroker {
+            node_id: 2,
+            epoch: epochs[&2],
+        });
+        assert_eq!(alter(&mut state, 1, (0, 1), &[3, 2, 1]), CommandResult::Ok);
+        assert_eq!(partition(&state, 0).isr, vec![1, 2, 3], "assignment order");
     }
 }

@@ -68,7 +68,7 @@ impl PartitionInfo {
 }
 
 impl ClusterState {
-    fn partition_mut(
+    pub(crate) fn partition_mut(
         &mut self,
         topic_id: &uuid::Uuid,
         partition: i32,

@@ -147,6 +147,20 @@ impl ClusterState {
             } => self.register_broker(*node_id, host, *port, rack),
             Command::FenceBroker { node_id, epoch } => self.fence_broker(*node_id, *epoch),
             Command::UnfenceBroker { node_id, epoch } => self.unfence_broker(*node_id, *epoch),
+            Command::AlterPartition {
+                topic_id,
+                partition,
+                leader,
+                leader_epoch,
+                partition_epoch,
+                isr,
+            } => self.alter_partition(
+                topic_id,
+                *partition,
+                *leader,
+                (*leader_epoch, *partition_epoch),
+                isr,
+            ),
             Command::CreateTopic {
                 name,
                 topic_id,

@@ -12,13 +12,23 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use crate::broker::{Broker, BrokerOpts};
 use crate::util::{wait_for, wait_for_some};
 
-/// A free loopback port: bound, then released for the broker to take. Another process could
-/// take it in between; on a test machine that is rare enough, and the broker fails loudly.
+/// A free loopback port: bound, then released for the broker to take. Picked at random
+/// below Linux's ephemeral range (32768–60999), where the port-0 listeners of other tests
+/// never land, so only another test's pick could collide, which is rare.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind a free port")
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: AtomicU64 = AtomicU64::new(0);
+    let mut rng = crate::util::Rng::new(
+        SEED.fetch_add(1, Ordering::Relaxed)
+            ^ u64::from(std::process::id()) << 20
+            ^ crate::util::now_ms() as u64,
+    );
+    loop {
+        let port = 20000 + rng.below(12000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// A cluster of real broker processes.

@@ -1,7 +1,7 @@
 //! Clusters of real `strata` processes on loopback: the metadata quorum over TCP, broker
 //! registration, heartbeats and fencing, leader moves, and the operator's view
-//! (`strata cluster status`, metrics). Partitions have one replica here: replication between
-//! brokers is refused honestly until it is built.
+//! (`strata cluster status`, metrics). Partitions have one replica here; `replication.rs`
+//! covers replicated partitions.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -94,12 +94,14 @@ fn three_nodes_started_in_any_order_serve_topics_spread_over_all_of_them() {
     let keys: BTreeSet<_> = got.iter().map(|r| r.key.clone().expect("key")).collect();
     assert_eq!(keys.len(), 3000, "every record, once");
 
-    // Replication is not built yet: a replication factor above 1 is refused, not faked.
+    // More replicas than live brokers is refused.
     let admin = cluster.node(3).admin();
-    let rf3 = NewTopic::new("rf3", 1, TopicReplication::Fixed(3));
+    let rf4 = NewTopic::new("rf4", 1, TopicReplication::Fixed(4));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let result = block_on(admin.create_topics([&rf3], &opts)).expect("CreateTopics");
-    let err = result[0].clone().expect_err("RF 3 must be refused");
+    let result = block_on(admin.create_topics([&rf4], &opts)).expect("CreateTopics");
+    let err = result[0]
+        .clone()
+        .expect_err("RF 4 on 3 brokers must be refused");
     assert_eq!(
         err.1,
         rdkafka::types::RDKafkaErrorCode::InvalidReplicationFactor,

@@ -56,6 +56,13 @@ struct BrokerStateLabels {
     state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FollowerLabels {
+    topic: String,
+    partition: String,
+    follower: String,
+}
+
 /// The cluster as this node sees it: controller, quorum, brokers, partition health. All
 /// gauges but the heartbeat counter are read from the metadata state at scrape time.
 struct ClusterMetrics {
@@ -68,6 +75,9 @@ struct ClusterMetrics {
     offline_partitions: Gauge,
     under_replicated_partitions: Gauge,
     leader_partitions: Gauge,
+    isr_changes: Counter,
+    replicated_bytes: Counter,
+    follower_lag: Family<FollowerLabels, Gauge>,
 }
 
 impl ClusterMetrics {
@@ -116,6 +126,21 @@ impl ClusterMetrics {
             "leader_partitions",
             "Partitions led by this broker",
             self.leader_partitions.clone(),
+        );
+        registry.register(
+            "isr_changes",
+            "ISR shrinks and expands this broker committed as a leader (rate: per second)",
+            self.isr_changes.clone(),
+        );
+        registry.register(
+            "replication_fetched_bytes",
+            "Record batch bytes this broker fetched from leaders as a follower",
+            self.replicated_bytes.clone(),
+        );
+        registry.register(
+            "follower_lag_records",
+            "Per follower of a partition led here: the leader's log end minus the follower's (-1: not seen yet)",
+            self.follower_lag.clone(),
         );
     }
 
@@ -247,6 +272,9 @@ impl Metrics {
                 offline_partitions: Gauge::default(),
                 under_replicated_partitions: Gauge::default(),
                 leader_partitions: Gauge::default(),
+                isr_changes: Counter::default(),
+                replicated_bytes: Counter::default(),
+                follower_lag: Family::default(),
             },
             registry: Registry::default(),
         };
@@ -527,9 +555,34 @@ impl Metrics {
             .inc();
     }
 
+    /// A leader committed an ISR change.
+    pub fn isr_changed(&self) {
+        self.cluster.isr_changes.inc();
+    }
+
+    /// A follower appended `bytes` fetched from a leader.
+    pub fn replicated(&self, bytes: u64) {
+        self.cluster.replicated_bytes.inc_by(bytes);
+    }
+
     /// Prometheus text exposition, with partition and cluster gauges read now.
     pub fn render(&self, partitions: &Partitions, metadata: &strata_metadata::Metadata) -> String {
         self.cluster.update(metadata);
+        self.cluster.follower_lag.clear();
+        for p in partitions.all() {
+            let end = p.offsets().log_end;
+            for (follower, log_end) in p.follower_log_ends() {
+                let lag = if log_end < 0 { -1 } else { end - log_end };
+                self.cluster
+                    .follower_lag
+                    .get_or_create(&FollowerLabels {
+                        topic: p.tp.topic.clone(),
+                        partition: p.tp.partition.to_string(),
+                        follower: follower.to_string(),
+                    })
+                    .set(lag);
+            }
+        }
         for family in [
             &self.log_end_offset,
             &self.high_watermark,

@@ -32,6 +32,13 @@ struct WantedPartition {
 }
 
 pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
+    // A follower sets its broker id (v15+: in the replica state); consumers send -1.
+    let replica_id = if version >= 15 {
+        req.replica_state.replica_id.0
+    } else {
+        req.replica_id.0
+    };
+    let replica = u64::try_from(replica_id).ok();
     let state = broker.metadata.state();
     let mut wanted = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
@@ -102,7 +109,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
                 }
             }
         }
-        let (resp, bytes, errors) = read_all(broker, &wanted, max_bytes).await;
+        let (resp, bytes, errors) = read_all(broker, &wanted, max_bytes, replica).await;
         if bytes >= min_bytes || errors || Instant::now() >= deadline {
             broker.metrics.fetched(bytes as u64);
             return resp.with_session_id(0);
@@ -111,7 +118,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
             .await
             .is_err()
         {
-            let (resp, bytes, _) = read_all(broker, &wanted, max_bytes).await;
+            let (resp, bytes, _) = read_all(broker, &wanted, max_bytes, replica).await;
             broker.metrics.fetched(bytes as u64);
             return resp.with_session_id(0);
         }
@@ -125,7 +132,16 @@ async fn read(
     p: Arc<Partition>,
     offset: i64,
     max_bytes: usize,
+    replica: Option<u64>,
 ) -> Result<(bytes::Bytes, Offsets), ApiError> {
+    if let Some(follower) = replica {
+        // The follower holds everything below its fetch offset: that moves the high
+        // watermark, and may bring it into the ISR.
+        if let Some(change) = p.follower_fetched(follower, offset) {
+            crate::replication::propose_isr(broker, &p, change);
+        }
+        return Ok(p.read_replica(offset, max_bytes)?);
+    }
     match p.read(offset, max_bytes)? {
         (Read::Local(bytes), offsets) => Ok((bytes, offsets)),
         (Read::Remote(segment), offsets) => {
@@ -151,6 +167,7 @@ async fn read_all(
     broker: &Arc<Broker>,
     wanted: &[Wanted],
     max_bytes: usize,
+    replica: Option<u64>,
 ) -> (FetchResponse, usize, bool) {
     let mut total = 0usize;
     let mut errors = false;
@@ -183,7 +200,7 @@ async fn read_all(
                         let o = p.offsets();
                         Ok((bytes::Bytes::new(), o))
                     } else {
-                        read(broker, p.clone(), *offset, budget.max(1)).await
+                        read(broker, p.clone(), *offset, budget.max(1), replica).await
                     }
                 }
                 (None, None) => Err(ApiError::new(

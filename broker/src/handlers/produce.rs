@@ -14,6 +14,7 @@ pub async fn handle(
     _version: i16,
 ) -> Option<ProduceResponse> {
     let acks = req.acks;
+    let timeout = std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for topic in req.topic_data {
         let name = topic.name.0.as_str().to_string();
@@ -46,7 +47,7 @@ pub async fn handle(
         for p in topic.partition_data {
             let result = match &info {
                 Err(e) => Err(e.clone()),
-                Ok(_) => append(broker, &name, p.index, p.records.as_ref()),
+                Ok(t) => append(broker, t, p.index, p.records.as_ref(), acks, timeout).await,
             };
             let resp = PartitionProduceResponse::default().with_index(p.index);
             partitions.push(match result {
@@ -77,17 +78,59 @@ pub async fn handle(
     Some(ProduceResponse::default().with_responses(responses))
 }
 
-fn append(
+/// Appends one partition's batches; with acks=all, waits until the ISR holds them.
+async fn append(
     broker: &Broker,
-    topic: &str,
+    topic: &strata_metadata::TopicInfo,
     partition: i32,
     records: Option<&bytes::Bytes>,
+    acks: i16,
+    timeout: std::time::Duration,
 ) -> Result<(i64, i64, i64), ApiError> {
-    let partition_ref = broker.leader_partition(topic, partition, -1)?;
+    let name = topic.name.as_str();
+    let partition_ref = broker.leader_partition(name, partition, -1)?;
     let records = records.ok_or_else(|| ApiError::new(ErrorCode::InvalidRecord, "null records"))?;
+    let epoch = partition_ref.current_leader_epoch();
+    let min_isr = topic
+        .configs
+        .get("min.insync.replicas")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1);
+    if acks == -1 {
+        let isr = partition_ref.isr_len().unwrap_or(0);
+        if isr < min_isr {
+            return Err(ApiError::new(
+                ErrorCode::NotEnoughReplicas,
+                format!(
+                    "{name}-{partition}: {isr} in-sync replicas, min.insync.replicas is {min_isr}"
+                ),
+            ));
+        }
+    }
     let info = partition_ref.append(records)?;
     if !info.duplicate {
-        broker.metrics.produced(topic, info.records, info.bytes);
+        broker.metrics.produced(name, info.records, info.bytes);
+    }
+    if acks == -1 {
+        partition_ref
+            .wait_committed(info.last_offset, epoch, timeout)
+            .await
+            .map_err(|code| {
+                ApiError::new(
+                    code,
+                    format!(
+                        "{name}-{partition}: offset {} not replicated to the ISR in time",
+                        info.last_offset
+                    ),
+                )
+            })?;
+        let isr = partition_ref.isr_len().unwrap_or(0);
+        if isr < min_isr {
+            return Err(ApiError::new(
+                ErrorCode::NotEnoughReplicasAfterAppend,
+                format!("{name}-{partition}: the ISR shrank to {isr} below min.insync.replicas {min_isr}"),
+            ));
+        }
     }
     Ok((info.base_offset, info.log_append_time, info.log_start))
 }

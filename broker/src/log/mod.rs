@@ -100,6 +100,9 @@ pub struct Log {
     unflushed_rolls: Vec<(i64, std::fs::File)>,
     /// First offset of each leader epoch.
     epochs: LeaderEpochCache,
+    /// More than one replica: the partition moves the high watermark by its ISR. Otherwise
+    /// an append commits at once.
+    replicated: bool,
 }
 
 const CLEAN_SHUTDOWN: &str = "clean-shutdown";
@@ -241,6 +244,7 @@ impl Log {
             clean_point: Log::load_clean_point(dir),
             unflushed_rolls: Vec::new(),
             epochs: LeaderEpochCache::default(),
+            replicated: false,
         };
         log.rebuild_producer_state()?;
         log.load_epochs()?;
@@ -440,13 +444,157 @@ impl Log {
             info.records += h.record_count as u64;
             info.bytes += body.len() as u64;
         }
-        // Single replica: a write is committed once it is in the log. Replication will move
-        // the high watermark by the ISR instead.
-        self.high_watermark = self.log_end_offset();
+        if !self.replicated {
+            // A single replica: a write is committed once it is in the log.
+            self.high_watermark = self.log_end_offset();
+        }
         if self.active().unflushed_messages() as i64 >= self.config.flush_messages {
             self.flush(now_ms)?;
         }
         Ok(info)
+    }
+
+    /// Switches to a high watermark moved by the partition's ISR ([`Log::set_high_watermark`]).
+    /// The first switch after opening starts it at the log start: this broker does not know
+    /// what its ISR had committed, and must not show consumers a suffix that a new leader may
+    /// not have; the ISR moves it up within a fetch round.
+    pub fn set_replicated(&mut self, replicated: bool) {
+        if replicated && !self.replicated {
+            self.high_watermark = self.log_start_offset;
+        }
+        self.replicated = replicated;
+    }
+
+    /// Moves the high watermark (never past the log end). The partition computes it: the log
+    /// end on a single replica, the smallest log end of the ISR on a leader, the leader's
+    /// high watermark on a follower.
+    pub fn set_high_watermark(&mut self, hw: i64) {
+        self.high_watermark = hw.clamp(self.log_start_offset, self.log_end_offset());
+    }
+
+    /// A follower's append of batches copied from its leader: offsets, epochs and bytes are
+    /// kept exactly; each batch was validated (CRC) by the caller and must start at or after
+    /// the log end (gaps are allowed: compaction leaves them).
+    pub fn append_replicated(
+        &mut self,
+        batches: &[(BatchHeader, Bytes)],
+        now_ms: i64,
+    ) -> Result<u64, LogError> {
+        let mut records = 0u64;
+        for (header, bytes) in batches {
+            if header.base_offset < self.log_end_offset() {
+                return Err(LogError::Corrupt(format!(
+                    "replicated batch at {} overlaps the log end {}",
+                    header.base_offset,
+                    self.log_end_offset()
+                )));
+            }
+            self.maybe_roll(bytes.len() as u64, now_ms)?;
+            if self.log_end_offset() < header.base_offset && self.active().is_empty() {
+                // An empty active segment must start where its first batch does.
+                let base = *self.segments.keys().next_back().expect("one segment");
+                if let Some(seg) = self.segments.remove(&base) {
+                    seg.delete()?;
+                }
+                let seg = Segment::create(
+                    &self.dir,
+                    header.base_offset,
+                    self.config.index_interval_bytes,
+                    now_ms,
+                )?;
+                self.segments.insert(header.base_offset, seg);
+            }
+            if self.epochs.assign(header.leader_epoch, header.base_offset) {
+                self.epochs.save(&self.dir)?;
+            }
+            let mut prefix = [0u8; 16];
+            prefix.copy_from_slice(&bytes[..16]);
+            self.active().append(header, &prefix, bytes)?;
+            if header.is_idempotent() {
+                self.producers.record(header, header.max_timestamp);
+            }
+            records += header.record_count as u64;
+        }
+        if self.active().unflushed_messages() as i64 >= self.config.flush_messages {
+            self.flush(now_ms)?;
+        }
+        Ok(records)
+    }
+
+    /// Cuts the log before the first batch ending at or after `offset` (a follower dropping
+    /// the suffix its new leader does not have). Whole segments above go; the one holding the
+    /// cut is rewritten ([`Segment::truncated`]). Returns the new log end.
+    pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<i64, LogError> {
+        if offset >= self.log_end_offset() {
+            return Ok(self.log_end_offset());
+        }
+        if offset <= self.log_start_offset {
+            return self.reset_to(offset.max(self.log_start_offset), now_ms);
+        }
+        let above: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
+        for base in above {
+            if base == *self.segments.keys().next().expect("one segment") {
+                break;
+            }
+            if let Some(seg) = self.segments.remove(&base) {
+                seg.delete()?;
+            }
+        }
+        let last = *self.segments.keys().next_back().expect("one segment");
+        if let Some(seg) = self.segments.remove(&last) {
+            self.segments.insert(last, seg.truncated(offset)?);
+        }
+        self.after_truncation()?;
+        tracing::info!(dir = %self.dir.display(), offset, end = self.log_end_offset(), "truncated log");
+        Ok(self.log_end_offset())
+    }
+
+    /// Empties the log and starts it again at `offset` (a follower whose leader no longer has
+    /// the offsets it holds, or which must start at the leader's local log start).
+    pub fn reset_to(&mut self, offset: i64, now_ms: i64) -> Result<i64, LogError> {
+        for (_, seg) in std::mem::take(&mut self.segments) {
+            seg.delete()?;
+        }
+        self.segments.insert(
+            offset,
+            Segment::create(&self.dir, offset, self.config.index_interval_bytes, now_ms)?,
+        );
+        self.log_start_offset = offset;
+        write_checkpoint(&self.dir.join(LOG_START), offset)?;
+        self.epochs = LeaderEpochCache::default();
+        self.epochs.save(&self.dir)?;
+        self.after_truncation()?;
+        tracing::info!(dir = %self.dir.display(), offset, "reset log");
+        Ok(offset)
+    }
+
+    fn after_truncation(&mut self) -> Result<(), LogError> {
+        let end = self.log_end_offset();
+        self.high_watermark = self.high_watermark.min(end);
+        self.recovery_point = self.recovery_point.min(end);
+        write_checkpoint(&self.dir.join(RECOVERY_POINT), self.recovery_point)?;
+        self.unflushed_rolls.retain(|(e, _)| *e <= end);
+        if self.epochs.truncate_from_end(end) {
+            self.epochs.save(&self.dir)?;
+        }
+        // The producer snapshot may describe batches that are gone.
+        let _ = std::fs::remove_file(self.dir.join(PRODUCER_STATE));
+        self.rebuild_producer_state()
+    }
+
+    /// Records that `epoch` starts at the log end (a new leader taking over).
+    pub fn assign_epoch(&mut self, epoch: i32) -> Result<(), LogError> {
+        if self.epochs.assign(epoch, self.log_end_offset()) {
+            self.epochs.save(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// The newest leader epoch in the log (-1 for none).
+    pub fn latest_epoch(&self) -> i32 {
+        self.epochs
+            .latest_epoch()
+            .unwrap_or(leader_epoch::UNDEFINED_EPOCH)
     }
 
     fn maybe_roll(&mut self, incoming: u64, now_ms: i64) -> Result<(), LogError> {
@@ -514,6 +662,18 @@ impl Log {
     /// (always at least one batch) and never at or above `limit` (the high watermark for
     /// consumers). An empty result means there is nothing at `offset` yet.
     pub fn read(&mut self, offset: i64, max_bytes: usize, limit: i64) -> Result<Bytes, LogError> {
+        let limit = limit.min(self.high_watermark);
+        self.read_upto(offset, max_bytes, limit)
+    }
+
+    /// Like [`Log::read`] but up to the log end, past the high watermark: what a follower
+    /// replicates.
+    pub fn read_replica(&mut self, offset: i64, max_bytes: usize) -> Result<Bytes, LogError> {
+        let end = self.log_end_offset();
+        self.read_upto(offset, max_bytes, end)
+    }
+
+    fn read_upto(&mut self, offset: i64, max_bytes: usize, limit: i64) -> Result<Bytes, LogError> {
         let end = self.log_end_offset();
         if offset < self.log_start_offset || offset > end {
             return Err(LogError::OffsetOutOfRange {
@@ -523,7 +683,6 @@ impl Log {
             });
         }
         let capacity = self.config.segment_bytes + self.config.max_message_bytes as u64;
-        let limit = limit.min(self.high_watermark);
         // The segment holding `offset`, or (at a segment's end) the next one.
         let first = self
             .segments

@@ -430,6 +430,44 @@ impl Segment {
         Ok(handle)
     }
 
+    /// The segment cut before the first batch ending at or after `offset` (a follower
+    /// truncating to its leader). The kept prefix is copied to a new file renamed over the old
+    /// one rather than truncated in place: readers holding slices of the old mapping keep
+    /// valid pages (shrinking a mapped file under them would fault). Rare, and bounded by the
+    /// segment size.
+    pub fn truncated(mut self, offset: i64) -> Result<Segment, LogError> {
+        let cut = self
+            .headers_from(0)?
+            .into_iter()
+            .find(|(_, h)| h.last_offset() >= offset)
+            .map_or(self.size, |(pos, _)| pos);
+        if cut == self.size {
+            return Ok(self);
+        }
+        let path = log_path(&self.dir, self.base_offset);
+        let tmp = path.with_extension("log.truncating.tmp");
+        {
+            use std::io::{Read as _, Seek as _};
+            let mut src = File::open(&path)?;
+            src.seek(std::io::SeekFrom::Start(0))?;
+            let mut dst = File::create(&tmp)?;
+            std::io::copy(&mut std::io::Read::by_ref(&mut src).take(cut), &mut dst)?;
+            dst.sync_all()?;
+        }
+        let (dir, base, interval) = (self.dir.clone(), self.base_offset, self.index_interval);
+        for p in &files(&dir, base)[1..] {
+            match std::fs::remove_file(p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        std::fs::rename(&tmp, &path)?;
+        drop(self);
+        let (seg, _) = Segment::open(&dir, base, interval, false)?;
+        Ok(seg)
+    }
+
     /// Removes the segment's files. Readers holding slices keep their mapping.
     pub fn delete(self) -> Result<(), LogError> {
         for p in files(&self.dir, self.base_offset) {

@@ -1,0 +1,402 @@
+//! The follower side: one task per leader broker fetches every partition this broker follows
+//! from it, with the Kafka Fetch API (replica id set), as Kafka's replica fetcher threads do.
+//!
+//! Invariants (DESIGN.md §Invariant 6):
+//! - Before the first fetch at a leader epoch, the follower truncates: it asks the leader
+//!   (OffsetForLeaderEpoch) where the follower's newest epoch ends and cuts its log there, so
+//!   a suffix the new leader does not have is dropped before anything is appended after it.
+//! - Batches are appended exactly as the leader holds them (offsets, epochs, bytes), each
+//!   CRC-checked first; a follower's high watermark never passes its own log end.
+//! - A fetch answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH stops fetching that
+//!   partition until the metadata names its leader and epoch again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest, RequestHeader,
+    ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::broker::Broker;
+use crate::error::ErrorCode;
+use crate::partition::{Partition, TopicPartition};
+
+/// Fetch version used between brokers: topic names, current and last-fetched epochs.
+const FETCH_VERSION: i16 = 12;
+const OFFSET_FOR_EPOCH_VERSION: i16 = 4;
+const LIST_OFFSETS_VERSION: i16 = 8;
+/// How long the leader may hold a fetch with nothing new.
+const FETCH_MAX_WAIT_MS: i32 = 500;
+const FETCH_MAX_BYTES: i32 = 16 << 20;
+const PARTITION_MAX_BYTES: i32 = 1 << 20;
+/// Bound on one exchange with the leader.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Pause after a failure before trying the leader again.
+const RETRY: Duration = Duration::from_millis(200);
+/// Largest response accepted.
+const MAX_RESPONSE: usize = 256 << 20;
+
+/// A partition to follow, at the leader epoch the metadata gives.
+#[derive(Clone)]
+pub struct Assignment {
+    pub partition: Arc<Partition>,
+    pub leader_epoch: i32,
+}
+
+/// The fetcher tasks, one per leader broker.
+#[derive(Default)]
+pub struct Fetchers {
+    by_leader: std::sync::Mutex<HashMap<u64, watch::Sender<Vec<Assignment>>>>,
+}
+
+impl Fetchers {
+    /// Points every fetcher at the partitions this broker now follows from its leader,
+    /// starting fetchers for new leaders.
+    pub fn sync(&self, broker: &Arc<Broker>) {
+        let mut wanted: HashMap<u64, Vec<Assignment>> = HashMap::new();
+        for p in broker.partitions.all() {
+            if let Some((leader, leader_epoch)) = p.following() {
+                wanted.entry(leader).or_default().push(Assignment {
+                    partition: p,
+                    leader_epoch,
+                });
+            }
+        }
+        let mut fetchers = self.by_leader.lock().unwrap_or_else(|p| p.into_inner());
+        for (leader, tx) in fetchers.iter() {
+            if !wanted.contains_key(leader) {
+                tx.send_replace(Vec::new());
+            }
+        }
+        for (leader, parts) in wanted {
+            match fetchers.get(&leader) {
+                Some(tx) => {
+                    tx.send_replace(parts);
+                }
+                None => {
+                    let (tx, rx) = watch::channel(parts);
+                    tokio::spawn(run(broker.clone(), leader, rx));
+                    fetchers.insert(leader, tx);
+                }
+            }
+        }
+    }
+
+    /// Stops every fetcher (shutdown).
+    pub fn stop(&self) {
+        self.by_leader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+/// A Kafka connection to the leader.
+struct Conn {
+    stream: TcpStream,
+    correlation: i32,
+}
+
+impl Conn {
+    async fn call<R: Request>(
+        &mut self,
+        version: i16,
+        req: &R,
+        client: &str,
+    ) -> anyhow::Result<R::Response> {
+        let api = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("api key {}", R::KEY))?;
+        self.correlation = self.correlation.wrapping_add(1);
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation)
+            .with_client_id(Some(StrBytes::from_string(client.to_string())));
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&[0; 4]);
+        header.encode(&mut buf, api.request_header_version(version))?;
+        req.encode(&mut buf, version)?;
+        let len = (buf.len() - 4) as u32;
+        buf[..4].copy_from_slice(&len.to_be_bytes());
+        let exchange = async {
+            self.stream.write_all(&buf).await?;
+            let mut len = [0u8; 4];
+            self.stream.read_exact(&mut len).await?;
+            let len = u32::from_be_bytes(len) as usize;
+            anyhow::ensure!(
+                len <= MAX_RESPONSE,
+                "response of {len} bytes from the leader"
+            );
+            let mut body = vec![0u8; len];
+            self.stream.read_exact(&mut body).await?;
+            Ok::<_, anyhow::Error>(Bytes::from(body))
+        };
+        let mut frame = tokio::time::timeout(CALL_TIMEOUT, exchange)
+            .await
+            .map_err(|_| anyhow::anyhow!("the leader did not answer within {CALL_TIMEOUT:?}"))??;
+        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version))?;
+        anyhow::ensure!(
+            header.correlation_id == self.correlation,
+            "correlation id {} from the leader, expected {}",
+            header.correlation_id,
+            self.correlation
+        );
+        <R::Response as Decodable>::decode(&mut frame, version)
+    }
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}
+
+/// One leader's fetch loop.
+async fn run(broker: Arc<Broker>, leader: u64, mut assigned: watch::Receiver<Vec<Assignment>>) {
+    let me = broker.config.node_id;
+    let client = format!("strata-replica-{me}");
+    let mut conn: Option<Conn> = None;
+    // The epoch each partition was truncated for.
+    let mut truncated: HashMap<TopicPartition, i32> = HashMap::new();
+    loop {
+        let parts: Vec<Assignment> = assigned.borrow_and_update().clone();
+        if parts.is_empty() {
+            conn = None;
+            truncated.clear();
+            if assigned.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        truncated.retain(|tp, e| {
+            parts
+                .iter()
+                .any(|a| a.partition.tp == *tp && a.leader_epoch == *e)
+        });
+        if conn.is_none() {
+            let addr = broker
+                .metadata
+                .state()
+                .brokers
+                .get(&leader)
+                .map(|b| format!("{}:{}", b.host, b.port));
+            match addr {
+                Some(addr) => match TcpStream::connect(&addr).await {
+                    Ok(stream) => {
+                        let _ = stream.set_nodelay(true);
+                        conn = Some(Conn {
+                            stream,
+                            correlation: 0,
+                        });
+                    }
+                    Err(e) => {
+                        tracing::debug!(leader, %addr, error = %e, "cannot reach the leader to fetch from");
+                        wait(&mut assigned, RETRY).await;
+                        continue;
+                    }
+                },
+                None => {
+                    wait(&mut assigned, RETRY).await;
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected above");
+        let result = round(&broker, c, &client, &parts, &mut truncated).await;
+        match result {
+            Ok(Some(pause)) => wait(&mut assigned, pause).await,
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(leader, error = %e, "replica fetch failed; reconnecting");
+                conn = None;
+                wait(&mut assigned, RETRY).await;
+            }
+        }
+    }
+}
+
+/// Sleeps up to `pause`, or until the assignment changes.
+async fn wait(assigned: &mut watch::Receiver<Vec<Assignment>>, pause: Duration) {
+    let _ = tokio::time::timeout(pause, assigned.changed()).await;
+}
+
+/// One round: truncate what needs it, then one Fetch. `Ok(Some(pause))` asks for a pause
+/// (partitions waiting for new metadata).
+async fn round(
+    broker: &Arc<Broker>,
+    conn: &mut Conn,
+    client: &str,
+    parts: &[Assignment],
+    truncated: &mut HashMap<TopicPartition, i32>,
+) -> anyhow::Result<Option<Duration>> {
+    let me = broker.config.node_id as i32;
+    let mut stale = false;
+    for a in parts {
+        if truncated.get(&a.partition.tp) == Some(&a.leader_epoch) {
+            continue;
+        }
+        match truncate(conn, client, me, a).await? {
+            true => {
+                truncated.insert(a.partition.tp.clone(), a.leader_epoch);
+            }
+            false => stale = true,
+        }
+    }
+    let ready: Vec<&Assignment> = parts
+        .iter()
+        .filter(|a| truncated.get(&a.partition.tp) == Some(&a.leader_epoch))
+        .collect();
+    if ready.is_empty() {
+        return Ok(Some(RETRY));
+    }
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for a in &ready {
+        let (_, log_end) = a.partition.latest_epoch_and_end();
+        let fp = FetchPartition::default()
+            .with_partition(a.partition.tp.partition)
+            .with_current_leader_epoch(a.leader_epoch)
+            .with_fetch_offset(log_end)
+            .with_last_fetched_epoch(-1)
+            .with_log_start_offset(-1)
+            .with_partition_max_bytes(PARTITION_MAX_BYTES);
+        match topics
+            .iter_mut()
+            .find(|t| t.topic.0.as_str() == a.partition.tp.topic)
+        {
+            Some(t) => t.partitions.push(fp),
+            None => topics.push(
+                FetchTopic::default()
+                    .with_topic(topic_name(&a.partition.tp.topic))
+                    .with_partitions(vec![fp]),
+            ),
+        }
+    }
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(me))
+        .with_max_wait_ms(FETCH_MAX_WAIT_MS)
+        .with_min_bytes(1)
+        .with_max_bytes(FETCH_MAX_BYTES)
+        .with_isolation_level(0)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(topics);
+    let resp = conn.call(FETCH_VERSION, &req, client).await?;
+    for t in resp.responses {
+        for pd in t.partitions {
+            let Some(a) = ready.iter().find(|a| {
+                a.partition.tp.topic == t.topic.0.as_str()
+                    && a.partition.tp.partition == pd.partition_index
+            }) else {
+                continue;
+            };
+            let p = &a.partition;
+            match pd.error_code {
+                0 => {
+                    let records = pd.records.unwrap_or_default();
+                    if let Err(e) = p.append_replicated(&records, pd.high_watermark) {
+                        tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "appending replicated batches failed");
+                        truncated.remove(&p.tp);
+                        stale = true;
+                    } else if !records.is_empty() {
+                        broker.metrics.replicated(records.len() as u64);
+                    }
+                }
+                code if code == ErrorCode::OffsetOutOfRange.code() => {
+                    // The leader no longer has (or never had locally) the next offset: start
+                    // again at its local log start.
+                    let start = local_log_start(conn, client, me, a).await?;
+                    tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, start, "follower out of the leader's local range: restarting at its local log start");
+                    p.reset_to(start)?;
+                }
+                code => {
+                    tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, code, "replica fetch refused; waiting for new metadata");
+                    truncated.remove(&p.tp);
+                    stale = true;
+                }
+            }
+        }
+    }
+    Ok(stale.then_some(RETRY))
+}
+
+/// Truncates the follower's log to where the leader says its newest epoch ends. `Ok(false)`
+/// when the leader refused (not the leader, or another epoch): wait for metadata.
+async fn truncate(conn: &mut Conn, client: &str, me: i32, a: &Assignment) -> anyhow::Result<bool> {
+    let p = &a.partition;
+    let (epoch, log_end) = p.latest_epoch_and_end();
+    if epoch < 0 {
+        // Nothing written under any epoch: nothing to cut.
+        return Ok(true);
+    }
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(me))
+        .with_topics(vec![OffsetForLeaderTopic::default()
+            .with_topic(topic_name(&p.tp.topic))
+            .with_partitions(vec![OffsetForLeaderPartition::default()
+                .with_partition(p.tp.partition)
+                .with_current_leader_epoch(a.leader_epoch)
+                .with_leader_epoch(epoch)])]);
+    let resp = conn.call(OFFSET_FOR_EPOCH_VERSION, &req, client).await?;
+    let Some(r) = resp.topics.first().and_then(|t| t.partitions.first()) else {
+        anyhow::bail!("empty OffsetForLeaderEpoch response");
+    };
+    if r.error_code != 0 {
+        tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, code = r.error_code, "OffsetForLeaderEpoch refused");
+        return Ok(false);
+    }
+    // Kafka's rule: when the leader's answer is for an older epoch than ours, our own end
+    // of that epoch may be lower still.
+    let mut cut = r.end_offset;
+    if r.leader_epoch != epoch && r.leader_epoch >= 0 {
+        cut = cut.min(p.end_offset_for_epoch(r.leader_epoch).1);
+    }
+    if r.end_offset < 0 {
+        // The leader knows no epoch at or below ours: keep nothing of ours.
+        cut = -1;
+    }
+    if cut < log_end {
+        tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, epoch, log_end, cut = cut.max(0),
+            leader_epoch = a.leader_epoch, "truncating the divergent suffix the new leader does not have");
+        if cut < 0 {
+            p.reset_to(p.offsets().log_start)?;
+        } else {
+            p.truncate_to(cut)?;
+        }
+    }
+    Ok(true)
+}
+
+/// The leader's local log start (ListOffsets EARLIEST_LOCAL).
+async fn local_log_start(
+    conn: &mut Conn,
+    client: &str,
+    me: i32,
+    a: &Assignment,
+) -> anyhow::Result<i64> {
+    let p = &a.partition;
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(me))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(topic_name(&p.tp.topic))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(p.tp.partition)
+                .with_current_leader_epoch(a.leader_epoch)
+                .with_timestamp(-4)])]);
+    let resp = conn.call(LIST_OFFSETS_VERSION, &req, client).await?;
+    let r = resp
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .ok_or_else(|| anyhow::anyhow!("empty ListOffsets response"))?;
+    anyhow::ensure!(r.error_code == 0, "ListOffsets refused: {}", r.error_code);
+    Ok(r.offset)
+}

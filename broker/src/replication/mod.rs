@@ -1,0 +1,63 @@
+//! Replication between brokers, Kafka's way: followers fetch from the leader with the Fetch
+//! API ([`fetcher`]); the leader tracks how far each follower has got, moves the high
+//! watermark to what its ISR holds and proposes ISR changes through the quorum ([`leader`]).
+//!
+//! An acknowledged `acks=all` write is one the high watermark passed: every ISR member holds
+//! it, so it survives the loss of any ISR minority (DESIGN.md §Invariant 3) — a new leader
+//! comes from the ISR ([`strata_metadata`]'s elections), and followers drop what it lacks
+//! before fetching again.
+
+pub mod fetcher;
+pub mod leader;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_metadata::Command;
+
+use crate::broker::Broker;
+use crate::partition::Partition;
+use leader::IsrChange;
+
+/// Proposes `change` to `p`'s ISR through the quorum, in the background. Whatever happens,
+/// the leader may propose again once the outcome is applied here.
+pub fn propose_isr(broker: &Arc<Broker>, p: &Arc<Partition>, change: IsrChange) {
+    let broker = broker.clone();
+    let p = p.clone();
+    tokio::spawn(async move {
+        let cmd = Command::AlterPartition {
+            topic_id: p.topic_id,
+            partition: p.tp.partition,
+            leader: broker.config.node_id,
+            leader_epoch: change.leader_epoch,
+            partition_epoch: change.partition_epoch,
+            isr: change.isr.clone(),
+        };
+        match broker.apply(cmd).await {
+            Ok(_) => {
+                tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, isr = ?change.isr, "ISR changed");
+                broker.metrics.isr_changed();
+                if let Err(e) = broker.sync_partitions() {
+                    tracing::warn!(error = %e, "applying the ISR change locally failed");
+                }
+            }
+            Err(e) => {
+                tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, isr = ?change.isr, error = %e, "ISR change not committed");
+            }
+        }
+        p.isr_change_failed();
+    });
+}
+
+/// Shrinks the ISR of every partition led here whose followers lag more than
+/// `replica_lag_time_max_ms` (called by housekeeping).
+pub fn check_isr(broker: &Arc<Broker>) {
+    let max_lag = Duration::from_millis(broker.config.replica_lag_time_max_ms);
+    for p in broker.partitions.all() {
+        if let Some(change) = p.isr_shrink(max_lag) {
+            tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, isr = ?change.isr,
+                "followers fell behind for replica_lag_time_max_ms: shrinking the ISR");
+            propose_isr(broker, &p, change);
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Replication between real broker processes: RF=3 with acks=all, a leader killed with
+//! SIGKILL under load, min.insync.replicas, followers rejoining the ISR.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use kafka_protocol::records::Compression;
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use rdkafka::Offset;
+use strata_tests::cluster::CLUSTER_TIMEOUT;
+use strata_tests::{
+    block_on, encode_batch, now_ms, unique_topic, wait_for, Cluster, KafkaConn, RawRecord,
+    TrackingProducer,
+};
+
+const FAST: &[(&str, &str)] = &[
+    ("STRATA_BROKER_HEARTBEAT_INTERVAL_MS", "200"),
+    ("STRATA_BROKER_SESSION_TIMEOUT_MS", "1500"),
+    ("STRATA_REPLICA_LAG_TIME_MAX_MS", "2000"),
+];
+
+const NOT_ENOUGH_REPLICAS: i16 = 19;
+
+fn create_rf3(cluster: &mut Cluster, topic: &str, partitions: i32, min_isr: &str) {
+    let admin = cluster.any_running().admin();
+    let t = NewTopic::new(topic, partitions, TopicReplication::Fixed(3))
+        .set("min.insync.replicas", min_isr);
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let r = block_on(admin.create_topics([&t], &opts)).expect("CreateTopics");
+    r[0].clone().expect("topic created");
+}
+
+/// Every partition of `topic` healthy (full ISR) in every running member's view.
+fn wait_healthy(cluster: &mut Cluster, topic: &str) {
+    let t = topic.to_string();
+    cluster.wait_all("a full ISR everywhere", move |v| {
+        v["unhealthy"]
+            .as_array()
+            .is_some_and(|u| u.iter().all(|p| p["topic"] != t.as_str()))
+    });
+}
+
+#[test]
+fn acks_all_records_survive_the_leader_being_killed_and_every_replica_converges() {
+    let mut cluster = Cluster::start(3, 3, FAST);
+    cluster.wait_controller();
+    let topic = unique_topic("rf3");
+    create_rf3(&mut cluster, &topic, 2, "2");
+    wait_healthy(&mut cluster, &topic);
+
+    let cfg = cluster.producer_config();
+    let producer = TrackingProducer::new(&cfg);
+    let total = 4000;
+    for i in 0..total / 2 {
+        let key = format!("k{i}");
+        producer.send(
+            i,
+            &topic,
+            Some((i % 2) as i32),
+            key.as_bytes(),
+            key.as_bytes(),
+            &[],
+            None,
+        );
+    }
+    producer.flush(Duration::from_secs(60));
+    assert_eq!(producer.acked_count(), total / 2);
+
+    // Kill the leader of partition 0 and keep producing: the clients move to the new leader.
+    let leader = cluster.leaders(&topic)[0].expect("a leader");
+    cluster.node(leader).kill9();
+    for i in total / 2..total {
+        let key = format!("k{i}");
+        producer.send(
+            i,
+            &topic,
+            Some((i % 2) as i32),
+            key.as_bytes(),
+            key.as_bytes(),
+            &[],
+            None,
+        );
+    }
+    producer.flush(Duration::from_secs(90));
+    let acked = producer.all_delivered(total);
+    let new_leader = cluster.leaders(&topic)[0].expect("a new leader");
+    assert_ne!(new_leader, leader);
+
+    // Every acknowledged record is there, in acknowledged order per partition.
+    let reader = (1..=3).find(|n| *n != leader).expect("a live node");
+    let got = cluster.node(reader).consume_until(
+        &topic,
+        &[(0, Offset::Offset(0)), (1, Offset::Offset(0))],
+        CLUSTER_TIMEOUT,
+        |r| r.len() >= total,
+    );
+    let by_offset: BTreeMap<(i32, i64), Vec<u8>> = got
+        .iter()
+        .map(|r| ((r.partition, r.offset), r.key.clone().expect("key")))
+        .collect();
+    for (i, (p, off)) in acked.iter().enumerate() {
+        assert_eq!(
+            by_offset.get(&(*p, *off)).map(|k| k.as_slice()),
+            Some(format!("k{i}").as_bytes()),
+            "acknowledged record {i} at {p}/{off}"
+        );
+    }
+    for p in 0..2 {
+        let offsets: Vec<i64> = acked
+            .iter()
+            .filter(|(q, _)| *q == p)
+            .map(|(_, o)| *o)
+            .collect();
+        assert!(
+            offsets.windows(2).all(|w| w[0] < w[1]),
+            "acknowledged order in partition {p}"
+        );
+    }
+
+    // The killed broker comes back, truncates what it must, catches up and rejoins the ISR.
+    cluster.node(leader).restart();
+    wait_healthy(&mut cluster, &topic);
+    let ends: BTreeSet<(i64, i64)> = [1u64, 2, 3]
+        .iter()
+        .map(|n| {
+            let b = cluster.node(*n);
+            let text = b.metrics();
+            let end = |p: &str| {
+                strata_tests::parse_prometheus(&text)
+                    .into_iter()
+                    .find(|s| {
+                        s.name == "strata_log_end_offset"
+                            && s.label("topic") == Some(topic.as_str())
+                            && s.label("partition") == Some(p)
+                    })
+                    .map(|s| s.value as i64)
+                    .unwrap_or(-1)
+            };
+            (end("0"), end("1"))
+        })
+        .collect();
+    assert_eq!(
+        ends.len(),
+        1,
+        "every replica has the same log end: {ends:?}"
+    );
+}
+
+#[test]
+fn acks_all_is_refused_below_min_insync_replicas() {
+    // Voters 1-3; the partition lives on 1 (leader), 4 and 5, so killing both followers
+    // leaves the metadata quorum able to shrink the ISR.
+    let mut cluster = Cluster::start(5, 3, FAST);
+    cluster.wait_controller();
+    let topic = unique_topic("min-isr");
+    let admin = cluster.node(1).admin();
+    let t = NewTopic::new(&topic, 1, TopicReplication::Variable(&[&[1, 4, 5]]))
+        .set("min.insync.replicas", "2");
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    block_on(admin.create_topics([&t], &opts)).expect("CreateTopics")[0]
+        .clone()
+        .expect("created");
+    wait_healthy(&mut cluster, &topic);
+    assert_eq!(cluster.leaders(&topic)[0], Some(1));
+    let mut conn = KafkaConn::connect(&cluster.node(1).kafka_addr.clone()).unwrap();
+    let batch = |i: i64| {
+        encode_batch(
+            &[RawRecord::new(format!("k{i}"), "v", now_ms())],
+            Compression::None,
+            None,
+        )
+    };
+    conn.produce_ok(&topic, 0, batch(0)).expect("full ISR");
+
+    // Both followers die: once fenced they leave the ISR, and acks=all is refused.
+    cluster.node(4).kill9();
+    cluster.node(5).kill9();
+    wait_for("the ISR to shrink to the leader", CLUSTER_TIMEOUT, || {
+        conn.produce(&topic, 0, batch(1))
+            .expect("produce")
+            .error_code
+            == NOT_ENOUGH_REPLICAS
+    });
+    // A follower back: the ISR grows again and writes are accepted.
+    cluster.node(4).restart();
+    wait_for("the ISR to grow back", CLUSTER_TIMEOUT, || {
+        conn.produce(&topic, 0, batch(2))
+            .expect("produce")
+            .error_code
+            == 0
+    });
+}
