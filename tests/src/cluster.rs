@@ -14,18 +14,25 @@ use crate::util::{wait_for, wait_for_some};
 
 /// A free loopback port: bound, then released for the broker to take. Picked at random
 /// below Linux's ephemeral range (32768–60999), where the port-0 listeners of other tests
-/// never land, so only another test's pick could collide, which is rare.
+/// never land, and never handed out twice by this process (tests run in parallel threads).
 fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
     static SEED: AtomicU64 = AtomicU64::new(0);
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut rng = crate::util::Rng::new(
         SEED.fetch_add(1, Ordering::Relaxed)
-            ^ u64::from(std::process::id()) << 20
+            ^ (u64::from(std::process::id()) << 20)
             ^ crate::util::now_ms() as u64,
     );
     loop {
         let port = 20000 + rng.below(12000) as u16;
+        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+        if given.contains(&port) {
+            continue;
+        }
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
             return port;
         }
     }
