@@ -395,7 +395,12 @@ impl Partition {
     /// A follower appends batches copied from its leader (validated here: CRC, sizes) and
     /// takes the leader's high watermark as far as it has the data.
     pub fn append_replicated(&self, records: &Bytes, leader_hw: i64) -> Result<u64, LogError> {
-        let batches = crate::log::batch::split_and_validate(records, i32::MAX as usize)?;
+        // A fetch with nothing new carries no batch at all.
+        let batches = if records.is_empty() {
+            Vec::new()
+        } else {
+            crate::log::batch::split_and_validate(records, i32::MAX as usize)?
+        };
         let mut log = self.log();
         let n = if batches.is_empty() {
             0

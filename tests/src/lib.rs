@@ -9,6 +9,7 @@ pub mod broker;
 pub mod clients;
 pub mod cluster;
 pub mod groups;
+pub mod history;
 pub mod http;
 pub mod outage;
 pub mod proxy;

@@ -144,6 +144,13 @@ fn acks_all_records_survive_the_leader_being_killed_and_every_replica_converges(
         1,
         "every replica has the same log end: {ends:?}"
     );
+    for n in 1..=3 {
+        let out = cluster.node(n).output();
+        assert!(
+            !out.contains("appending replicated batches failed"),
+            "node {n} failed to append what it fetched"
+        );
+    }
 }
 
 #[test]

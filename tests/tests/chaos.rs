@@ -1,0 +1,172 @@
+//! Faults under load, checked like Jepsen's Kafka workload (`strata_tests::history`): an
+//! idempotent acks=all producer and a consumer run while partition leaders are killed with
+//! SIGKILL and restarted, again and again; then the history of sends and polls is checked
+//! against the final log: no lost acknowledged write, no duplicate, no reordering, no read of
+//! data later lost, no skipped offset.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use strata_tests::cluster::CLUSTER_TIMEOUT;
+use strata_tests::history::{check, Poll, Send};
+use strata_tests::{block_on, unique_topic, wait_for, Cluster, TrackingProducer};
+
+const FAST: &[(&str, &str)] = &[
+    ("STRATA_BROKER_HEARTBEAT_INTERVAL_MS", "200"),
+    ("STRATA_BROKER_SESSION_TIMEOUT_MS", "1500"),
+    ("STRATA_REPLICA_LAG_TIME_MAX_MS", "3000"),
+];
+const PARTITIONS: i32 = 3;
+const ROUNDS: usize = 10;
+
+fn wait_healthy(cluster: &mut Cluster, topic: &str) {
+    let t = topic.to_string();
+    cluster.wait_all("a full ISR everywhere", move |v| {
+        v["unhealthy"]
+            .as_array()
+            .is_some_and(|u| u.iter().all(|p| p["topic"] != t.as_str()))
+    });
+}
+
+#[test]
+fn killing_leaders_ten_times_under_acks_all_loses_and_reorders_nothing() {
+    let mut cluster = Cluster::start(3, 3, FAST);
+    cluster.wait_controller();
+    let topic = unique_topic("chaos");
+    let admin = cluster.node(1).admin();
+    let t = NewTopic::new(&topic, PARTITIONS, TopicReplication::Fixed(3))
+        .set("min.insync.replicas", "2");
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    block_on(admin.create_topics([&t], &opts)).expect("CreateTopics")[0]
+        .clone()
+        .expect("created");
+    wait_healthy(&mut cluster, &topic);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    // The producer: idempotent, acks=all, each value unique, partitions round robin.
+    let mut pcfg = cluster.producer_config();
+    pcfg.set("enable.idempotence", "true")
+        .set("max.in.flight.requests.per.connection", "5")
+        .set("message.timeout.ms", "120000");
+    let producer = Arc::new(TrackingProducer::new(&pcfg));
+    let sent: Arc<Mutex<Vec<(i32, Vec<u8>)>>> = Arc::default();
+    let producing = {
+        let (stop, producer, sent, topic) =
+            (stop.clone(), producer.clone(), sent.clone(), topic.clone());
+        std::thread::spawn(move || {
+            let mut i = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let p = (i % PARTITIONS as usize) as i32;
+                let value = format!("v{i}").into_bytes();
+                producer.send(i, &topic, Some(p), &value, &value, &[], None);
+                sent.lock().unwrap().push((p, value));
+                i += 1;
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        })
+    };
+    // The consumer: reads every partition from the start, all along.
+    let polls: Arc<Mutex<Vec<Poll>>> = Arc::default();
+    let consuming = {
+        let (stop, polls, topic) = (stop.clone(), polls.clone(), topic.clone());
+        let mut ccfg = cluster.consumer_config();
+        ccfg.set("fetch.wait.max.ms", "50");
+        std::thread::spawn(move || {
+            let consumer: BaseConsumer = ccfg.create().expect("consumer");
+            let mut tpl = TopicPartitionList::new();
+            for p in 0..PARTITIONS {
+                tpl.add_partition_offset(&topic, p, Offset::Beginning)
+                    .expect("tpl");
+            }
+            consumer.assign(&tpl).expect("assign");
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                    polls.lock().unwrap().push(Poll {
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        value: m.payload().unwrap_or_default().to_vec(),
+                    });
+                }
+            }
+        })
+    };
+
+    for round in 0..ROUNDS {
+        let p = round % PARTITIONS as usize;
+        let leader = cluster.leaders(&topic)[p].expect("a leader");
+        cluster.node(leader).kill9();
+        wait_for("a new leader", CLUSTER_TIMEOUT, || {
+            cluster
+                .leaders(&topic)
+                .get(p)
+                .copied()
+                .flatten()
+                .is_some_and(|l| l != leader)
+        });
+        cluster.node(leader).restart();
+        wait_healthy(&mut cluster, &topic);
+        eprintln!("round {round}: killed {leader}, leader of partition {p}; healthy again");
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    producing.join().expect("producer thread");
+    producer.flush(Duration::from_secs(150));
+    consuming.join().expect("consumer thread");
+
+    let deliveries: BTreeMap<usize, Result<(i32, i64), String>> = producer
+        .deliveries()
+        .into_iter()
+        .map(|d| (d.index, d.result))
+        .collect();
+    let sent = sent.lock().unwrap().clone();
+    let sends: Vec<Send> = sent
+        .iter()
+        .enumerate()
+        .map(|(index, (partition, value))| Send {
+            index,
+            partition: *partition,
+            value: value.clone(),
+            acked: deliveries
+                .get(&index)
+                .and_then(|d| d.as_ref().ok())
+                .map(|(_, o)| *o),
+        })
+        .collect();
+    let acked = sends.iter().filter(|s| s.acked.is_some()).count();
+    eprintln!("{} sends, {acked} acknowledged", sends.len());
+    assert!(
+        acked * 10 >= sends.len() * 9,
+        "most sends acknowledged: {acked} of {}",
+        sends.len()
+    );
+
+    // The final log, read from a live node up to each partition's high watermark.
+    let reader = cluster.node(1);
+    let ends: Vec<i64> = (0..PARTITIONS)
+        .map(|p| reader.watermarks(&topic, p).1)
+        .collect();
+    let assignment: Vec<(i32, Offset)> = (0..PARTITIONS).map(|p| (p, Offset::Offset(0))).collect();
+    let records = reader.consume_until(&topic, &assignment, CLUSTER_TIMEOUT, |r| {
+        (0..PARTITIONS).all(|p| {
+            ends[p as usize] == 0
+                || r.iter()
+                    .any(|x| x.partition == p && x.offset == ends[p as usize] - 1)
+        })
+    });
+    let mut final_log: BTreeMap<i32, BTreeMap<i64, Vec<u8>>> = BTreeMap::new();
+    for r in records {
+        final_log
+            .entry(r.partition)
+            .or_default()
+            .insert(r.offset, r.value.unwrap_or_default());
+    }
+    let polls = vec![polls.lock().unwrap().clone()];
+    let anomalies = check(&sends, &polls, &final_log);
+    assert!(anomalies.is_empty(), "{anomalies:#?}");
+}
