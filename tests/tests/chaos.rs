@@ -23,6 +23,8 @@ const FAST: &[(&str, &str)] = &[
     ("STRATA_REPLICA_LAG_TIME_MAX_MS", "3000"),
 ];
 const PARTITIONS: i32 = 3;
+/// (partition, value) of each send, in send order.
+type SentRecord = (i32, Vec<u8>);
 const ROUNDS: usize = 10;
 
 fn wait_healthy(cluster: &mut Cluster, topic: &str) {
@@ -55,7 +57,7 @@ fn killing_leaders_ten_times_under_acks_all_loses_and_reorders_nothing() {
         .set("max.in.flight.requests.per.connection", "5")
         .set("message.timeout.ms", "120000");
     let producer = Arc::new(TrackingProducer::new(&pcfg));
-    let sent: Arc<Mutex<Vec<(i32, Vec<u8>)>>> = Arc::default();
+    let sent: Arc<Mutex<Vec<SentRecord>>> = Arc::default();
     let producing = {
         let (stop, producer, sent, topic) =
             (stop.clone(), producer.clone(), sent.clone(), topic.clone());
