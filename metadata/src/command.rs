@@ -39,6 +39,13 @@ pub enum Command {
     /// Unfences the broker's registration `epoch` (it heartbeats): partitions without a leader
     /// whose ISR holds it are led by it.
     UnfenceBroker { node_id: NodeId, epoch: i64 },
+    /// Unclean election for an offline partition whose topic allows it
+    /// (`unclean.leader.election.enable`): the first live replica leads, alone in the ISR.
+    /// Records only the previous ISR held are lost; the controller proposes it and counts it.
+    ElectUncleanLeader {
+        topic_id: uuid::Uuid,
+        partition: i32,
+    },
     /// A partition leader's change of its ISR (Kafka's AlterPartition): accepted only from
     /// the current leader at the current leader epoch and partition epoch.
     AlterPartition {

@@ -6,7 +6,9 @@
 //!
 //! Invariants:
 //! - A partition's leader is always in its ISR and never a fenced broker; a partition with no
-//!   eligible ISR member has no leader (offline) rather than a leader from outside the ISR.
+//!   eligible ISR member has no leader (offline) rather than a leader from outside the ISR,
+//!   unless its topic allows an unclean election, which makes a live replica leader with an
+//!   ISR of itself alone and is counted in `unclean_leader_elections`.
 //! - Fencing never empties an ISR: the last member stays, so the replica that holds every
 //!   acknowledged record is the one that leads when it comes back.
 //! - Every leader change bumps the partition's leader epoch; every change of leader or ISR
@@ -129,6 +131,58 @@ impl ClusterState {
             p.partition_epoch += 1;
         }
         CommandResult::Ok
+    }
+
+    /// Unclean election: an offline partition is led by its first live replica, alone in the
+    /// ISR. A partition with a leader, or without a live replica, is left as it is.
+    pub(crate) fn elect_unclean(&mut self, topic_id: &uuid::Uuid, partition: i32) -> CommandResult {
+        let brokers = self.brokers.clone();
+        let p = match self.partition_mut(topic_id, partition) {
+            Ok(p) => p,
+            Err(e) => return e,
+        };
+        if p.leader.is_some() {
+            return CommandResult::Ok;
+        }
+        let Some(new) = p
+            .replicas
+            .iter()
+            .copied()
+            .find(|r| brokers.get(r).is_some_and(|b| !b.fenced))
+        else {
+            return CommandResult::InvalidIsr("no live replica to elect".to_string());
+        };
+        p.leader = Some(new);
+        p.isr = vec![new];
+        p.leader_epoch += 1;
+        p.partition_epoch += 1;
+        self.unclean_leader_elections += 1;
+        CommandResult::Ok
+    }
+
+    /// Offline partitions whose topic allows unclean elections and that have a live replica:
+    /// what the controller proposes [`crate::Command::ElectUncleanLeader`] for.
+    pub fn unclean_candidates(&self) -> Vec<(uuid::Uuid, i32)> {
+        let mut out = Vec::new();
+        for t in self.topics.values() {
+            if t.configs
+                .get("unclean.leader.election.enable")
+                .map(String::as_str)
+                != Some("true")
+            {
+                continue;
+            }
+            for (i, p) in t.partitions.iter().enumerate() {
+                let live = p
+                    .replicas
+                    .iter()
+                    .any(|r| self.brokers.get(r).is_some_and(|b| !b.fenced));
+                if p.leader.is_none() && live {
+                    out.push((t.topic_id, i as i32));
+                }
+            }
+        }
+        out
     }
 
     /// `Ok(fenced)` when `epoch` is the broker's current registration.
@@ -415,5 +469,64 @@ mod tests {
         });
         assert_eq!(alter(&mut state, 1, (0, 1), &[3, 2, 1]), CommandResult::Ok);
         assert_eq!(partition(&state, 0).isr, vec![1, 2, 3], "assignment order");
+    }
+
+    #[test]
+    fn an_unclean_election_takes_a_live_replica_outside_the_isr_only_when_allowed() {
+        let (mut state, epochs) = live_cluster(&[1, 2]);
+        topic(&mut state, vec![vec![1, 2]]);
+        // 2 leaves the ISR, then 1 (the last ISR member) dies: offline.
+        state.apply(&Command::FenceBroker {
+            node_id: 2,
+            epoch: epochs[&2],
+        });
+        state.apply(&Command::FenceBroker {
+            node_id: 1,
+            epoch: epochs[&1],
+        });
+        assert_eq!(partition(&state, 0).leader, None);
+        assert_eq!(partition(&state, 0).isr, vec![1]);
+        state.apply(&Command::UnfenceBroker {
+            node_id: 2,
+            epoch: epochs[&2],
+        });
+        assert_eq!(partition(&state, 0).leader, None, "2 is not in the ISR");
+        assert!(
+            state.unclean_candidates().is_empty(),
+            "not allowed by the topic"
+        );
+
+        let topic_id = state.topics["t"].topic_id;
+        state.apply(&Command::AlterTopicConfig {
+            name: "t".to_string(),
+            set: BTreeMap::from([(
+                "unclean.leader.election.enable".to_string(),
+                "true".to_string(),
+            )]),
+            delete: vec![],
+        });
+        assert_eq!(state.unclean_candidates(), vec![(topic_id, 0)]);
+        let epoch = partition(&state, 0).leader_epoch;
+        assert_eq!(
+            state.apply(&Command::ElectUncleanLeader {
+                topic_id,
+                partition: 0
+            }),
+            CommandResult::Ok
+        );
+        let p = partition(&state, 0);
+        assert_eq!(
+            (p.leader, p.isr.clone(), p.leader_epoch),
+            (Some(2), vec![2], epoch + 1)
+        );
+        assert_eq!(state.unclean_leader_elections, 1);
+        // Led now: another election changes nothing.
+        let before = state.clone();
+        state.apply(&Command::ElectUncleanLeader {
+            topic_id,
+            partition: 0,
+        });
+        assert_eq!(state, before);
+        assert!(state.unclean_candidates().is_empty());
     }
 }

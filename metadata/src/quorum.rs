@@ -879,7 +879,8 @@ impl Inner {
         }
     }
 
-    /// One controller round on the leader: fence brokers whose session expired.
+    /// One controller round on the leader: fence brokers whose session expired, then elect
+    /// leaders outside the ISR where a topic allows it.
     async fn control(&self) {
         let expired = {
             let state = self.state.borrow().clone();
@@ -900,6 +901,37 @@ impl Inner {
                 .await
             {
                 tracing::warn!(broker = node_id, error = ?e, "fencing failed; will retry");
+            }
+        }
+        let candidates = self.state.borrow().unclean_candidates();
+        for (topic_id, partition) in candidates {
+            match self
+                .local_propose(Command::ElectUncleanLeader {
+                    topic_id,
+                    partition,
+                })
+                .await
+            {
+                Ok((CommandResult::Ok, _)) => {
+                    let state = self.state.borrow().clone();
+                    let (topic, leader) = state
+                        .topic_by_id(&topic_id)
+                        .map(|t| {
+                            let leader = usize::try_from(partition)
+                                .ok()
+                                .and_then(|i| t.partitions.get(i))
+                                .and_then(|p| p.leader);
+                            (t.name.clone(), leader)
+                        })
+                        .unwrap_or_default();
+                    tracing::warn!(
+                        %topic,
+                        partition,
+                        ?leader,
+                        "UNCLEAN leader election: no in-sync replica was alive; records only the old ISR held are lost"
+                    );
+                }
+                other => tracing::debug!(partition, answer = ?other, "unclean election not made"),
             }
         }
     }

@@ -40,6 +40,9 @@ pub struct ClusterState {
     /// The last broker epoch handed out by [`Command::RegisterBroker`].
     #[serde(default)]
     pub broker_epochs_issued: i64,
+    /// Unclean leader elections so far (each may have lost records): shown by every node.
+    #[serde(default)]
+    pub unclean_leader_elections: u64,
 }
 
 impl Default for ClusterState {
@@ -50,6 +53,7 @@ impl Default for ClusterState {
             topics: BTreeMap::new(),
             next_producer_id: FIRST_PRODUCER_ID,
             broker_epochs_issued: 0,
+            unclean_leader_elections: 0,
         }
     }
 }
@@ -147,6 +151,10 @@ impl ClusterState {
             } => self.register_broker(*node_id, host, *port, rack),
             Command::FenceBroker { node_id, epoch } => self.fence_broker(*node_id, *epoch),
             Command::UnfenceBroker { node_id, epoch } => self.unfence_broker(*node_id, *epoch),
+            Command::ElectUncleanLeader {
+                topic_id,
+                partition,
+            } => self.elect_unclean(topic_id, *partition),
             Command::AlterPartition {
                 topic_id,
                 partition,

@@ -197,3 +197,106 @@ fn acks_all_is_refused_below_min_insync_replicas() {
             == 0
     });
 }
+
+/// The state (`offline`, `under_replicated`) of partition 0 of `topic` in node `via`'s
+/// `/v1/cluster` view, with its leader; `None` when it is healthy (not listed) or the node
+/// does not answer.
+fn unhealthy(cluster: &mut Cluster, via: u64, topic: &str) -> Option<(String, Option<u64>)> {
+    let body = cluster.node(via).admin_get("/v1/cluster").ok()?.body;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let p = v["unhealthy"]
+        .as_array()?
+        .iter()
+        .find(|p| p["topic"] == topic)?
+        .clone();
+    Some((p["state"].as_str()?.to_string(), p["leader"].as_u64()))
+}
+
+#[test]
+fn an_offline_partition_stays_offline_unless_unclean_election_is_allowed_and_the_loss_shows() {
+    // Voters 1-3; the partition lives on learners 4 (leader) and 5, so killing both keeps the
+    // metadata quorum.
+    let mut cluster = Cluster::start(5, 3, FAST);
+    cluster.wait_controller();
+    let topic = unique_topic("unclean");
+    let admin = cluster.node(1).admin();
+    let t = NewTopic::new(&topic, 1, TopicReplication::Variable(&[&[4, 5]]))
+        .set("min.insync.replicas", "1");
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    block_on(admin.create_topics([&t], &opts)).expect("CreateTopics")[0]
+        .clone()
+        .expect("created");
+    wait_healthy(&mut cluster, &topic);
+    let batch = |i: i64| {
+        encode_batch(
+            &[RawRecord::new(format!("k{i}"), "v", now_ms())],
+            Compression::None,
+            None,
+        )
+    };
+    let leader_addr = cluster.node(4).kafka_addr.clone();
+    let mut conn = KafkaConn::connect(&leader_addr).unwrap();
+    for i in 0..10 {
+        conn.produce_ok(&topic, 0, batch(i)).expect("both replicas");
+    }
+    // 5 dies and leaves the ISR; 4 alone acknowledges ten more; then 4 dies too.
+    cluster.node(5).kill9();
+    wait_for("the ISR to shrink to 4", CLUSTER_TIMEOUT, || {
+        unhealthy(&mut cluster, 1, &topic) == Some(("under_replicated".to_string(), Some(4)))
+    });
+    for i in 10..20 {
+        conn.produce_ok(&topic, 0, batch(i)).expect("4 alone");
+    }
+    cluster.node(4).kill9();
+    wait_for("the partition to go offline", CLUSTER_TIMEOUT, || {
+        unhealthy(&mut cluster, 1, &topic).is_some_and(|(s, _)| s == "offline")
+    });
+    cluster.node(5).restart();
+    // 5 is back but was not in sync: with unclean election off the partition stays offline.
+    assert!(
+        !strata_tests::wait_until(Duration::from_secs(3), || {
+            unhealthy(&mut cluster, 1, &topic).is_none_or(|(s, _)| s != "offline")
+        }),
+        "the partition must stay offline"
+    );
+    assert_eq!(
+        cluster.node(1).metric("strata_unclean_leader_elections"),
+        0.0
+    );
+
+    // Allowed: 5 leads, and the ten records only 4 had are gone, visibly.
+    let out = std::process::Command::new(strata_tests::strata_bin())
+        .args([
+            "topic",
+            "alter",
+            &topic,
+            "-b",
+            &cluster.node(1).kafka_addr.clone(),
+        ])
+        .args(["-c", "unclean.leader.election.enable=true"])
+        .output()
+        .expect("strata topic alter");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("an unclean election", CLUSTER_TIMEOUT, || {
+        cluster.leaders(&topic).first().copied().flatten() == Some(5)
+    });
+    assert_eq!(
+        cluster.node(2).metric("strata_unclean_leader_elections"),
+        1.0
+    );
+    let (_, high) = cluster.node(5).watermarks(&topic, 0);
+    assert_eq!(high, 10, "records 10..20 were only on 4");
+
+    // 4 returns, drops the suffix 5 does not have, and the replicas converge.
+    cluster.node(4).restart();
+    wait_healthy(&mut cluster, &topic);
+    let mut conn = KafkaConn::connect(&cluster.node(5).kafka_addr.clone()).unwrap();
+    assert_eq!(
+        conn.produce_ok(&topic, 0, batch(99)).expect("new leader"),
+        10
+    );
+}

@@ -76,6 +76,7 @@ struct ClusterMetrics {
     under_replicated_partitions: Gauge,
     leader_partitions: Gauge,
     isr_changes: Counter,
+    unclean_elections: Gauge,
     replicated_bytes: Counter,
     follower_lag: Family<FollowerLabels, Gauge>,
 }
@@ -133,6 +134,11 @@ impl ClusterMetrics {
             self.isr_changes.clone(),
         );
         registry.register(
+            "unclean_leader_elections",
+            "Unclean leader elections in the cluster so far (each may have lost records), from the metadata",
+            self.unclean_elections.clone(),
+        );
+        registry.register(
             "replication_fetched_bytes",
             "Record batch bytes this broker fetched from leaders as a follower",
             self.replicated_bytes.clone(),
@@ -154,6 +160,8 @@ impl ClusterMetrics {
         self.raft_applied_index
             .set(status.last_applied_index.map_or(-1, |i| i as i64));
         let state = metadata.state();
+        self.unclean_elections
+            .set(state.unclean_leader_elections as i64);
         let fenced = state.brokers.values().filter(|b| b.fenced).count() as i64;
         self.brokers
             .get_or_create(&BrokerStateLabels {
@@ -273,6 +281,7 @@ impl Metrics {
                 under_replicated_partitions: Gauge::default(),
                 leader_partitions: Gauge::default(),
                 isr_changes: Counter::default(),
+                unclean_elections: Gauge::default(),
                 replicated_bytes: Counter::default(),
                 follower_lag: Family::default(),
             },
