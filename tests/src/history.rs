@@ -185,10 +185,14 @@ mod tests {
         let polls = [vec![poll(0, 0, "a"), poll(0, 2, "b"), poll(0, 4, "x")]];
         let final_log = log(&[(0, 0, "a"), (0, 1, "c"), (0, 2, "b"), (0, 3, "a")]);
         let a = check(&sends, &polls, &final_log);
-        assert_eq!(a.lost.len(), 1, "{a:?}"); // d at 5
-        assert_eq!(a.duplicate.len(), 1, "{a:?}"); // a at 0 and 3
-        assert_eq!(a.reordered.len(), 1, "{a:?}"); // b at 2 then c at 1
-        assert_eq!(a.phantom.len(), 1, "{a:?}"); // x at 4
+        // d acked at 5, which is gone.
+        assert_eq!(a.lost.len(), 1, "{a:?}");
+        // a at 0 and at 3.
+        assert_eq!(a.duplicate.len(), 1, "{a:?}");
+        // b sent before c but at a higher offset.
+        assert_eq!(a.reordered.len(), 1, "{a:?}");
+        // x read at 4, which the final log does not hold.
+        assert_eq!(a.phantom.len(), 1, "{a:?}");
         // 0 then 2 (1 between), and 2 then 4 (3 between).
         assert_eq!(a.skipped.len(), 2, "{a:?}");
     }
