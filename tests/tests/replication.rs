@@ -177,7 +177,13 @@ fn acks_all_is_refused_below_min_insync_replicas() {
             None,
         )
     };
-    conn.produce_ok(&topic, 0, batch(0)).expect("full ISR");
+    // The leader may still be opening the partition it was just given.
+    wait_for("node 1 to take writes", CLUSTER_TIMEOUT, || {
+        conn.produce(&topic, 0, batch(0))
+            .expect("produce")
+            .error_code
+            == 0
+    });
 
     // Both followers die: once fenced they leave the ISR, and acks=all is refused.
     cluster.node(4).kill9();
@@ -236,7 +242,15 @@ fn an_offline_partition_stays_offline_unless_unclean_election_is_allowed_and_the
     };
     let leader_addr = cluster.node(4).kafka_addr.clone();
     let mut conn = KafkaConn::connect(&leader_addr).unwrap();
-    for i in 0..10 {
+    // The leader may still be opening the partition it was just given (a retriable
+    // NOT_LEADER_OR_FOLLOWER, as a client sees it).
+    wait_for("node 4 to take writes", CLUSTER_TIMEOUT, || {
+        conn.produce(&topic, 0, batch(0))
+            .expect("produce")
+            .error_code
+            == 0
+    });
+    for i in 1..10 {
         conn.produce_ok(&topic, 0, batch(i)).expect("both replicas");
     }
     // 5 dies and leaves the ISR; 4 alone acknowledges ten more; then 4 dies too.
