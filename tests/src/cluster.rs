@@ -188,6 +188,37 @@ impl Cluster {
             .collect()
     }
 
+    /// Creates `topic` with `replication` (a factor, or explicit replica lists) and
+    /// `min.insync.replicas`, through a running member, then waits until every running member
+    /// sees all its partitions healthy (full ISR).
+    pub fn create_replicated_topic(
+        &mut self,
+        topic: &str,
+        partitions: i32,
+        replication: rdkafka::admin::TopicReplication<'_>,
+        min_insync_replicas: &str,
+    ) {
+        use rdkafka::admin::{AdminOptions, NewTopic};
+        let admin = self.any_running().admin();
+        let t = NewTopic::new(topic, partitions, replication)
+            .set("min.insync.replicas", min_insync_replicas);
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        crate::block_on(admin.create_topics([&t], &opts)).expect("CreateTopics")[0]
+            .clone()
+            .expect("topic created");
+        self.wait_topic_healthy(topic);
+    }
+
+    /// Waits until every running member sees every partition of `topic` healthy (full ISR).
+    pub fn wait_topic_healthy(&mut self, topic: &str) {
+        let t = topic.to_string();
+        self.wait_all("a full ISR everywhere", move |v| {
+            v["unhealthy"]
+                .as_array()
+                .is_some_and(|u| u.iter().all(|p| p["topic"] != t.as_str()))
+        });
+    }
+
     /// Waits until every running member sees `pred` hold on its `/v1/cluster` view.
     pub fn wait_all(&mut self, what: &str, pred: impl Fn(&serde_json::Value) -> bool) {
         wait_for(what, CLUSTER_TIMEOUT, || {

@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::TopicReplication;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use strata_tests::cluster::CLUSTER_TIMEOUT;
 use strata_tests::history::{check, Poll, Send};
-use strata_tests::{block_on, unique_topic, wait_for, Cluster, TrackingProducer};
+use strata_tests::{unique_topic, wait_for, Cluster, TrackingProducer};
 
 const FAST: &[(&str, &str)] = &[
     ("STRATA_BROKER_HEARTBEAT_INTERVAL_MS", "200"),
@@ -27,28 +27,12 @@ const PARTITIONS: i32 = 3;
 type SentRecord = (i32, Vec<u8>);
 const ROUNDS: usize = 10;
 
-fn wait_healthy(cluster: &mut Cluster, topic: &str) {
-    let t = topic.to_string();
-    cluster.wait_all("a full ISR everywhere", move |v| {
-        v["unhealthy"]
-            .as_array()
-            .is_some_and(|u| u.iter().all(|p| p["topic"] != t.as_str()))
-    });
-}
-
 #[test]
 fn killing_leaders_ten_times_under_acks_all_loses_and_reorders_nothing() {
     let mut cluster = Cluster::start(3, 3, FAST);
     cluster.wait_controller();
     let topic = unique_topic("chaos");
-    let admin = cluster.node(1).admin();
-    let t = NewTopic::new(&topic, PARTITIONS, TopicReplication::Fixed(3))
-        .set("min.insync.replicas", "2");
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    block_on(admin.create_topics([&t], &opts)).expect("CreateTopics")[0]
-        .clone()
-        .expect("created");
-    wait_healthy(&mut cluster, &topic);
+    cluster.create_replicated_topic(&topic, PARTITIONS, TopicReplication::Fixed(3), "2");
 
     let stop = Arc::new(AtomicBool::new(false));
     // The producer: idempotent, acks=all, each value unique, partitions round robin.
@@ -112,7 +96,7 @@ fn killing_leaders_ten_times_under_acks_all_loses_and_reorders_nothing() {
                 .is_some_and(|l| l != leader)
         });
         cluster.node(leader).restart();
-        wait_healthy(&mut cluster, &topic);
+        cluster.wait_topic_healthy(&topic);
         eprintln!("round {round}: killed {leader}, leader of partition {p}; healthy again");
     }
 

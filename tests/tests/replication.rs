@@ -5,12 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kafka_protocol::records::Compression;
-use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::TopicReplication;
 use rdkafka::Offset;
 use strata_tests::cluster::CLUSTER_TIMEOUT;
 use strata_tests::{
-    block_on, encode_batch, now_ms, unique_topic, wait_for, Cluster, KafkaConn, RawRecord,
-    TrackingProducer,
+    encode_batch, now_ms, unique_topic, wait_for, Cluster, KafkaConn, RawRecord, TrackingProducer,
 };
 
 const FAST: &[(&str, &str)] = &[
@@ -21,32 +20,12 @@ const FAST: &[(&str, &str)] = &[
 
 const NOT_ENOUGH_REPLICAS: i16 = 19;
 
-fn create_rf3(cluster: &mut Cluster, topic: &str, partitions: i32, min_isr: &str) {
-    let admin = cluster.any_running().admin();
-    let t = NewTopic::new(topic, partitions, TopicReplication::Fixed(3))
-        .set("min.insync.replicas", min_isr);
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let r = block_on(admin.create_topics([&t], &opts)).expect("CreateTopics");
-    r[0].clone().expect("topic created");
-}
-
-/// Every partition of `topic` healthy (full ISR) in every running member's view.
-fn wait_healthy(cluster: &mut Cluster, topic: &str) {
-    let t = topic.to_string();
-    cluster.wait_all("a full ISR everywhere", move |v| {
-        v["unhealthy"]
-            .as_array()
-            .is_some_and(|u| u.iter().all(|p| p["topic"] != t.as_str()))
-    });
-}
-
 #[test]
 fn acks_all_records_survive_the_leader_being_killed_and_every_replica_converges() {
     let mut cluster = Cluster::start(3, 3, FAST);
     cluster.wait_controller();
     let topic = unique_topic("rf3");
-    create_rf3(&mut cluster, &topic, 2, "2");
-    wait_healthy(&mut cluster, &topic);
+    cluster.create_replicated_topic(&topic, 2, TopicReplication::Fixed(3), "2");
 
     let cfg = cluster.producer_config();
     let producer = TrackingProducer::new(&cfg);
@@ -119,7 +98,7 @@ fn acks_all_records_survive_the_leader_being_killed_and_every_replica_converges(
 
     // The killed broker comes back, truncates what it must, catches up and rejoins the ISR.
     cluster.node(leader).restart();
-    wait_healthy(&mut cluster, &topic);
+    cluster.wait_topic_healthy(&topic);
     let ends: BTreeSet<(i64, i64)> = [1u64, 2, 3]
         .iter()
         .map(|n| {
@@ -160,14 +139,7 @@ fn acks_all_is_refused_below_min_insync_replicas() {
     let mut cluster = Cluster::start(5, 3, FAST);
     cluster.wait_controller();
     let topic = unique_topic("min-isr");
-    let admin = cluster.node(1).admin();
-    let t = NewTopic::new(&topic, 1, TopicReplication::Variable(&[&[1, 4, 5]]))
-        .set("min.insync.replicas", "2");
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    block_on(admin.create_topics([&t], &opts)).expect("CreateTopics")[0]
-        .clone()
-        .expect("created");
-    wait_healthy(&mut cluster, &topic);
+    cluster.create_replicated_topic(&topic, 1, TopicReplication::Variable(&[&[1, 4, 5]]), "2");
     assert_eq!(cluster.leaders(&topic)[0], Some(1));
     let mut conn = KafkaConn::connect(&cluster.node(1).kafka_addr.clone()).unwrap();
     let batch = |i: i64| {
@@ -225,14 +197,7 @@ fn an_offline_partition_stays_offline_unless_unclean_election_is_allowed_and_the
     let mut cluster = Cluster::start(5, 3, FAST);
     cluster.wait_controller();
     let topic = unique_topic("unclean");
-    let admin = cluster.node(1).admin();
-    let t = NewTopic::new(&topic, 1, TopicReplication::Variable(&[&[4, 5]]))
-        .set("min.insync.replicas", "1");
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    block_on(admin.create_topics([&t], &opts)).expect("CreateTopics")[0]
-        .clone()
-        .expect("created");
-    wait_healthy(&mut cluster, &topic);
+    cluster.create_replicated_topic(&topic, 1, TopicReplication::Variable(&[&[4, 5]]), "1");
     let batch = |i: i64| {
         encode_batch(
             &[RawRecord::new(format!("k{i}"), "v", now_ms())],
@@ -307,7 +272,7 @@ fn an_offline_partition_stays_offline_unless_unclean_election_is_allowed_and_the
 
     // 4 returns, drops the suffix 5 does not have, and the replicas converge.
     cluster.node(4).restart();
-    wait_healthy(&mut cluster, &topic);
+    cluster.wait_topic_healthy(&topic);
     let mut conn = KafkaConn::connect(&cluster.node(5).kafka_addr.clone()).unwrap();
     assert_eq!(
         conn.produce_ok(&topic, 0, batch(99)).expect("new leader"),

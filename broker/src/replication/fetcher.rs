@@ -168,6 +168,10 @@ async fn run(broker: Arc<Broker>, leader: u64, mut assigned: watch::Receiver<Vec
     // The epoch each partition was truncated for.
     let mut truncated: HashMap<TopicPartition, i32> = HashMap::new();
     loop {
+        // `Fetchers::stop` dropped the sender: shut down, whatever is assigned.
+        if assigned.has_changed().is_err() {
+            return;
+        }
         let parts: Vec<Assignment> = assigned.borrow_and_update().clone();
         if parts.is_empty() {
             conn = None;
@@ -366,11 +370,8 @@ async fn truncate(conn: &mut Conn, client: &str, me: i32, a: &Assignment) -> any
     if cut < log_end {
         tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, epoch, log_end, cut = cut.max(0),
             leader_epoch = a.leader_epoch, "truncating the divergent suffix the new leader does not have");
-        if cut < 0 {
-            p.reset_to(p.offsets().log_start)?;
-        } else {
-            p.truncate_to(cut)?;
-        }
+        // At or below the local log start this empties the log and starts it there.
+        p.truncate_to(cut.max(0))?;
     }
     Ok(true)
 }
