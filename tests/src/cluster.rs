@@ -10,6 +10,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::broker::{Broker, BrokerOpts};
+use crate::netsplit::NetSplit;
 use crate::util::{wait_for, wait_for_some};
 
 /// A free loopback port: bound, then released for the broker to take. Picked at random
@@ -52,16 +53,31 @@ impl Cluster {
     /// Starts `n` members, the first `voters` of them voters, all with `env` (`STRATA_*`
     /// settings), launched together and then waited for.
     pub fn start(n: usize, voters: usize, env: &[(&str, &str)]) -> Cluster {
-        Self::start_with(n, voters, env, None)
+        Self::start_with(n, voters, env, None, None)
+    }
+
+    /// Like [`Cluster::start`] with every member a voter, but the members reach each other
+    /// (raft and replication) only through a [`NetSplit`], which can cut them apart. Clients
+    /// bootstrap through the proxies too, and are never cut off.
+    pub fn start_splittable(n: usize, env: &[(&str, &str)]) -> (Cluster, NetSplit) {
+        let split = NetSplit::new(n);
+        let cluster = Self::start_with(n, n, env, None, Some(&split));
+        (cluster, split)
     }
 
     /// Like [`Cluster::start`], but member `first` starts alone and is seen waiting for a
     /// quorum before the others are launched: members may start in any order.
     pub fn start_first(n: usize, voters: usize, env: &[(&str, &str)], first: u64) -> Cluster {
-        Self::start_with(n, voters, env, Some(first))
+        Self::start_with(n, voters, env, Some(first), None)
     }
 
-    fn start_with(n: usize, voters: usize, env: &[(&str, &str)], first: Option<u64>) -> Cluster {
+    fn start_with(
+        n: usize,
+        voters: usize,
+        env: &[(&str, &str)],
+        first: Option<u64>,
+        split: Option<&NetSplit>,
+    ) -> Cluster {
         assert!(voters >= 1 && voters <= n);
         let addrs: Vec<(String, String, String)> = (0..n)
             .map(|_| {
@@ -72,16 +88,26 @@ impl Cluster {
                 )
             })
             .collect();
-        let voter_list = addrs
-            .iter()
-            .take(voters)
-            .enumerate()
-            .map(|(i, (_, _, raft))| format!("{}@{raft}", i + 1))
+        if let Some(split) = split {
+            for (i, (kafka, _, raft)) in addrs.iter().enumerate() {
+                split.route(i as u64 + 1, kafka, raft);
+            }
+        }
+        // The addresses members and clients know: the proxies' when split.
+        let known = |i: usize| match split {
+            Some(s) => s.proxied[i].clone(),
+            None => (addrs[i].0.clone(), addrs[i].2.clone()),
+        };
+        let voter_list = (0..voters)
+            .map(|i| format!("{}@{}", i + 1, known(i).1))
             .collect::<Vec<_>>()
             .join(",");
         let opts = |i: usize| {
             let (kafka, admin, raft) = &addrs[i];
             let mut opts = BrokerOpts::new().member(i as u64 + 1, kafka, admin, raft, &voter_list);
+            if split.is_some() {
+                opts = opts.advertised_kafka_addr(&known(i).0);
+            }
             for (k, v) in env {
                 opts = opts.env(k, v);
             }
@@ -108,7 +134,7 @@ impl Cluster {
             n.wait_ready();
         }
         Cluster {
-            kafka: addrs.iter().map(|(k, _, _)| k.clone()).collect(),
+            kafka: (0..n).map(|i| known(i).0).collect(),
             nodes,
         }
     }
@@ -207,6 +233,20 @@ impl Cluster {
             .clone()
             .expect("topic created");
         self.wait_topic_healthy(topic);
+    }
+
+    /// The state (`offline`, `under_replicated`) of partition 0 of `topic` in member `via`'s
+    /// `/v1/cluster` view, with its leader; `None` when it is healthy (not listed) or the
+    /// member does not answer.
+    pub fn unhealthy(&mut self, via: u64, topic: &str) -> Option<(String, Option<u64>)> {
+        let body = self.node(via).admin_get("/v1/cluster").ok()?.body;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let p = v["unhealthy"]
+            .as_array()?
+            .iter()
+            .find(|p| p["topic"] == topic && p["partition"] == 0)?
+            .clone();
+        Some((p["state"].as_str()?.to_string(), p["leader"].as_u64()))
     }
 
     /// Waits until every running member sees every partition of `topic` healthy (full ISR).

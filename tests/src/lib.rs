@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod groups;
 pub mod history;
 pub mod http;
+pub mod netsplit;
 pub mod outage;
 pub mod proxy;
 pub mod raw;
@@ -21,6 +22,7 @@ pub use broker::{strata_bin, Broker, BrokerOpts};
 pub use clients::{block_on, by_partition, ConsumedRecord, Delivery, TrackingProducer};
 pub use cluster::Cluster;
 pub use http::{http_get, parse_prometheus, HttpResponse, Sample};
+pub use netsplit::NetSplit;
 pub use proxy::FaultProxy;
 pub use raw::{encode_batch, Idempotence, KafkaConn, RawRecord};
 pub use util::{

@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
     produce_request::{PartitionProduceData, TopicProduceData},
     produce_response::PartitionProduceResponse,
     ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ProduceRequest,
-    RequestHeader, ResponseHeader, TopicName,
+    ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use kafka_protocol::records::{
@@ -179,15 +179,50 @@ impl KafkaConn {
         partition: i32,
         records: Bytes,
     ) -> Result<PartitionProduceResponse> {
-        let req = ProduceRequest::default()
+        let req = Self::produce_request(topic, partition, records, 10_000);
+        let resp = self.request(PRODUCE_VERSION, &req)?;
+        Self::partition_response(resp, topic, partition)
+    }
+
+    /// An acks=all Produce request of `records` to one partition.
+    pub fn produce_request(
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        timeout_ms: i32,
+    ) -> ProduceRequest {
+        ProduceRequest::default()
             .with_acks(-1)
-            .with_timeout_ms(10_000)
+            .with_timeout_ms(timeout_ms)
             .with_topic_data(vec![TopicProduceData::default()
                 .with_name(topic_name(topic))
                 .with_partition_data(vec![PartitionProduceData::default()
                     .with_index(partition)
-                    .with_records(Some(records))])]);
-        let resp = self.request(PRODUCE_VERSION, &req)?;
+                    .with_records(Some(records))])])
+    }
+
+    /// Sends Produce requests without waiting: several in flight on one connection. Answers
+    /// come with [`KafkaConn::produce_answer`], in order.
+    pub fn send_produce(&mut self, req: &ProduceRequest) -> Result<i32> {
+        self.send_request(PRODUCE_VERSION, req)
+    }
+
+    /// The answer for one partition to a Produce request sent with [`KafkaConn::send_produce`].
+    pub fn produce_answer(
+        &mut self,
+        correlation_id: i32,
+        topic: &str,
+        partition: i32,
+    ) -> Result<PartitionProduceResponse> {
+        let resp = self.recv_response::<ProduceRequest>(PRODUCE_VERSION, correlation_id)?;
+        Self::partition_response(resp, topic, partition)
+    }
+
+    fn partition_response(
+        resp: ProduceResponse,
+        topic: &str,
+        partition: i32,
+    ) -> Result<PartitionProduceResponse> {
         let part = resp
             .responses
             .into_iter()

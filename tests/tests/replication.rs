@@ -176,20 +176,6 @@ fn acks_all_is_refused_below_min_insync_replicas() {
     });
 }
 
-/// The state (`offline`, `under_replicated`) of partition 0 of `topic` in node `via`'s
-/// `/v1/cluster` view, with its leader; `None` when it is healthy (not listed) or the node
-/// does not answer.
-fn unhealthy(cluster: &mut Cluster, via: u64, topic: &str) -> Option<(String, Option<u64>)> {
-    let body = cluster.node(via).admin_get("/v1/cluster").ok()?.body;
-    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-    let p = v["unhealthy"]
-        .as_array()?
-        .iter()
-        .find(|p| p["topic"] == topic)?
-        .clone();
-    Some((p["state"].as_str()?.to_string(), p["leader"].as_u64()))
-}
-
 #[test]
 fn an_offline_partition_stays_offline_unless_unclean_election_is_allowed_and_the_loss_shows() {
     // Voters 1-3; the partition lives on learners 4 (leader) and 5, so killing both keeps the
@@ -221,20 +207,24 @@ fn an_offline_partition_stays_offline_unless_unclean_election_is_allowed_and_the
     // 5 dies and leaves the ISR; 4 alone acknowledges ten more; then 4 dies too.
     cluster.node(5).kill9();
     wait_for("the ISR to shrink to 4", CLUSTER_TIMEOUT, || {
-        unhealthy(&mut cluster, 1, &topic) == Some(("under_replicated".to_string(), Some(4)))
+        cluster.unhealthy(1, &topic) == Some(("under_replicated".to_string(), Some(4)))
     });
     for i in 10..20 {
         conn.produce_ok(&topic, 0, batch(i)).expect("4 alone");
     }
     cluster.node(4).kill9();
     wait_for("the partition to go offline", CLUSTER_TIMEOUT, || {
-        unhealthy(&mut cluster, 1, &topic).is_some_and(|(s, _)| s == "offline")
+        cluster
+            .unhealthy(1, &topic)
+            .is_some_and(|(s, _)| s == "offline")
     });
     cluster.node(5).restart();
     // 5 is back but was not in sync: with unclean election off the partition stays offline.
     assert!(
         !strata_tests::wait_until(Duration::from_secs(3), || {
-            unhealthy(&mut cluster, 1, &topic).is_none_or(|(s, _)| s != "offline")
+            cluster
+                .unhealthy(1, &topic)
+                .is_none_or(|(s, _)| s != "offline")
         }),
         "the partition must stay offline"
     );

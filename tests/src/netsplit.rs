@@ -1,0 +1,270 @@
+//! Network partitions between the members of a [`Cluster`](crate::Cluster) on loopback.
+//!
+//! Every member's raft and Kafka listeners sit behind a byte-for-byte proxy, and the members
+//! know each other only by the proxies' addresses (`--voters` and `--advertised-kafka-addr`).
+//! A proxy learns which member a connection comes from by finding the process that owns the
+//! connecting socket (`/proc/net/tcp`, then `/proc/<pid>/fd`), and that process's
+//! `--raft-addr`. Cutting a member off closes every connection between it and the others and
+//! refuses new ones, in both directions, while test clients (no member) still reach every
+//! member, as clients on either side of a real partition would.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+/// One live proxied connection: which members it joins and its two sockets.
+struct Conn {
+    from: Option<u64>,
+    to: u64,
+    sockets: [TcpStream; 2],
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Real raft listener address → member id, to recognize a member's process.
+    members: Mutex<HashMap<String, u64>>,
+    /// Pairs (smaller id, larger id) that cannot talk.
+    cut: Mutex<BTreeSet<(u64, u64)>>,
+    conns: Mutex<Vec<Conn>>,
+    stop: AtomicBool,
+    /// Connections refused or closed because of a cut.
+    refused: Mutex<u64>,
+}
+
+impl Shared {
+    fn is_cut(&self, a: u64, b: u64) -> bool {
+        self.cut.lock().unwrap().contains(&(a.min(b), a.max(b)))
+    }
+}
+
+/// The proxies of one cluster; see the module docs.
+pub struct NetSplit {
+    shared: Arc<Shared>,
+    /// Per member (index = id − 1): (proxied Kafka address, proxied raft address).
+    pub proxied: Vec<(String, String)>,
+    /// Bound proxy listeners waiting for [`NetSplit::route`], by address.
+    unrouted: Mutex<HashMap<String, TcpListener>>,
+}
+
+impl NetSplit {
+    /// Proxies for `n` members; [`NetSplit::route`] tells each where its member listens.
+    pub fn new(n: usize) -> NetSplit {
+        let shared = Arc::new(Shared::default());
+        let mut proxied = Vec::new();
+        let mut unrouted = HashMap::new();
+        for _ in 0..n {
+            let kafka = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+            let raft = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+            proxied.push((addr(&kafka), addr(&raft)));
+            unrouted.insert(addr(&kafka), kafka);
+            unrouted.insert(addr(&raft), raft);
+        }
+        NetSplit {
+            shared,
+            proxied,
+            unrouted: Mutex::new(unrouted),
+        }
+    }
+
+    /// Member `id` listens on `kafka` and `raft` (real addresses); its proxies forward there.
+    pub fn route(&self, id: u64, kafka: &str, raft: &str) {
+        self.shared
+            .members
+            .lock()
+            .unwrap()
+            .insert(raft.to_string(), id);
+        let (pk, pr) = &self.proxied[id as usize - 1];
+        for (proxy, target) in [(pk, kafka), (pr, raft)] {
+            let listener = self
+                .unrouted
+                .lock()
+                .unwrap()
+                .remove(proxy)
+                .expect("a member is routed once");
+            let shared = self.shared.clone();
+            let target = target.to_string();
+            thread::spawn(move || accept_loop(listener, shared, id, target));
+        }
+    }
+
+    /// Cuts `id` off from every other member (both directions); clients still reach it.
+    pub fn isolate(&self, id: u64, members: usize) {
+        {
+            let mut cut = self.shared.cut.lock().unwrap();
+            for other in 1..=members as u64 {
+                if other != id {
+                    cut.insert((id.min(other), id.max(other)));
+                }
+            }
+        }
+        let mut conns = self.shared.conns.lock().unwrap();
+        conns.retain(|c| {
+            let broken = c.from.is_some_and(|f| self.shared.is_cut(f, c.to));
+            if broken {
+                for s in &c.sockets {
+                    let _ = s.shutdown(Shutdown::Both);
+                }
+                *self.shared.refused.lock().unwrap() += 1;
+            }
+            !broken
+        });
+    }
+
+    /// Ends every cut.
+    pub fn heal(&self) {
+        self.shared.cut.lock().unwrap().clear();
+    }
+
+    /// How many member-to-member connections a cut has closed or refused.
+    pub fn refused(&self) -> u64 {
+        *self.shared.refused.lock().unwrap()
+    }
+}
+
+impl Drop for NetSplit {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loops so they see `stop`.
+        for (kafka, raft) in &self.proxied {
+            let _ = TcpStream::connect(kafka);
+            let _ = TcpStream::connect(raft);
+        }
+        for c in self.shared.conns.lock().unwrap().drain(..) {
+            for s in &c.sockets {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+fn addr(l: &TcpListener) -> String {
+    l.local_addr().expect("proxy addr").to_string()
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>, to: u64, target: String) {
+    let local = listener.local_addr().expect("proxy addr");
+    for conn in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(client) = conn else { continue };
+        let from = client
+            .peer_addr()
+            .ok()
+            .and_then(|peer| member_of(&shared, peer, local));
+        if from.is_some_and(|f| shared.is_cut(f, to)) {
+            *shared.refused.lock().unwrap() += 1;
+            let _ = client.shutdown(Shutdown::Both);
+            continue;
+        }
+        let Ok(server) = TcpStream::connect(&target) else {
+            let _ = client.shutdown(Shutdown::Both);
+            continue;
+        };
+        let _ = client.set_nodelay(true);
+        let _ = server.set_nodelay(true);
+        let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+            continue;
+        };
+        shared.conns.lock().unwrap().push(Conn {
+            from,
+            to,
+            sockets: [c2, s2],
+        });
+        pipe(client, server);
+    }
+}
+
+/// Copies bytes both ways until either side closes, then closes both.
+fn pipe(client: TcpStream, server: TcpStream) {
+    let (Ok(mut c_read), Ok(mut s_write)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    thread::spawn(move || {
+        copy(&mut c_read, &mut s_write);
+        let _ = c_read.shutdown(Shutdown::Both);
+        let _ = s_write.shutdown(Shutdown::Both);
+    });
+    let (mut s_read, mut c_write) = (server, client);
+    thread::spawn(move || {
+        copy(&mut s_read, &mut c_write);
+        let _ = s_read.shutdown(Shutdown::Both);
+        let _ = c_write.shutdown(Shutdown::Both);
+    });
+}
+
+fn copy(from: &mut TcpStream, to: &mut TcpStream) {
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The member whose process owns the socket at `peer` connected to `local`, if any.
+fn member_of(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> Option<u64> {
+    let inode = socket_inode(peer, local)?;
+    let needle = format!("socket:[{inode}]");
+    let members = shared.members.lock().unwrap().clone();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let Some(member) = args
+            .windows(2)
+            .find(|w| w[0] == b"--raft-addr")
+            .and_then(|w| members.get(std::str::from_utf8(w[1]).ok()?))
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path())
+                .is_ok_and(|l| l.as_os_str().to_str() == Some(needle.as_str()))
+            {
+                return Some(*member);
+            }
+        }
+    }
+    None
+}
+
+/// The inode of the loopback socket with local address `peer` and remote address `local`,
+/// from `/proc/net/tcp` (addresses as hex `IP:PORT`, the IP in host byte order).
+fn socket_inode(peer: SocketAddr, local: SocketAddr) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let hex = |a: SocketAddr| match a {
+        SocketAddr::V4(v4) => Some(format!(
+            "{:08X}:{:04X}",
+            u32::from_ne_bytes(v4.ip().octets()),
+            v4.port()
+        )),
+        SocketAddr::V6(_) => None,
+    };
+    let (want_local, want_remote) = (hex(peer)?, hex(local)?);
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() > 9 && f[1] == want_local && f[2] == want_remote)
+            .then(|| f[9].parse().ok())
+            .flatten()
+    })
+}
