@@ -30,10 +30,6 @@ pub struct Broker {
     producer_ids: Mutex<(i64, i64)>,
 }
 
-/// Internal topics (`__consumer_offsets`) keep one replica until the group coordinator moves
-/// with their leadership: a coordinator loads its groups once, at start-up.
-const INTERNAL_REPLICATION_FACTOR: usize = 1;
-
 /// Producer ids reserved per quorum write.
 const PRODUCER_ID_BLOCK: u64 = 1000;
 
@@ -277,6 +273,17 @@ impl Broker {
         })
     }
 
+    /// The replication factor of internal topics: `offsets_topic_replication_factor`, or every
+    /// broker of a smaller cluster. The cluster's size is the larger of the brokers registered
+    /// and the metadata voters, so a topic created while voters are still starting waits for
+    /// them (placement refuses until enough brokers are live) instead of getting fewer replicas
+    /// for good.
+    fn internal_replication_factor(&self) -> usize {
+        let brokers = self.metadata.state().brokers.len();
+        let voters = self.metadata.status().voters.len();
+        (self.config.offsets_topic_replication_factor as usize).min(brokers.max(voters).max(1))
+    }
+
     /// Creates an internal topic (names starting with `__`) with broker-chosen configs, which
     /// bypass the client-facing validation.
     pub async fn create_internal_topic(
@@ -285,7 +292,7 @@ impl Broker {
         partitions: usize,
         configs: BTreeMap<String, String>,
     ) -> Result<(), ApiError> {
-        let replicas = self.place(name, 0, partitions, INTERNAL_REPLICATION_FACTOR)?;
+        let replicas = self.place(name, 0, partitions, self.internal_replication_factor())?;
         self.apply(Command::CreateTopic {
             name: name.to_string(),
             topic_id: Uuid::new_v4(),

@@ -49,6 +49,9 @@ pub struct BrokerConfig {
     pub log_retention_check_interval_ms: u64,
     /// Committed offsets of a group empty for this long are deleted (-1: never).
     pub offsets_retention_minutes: i64,
+    /// Replicas of each `__consumer_offsets` partition (Kafka's
+    /// `offsets.topic.replication.factor`); a cluster with fewer brokers uses them all.
+    pub offsets_topic_replication_factor: u16,
     /// The first rebalance of an empty group waits this long for more members to join.
     pub group_initial_rebalance_delay_ms: u64,
     /// How often consumer lag is sampled.
@@ -139,6 +142,7 @@ impl Default for BrokerConfig {
             log_index_interval_bytes: 4096,
             log_retention_check_interval_ms: 30_000,
             offsets_retention_minutes: 7 * 24 * 60,
+            offsets_topic_replication_factor: 3,
             group_initial_rebalance_delay_ms: 3000,
             lag_sample_interval_ms: 5_000,
             lag_window_ms: 60_000,
@@ -267,6 +271,11 @@ impl BrokerConfig {
         }
         if self.num_partitions == 0 {
             return Err(ConfigError::Invalid("num_partitions must be ≥ 1".into()));
+        }
+        if self.offsets_topic_replication_factor == 0 {
+            return Err(ConfigError::Invalid(
+                "offsets_topic_replication_factor must be ≥ 1".into(),
+            ));
         }
         if self.log_segment_bytes < 1024 || self.log_segment_bytes > i32::MAX as u64 {
             return Err(ConfigError::Invalid(

@@ -372,6 +372,11 @@ impl Partition {
         self.leader_epoch.load(Ordering::Acquire)
     }
 
+    /// Whether this broker has taken the leader's role for the partition.
+    pub fn is_leader(&self) -> bool {
+        matches!(&*self.role(), Role::Leader(_))
+    }
+
     /// Batches from `offset` up to the log end, for a follower (never from the remote tier:
     /// a follower starts at the leader's local log start).
     pub fn read_replica(
@@ -489,15 +494,6 @@ impl Partition {
         }
         let bytes = log.read(offset, max_bytes, i64::MAX)?;
         Ok((Read::Local(bytes), offsets))
-    }
-
-    /// Batches from the local log only: internal topics, which are compacted and so never
-    /// tiered.
-    pub fn read_local(&self, offset: i64, max_bytes: usize) -> Result<(Bytes, Offsets), LogError> {
-        let remote = self.remote();
-        let mut log = self.log();
-        let bytes = log.read(offset, max_bytes, i64::MAX)?;
-        Ok((bytes, offsets_of(&log, &remote)))
     }
 
     pub fn offsets(&self) -> Offsets {

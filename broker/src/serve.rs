@@ -196,23 +196,8 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     );
     broker.fetchers.sync(&broker);
 
-    if broker
-        .metadata
-        .state()
-        .topic(crate::group::store::TOPIC)
-        .is_some()
-    {
-        let loaded = std::time::Instant::now();
-        let records = broker
-            .groups
-            .load(&broker)
-            .map_err(|e| anyhow::anyhow!("cannot load committed offsets: {e}"))?;
-        tracing::info!(
-            records,
-            ms = loaded.elapsed().as_millis() as u64,
-            "loaded committed offsets"
-        );
-    }
+    // Groups of the `__consumer_offsets` partitions led here; later moves follow metadata.
+    broker.groups.follow_leadership(&broker).await;
     let cleaner =
         crate::cleaner::Cleaner::start(broker.clone()).context("start the log cleaner")?;
     let follower = tokio::spawn(follow_metadata(broker.clone(), shutdown_rx.clone()));
@@ -301,6 +286,7 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
             tracing::error!(error = %e, "cannot apply metadata change to local partitions");
         }
         broker.fetchers.sync(&broker);
+        broker.groups.follow_leadership(&broker).await;
     }
 }
 
@@ -339,6 +325,8 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
                 },
             );
         }
+        // Retries a failed group load; a no-op when nothing changed.
+        broker.groups.follow_leadership(&broker).await;
         broker.groups.tick(&broker);
         crate::replication::check_isr(&broker);
         if last_lag.elapsed() >= lag_every {

@@ -1,5 +1,6 @@
 //! Replication between real broker processes: RF=3 with acks=all, a leader killed with
-//! SIGKILL under load, min.insync.replicas, followers rejoining the ISR.
+//! SIGKILL under load, min.insync.replicas, followers rejoining the ISR, and the group
+//! coordinator moving with the leadership of its replicated `__consumer_offsets` partition.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -9,7 +10,8 @@ use rdkafka::admin::TopicReplication;
 use rdkafka::Offset;
 use strata_tests::cluster::CLUSTER_TIMEOUT;
 use strata_tests::{
-    encode_batch, now_ms, unique_topic, wait_for, Cluster, KafkaConn, RawRecord, TrackingProducer,
+    block_on, encode_batch, now_ms, unique_topic, wait_for, wait_for_some, Cluster, KafkaConn,
+    RawRecord, TrackingProducer,
 };
 
 const FAST: &[(&str, &str)] = &[
@@ -268,4 +270,129 @@ fn an_offline_partition_stays_offline_unless_unclean_election_is_allowed_and_the
         conn.produce_ok(&topic, 0, batch(99)).expect("new leader"),
         10
     );
+}
+
+/// The broker FindCoordinator names for `group`, asked through `via`, other than `not`
+/// (retried while the coordinator is moving).
+fn find_coordinator(cluster: &mut Cluster, via: u64, group: &str, not: Option<u64>) -> u64 {
+    use kafka_protocol::messages::FindCoordinatorRequest;
+    use kafka_protocol::protocol::StrBytes;
+    let addr = cluster.node(via).kafka_addr.clone();
+    wait_for_some("a group coordinator", CLUSTER_TIMEOUT, || {
+        let mut conn = KafkaConn::connect(&addr).ok()?;
+        let req = FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(group.to_string()))
+            .with_key_type(0);
+        let resp = conn.request(3, &req).ok()?;
+        let id = resp.node_id.0 as u64;
+        (resp.error_code == 0 && Some(id) != not).then_some(id)
+    })
+}
+
+/// Committed offsets of `group` on `topic`'s partitions, summed, as a client that does not
+/// join sees them (`None` while any is missing or unreadable).
+fn committed_total(
+    cluster: &mut Cluster,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Option<i64> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let mut cfg = cluster.consumer_config();
+    cfg.set("group.id", group);
+    let consumer: BaseConsumer = cfg.create().ok()?;
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let got = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .ok()?;
+    got.elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) if e.error().is_ok() => Some(o),
+            _ => None,
+        })
+        .sum()
+}
+
+/// Receives `n` records and appends their keys.
+async fn recv_keys(
+    consumer: &rdkafka::consumer::StreamConsumer,
+    keys: &mut Vec<Vec<u8>>,
+    n: usize,
+) {
+    use rdkafka::Message;
+    for _ in 0..n {
+        let m = tokio::time::timeout(CLUSTER_TIMEOUT, consumer.recv())
+            .await
+            .expect("records within the timeout")
+            .expect("record");
+        keys.push(m.key().expect("key").to_vec());
+    }
+}
+
+#[test]
+fn the_group_coordinator_moves_with_its_offsets_partition_and_keeps_every_acknowledged_commit() {
+    use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+    let mut cluster = Cluster::start(3, 3, FAST);
+    cluster.wait_controller();
+    let topic = unique_topic("coord");
+    cluster.create_replicated_topic(&topic, 3, TopicReplication::Fixed(3), "2");
+    let producer = TrackingProducer::new(&cluster.producer_config());
+    for i in 0..900 {
+        let key = format!("k{i}");
+        producer.send(i, &topic, None, key.as_bytes(), key.as_bytes(), &[], None);
+    }
+    producer.flush(Duration::from_secs(60));
+    producer.all_delivered(900);
+
+    let group = unique_topic("coord-group");
+    let mut cfg = cluster.consumer_config();
+    cfg.set("group.id", &group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "true")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "500");
+    let mut keys = Vec::new();
+    let (old, new) = block_on(async {
+        // StreamConsumer needs the runtime to exist when it is created.
+        let consumer: StreamConsumer = cfg.create().expect("consumer");
+        consumer.subscribe(&[&topic]).expect("subscribe");
+        recv_keys(&consumer, &mut keys, 600).await;
+        consumer
+            .commit_consumer_state(CommitMode::Sync)
+            .expect("commit");
+
+        // The coordinator dies right after acknowledging: the commit is on the ISR of its
+        // offsets partition, and the new leader of that partition coordinates the group.
+        let old = find_coordinator(&mut cluster, 1, &group, None);
+        cluster.node(old).kill9();
+        let via = (1..=3).find(|n| *n != old).unwrap();
+        let new = find_coordinator(&mut cluster, via, &group, Some(old));
+        wait_for(
+            "the commit, read from the new coordinator",
+            CLUSTER_TIMEOUT,
+            || committed_total(&mut cluster, &group, &topic, 3) == Some(600),
+        );
+
+        // The same member goes on and commits through the new coordinator.
+        recv_keys(&consumer, &mut keys, 300).await;
+        consumer
+            .commit_consumer_state(CommitMode::Sync)
+            .expect("commit through the new coordinator");
+        (old, new)
+    });
+    let unique: BTreeSet<&Vec<u8>> = keys.iter().collect();
+    assert_eq!(unique.len(), 900, "every record once, none again");
+    assert_eq!(committed_total(&mut cluster, &group, &topic, 3), Some(900));
+
+    // The old coordinator returns as a follower of the offsets partition; the group stays
+    // with the new one.
+    cluster.node(old).restart();
+    cluster.wait_topic_healthy("__consumer_offsets");
+    assert_eq!(find_coordinator(&mut cluster, old, &group, None), new);
+    assert_eq!(committed_total(&mut cluster, &group, &topic, 3), Some(900));
 }

@@ -6,22 +6,34 @@
 //! - [`lag`] — consumer lag in records and seconds, and its trend.
 //!
 //! The coordinator of a group is the leader of partition `partition_for(group)` of
-//! `__consumer_offsets` (50 partitions, created on first use). Two kinds of records go to that
-//! partition, as in Kafka: committed offsets, appended before a commit is acknowledged, and the
+//! `__consumer_offsets` (50 partitions, created on first use and replicated like any topic).
+//! Two kinds of records go to that partition, as in Kafka: committed offsets, acknowledged
+//! once the ISR holds them (the high watermark passed them), and the
 //! group's metadata (GroupMetadata: generation, protocol, leader, members with their
 //! subscriptions and assignments), appended when a generation completes (before the leader's
 //! SyncGroup is answered), when the group becomes empty, when a static member is replaced, and
-//! as a tombstone when the group is deleted. Both are rebuilt from the topic at start-up, so a
-//! stable group survives clean restarts and `kill -9` alike: its members carry on heartbeating
-//! with their member ids and generation, and those that never come back expire after their
-//! session timeout, which rebalances the rest.
+//! as a tombstone when the group is deleted.
+//!
+//! Invariants:
+//! - This broker coordinates exactly the groups of the `__consumer_offsets` partitions it
+//!   leads and has loaded at the current leader epoch ([`Coordinator::follow_leadership`]); a request for
+//!   any other group gets NOT_COORDINATOR (led elsewhere), COORDINATOR_LOAD_IN_PROGRESS (led
+//!   here, still loading) or COORDINATOR_NOT_AVAILABLE (offline), and clients find the
+//!   coordinator again.
+//! - A partition's groups are rebuilt from its whole log when leadership arrives (start-up,
+//!   failover, restart) and dropped from memory when it leaves, so a stable group survives
+//!   clean restarts, `kill -9` and coordinator moves alike: its members carry on heartbeating
+//!   with their member ids and generation, and those that never come back expire after their
+//!   session timeout, which rebalances the rest.
+//! - A committed offset is visible (OffsetFetch, lag) only once the commit is acknowledged,
+//!   that is once the ISR holds it; a commit that times out is not applied.
 
 pub mod lag;
 pub mod state;
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -29,6 +41,7 @@ use bytes::Bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::log::batch;
+use crate::partition::Partition;
 use state::{Group, GroupState, JoinRequest, JoinResult, Reply, SyncResult};
 use store::{CommittedOffset, GroupMetadata};
 
@@ -135,6 +148,40 @@ impl Rebuild {
 #[derive(Default)]
 pub struct Coordinator {
     groups: Mutex<HashMap<String, Entry>>,
+    /// `__consumer_offsets` partitions whose groups are loaded here, with the leader epoch
+    /// they were loaded at.
+    loaded: Mutex<HashMap<i32, i32>>,
+    /// One [`Coordinator::follow_leadership`] at a time (the metadata follower, housekeeping and topic
+    /// creation all call it).
+    syncing: tokio::sync::Mutex<()>,
+}
+
+/// An offset commit appended to the log and waiting for the ISR before it is acknowledged
+/// ([`Coordinator::commit`], then [`Coordinator::complete_commit`]).
+pub struct PendingCommit {
+    group: String,
+    partition: Arc<Partition>,
+    last_offset: i64,
+    leader_epoch: i32,
+    accepted: Vec<Commit>,
+}
+
+/// Kafka's `offsets.commit.timeout.ms`: how long a commit waits for the ISR.
+const COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Kafka's mapping of a failed offset-commit append to the error the committer is told
+/// (`GroupMetadataManager.storeOffsets`).
+fn commit_error(code: ErrorCode) -> ErrorCode {
+    match code {
+        ErrorCode::UnknownTopicOrPartition
+        | ErrorCode::NotEnoughReplicas
+        | ErrorCode::NotEnoughReplicasAfterAppend => ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::NotLeaderOrFollower | ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
+        ErrorCode::MessageTooLarge | ErrorCode::RecordListTooLarge => {
+            ErrorCode::InvalidCommitOffsetSize
+        }
+        c => c,
+    }
 }
 
 pub fn validate_group_id(id: &str) -> Result<(), ApiError> {
@@ -198,6 +245,9 @@ impl Coordinator {
         {
             Ok(()) => {
                 tracing::info!("created {}", store::TOPIC);
+                // Coordinate the new partitions led here at once, not at the next metadata
+                // change.
+                self.follow_leadership(broker).await;
                 Ok(())
             }
             Err(e) if e.code == ErrorCode::TopicAlreadyExists => Ok(()),
@@ -205,92 +255,197 @@ impl Coordinator {
         }
     }
 
-    /// Rebuilds committed offsets and groups by reading `__consumer_offsets` from the start:
-    /// per key the latest record wins and a tombstone deletes. Groups come back as their
-    /// latest GroupMetadata record describes them ([`Group::from_metadata`]).
-    pub fn load(&self, broker: &Broker) -> Result<usize, ApiError> {
-        let mut rebuild = Rebuild::default();
-        let mut records = 0usize;
-        for p in 0..store::PARTITIONS as i32 {
-            let Some(part) = broker.partitions.get(store::TOPIC, p) else {
+    /// Whether this broker coordinates `group_id` now; the one check before serving any
+    /// group request (see the module invariants).
+    pub fn check(&self, broker: &Broker, group_id: &str) -> Result<(), ApiError> {
+        validate_group_id(group_id)?;
+        let p = store::partition_for(group_id);
+        let state = broker.metadata.state();
+        let Some(info) = state
+            .topic(store::TOPIC)
+            .and_then(|t| t.partitions.get(p as usize))
+        else {
+            return Err(ApiError::new(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("{} does not exist yet", store::TOPIC),
+            ));
+        };
+        match info.leader {
+            Some(l) if l == broker.config.node_id => {}
+            Some(l) => {
+                return Err(ApiError::new(
+                    ErrorCode::NotCoordinator,
+                    format!("group {group_id} is coordinated by broker {l}"),
+                ))
+            }
+            None => {
+                return Err(ApiError::new(
+                    ErrorCode::CoordinatorNotAvailable,
+                    format!("{}-{p} has no leader", store::TOPIC),
+                ))
+            }
+        }
+        if self.loaded_lock().get(&p) != Some(&info.leader_epoch) {
+            return Err(ApiError::new(
+                ErrorCode::CoordinatorLoadInProgress,
+                format!("loading the groups of {}-{p}", store::TOPIC),
+            ));
+        }
+        Ok(())
+    }
+
+    fn loaded_lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, i32>> {
+        self.loaded.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Follows the leadership of `__consumer_offsets`: loads the groups of every partition
+    /// this broker has come to lead (at a new leader epoch) and drops those of partitions it
+    /// no longer leads. Cheap when nothing changed; a failed load is retried on the next call.
+    pub async fn follow_leadership(&self, broker: &Broker) {
+        let _one = self.syncing.lock().await;
+        let me = broker.config.node_id;
+        let led: HashMap<i32, i32> = broker
+            .metadata
+            .state()
+            .topic(store::TOPIC)
+            .map(|t| {
+                t.partitions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.leader == Some(me))
+                    .map(|(i, p)| (i as i32, p.leader_epoch))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let stale: Vec<i32> = self
+            .loaded_lock()
+            .iter()
+            .filter(|(p, epoch)| led.get(p) != Some(epoch))
+            .map(|(p, _)| *p)
+            .collect();
+        for p in stale {
+            self.loaded_lock().remove(&p);
+            let mut groups = self.lock();
+            let before = groups.len();
+            groups.retain(|id, _| store::partition_for(id) != p);
+            tracing::info!(
+                partition = p,
+                groups = before - groups.len(),
+                "no longer coordinating the groups of {}-{p}",
+                store::TOPIC
+            );
+        }
+        for (p, epoch) in led {
+            if self.loaded_lock().get(&p) == Some(&epoch) {
+                continue;
+            }
+            // The partition takes its role from the same state; until it has, wait.
+            let Some(part) = broker
+                .partitions
+                .get(store::TOPIC, p)
+                .filter(|part| part.current_leader_epoch() == epoch && part.is_leader())
+            else {
                 continue;
             };
-            let mut offset = part.offsets().log_start;
-            loop {
-                let (bytes, o) = part.read_local(offset, 1 << 20).map_err(ApiError::from)?;
-                if bytes.is_empty() || offset >= o.high_watermark {
-                    break;
+            let started = Instant::now();
+            let loaded = Self::read_partition(&part);
+            match loaded {
+                Ok((records, rebuild)) => {
+                    let table = rebuild.finish(Instant::now(), crate::partition::now_ms());
+                    let stable = table
+                        .values()
+                        .filter(|e| e.group.as_ref().is_some_and(|g| !g.is_empty()))
+                        .count();
+                    let groups = table.len();
+                    self.lock().extend(table);
+                    self.loaded_lock().insert(p, epoch);
+                    tracing::info!(
+                        partition = p,
+                        leader_epoch = epoch,
+                        records,
+                        groups,
+                        stable,
+                        ms = started.elapsed().as_millis() as u64,
+                        "coordinating the groups of {}-{p}",
+                        store::TOPIC
+                    );
                 }
-                let mut buf = bytes.clone();
-                while !buf.is_empty() {
-                    // Continue after the batch's last offset, not its last record's: a
-                    // compacted batch may have lost its last records but keeps its span.
-                    if let Ok(h) = crate::log::batch::BatchHeader::parse(&buf) {
-                        offset = offset.max(h.next_offset());
+                Err(e) => {
+                    tracing::error!(partition = p, error = %e, "cannot load the groups of {}-{p}; retrying", store::TOPIC)
+                }
+            }
+        }
+    }
+
+    /// Rebuilds committed offsets and groups from one partition of `__consumer_offsets`, read
+    /// from its start to its end: per key the latest record wins and a tombstone deletes.
+    /// The end, not the high watermark: a leader keeps every record it has, and they all
+    /// become committed.
+    fn read_partition(part: &Partition) -> Result<(usize, Rebuild), ApiError> {
+        let mut rebuild = Rebuild::default();
+        let mut records = 0usize;
+        let p = part.tp.partition;
+        let mut offset = part.offsets().log_start;
+        loop {
+            let (bytes, o) = part.read_replica(offset, 1 << 20).map_err(ApiError::from)?;
+            if bytes.is_empty() || offset >= o.log_end {
+                break;
+            }
+            let mut buf = bytes.clone();
+            while !buf.is_empty() {
+                // Continue after the batch's last offset, not its last record's: a
+                // compacted batch may have lost its last records but keeps its span.
+                if let Ok(h) = crate::log::batch::BatchHeader::parse(&buf) {
+                    offset = offset.max(h.next_offset());
+                }
+                let set =
+                    kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).map_err(|e| {
+                        ApiError::new(
+                            ErrorCode::KafkaStorageError,
+                            format!("{}-{p}: {e}", store::TOPIC),
+                        )
+                    })?;
+                for r in set.records {
+                    offset = offset.max(r.offset + 1);
+                    if r.offset < o.log_start {
+                        continue;
                     }
-                    let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf)
-                        .map_err(|e| {
-                            ApiError::new(
-                                ErrorCode::KafkaStorageError,
-                                format!("{}-{p}: {e}", store::TOPIC),
-                            )
-                        })?;
-                    for r in set.records {
-                        offset = offset.max(r.offset + 1);
-                        if r.offset < o.log_start {
-                            continue;
-                        }
-                        records += 1;
-                        match store::decode(r.key, r.value) {
-                            Some(entry) => rebuild.apply(entry),
-                            None => tracing::warn!(
-                                partition = p,
-                                offset = r.offset,
-                                "skipping malformed record in {}",
-                                store::TOPIC
-                            ),
-                        }
+                    records += 1;
+                    match store::decode(r.key, r.value) {
+                        Some(entry) => rebuild.apply(entry),
+                        None => tracing::warn!(
+                            partition = p,
+                            offset = r.offset,
+                            "skipping malformed record in {}",
+                            store::TOPIC
+                        ),
                     }
                 }
             }
         }
-        let table = rebuild.finish(Instant::now(), crate::partition::now_ms());
-        let stable = table
-            .values()
-            .filter(|e| e.group.as_ref().is_some_and(|g| !g.is_empty()))
-            .count();
-        tracing::info!(
-            groups = table.len(),
-            stable,
-            "loaded groups and committed offsets from {}",
-            store::TOPIC
-        );
-        *self.lock() = table;
-        Ok(records)
+        Ok((records, rebuild))
     }
 
     /// Appends records to the group's partition of `__consumer_offsets`.
+    /// Only the leader appends: a coordinator that lost the partition gets NOT_COORDINATOR
+    /// rather than writing into a follower's log. Returns the partition, the leader epoch
+    /// appended under and the last offset written.
     fn persist(
         broker: &Broker,
         group: &str,
         records: &[(Bytes, Option<Bytes>)],
-    ) -> Result<(), ApiError> {
+    ) -> Result<(Arc<Partition>, i32, i64), ApiError> {
         let partition = store::partition_for(group);
         let part = broker
-            .partitions
-            .get(store::TOPIC, partition)
-            .ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::CoordinatorNotAvailable,
-                    format!("{}-{partition} is not here", store::TOPIC),
-                )
-            })?;
+            .leader_partition(store::TOPIC, partition, -1)
+            .map_err(|e| ApiError::new(ErrorCode::NotCoordinator, e.message))?;
         let refs: Vec<batch::KeyValue<'_>> = records
             .iter()
             .map(|(k, v)| (Some(&k[..]), v.as_deref()))
             .collect();
-        part.append(&batch::build(&refs, crate::partition::now_ms()))?;
-        Ok(())
+        let epoch = part.current_leader_epoch();
+        let info = part.append(&batch::build(&refs, crate::partition::now_ms()))?;
+        Ok((part, epoch, info.last_offset))
     }
 
     /// Appends tombstones deleting the given committed offsets and, with `metadata`, the
@@ -310,7 +465,7 @@ impl Coordinator {
         if records.is_empty() {
             return Ok(());
         }
-        Self::persist(broker, group, &records)
+        Self::persist(broker, group, &records).map(|_| ())
     }
 
     /// Appends a GroupMetadata record.
@@ -321,7 +476,7 @@ impl Coordinator {
                 "a group metadata field is too long for Kafka's record layout",
             )
         })?;
-        Self::persist(broker, group, &[(store::group_key(group), Some(value))])
+        Self::persist(broker, group, &[(store::group_key(group), Some(value))]).map(|_| ())
     }
 
     /// Appends the group's record if its state machine asked for one (it became empty, or a
@@ -454,7 +609,9 @@ impl Coordinator {
         codes
     }
 
-    /// Validates the committer and appends the commits; one error per commit.
+    /// Validates the committer and appends the commits; one error per commit, and the
+    /// appended commits, which [`Coordinator::complete_commit`] acknowledges once the ISR has
+    /// them.
     pub fn commit(
         &self,
         broker: &Broker,
@@ -462,7 +619,7 @@ impl Coordinator {
         member_id: &str,
         generation: i32,
         commits: Vec<Commit>,
-    ) -> Vec<ErrorCode> {
+    ) -> (Vec<ErrorCode>, Option<PendingCommit>) {
         let mut groups = self.lock();
         let entry = groups.entry(group_id.to_string()).or_default();
         let group_error = match entry.group.as_ref().filter(|g| !g.is_empty()) {
@@ -481,7 +638,7 @@ impl Coordinator {
             Some(_) => None,
         };
         if let Some(code) = group_error {
-            return commits.iter().map(|_| code).collect();
+            return (commits.iter().map(|_| code).collect(), None);
         }
         let state = broker.metadata.state();
         let mut errors = Vec::with_capacity(commits.len());
@@ -504,16 +661,54 @@ impl Coordinator {
                 ErrorCode::None
             });
         }
-        if !records.is_empty() {
-            if let Err(e) = Self::persist(broker, group_id, &records) {
-                tracing::error!(group = group_id, error = %e, "cannot persist offset commit");
-                return errors.iter().map(|_| e.code).collect();
-            }
-            for c in accepted {
-                entry.offsets.insert((c.topic, c.partition), c.offset);
-            }
+        if records.is_empty() {
+            return (errors, None);
         }
-        errors
+        match Self::persist(broker, group_id, &records) {
+            Err(e) => {
+                tracing::error!(group = group_id, error = %e, "cannot persist offset commit");
+                let code = commit_error(e.code);
+                (errors.iter().map(|_| code).collect(), None)
+            }
+            Ok((partition, leader_epoch, last_offset)) => (
+                errors,
+                Some(PendingCommit {
+                    group: group_id.to_string(),
+                    partition,
+                    last_offset,
+                    leader_epoch,
+                    accepted,
+                }),
+            ),
+        }
+    }
+
+    /// Waits until the ISR holds an appended commit, then makes it visible. `Err` is the
+    /// error for every commit it carried.
+    pub async fn complete_commit(&self, pending: PendingCommit) -> Result<(), ErrorCode> {
+        let PendingCommit {
+            group,
+            partition,
+            last_offset,
+            leader_epoch,
+            accepted,
+        } = pending;
+        partition
+            .wait_committed(last_offset, leader_epoch, COMMIT_TIMEOUT)
+            .await
+            .map_err(commit_error)?;
+        // Still ours: a group whose partition moved meanwhile is the new coordinator's, which
+        // loads this commit from the log.
+        let p = store::partition_for(&group);
+        if self.loaded_lock().get(&p) != Some(&leader_epoch) {
+            return Err(ErrorCode::NotCoordinator);
+        }
+        let mut groups = self.lock();
+        let entry = groups.entry(group).or_default();
+        for c in accepted {
+            entry.offsets.insert((c.topic, c.partition), c.offset);
+        }
+        Ok(())
     }
 
     /// Committed offsets of a group: the listed partitions, or all when `None`.

@@ -4,14 +4,13 @@ use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
 use crate::broker::Broker;
-use crate::group::validate_group_id;
 
 pub fn handle(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
     let results = req
         .groups_names
         .into_iter()
         .map(|id| {
-            let code = match validate_group_id(id.0.as_str()) {
+            let code = match broker.groups.check(broker, id.0.as_str()) {
                 Err(e) => e.code,
                 Ok(()) => broker.groups.delete(broker, id.0.as_str()),
             };

@@ -5,7 +5,6 @@ use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::group::validate_group_id;
 
 pub fn handle(
     broker: &Arc<Broker>,
@@ -19,7 +18,7 @@ pub fn handle(
             let g = DescribedGroup::default()
                 .with_group_id(id.clone())
                 .with_authorized_operations(i32::MIN);
-            if let Err(e) = validate_group_id(id.0.as_str()) {
+            if let Err(e) = broker.groups.check(broker, id.0.as_str()) {
                 return g.with_error_code(e.code.code());
             }
             let view = broker.groups.describe(id.0.as_str());

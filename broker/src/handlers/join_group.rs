@@ -74,6 +74,9 @@ pub async fn handle(
     if let Err(e) = broker.groups.ensure_offsets_topic(broker).await {
         return fail(e.code);
     }
+    if let Err(e) = broker.groups.check(broker, &group_id) {
+        return fail(e.code);
+    }
     // v0 has no rebalance timeout: it is the session timeout.
     let rebalance = if version >= 1 {
         req.rebalance_timeout_ms
@@ -102,7 +105,17 @@ pub async fn handle(
         Reply::Now(r) => r,
         Reply::Later(rx) => match rx.await {
             Ok(r) => r,
-            Err(_) => return fail(ErrorCode::UnknownMemberId),
+            // The group was dropped while the join waited: moved to another coordinator, or
+            // gone.
+            Err(_) => {
+                return fail(
+                    broker
+                        .groups
+                        .check(broker, &group_id)
+                        .err()
+                        .map_or(ErrorCode::UnknownMemberId, |e| e.code),
+                )
+            }
         },
     };
     response(result, version)

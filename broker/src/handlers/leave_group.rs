@@ -7,6 +7,9 @@ use crate::broker::Broker;
 
 pub fn handle(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
     let group = req.group_id.0.as_str();
+    if let Err(e) = broker.groups.check(broker, group) {
+        return LeaveGroupResponse::default().with_error_code(e.code.code());
+    }
     // v0–2 name one member; v3+ a batch, by member id or instance id.
     if version < 3 {
         let code =

@@ -6,9 +6,18 @@ use kafka_protocol::messages::offset_commit_response::{
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use crate::broker::Broker;
+use crate::error::{ApiError, ErrorCode};
 use crate::group::store::CommittedOffset;
 use crate::group::{validate_group_id, Commit};
 use crate::partition::now_ms;
+
+/// `__consumer_offsets` exists (it is created on first use) and this broker coordinates the
+/// group.
+async fn coordinator_ready(broker: &Broker, group: &str) -> Result<(), ApiError> {
+    validate_group_id(group)?;
+    broker.groups.ensure_offsets_topic(broker).await?;
+    broker.groups.check(broker, group)
+}
 
 pub async fn handle(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCommitResponse {
     let group = req.group_id.0.as_str().to_string();
@@ -34,18 +43,26 @@ pub async fn handle(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCom
         })
         .collect();
     let total = commits.len();
-    let codes = match validate_group_id(&group) {
+    let codes = match coordinator_ready(broker, &group).await {
         Err(e) => vec![e.code; total],
-        Ok(()) => match broker.groups.ensure_offsets_topic(broker).await {
-            Err(e) => vec![e.code; total],
-            Ok(()) => broker.groups.commit(
+        Ok(()) => {
+            let (mut codes, pending) = broker.groups.commit(
                 broker,
                 &group,
                 req.member_id.as_str(),
                 req.generation_id_or_member_epoch,
                 commits,
-            ),
-        },
+            );
+            // Acknowledged only once the ISR holds the commit.
+            if let Some(pending) = pending {
+                if let Err(code) = broker.groups.complete_commit(pending).await {
+                    for c in codes.iter_mut().filter(|c| **c == ErrorCode::None) {
+                        *c = code;
+                    }
+                }
+            }
+            codes
+        }
     };
     let mut codes = codes.into_iter();
     let topics = req

@@ -6,10 +6,9 @@ use kafka_protocol::messages::offset_delete_response::{
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use crate::broker::Broker;
-use crate::group::validate_group_id;
 
 pub fn handle(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
-    if let Err(e) = validate_group_id(req.group_id.0.as_str()) {
+    if let Err(e) = broker.groups.check(broker, req.group_id.0.as_str()) {
         return OffsetDeleteResponse::default().with_error_code(e.code.code());
     }
     let partitions: Vec<(String, i32)> = req

@@ -8,7 +8,6 @@ use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse,
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::group::validate_group_id;
 
 type Wanted = Option<Vec<(String, Vec<i32>)>>;
 
@@ -25,7 +24,7 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Of
                         .collect()
                 });
                 let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                if let Err(e) = validate_group_id(g.group_id.0.as_str()) {
+                if let Err(e) = broker.groups.check(broker, g.group_id.0.as_str()) {
                     return group.with_error_code(e.code.code());
                 }
                 let topics = broker
@@ -61,7 +60,7 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Of
         return OffsetFetchResponse::default().with_groups(groups);
     }
     let group: GroupId = req.group_id;
-    if let Err(e) = validate_group_id(group.0.as_str()) {
+    if let Err(e) = broker.groups.check(broker, group.0.as_str()) {
         let r = OffsetFetchResponse::default();
         return if version >= 2 {
             r.with_error_code(e.code.code())

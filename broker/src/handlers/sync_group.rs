@@ -12,6 +12,9 @@ pub async fn handle(
     req: SyncGroupRequest,
     version: i16,
 ) -> SyncGroupResponse {
+    if let Err(e) = broker.groups.check(broker, req.group_id.0.as_str()) {
+        return SyncGroupResponse::default().with_error_code(e.code.code());
+    }
     let assignments = req
         .assignments
         .iter()
@@ -29,9 +32,15 @@ pub async fn handle(
         Reply::Now(r) => r,
         Reply::Later(rx) => match rx.await {
             Ok(r) => r,
+            // Dropped while waiting: the group moved to another coordinator, or a rebalance
+            // replaced this generation.
             Err(_) => {
-                return SyncGroupResponse::default()
-                    .with_error_code(ErrorCode::RebalanceInProgress.code())
+                let code = broker
+                    .groups
+                    .check(broker, req.group_id.0.as_str())
+                    .err()
+                    .map_or(ErrorCode::RebalanceInProgress, |e| e.code);
+                return SyncGroupResponse::default().with_error_code(code.code());
             }
         },
     };
