@@ -151,8 +151,8 @@ impl Broker {
         self.partitions.get(topic, partition).ok_or_else(not_leader)
     }
 
-    /// Places `count` partitions of `rf` replicas over the registered brokers, round robin from
-    /// a start derived from the topic name so topics spread their leaders.
+    /// Places `count` partitions of `rf` replicas over the live brokers ([`crate::placement`]),
+    /// rack-aware, from a start derived from the topic name so topics spread their leaders.
     fn place(
         &self,
         name: &str,
@@ -161,33 +161,29 @@ impl Broker {
         rf: usize,
     ) -> Result<Vec<Vec<u64>>, ApiError> {
         // Fenced brokers (stopped, or silent) get no new replicas.
-        let brokers: Vec<u64> = self
+        let brokers: Vec<crate::placement::Candidate> = self
             .metadata
             .state()
             .brokers
             .values()
             .filter(|b| !b.fenced)
-            .map(|b| b.node_id)
+            .map(|b| crate::placement::Candidate {
+                id: b.node_id,
+                rack: b.rack.clone(),
+            })
             .collect();
-        if rf == 0 || rf > brokers.len() {
-            return Err(ApiError::new(
-                ErrorCode::InvalidReplicationFactor,
-                format!(
-                    "replication factor {rf} with {} available broker(s)",
-                    brokers.len()
-                ),
-            ));
-        }
         let start = name
             .bytes()
             .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
-        Ok((first_partition..first_partition + count)
-            .map(|p| {
-                (0..rf)
-                    .map(|r| brokers[(start + p + r) % brokers.len()])
-                    .collect()
-            })
-            .collect())
+        crate::placement::place(&brokers, start, first_partition, count, rf).map_err(|e| {
+            ApiError::new(
+                ErrorCode::InvalidReplicationFactor,
+                format!(
+                    "replication factor {} with {} available broker(s)",
+                    e.wanted, e.available
+                ),
+            )
+        })
     }
 
     /// Creates a topic through the quorum and opens its local partitions.

@@ -31,6 +31,13 @@ pub struct BrokerConfig {
     pub broker_heartbeat_interval_ms: u64,
     /// A follower not caught up with its leader for this long leaves the ISR.
     pub replica_lag_time_max_ms: u64,
+    /// The controller hands leadership back to preferred replicas (Kafka's
+    /// `auto.leader.rebalance.enable`), every `leader_imbalance_check_interval_ms`, for brokers
+    /// leading fewer than `100 − leader_imbalance_per_broker_percentage` % of the partitions
+    /// they are preferred for.
+    pub auto_leader_rebalance_enable: bool,
+    pub leader_imbalance_check_interval_ms: u64,
+    pub leader_imbalance_per_broker_percentage: u32,
     pub rack: Option<String>,
     pub cluster_id: String,
     pub auto_create_topics_enable: bool,
@@ -126,6 +133,9 @@ impl Default for BrokerConfig {
             broker_session_timeout_ms: 3000,
             broker_heartbeat_interval_ms: 500,
             replica_lag_time_max_ms: 10_000,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_ms: 300_000,
+            leader_imbalance_per_broker_percentage: 10,
             rack: None,
             cluster_id: "strata".into(),
             auto_create_topics_enable: true,
@@ -271,6 +281,13 @@ impl BrokerConfig {
         }
         if self.num_partitions == 0 {
             return Err(ConfigError::Invalid("num_partitions must be ≥ 1".into()));
+        }
+        if self.leader_imbalance_check_interval_ms == 0
+            || self.leader_imbalance_per_broker_percentage > 100
+        {
+            return Err(ConfigError::Invalid(
+                "leader_imbalance_check_interval_ms must be ≥ 1 and leader_imbalance_per_broker_percentage at most 100".into(),
+            ));
         }
         if self.offsets_topic_replication_factor == 0 {
             return Err(ConfigError::Invalid(

@@ -9,6 +9,7 @@
 //! - [`broker`] — state shared by handlers; topic creation; producer ids;
 //! - [`group`] — the group coordinator: membership and committed offsets;
 //! - [`partition`] — the hosted partitions, kept in step with the metadata state;
+//! - [`placement`] — rack-aware replica placement for new partitions;
 //! - [`replication`] — followers fetching from leaders, the high watermark and the ISR;
 //! - [`log`] — the partition log engine: segments, indexes, recovery, retention, compaction,
 //!   producer state;
@@ -28,6 +29,7 @@ pub mod group;
 pub mod handlers;
 pub mod log;
 pub mod partition;
+pub mod placement;
 pub mod protocol;
 pub mod replication;
 pub mod serve;

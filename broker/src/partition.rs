@@ -513,11 +513,11 @@ impl Partition {
         Ok(TimeLookup::Local(log.offset_for_timestamp(ts)?))
     }
 
-    /// Closed local segments the offloader may upload (from `from` on).
+    /// Closed local segments the offloader may upload: those holding anything at or past
+    /// `from` (the remote end). The first may begin below it: replicas roll at different
+    /// offsets, and a new leader's segment can straddle what its predecessor uploaded.
     pub fn offload_candidates(&self, from: i64) -> Vec<ClosedSegment> {
-        let mut segs = self.log().closed_segments();
-        segs.retain(|s| s.base_offset >= from);
-        segs
+        not_offloaded(self.log().closed_segments(), from)
     }
 
     pub fn closed_segment_bytes(&self, base: i64) -> Result<Option<Bytes>, LogError> {
@@ -635,10 +635,7 @@ impl Partition {
         let log = self.log();
         let tiered = log.config().remote_storage;
         let pending: Vec<ClosedSegment> = if tiered {
-            log.closed_segments()
-                .into_iter()
-                .filter(|s| s.base_offset >= remote.end)
-                .collect()
+            not_offloaded(log.closed_segments(), remote.end)
         } else {
             Vec::new()
         };
@@ -701,6 +698,12 @@ impl Partition {
         }
         Ok(())
     }
+}
+
+/// The closed segments holding anything at or past `remote_end`.
+fn not_offloaded(mut segments: Vec<ClosedSegment>, remote_end: i64) -> Vec<ClosedSegment> {
+    segments.retain(|s| s.next_offset > remote_end);
+    segments
 }
 
 fn offsets_of(log: &Log, remote: &RemoteLog) -> Offsets {

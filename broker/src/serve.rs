@@ -164,6 +164,12 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         listener: raft,
         voters: cfg.voter_map()?,
         session_timeout: Duration::from_millis(cfg.broker_session_timeout_ms),
+        leader_balance: cfg
+            .auto_leader_rebalance_enable
+            .then(|| strata_metadata::LeaderBalance {
+                interval: Duration::from_millis(cfg.leader_imbalance_check_interval_ms),
+                per_broker_percentage: cfg.leader_imbalance_per_broker_percentage,
+            }),
     })
     .await
     .context("cannot start the metadata quorum")?;

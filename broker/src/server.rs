@@ -239,6 +239,7 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::DeleteGroups => "DeleteGroups",
         ApiKey::OffsetDelete => "OffsetDelete",
         ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
+        ApiKey::ElectLeaders => "ElectLeaders",
         _ => "Other",
     }
 }

@@ -46,6 +46,10 @@ pub enum Command {
         topic_id: uuid::Uuid,
         partition: i32,
     },
+    /// Preferred-leader elections: each listed partition whose first replica is live and in
+    /// the ISR but does not lead is led by it. Partitions where that does not hold are left
+    /// as they are (the controller's automatic rebalance and the ElectLeaders API propose it).
+    ElectPreferredLeaders { partitions: Vec<(uuid::Uuid, i32)> },
     /// A partition leader's change of its ISR (Kafka's AlterPartition): accepted only from
     /// the current leader at the current leader epoch and partition epoch.
     AlterPartition {

@@ -14,6 +14,10 @@
 //! - Every leader change bumps the partition's leader epoch; every change of leader or ISR
 //!   bumps its partition epoch. Neither ever decreases.
 //! - Elections prefer replicas in assignment order: the first replica is the preferred leader.
+//!   A preferred-leader election moves leadership only to a live ISR member, so it never
+//!   loses a record; it is what brings leaders back to a broker that returned.
+
+use std::collections::BTreeMap;
 
 use crate::command::{CommandResult, NodeId};
 use crate::state::{BrokerInfo, ClusterState, PartitionInfo};
@@ -160,6 +164,49 @@ impl ClusterState {
         CommandResult::Ok
     }
 
+    /// Makes each listed partition's preferred replica its leader where it is live, in the ISR
+    /// and not leading already; the others are left as they are.
+    pub(crate) fn elect_preferred(&mut self, partitions: &[(uuid::Uuid, i32)]) -> CommandResult {
+        let brokers = self.brokers.clone();
+        for (topic_id, partition) in partitions {
+            let Ok(p) = self.partition_mut(topic_id, *partition) else {
+                continue;
+            };
+            if p.preferred_leader_electable(&brokers) {
+                p.leader = p.replicas.first().copied();
+                p.leader_epoch += 1;
+                p.partition_epoch += 1;
+            }
+        }
+        CommandResult::Ok
+    }
+
+    /// Partitions whose preferred replica could lead but does not, for brokers whose share of
+    /// such partitions (among those they are preferred for) exceeds `percentage` (Kafka's
+    /// `leader.imbalance.per.broker.percentage`): what the controller's automatic rebalance
+    /// proposes [`crate::Command::ElectPreferredLeaders`] for.
+    pub fn preferred_leader_imbalance(&self, percentage: u32) -> Vec<(uuid::Uuid, i32)> {
+        // Per preferred broker: (partitions it is preferred for, electable ones).
+        let mut per_broker: BTreeMap<NodeId, (usize, Vec<(uuid::Uuid, i32)>)> = BTreeMap::new();
+        for t in self.topics.values() {
+            for (i, p) in t.partitions.iter().enumerate() {
+                let Some(preferred) = p.replicas.first() else {
+                    continue;
+                };
+                let entry = per_broker.entry(*preferred).or_default();
+                entry.0 += 1;
+                if p.preferred_leader_electable(&self.brokers) {
+                    entry.1.push((t.topic_id, i as i32));
+                }
+            }
+        }
+        per_broker
+            .into_values()
+            .filter(|(total, off)| off.len() * 100 > *total * percentage as usize)
+            .flat_map(|(_, off)| off)
+            .collect()
+    }
+
     /// Offline partitions whose topic allows unclean elections and that have a live replica:
     /// what the controller proposes [`crate::Command::ElectUncleanLeader`] for.
     pub fn unclean_candidates(&self) -> Vec<(uuid::Uuid, i32)> {
@@ -227,11 +274,20 @@ impl ClusterState {
     }
 }
 
+impl PartitionInfo {
+    /// Whether a preferred-leader election would change this partition's leader: its first
+    /// replica is live, in the ISR, and not the leader.
+    pub fn preferred_leader_electable(&self, brokers: &BTreeMap<NodeId, BrokerInfo>) -> bool {
+        self.replicas.first().is_some_and(|r| {
+            self.leader != Some(*r)
+                && self.isr.contains(r)
+                && brokers.get(r).is_some_and(|b| !b.fenced)
+        })
+    }
+}
+
 /// The first replica, in assignment order, that is in the ISR and not fenced.
-fn elect_from_isr(
-    p: &PartitionInfo,
-    brokers: &std::collections::BTreeMap<NodeId, BrokerInfo>,
-) -> Option<NodeId> {
+fn elect_from_isr(p: &PartitionInfo, brokers: &BTreeMap<NodeId, BrokerInfo>) -> Option<NodeId> {
     p.replicas
         .iter()
         .copied()
@@ -240,8 +296,6 @@ fn elect_from_isr(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use crate::command::Command;
 
     use super::*;
@@ -354,6 +408,94 @@ mod tests {
             (p.leader, p.leader_epoch, p.partition_epoch),
             (Some(1), 2, 2)
         );
+    }
+
+    #[test]
+    fn preferred_leaders_return_once_back_in_the_isr_and_only_past_the_imbalance_threshold() {
+        let (mut state, epochs) = live_cluster(&[1, 2, 3]);
+        // Broker 1 is preferred for partitions 0 and 1, broker 2 for 2.
+        topic(
+            &mut state,
+            vec![vec![1, 2, 3], vec![1, 3, 2], vec![2, 3, 1]],
+        );
+        assert!(state.preferred_leader_imbalance(10).is_empty());
+        state.apply(&Command::FenceBroker {
+            node_id: 1,
+            epoch: epochs[&1],
+        });
+        let id = state.topics["t"].topic_id;
+        assert_eq!(partition(&state, 0).leader, Some(2));
+        // Fenced and out of the ISR: not electable.
+        assert!(state.preferred_leader_imbalance(10).is_empty());
+        state.apply(&Command::ElectPreferredLeaders {
+            partitions: vec![(id, 0)],
+        });
+        assert_eq!(partition(&state, 0).leader, Some(2));
+
+        // Back, heartbeating, and in the ISR again (its leader's AlterPartition).
+        let epoch = register(&mut state, 1);
+        state.apply(&Command::UnfenceBroker { node_id: 1, epoch });
+        for (i, leader) in [(0, 2), (1, 3)] {
+            let p = partition(&state, i).clone();
+            let mut isr = p.isr.clone();
+            isr.push(1);
+            assert_eq!(
+                state.apply(&Command::AlterPartition {
+                    topic_id: id,
+                    partition: i as i32,
+                    leader,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    isr,
+                }),
+                CommandResult::Ok
+            );
+        }
+        // Broker 1 leads none of its two partitions: 100% > 10%.
+        let wanted = state.preferred_leader_imbalance(10);
+        assert_eq!(wanted, vec![(id, 0), (id, 1)]);
+        let before = partition(&state, 0).clone();
+        state.apply(&Command::ElectPreferredLeaders { partitions: wanted });
+        let after = partition(&state, 0);
+        assert_eq!(after.leader, Some(1));
+        assert_eq!(after.leader_epoch, before.leader_epoch + 1);
+        assert_eq!(after.partition_epoch, before.partition_epoch + 1);
+        assert_eq!(partition(&state, 1).leader, Some(1));
+        assert!(state.preferred_leader_imbalance(10).is_empty());
+        // Electing a partition already led by its preferred replica changes nothing.
+        let before = state.clone();
+        state.apply(&Command::ElectPreferredLeaders {
+            partitions: vec![(id, 0), (id, 2)],
+        });
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn one_partition_of_many_off_its_preferred_leader_is_below_the_threshold() {
+        let (mut state, epochs) = live_cluster(&[1, 2]);
+        let mut replicas = vec![vec![1, 2]];
+        replicas.extend((0..19).map(|_| vec![2, 1]));
+        topic(&mut state, replicas);
+        // Partition 0 moves to 2; 1 comes back in its ISR. Broker 1 is preferred for one
+        // partition only: 1 of 1 is off.
+        state.apply(&Command::FenceBroker {
+            node_id: 1,
+            epoch: epochs[&1],
+        });
+        let epoch = register(&mut state, 1);
+        state.apply(&Command::UnfenceBroker { node_id: 1, epoch });
+        let id = state.topics["t"].topic_id;
+        let p = partition(&state, 0).clone();
+        state.apply(&Command::AlterPartition {
+            topic_id: id,
+            partition: 0,
+            leader: 2,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            isr: vec![1, 2],
+        });
+        assert_eq!(state.preferred_leader_imbalance(10), vec![(id, 0)]);
+        assert!(state.preferred_leader_imbalance(100).is_empty());
     }
 
     #[test]

@@ -58,7 +58,7 @@ mod types;
 pub use command::{Command, CommandResult, NodeId};
 pub use controller::{Heartbeat, HeartbeatReply};
 pub use error::MetadataError;
-pub use quorum::{Metadata, MetadataOptions, QuorumStatus};
+pub use quorum::{LeaderBalance, Metadata, MetadataOptions, QuorumStatus};
 pub use remote::{RemoteSegment, RemoteSegmentState};
 pub use state::{BrokerInfo, ClusterState, PartitionInfo, TopicInfo, FIRST_PRODUCER_ID};
 pub use types::TypeConfig;

@@ -87,6 +87,17 @@ pub struct MetadataOptions {
     pub voters: BTreeMap<NodeId, String>,
     /// A broker silent for this long is fenced by the controller.
     pub session_timeout: Duration,
+    /// The controller's automatic preferred-leader rebalance; `None`: off.
+    pub leader_balance: Option<LeaderBalance>,
+}
+
+/// Kafka's `auto.leader.rebalance.enable` settings: every `interval`, partitions whose
+/// preferred replica could lead but does not are handed back to it, for each broker whose
+/// share of such partitions exceeds `per_broker_percentage`.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaderBalance {
+    pub interval: Duration,
+    pub per_broker_percentage: u32,
 }
 
 /// Handle to the running metadata quorum on this node. Cheap to clone.
@@ -104,6 +115,9 @@ struct Inner {
     quorum_id: Arc<QuorumId>,
     dir: PathBuf,
     session_timeout: Duration,
+    leader_balance: Option<LeaderBalance>,
+    /// When the controller last checked the leader balance (reset when it takes over).
+    balanced_at: Mutex<Option<std::time::Instant>>,
     liveness: Mutex<Liveness>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Set by `shutdown`: the raft port closes every connection instead of answering.
@@ -181,6 +195,7 @@ impl Metadata {
             listener,
             voters,
             session_timeout,
+            leader_balance,
         } = opts;
         let bound = listener
             .local_addr()
@@ -235,6 +250,8 @@ impl Metadata {
                 quorum_id,
                 dir,
                 session_timeout,
+                leader_balance,
+                balanced_at: Mutex::new(None),
                 liveness: Mutex::new(Liveness::default()),
                 tasks: Mutex::new(Vec::new()),
                 stopped: std::sync::atomic::AtomicBool::new(false),
@@ -879,9 +896,57 @@ impl Inner {
         }
     }
 
-    /// One controller round on the leader: fence brokers whose session expired, then elect
-    /// leaders outside the ISR where a topic allows it.
+    /// One controller round on the leader: fence brokers whose session expired, elect leaders
+    /// outside the ISR where a topic allows it, and now and then hand leadership back to
+    /// preferred replicas.
     async fn control(&self) {
+        self.fence_expired_and_elect_unclean().await;
+        self.balance_leaders().await;
+    }
+
+    /// Every `leader_balance.interval`: preferred-leader elections where a broker's share of
+    /// partitions led elsewhere passed the threshold. The first check waits a whole interval
+    /// after this node became controller, so returning brokers catch up first.
+    async fn balance_leaders(&self) {
+        let Some(balance) = self.leader_balance else {
+            return;
+        };
+        {
+            let mut at = self
+                .balanced_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let now = std::time::Instant::now();
+            match *at {
+                Some(t) if now.duration_since(t) < balance.interval => return,
+                None => {
+                    *at = Some(now);
+                    return;
+                }
+                Some(_) => *at = Some(now),
+            }
+        }
+        let partitions = self
+            .state
+            .borrow()
+            .preferred_leader_imbalance(balance.per_broker_percentage);
+        if partitions.is_empty() {
+            return;
+        }
+        let count = partitions.len();
+        match self
+            .local_propose(Command::ElectPreferredLeaders { partitions })
+            .await
+        {
+            Ok(_) => tracing::info!(
+                partitions = count,
+                "leadership handed back to preferred replicas"
+            ),
+            Err(e) => tracing::warn!(error = ?e, "preferred leader election failed; will retry"),
+        }
+    }
+
+    async fn fence_expired_and_elect_unclean(&self) {
         let expired = {
             let state = self.state.borrow().clone();
             let mut liveness = self.liveness.lock().unwrap_or_else(PoisonError::into_inner);
@@ -1006,7 +1071,7 @@ async fn serve_connection(mut stream: TcpStream, inner: Weak<Inner>) -> std::io:
     Ok(())
 }
 
-/// The controller loop: on the leader, fence brokers whose session expired.
+/// The controller loop: on the leader, one [`Inner::control`] round per tick.
 async fn run_controller(inner: Weak<Inner>) {
     let mut tick = tokio::time::interval(CONTROLLER_TICK);
     loop {
@@ -1020,6 +1085,11 @@ async fn run_controller(inner: Weak<Inner>) {
         };
         if leads {
             inner.control().await;
+        } else {
+            *inner
+                .balanced_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = None;
         }
     }
 }
@@ -1038,6 +1108,7 @@ mod tests {
             listener: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
             voters: BTreeMap::from([(node_id, "127.0.0.1:0".to_string())]),
             session_timeout: Duration::from_secs(3),
+            leader_balance: None,
         }
     }
 
@@ -1291,6 +1362,7 @@ mod tests {
             listener,
             voters: voters.clone(),
             session_timeout: Duration::from_millis(500),
+            leader_balance: None,
         }
     }
 

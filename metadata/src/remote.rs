@@ -3,9 +3,12 @@
 //! Invariants (DESIGN.md §Invariants 4–5):
 //! - a record is committed only after its objects are fully written and checked, so every
 //!   `Committed` record names readable objects;
-//! - a partition's committed segments do not overlap and are ordered by base offset; a new one
-//!   must start after the last one ends (re-committing the same id is a no-op, so a retried
-//!   proposal is harmless);
+//! - a partition's segments are ordered by end offset with no gap between them: a new one
+//!   must start at or before the remote log's end (or where deleted records end, the log
+//!   start floor) and reach past it. Replicas roll segments at different offsets, so a new
+//!   leader's first upload may begin inside the last segment its predecessor uploaded; the
+//!   overlap is allowed, as in Kafka, and reads take each offset from the first segment
+//!   holding it. Re-committing the same id is a no-op, so a retried proposal is harmless;
 //! - only the partition's current leader epoch may commit, so a deposed leader cannot add a
 //!   segment the new leader does not know of;
 //! - deletion is two steps: `Deleting` takes a segment out of the readable remote log before
@@ -112,10 +115,16 @@ impl ClusterState {
             ));
         }
         if let Some(end) = p.remote_log_end() {
-            if segment.base_offset < end {
+            if segment.base_offset > end.max(p.log_start_floor) {
                 return CommandResult::InvalidRemoteSegment(format!(
-                    "segment starting at {} overlaps the remote log, which ends at {end}",
+                    "segment starting at {} leaves a gap after the remote log, which ends at {end}",
                     segment.base_offset
+                ));
+            }
+            if segment.last_offset < end {
+                return CommandResult::InvalidRemoteSegment(format!(
+                    "segment [{}, {}] adds nothing to the remote log, which ends at {end}",
+                    segment.base_offset, segment.last_offset
                 ));
             }
         }
@@ -227,15 +236,13 @@ mod tests {
             (p.remote_log_start(), p.remote_log_end()),
             (Some(0), Some(200))
         );
-        // Overlapping, malformed, fenced, unknown: refused, nothing changes.
-        assert!(matches!(
-            commit(&mut state, id, &segment(150, 250)),
-            CommandResult::InvalidRemoteSegment(_)
-        ));
-        assert!(matches!(
-            commit(&mut state, id, &segment(300, 299)),
-            CommandResult::InvalidRemoteSegment(_)
-        ));
+        // Covered already, leaving a gap, malformed, fenced, unknown: refused, nothing changes.
+        for refused in [segment(150, 199), segment(201, 300), segment(300, 299)] {
+            assert!(matches!(
+                commit(&mut state, id, &refused),
+                CommandResult::InvalidRemoteSegment(_)
+            ));
+        }
         state.topics.get_mut("t").unwrap().partitions[0].leader_epoch = 3;
         assert_eq!(
             commit(&mut state, id, &segment(200, 299)),
@@ -254,6 +261,32 @@ mod tests {
             CommandResult::UnknownPartition
         );
         assert_eq!(state.topics["t"].partitions[0].remote.len(), 2);
+    }
+
+    #[test]
+    fn a_new_leaders_segment_may_straddle_the_remote_end_but_never_leave_a_gap() {
+        let (mut state, id) = cluster();
+        commit(&mut state, id, &segment(0, 199));
+        // The new leader rolled at 150: its segment [150, 299] overlaps and extends.
+        assert_eq!(
+            commit(&mut state, id, &segment(150, 299)),
+            CommandResult::Ok
+        );
+        assert_eq!(state.topics["t"].partitions[0].remote_log_end(), Some(300));
+        assert_eq!(
+            commit(&mut state, id, &segment(300, 399)),
+            CommandResult::Ok
+        );
+        // Past deleted records (DeleteRecords raised the floor) a gap is no gap.
+        state.topics.get_mut("t").unwrap().partitions[0].log_start_floor = 450;
+        assert_eq!(
+            commit(&mut state, id, &segment(450, 499)),
+            CommandResult::Ok
+        );
+        assert!(matches!(
+            commit(&mut state, id, &segment(600, 699)),
+            CommandResult::InvalidRemoteSegment(_)
+        ));
     }
 
     #[test]

@@ -155,6 +155,7 @@ impl ClusterState {
                 topic_id,
                 partition,
             } => self.elect_unclean(topic_id, *partition),
+            Command::ElectPreferredLeaders { partitions } => self.elect_preferred(partitions),
             Command::AlterPartition {
                 topic_id,
                 partition,

@@ -149,6 +149,11 @@ impl Cluster {
         &mut self.nodes[id as usize - 1]
     }
 
+    /// Member with node id `id`, shared (to read from while polling).
+    pub fn member(&self, id: u64) -> &Broker {
+        &self.nodes[id as usize - 1]
+    }
+
     /// The controller as the running members agree on it: every running member reporting
     /// itself active (`strata_active_controller`) must be the same one, and exactly one.
     pub fn controller(&mut self) -> Option<u64> {
@@ -214,20 +219,22 @@ impl Cluster {
             .collect()
     }
 
-    /// Creates `topic` with `replication` (a factor, or explicit replica lists) and
-    /// `min.insync.replicas`, through a running member, then waits until every running member
-    /// sees all its partitions healthy (full ISR).
+    /// Creates `topic` with `replication` (a factor, or explicit replica lists) and topic
+    /// `configs` (`min.insync.replicas`, ...), through a running member, then waits until
+    /// every running member sees all its partitions healthy (full ISR).
     pub fn create_replicated_topic(
         &mut self,
         topic: &str,
         partitions: i32,
         replication: rdkafka::admin::TopicReplication<'_>,
-        min_insync_replicas: &str,
+        configs: &[(&str, &str)],
     ) {
         use rdkafka::admin::{AdminOptions, NewTopic};
         let admin = self.any_running().admin();
-        let t = NewTopic::new(topic, partitions, replication)
-            .set("min.insync.replicas", min_insync_replicas);
+        let mut t = NewTopic::new(topic, partitions, replication);
+        for (k, v) in configs {
+            t = t.set(k, v);
+        }
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
         crate::block_on(admin.create_topics([&t], &opts)).expect("CreateTopics")[0]
             .clone()

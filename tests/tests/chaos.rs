@@ -2,7 +2,8 @@
 //! idempotent acks=all producer and a consumer run while partition leaders are killed with
 //! SIGKILL and restarted, again and again; then the history of sends and polls is checked
 //! against the final log: no lost acknowledged write, no duplicate, no reordering, no read of
-//! data later lost, no skipped offset.
+//! data later lost, no skipped offset. Three nodes losing one leader at a time, and five
+//! nodes losing a leader and another broker at once.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +16,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use strata_tests::cluster::CLUSTER_TIMEOUT;
 use strata_tests::history::{check, Poll, Send};
-use strata_tests::{unique_topic, wait_for, Cluster, TrackingProducer};
+use strata_tests::{unique_topic, Cluster, Rng, TrackingProducer};
 
 const FAST: &[(&str, &str)] = &[
     ("STRATA_BROKER_HEARTBEAT_INTERVAL_MS", "200"),
@@ -29,10 +30,27 @@ const ROUNDS: usize = 10;
 
 #[test]
 fn killing_leaders_ten_times_under_acks_all_loses_and_reorders_nothing() {
-    let mut cluster = Cluster::start(3, 3, FAST);
+    chaos(3, false);
+}
+
+#[test]
+fn five_nodes_losing_a_leader_and_another_broker_at_once_lose_and_reorder_nothing() {
+    chaos(5, true);
+}
+
+/// Ten rounds on a cluster of `nodes` (all voters): each kills the leader of one partition
+/// (and, with `and_another`, a second broker picked at random), waits until the controller
+/// has fenced them, restarts them and waits for full ISRs; then checks the history.
+fn chaos(nodes: usize, and_another: bool) {
+    let mut cluster = Cluster::start(nodes, nodes, FAST);
     cluster.wait_controller();
     let topic = unique_topic("chaos");
-    cluster.create_replicated_topic(&topic, PARTITIONS, TopicReplication::Fixed(3), "2");
+    cluster.create_replicated_topic(
+        &topic,
+        PARTITIONS,
+        TopicReplication::Fixed(3),
+        &[("min.insync.replicas", "2")],
+    );
 
     let stop = Arc::new(AtomicBool::new(false));
     // The producer: idempotent, acks=all, each value unique, partitions round robin.
@@ -83,21 +101,33 @@ fn killing_leaders_ten_times_under_acks_all_loses_and_reorders_nothing() {
         })
     };
 
+    let mut rng = Rng::new(nodes as u64);
     for round in 0..ROUNDS {
         let p = round % PARTITIONS as usize;
         let leader = cluster.leaders(&topic)[p].expect("a leader");
-        cluster.node(leader).kill9();
-        wait_for("a new leader", CLUSTER_TIMEOUT, || {
-            cluster
-                .leaders(&topic)
-                .get(p)
-                .copied()
-                .flatten()
-                .is_some_and(|l| l != leader)
+        let mut victims = vec![leader];
+        if and_another {
+            let others: Vec<u64> = (1..=nodes as u64).filter(|n| *n != leader).collect();
+            victims.push(others[rng.below(others.len() as u64) as usize]);
+        }
+        for v in &victims {
+            cluster.node(*v).kill9();
+        }
+        // Until the survivors' controller has fenced every victim (their partitions moved, or
+        // are offline while no in-sync replica is left).
+        let dead = victims.clone();
+        cluster.wait_all("the victims fenced", move |v| {
+            v["brokers"].as_array().is_some_and(|b| {
+                b.iter()
+                    .filter(|b| dead.iter().any(|d| b["id"] == *d))
+                    .all(|b| b["state"] == "fenced")
+            })
         });
-        cluster.node(leader).restart();
+        for v in &victims {
+            cluster.node(*v).restart();
+        }
         cluster.wait_topic_healthy(&topic);
-        eprintln!("round {round}: killed {leader}, leader of partition {p}; healthy again");
+        eprintln!("round {round}: killed {victims:?} (leader of partition {p}); healthy again");
     }
 
     stop.store(true, Ordering::Relaxed);

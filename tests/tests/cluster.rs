@@ -1,7 +1,7 @@
 //! Clusters of real `strata` processes on loopback: the metadata quorum over TCP, broker
 //! registration, heartbeats and fencing, leader moves, and the operator's view
-//! (`strata cluster status`, metrics). Partitions have one replica here; `replication.rs`
-//! covers replicated partitions.
+//! (`strata cluster status`, metrics), and leadership handed back to preferred replicas
+//! (automatically, and through ElectLeaders). `replication.rs` covers replication itself.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use strata_tests::cluster::CLUSTER_TIMEOUT;
-use strata_tests::{block_on, strata_bin, unique_topic, wait_for, Cluster, TrackingProducer};
+use strata_tests::{
+    block_on, strata_bin, unique_topic, wait_for, Cluster, KafkaConn, TrackingProducer,
+};
 
 /// Fast failure detection, so the tests do not wait out production timeouts.
 const FAST: &[(&str, &str)] = &[
@@ -323,4 +325,93 @@ fn a_full_cluster_restart_keeps_topics_data_and_committed_offsets() {
         })
         .sum();
     assert_eq!(total, 900);
+}
+
+/// Partitions led by their first replica: 1, 2, 3.
+const PREFERRED: &[&[i32]] = &[&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]];
+
+/// Kills broker 2, waits until partition 1 has moved off it, restarts it and waits until it
+/// is back in every ISR.
+fn bounce_broker_2(cluster: &mut Cluster, topic: &str) {
+    cluster.node(2).kill9();
+    wait_for("partition 1 to move off broker 2", CLUSTER_TIMEOUT, || {
+        cluster
+            .leaders(topic)
+            .get(1)
+            .copied()
+            .flatten()
+            .is_some_and(|l| l != 2)
+    });
+    cluster.node(2).restart();
+    cluster.wait_topic_healthy(topic);
+}
+
+#[test]
+fn the_controller_hands_leadership_back_to_preferred_replicas() {
+    let mut env = FAST.to_vec();
+    env.push(("STRATA_LEADER_IMBALANCE_CHECK_INTERVAL_MS", "1000"));
+    let mut cluster = Cluster::start(3, 3, &env);
+    cluster.wait_controller();
+    let topic = unique_topic("preferred");
+    cluster.create_replicated_topic(&topic, 3, TopicReplication::Variable(PREFERRED), &[]);
+    assert_eq!(cluster.leaders(&topic), vec![Some(1), Some(2), Some(3)]);
+    bounce_broker_2(&mut cluster, &topic);
+    wait_for(
+        "broker 2 to lead partition 1 again",
+        CLUSTER_TIMEOUT,
+        || cluster.leaders(&topic) == vec![Some(1), Some(2), Some(3)],
+    );
+}
+
+#[test]
+fn elect_leaders_moves_leadership_to_the_preferred_replica_on_request() {
+    use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+    use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    let mut env = FAST.to_vec();
+    env.push(("STRATA_AUTO_LEADER_REBALANCE_ENABLE", "false"));
+    let mut cluster = Cluster::start(3, 3, &env);
+    cluster.wait_controller();
+    let topic = unique_topic("elect");
+    cluster.create_replicated_topic(&topic, 3, TopicReplication::Variable(PREFERRED), &[]);
+    bounce_broker_2(&mut cluster, &topic);
+    let moved = cluster.leaders(&topic);
+    assert_ne!(moved[1], Some(2), "no automatic rebalance when it is off");
+
+    let elect = |cluster: &mut Cluster, kind: i8, partitions: Vec<i32>| {
+        let mut conn = KafkaConn::connect(&cluster.node(3).kafka_addr.clone()).unwrap();
+        let req = ElectLeadersRequest::default()
+            .with_election_type(kind)
+            .with_timeout_ms(10_000)
+            .with_topic_partitions(Some(vec![TopicPartitions::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.clone())))
+                .with_partitions(partitions)]));
+        let resp: ElectLeadersResponse = conn.request(2, &req).unwrap();
+        assert_eq!(resp.error_code, 0);
+        let mut codes: Vec<(i32, i16)> = resp.replica_election_results[0]
+            .partition_result
+            .iter()
+            .map(|r| (r.partition_id, r.error_code))
+            .collect();
+        codes.sort();
+        codes
+    };
+    // Preferred: partition 1 moves back; 0 and 2 need nothing (ELECTION_NOT_NEEDED); 7 does
+    // not exist.
+    assert_eq!(
+        elect(&mut cluster, 0, vec![0, 1, 2, 7]),
+        vec![(0, 84), (1, 0), (2, 84), (7, 3)]
+    );
+    wait_for(
+        "every member to see the preferred leaders",
+        CLUSTER_TIMEOUT,
+        || cluster.leaders(&topic) == vec![Some(1), Some(2), Some(3)],
+    );
+    // Unclean on partitions that have leaders: nothing to do, nothing lost.
+    assert_eq!(elect(&mut cluster, 1, vec![0, 1]), vec![(0, 84), (1, 84)]);
+    assert_eq!(
+        cluster.node(1).metric("strata_unclean_leader_elections"),
+        0.0
+    );
 }

@@ -54,7 +54,12 @@ fn an_isolated_leader_acknowledges_nothing_and_is_truncated_to_the_new_leader_af
     let (mut cluster, split) = Cluster::start_splittable(3, FAST);
     cluster.wait_controller();
     let topic = unique_topic("split");
-    cluster.create_replicated_topic(&topic, 1, TopicReplication::Fixed(3), "2");
+    cluster.create_replicated_topic(
+        &topic,
+        1,
+        TopicReplication::Fixed(3),
+        &[("min.insync.replicas", "2")],
+    );
     let old = cluster.leaders(&topic)[0].expect("a leader");
     let batch = |value: String| {
         encode_batch(

@@ -27,7 +27,12 @@ fn acks_all_records_survive_the_leader_being_killed_and_every_replica_converges(
     let mut cluster = Cluster::start(3, 3, FAST);
     cluster.wait_controller();
     let topic = unique_topic("rf3");
-    cluster.create_replicated_topic(&topic, 2, TopicReplication::Fixed(3), "2");
+    cluster.create_replicated_topic(
+        &topic,
+        2,
+        TopicReplication::Fixed(3),
+        &[("min.insync.replicas", "2")],
+    );
 
     let cfg = cluster.producer_config();
     let producer = TrackingProducer::new(&cfg);
@@ -141,7 +146,12 @@ fn acks_all_is_refused_below_min_insync_replicas() {
     let mut cluster = Cluster::start(5, 3, FAST);
     cluster.wait_controller();
     let topic = unique_topic("min-isr");
-    cluster.create_replicated_topic(&topic, 1, TopicReplication::Variable(&[&[1, 4, 5]]), "2");
+    cluster.create_replicated_topic(
+        &topic,
+        1,
+        TopicReplication::Variable(&[&[1, 4, 5]]),
+        &[("min.insync.replicas", "2")],
+    );
     assert_eq!(cluster.leaders(&topic)[0], Some(1));
     let mut conn = KafkaConn::connect(&cluster.node(1).kafka_addr.clone()).unwrap();
     let batch = |i: i64| {
@@ -185,7 +195,12 @@ fn an_offline_partition_stays_offline_unless_unclean_election_is_allowed_and_the
     let mut cluster = Cluster::start(5, 3, FAST);
     cluster.wait_controller();
     let topic = unique_topic("unclean");
-    cluster.create_replicated_topic(&topic, 1, TopicReplication::Variable(&[&[4, 5]]), "1");
+    cluster.create_replicated_topic(
+        &topic,
+        1,
+        TopicReplication::Variable(&[&[4, 5]]),
+        &[("min.insync.replicas", "1")],
+    );
     let batch = |i: i64| {
         encode_batch(
             &[RawRecord::new(format!("k{i}"), "v", now_ms())],
@@ -289,8 +304,8 @@ fn find_coordinator(cluster: &mut Cluster, via: u64, group: &str, not: Option<u6
     })
 }
 
-/// Committed offsets of `group` on `topic`'s partitions, summed, as a client that does not
-/// join sees them (`None` while any is missing or unreadable).
+/// Committed offsets of `group` on `topic`'s partitions, summed (a partition without a commit
+/// counts 0), as a client that does not join sees them; `None` while any is unreadable.
 fn committed_total(
     cluster: &mut Cluster,
     group: &str,
@@ -311,7 +326,10 @@ fn committed_total(
     got.elements()
         .iter()
         .map(|e| match e.offset() {
-            Offset::Offset(o) if e.error().is_ok() => Some(o),
+            _ if e.error().is_err() => None,
+            Offset::Offset(o) => Some(o),
+            // Nothing committed for this partition (the member may not have read it yet).
+            Offset::Invalid => Some(0),
             _ => None,
         })
         .sum()
@@ -339,7 +357,12 @@ fn the_group_coordinator_moves_with_its_offsets_partition_and_keeps_every_acknow
     let mut cluster = Cluster::start(3, 3, FAST);
     cluster.wait_controller();
     let topic = unique_topic("coord");
-    cluster.create_replicated_topic(&topic, 3, TopicReplication::Fixed(3), "2");
+    cluster.create_replicated_topic(
+        &topic,
+        3,
+        TopicReplication::Fixed(3),
+        &[("min.insync.replicas", "2")],
+    );
     let producer = TrackingProducer::new(&cluster.producer_config());
     for i in 0..900 {
         let key = format!("k{i}");

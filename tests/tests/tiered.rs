@@ -2,9 +2,12 @@
 //! (moto), local copies deleted past `local.retention.ms`, and librdkafka consumers reading the
 //! whole history back, byte for byte, across the remote → local boundary. Faults: the S3 server
 //! unreachable mid-run, SIGKILL in the middle of an upload, a corrupted object; and remote
-//! retention deleting exactly the expired segments.
+//! retention deleting exactly the expired segments. In a 3-node cluster: only the leader
+//! uploads, followers trim behind the remote log, and a new leader resumes with no gap.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::incremental_alter_configs_request::{
@@ -12,13 +15,15 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 };
 use kafka_protocol::messages::IncrementalAlterConfigsRequest;
 use kafka_protocol::protocol::StrBytes;
+use rdkafka::admin::TopicReplication;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
+use strata_tests::cluster::CLUSTER_TIMEOUT;
 use strata_tests::outage::OutageProxy;
 use strata_tests::s3::{MotoServer, REGION};
 use strata_tests::{
     now_ms, parse_prometheus, poll_until, strata_bin, unique_topic, wait_for, Broker, BrokerOpts,
-    ConsumedRecord, KafkaConn, Rng, TrackingProducer,
+    Cluster, ConsumedRecord, KafkaConn, Rng, TrackingProducer,
 };
 
 const VALUE_LEN: usize = 1000;
@@ -483,4 +488,221 @@ fn remote_retention_deletes_exactly_the_expired_segments() {
     // Below the new start is out of range.
     let (code, _) = fetch_error(&mut conn, &topic, 100);
     assert_eq!(code, 1, "OFFSET_OUT_OF_RANGE");
+}
+
+/// One partition's tier view from a member's `/v1/partitions`.
+fn tier_view(broker: &Broker, topic: &str) -> Option<serde_json::Value> {
+    let body = broker
+        .admin_get(&format!("/v1/partitions?topic={topic}"))
+        .ok()?
+        .body;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v.as_array()?.first().cloned()
+}
+
+#[test]
+fn in_a_cluster_only_the_leader_uploads_and_a_new_leader_resumes_with_no_gap() {
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let env = [
+        ("STRATA_BROKER_HEARTBEAT_INTERVAL_MS", "200"),
+        ("STRATA_BROKER_SESSION_TIMEOUT_MS", "1500"),
+        ("STRATA_REPLICA_LAG_TIME_MAX_MS", "2000"),
+        ("STRATA_OBJECT_STORE", url.as_str()),
+        // Uploads slower than produce: the remote log trails the log end.
+        ("STRATA_REMOTE_LOG_UPLOAD_MAX_BYTES_PER_SECOND", "3000000"),
+        ("STRATA_REMOTE_LOG_MANAGER_TASK_INTERVAL_MS", "100"),
+        ("STRATA_LOG_RETENTION_CHECK_INTERVAL_MS", "100"),
+        ("STRATA_REMOTE_CACHE_MEMORY_BYTES", "8388608"),
+        ("STRATA_REMOTE_CACHE_DISK_BYTES", "33554432"),
+        ("STRATA_REMOTE_CACHE_REPLAY_MEMORY_BYTES", "8388608"),
+        ("STRATA_REMOTE_CACHE_REPLAY_DISK_BYTES", "33554432"),
+    ];
+    let mut cluster = Cluster::start(3, 3, &env);
+    cluster.wait_controller();
+    let topic = unique_topic("tier-rf3");
+    // Broker 1 leads; 2 is next in line.
+    cluster.create_replicated_topic(
+        &topic,
+        1,
+        TopicReplication::Variable(&[&[1, 2, 3]]),
+        &[
+            ("min.insync.replicas", "2"),
+            ("segment.bytes", "1048576"),
+            ("segment.ms", "100"),
+            ("local.retention.ms", "1000"),
+            ("remote.storage.enable", "true"),
+        ],
+    );
+    assert_eq!(cluster.leaders(&topic)[0], Some(1));
+    let ts0 = now_ms() - 3_600_000;
+
+    // Records flow all along, through the failover: an idempotent acks=all producer, record
+    // `i` at offset `i`, at most MAX of them.
+    const MAX: usize = 14_000;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut cfg = cluster.producer_config();
+    cfg.set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .set("batch.size", "65536")
+        .set("message.timeout.ms", "120000");
+    let producer = Arc::new(TrackingProducer::new(&cfg));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let producing = {
+        let (stop, producer, sent, topic) =
+            (stop.clone(), producer.clone(), sent.clone(), topic.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) && i < MAX {
+                let key = format!("k{i}");
+                producer.send(
+                    i,
+                    &topic,
+                    Some(0),
+                    key.as_bytes(),
+                    &value(i),
+                    &[],
+                    Some(ts0 + i as i64),
+                );
+                i += 1;
+                sent.store(i, Ordering::Relaxed);
+                if i % 20 == 0 {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        })
+    };
+
+    // The leader uploads; the followers trim their copies only below what is committed.
+    let remote_end = |cluster: &Cluster, id: u64| {
+        tier_view(cluster.member(id), &topic).and_then(|v| v["remote_end"].as_i64())
+    };
+    wait_for("the first uploads", CLUSTER_TIMEOUT, || {
+        remote_end(&cluster, 1).is_some_and(|e| e >= 1000)
+    });
+    for f in [2, 3] {
+        poll_until(
+            Duration::from_secs(60),
+            || {
+                let v = tier_view(cluster.member(f), &topic)?;
+                let (local, end) = (v["local_start"].as_i64()?, v["remote_end"].as_i64()?);
+                assert!(
+                    local <= end,
+                    "follower {f} deleted records not offloaded: {v}"
+                );
+                (local > 0).then_some(())
+            },
+            || {
+                format!(
+                    "follower {f} trims: {:?}",
+                    tier_view(cluster.member(f), &topic)
+                )
+            },
+        );
+        assert_eq!(
+            cluster
+                .member(f)
+                .metric("strata_tier_uploaded_segments_total"),
+            0.0,
+            "follower {f} uploaded"
+        );
+    }
+
+    // Broker 2 restarts and catches up in large fetches: its time-based rolls (segment.ms)
+    // now run on another schedule than the leader's, so it cuts segments at other offsets.
+    // Once the remote end lies inside one of its segments, the leader dies.
+    cluster.node(2).kill9();
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.node(2).restart();
+    cluster.wait_topic_healthy(&topic);
+    let bases_of = |cluster: &Cluster, id: u64| -> Vec<i64> {
+        files_with(
+            &cluster.member(id).data_dir().join(format!("{topic}-0")),
+            ".log",
+        )
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_str().unwrap().parse().unwrap())
+        .collect()
+    };
+    let straddles =
+        |bases: &[i64], end: i64| bases.first().is_some_and(|b| *b < end) && !bases.contains(&end);
+    wait_for(
+        "the remote end inside one of broker 2's segments",
+        CLUSTER_TIMEOUT,
+        || remote_end(&cluster, 1).is_some_and(|e| straddles(&bases_of(&cluster, 2), e)),
+    );
+    assert!(
+        cluster
+            .member(1)
+            .metric("strata_tier_uploaded_segments_total")
+            > 0.0
+    );
+    cluster.node(1).kill9();
+    // Until 2 is elected (a session timeout away) it only follows: its segments as they stand
+    // are what it starts from as leader.
+    let at_failover = bases_of(&cluster, 2);
+    let end = remote_end(&cluster, 3).unwrap();
+    wait_for("broker 2 to lead", CLUSTER_TIMEOUT, || {
+        cluster.leaders(&topic)[0] == Some(2)
+    });
+    assert!(
+        straddles(&at_failover, end),
+        "the new leader's segments {at_failover:?} straddle the remote end {end}"
+    );
+    let resumed_at = sent.load(Ordering::Relaxed);
+    wait_for("records past the failover", CLUSTER_TIMEOUT, || {
+        producer.acked_count() >= (resumed_at + 2000).min(MAX)
+    });
+    stop.store(true, Ordering::Relaxed);
+    producing.join().unwrap();
+    producer.flush(Duration::from_secs(60));
+    let n = sent.load(Ordering::Relaxed);
+    let delivered = producer.all_delivered(n);
+    for (i, (_, offset)) in delivered.iter().enumerate() {
+        assert_eq!(*offset, i as i64, "record {i}'s offset");
+    }
+
+    // The new leader uploads from where the remote log ends, with no gap.
+    poll_until(
+        Duration::from_secs(120),
+        || {
+            let v = tier_view(cluster.member(2), &topic)?;
+            (v["remote_end"].as_i64()? >= n as i64 - 3000 && v["upload_lag_segments"] == 0)
+                .then_some(())
+        },
+        || {
+            format!(
+                "offload on the new leader: {:?}",
+                tier_view(cluster.member(2), &topic)
+            )
+        },
+    );
+    assert!(
+        cluster
+            .member(2)
+            .metric("strata_tier_uploaded_segments_total")
+            > 0.0
+    );
+
+    // The whole history, remote and local, exactly once and in order.
+    assert_eq!(cluster.member(2).watermarks(&topic, 0), (0, n as i64));
+    check_records(cluster.member(2), &topic, 0, n, ts0);
+
+    // The old leader returns as a follower and trims behind the remote log too.
+    cluster.node(1).restart();
+    cluster.wait_topic_healthy(&topic);
+    poll_until(
+        Duration::from_secs(60),
+        || {
+            let v = tier_view(cluster.member(1), &topic)?;
+            let (local, end) = (v["local_start"].as_i64()?, v["remote_end"].as_i64()?);
+            (local >= 1000 && local <= end).then_some(())
+        },
+        || {
+            format!(
+                "old leader trims: {:?}",
+                tier_view(cluster.member(1), &topic)
+            )
+        },
+    );
 }

@@ -11,6 +11,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod elect_leaders;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -69,6 +70,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Op
         ),
         RequestKind::DeleteRecords(r) => {
             ResponseKind::DeleteRecords(delete_records::handle(broker, r).await)
+        }
+        RequestKind::ElectLeaders(r) => {
+            ResponseKind::ElectLeaders(elect_leaders::handle(broker, r, v).await)
         }
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(describe_cluster::handle(broker, r, v))

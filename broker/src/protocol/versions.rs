@@ -33,6 +33,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::ElectLeaders, 0, 2),
 ];
 
 pub fn range(api: ApiKey) -> Option<(i16, i16)> {
