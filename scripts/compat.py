@@ -274,6 +274,17 @@ def run(binary, keep):
         check(configs["segment.bytes"].value == "1048576", f"segment.bytes = {configs['segment.bytes'].value}")
         check("cleanup.policy" in configs, "no cleanup.policy (a default) in the described configs")
 
+    def confluent_elect_leaders():
+        from confluent_kafka import ElectionType, KafkaError
+        parts = [TopicPartition(ck_topic, p) for p in range(3)]
+        res = ck_admin().elect_leaders(ElectionType.PREFERRED, parts).result(15)
+        check(len(res) == 3, f"elect_leaders answered {len(res)} partitions")
+        for tp, err in res.items():
+            # One node leads everything it is preferred for: nothing to elect.
+            code = err.code() if err is not None else None
+            check(code == KafkaError.ELECTION_NOT_NEEDED,
+                  f"elect_leaders {tp.topic}-{tp.partition}: {err}")
+
     step("confluent-kafka: create topics (AdminClient.create_topics)", confluent_create_topic)
     step("confluent-kafka: metadata (AdminClient.list_topics, one topic and all topics)", confluent_list_topics)
     step("confluent-kafka: produce 300 keyed records with headers (idempotent, lz4)", confluent_produce)
@@ -281,6 +292,7 @@ def run(binary, keep):
     step("confluent-kafka: list offsets (watermarks, offsets_for_times, AdminClient.list_offsets)",
          confluent_list_offsets)
     step("confluent-kafka: describe configs", confluent_describe_configs)
+    step("confluent-kafka: preferred leader election (AdminClient.elect_leaders)", confluent_elect_leaders)
 
     # ---------------------------------------------------------------- kafka-python
     def kp_admin():

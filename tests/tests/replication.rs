@@ -137,6 +137,19 @@ fn acks_all_records_survive_the_leader_being_killed_and_every_replica_converges(
             "node {n} failed to append what it fetched"
         );
     }
+    // The rejoin is an ISR expand, committed by a leader and counted there.
+    let expands: f64 = (1..=3)
+        .map(|n| {
+            strata_tests::parse_prometheus(&cluster.node(n).metrics())
+                .into_iter()
+                .filter(|s| {
+                    s.name == "strata_isr_changes_total" && s.label("change") == Some("expand")
+                })
+                .map(|s| s.value)
+                .sum::<f64>()
+        })
+        .sum();
+    assert!(expands >= 1.0, "ISR expands counted: {expands}");
 }
 
 #[test]

@@ -52,6 +52,12 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IsrChangeLabels {
+    /// `shrink` or `expand`.
+    change: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BrokerStateLabels {
     state: String,
 }
@@ -75,7 +81,7 @@ struct ClusterMetrics {
     offline_partitions: Gauge,
     under_replicated_partitions: Gauge,
     leader_partitions: Gauge,
-    isr_changes: Counter,
+    isr_changes: Family<IsrChangeLabels, Counter>,
     unclean_elections: Gauge,
     replicated_bytes: Counter,
     follower_lag: Family<FollowerLabels, Gauge>,
@@ -130,7 +136,7 @@ impl ClusterMetrics {
         );
         registry.register(
             "isr_changes",
-            "ISR shrinks and expands this broker committed as a leader (rate: per second)",
+            "ISR shrinks and expands this broker committed as a leader, by change (rate: per second, Kafka's IsrShrinksPerSec and IsrExpandsPerSec)",
             self.isr_changes.clone(),
         );
         registry.register(
@@ -280,7 +286,7 @@ impl Metrics {
                 offline_partitions: Gauge::default(),
                 under_replicated_partitions: Gauge::default(),
                 leader_partitions: Gauge::default(),
-                isr_changes: Counter::default(),
+                isr_changes: Family::default(),
                 unclean_elections: Gauge::default(),
                 replicated_bytes: Counter::default(),
                 follower_lag: Family::default(),
@@ -564,9 +570,14 @@ impl Metrics {
             .inc();
     }
 
-    /// A leader committed an ISR change.
-    pub fn isr_changed(&self) {
-        self.cluster.isr_changes.inc();
+    /// A leader committed an ISR change: a shrink, or an expand.
+    pub fn isr_changed(&self, expand: bool) {
+        self.cluster
+            .isr_changes
+            .get_or_create(&IsrChangeLabels {
+                change: if expand { "expand" } else { "shrink" }.into(),
+            })
+            .inc();
     }
 
     /// A follower appended `bytes` fetched from a leader.
