@@ -10,7 +10,9 @@
 #      killed with SIGKILL; the largest produce latency is the time from the kill to the first
 #      acks=all write acknowledged by the new leader (within ~5 ms, the send interval);
 #   5. controller failover: SIGKILL of the active controller until another node reports itself
-#      controller (polled every 50 ms).
+#      controller (polled every 50 ms);
+#   6. offset commits against a coordinator whose __consumer_offsets partition has 3 replicas
+#      (a commit is acknowledged once the ISR holds it): 1 and 8 clients, 10 s each.
 # Env: RECORDS (default 2000000), SIZE (100), E2E_RATE (5000), CLUSTER_ENV (extra STRATA_*
 # settings for every node, e.g. "STRATA_BROKER_SESSION_TIMEOUT_MS=1500").
 set -euo pipefail
@@ -80,3 +82,9 @@ while :; do
 done
 end=$(date +%s%N)
 echo "controller $controller killed; node $now_controller took over after $(((end - start) / 1000000)) ms"
+
+echo "== 6. offset commits, __consumer_offsets with 3 replicas"
+scripts/cluster.sh restart "$controller" >/dev/null
+for c in 1 8; do
+    "$BIN" perf commit -b "$B" --group "commits-$c" --topic "commits-$c" --clients "$c" --seconds 10
+done

@@ -56,7 +56,13 @@ wait_ready() {
     return 1
 }
 
-running() { [ -f "$DIR/node-$1/pid" ] && kill -0 "$(cat "$DIR/node-$1/pid")" 2>/dev/null; }
+# A killed node may linger as a zombie until its (re)parent reaps it: that is not running.
+running() {
+    [ -f "$DIR/node-$1/pid" ] || return 1
+    local state
+    state="$(ps -o stat= -p "$(cat "$DIR/node-$1/pid")" 2>/dev/null)" || return 1
+    [ -n "$state" ] && [ "${state:0:1}" != Z ]
+}
 
 case "${1:-}" in
 start)

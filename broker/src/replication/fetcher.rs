@@ -1,5 +1,10 @@
-//! The follower side: one task per leader broker fetches every partition this broker follows
-//! from it, with the Kafka Fetch API (replica id set), as Kafka's replica fetcher threads do.
+//! The follower side: tasks fetch every partition this broker follows from each leader
+//! broker, with the Kafka Fetch API (replica id set), as Kafka's replica fetcher threads do.
+//! Each leader gets two: one for data topics and one for internal topics
+//! (`__consumer_offsets`). Every fetch round reads and answers every partition it names, so
+//! fifty idle offsets partitions in the data fetcher's rounds cost each produce's replication
+//! about a third more CPU (measured in docs/benchmarks.md); on their own they long-poll and
+//! wake only for commits.
 //!
 //! Invariants (DESIGN.md §Invariant 6):
 //! - Before the first fetch at a leader epoch, the follower truncates: it asks the leader
@@ -55,40 +60,47 @@ pub struct Assignment {
     pub leader_epoch: i32,
 }
 
-/// The fetcher tasks, one per leader broker.
+/// Which fetcher a partition goes to: its leader, and whether its topic is internal.
+type FetcherKey = (u64, bool);
+
+/// The fetcher tasks, two per leader broker (data topics, internal topics).
 #[derive(Default)]
 pub struct Fetchers {
-    by_leader: std::sync::Mutex<HashMap<u64, watch::Sender<Vec<Assignment>>>>,
+    by_leader: std::sync::Mutex<HashMap<FetcherKey, watch::Sender<Vec<Assignment>>>>,
 }
 
 impl Fetchers {
     /// Points every fetcher at the partitions this broker now follows from its leader,
     /// starting fetchers for new leaders.
     pub fn sync(&self, broker: &Arc<Broker>) {
-        let mut wanted: HashMap<u64, Vec<Assignment>> = HashMap::new();
+        let mut wanted: HashMap<FetcherKey, Vec<Assignment>> = HashMap::new();
         for p in broker.partitions.all() {
             if let Some((leader, leader_epoch)) = p.following() {
-                wanted.entry(leader).or_default().push(Assignment {
-                    partition: p,
-                    leader_epoch,
-                });
+                let internal = p.tp.topic.starts_with("__");
+                wanted
+                    .entry((leader, internal))
+                    .or_default()
+                    .push(Assignment {
+                        partition: p,
+                        leader_epoch,
+                    });
             }
         }
         let mut fetchers = self.by_leader.lock().unwrap_or_else(|p| p.into_inner());
-        for (leader, tx) in fetchers.iter() {
-            if !wanted.contains_key(leader) {
+        for (key, tx) in fetchers.iter() {
+            if !wanted.contains_key(key) {
                 tx.send_replace(Vec::new());
             }
         }
-        for (leader, parts) in wanted {
-            match fetchers.get(&leader) {
+        for (key, parts) in wanted {
+            match fetchers.get(&key) {
                 Some(tx) => {
                     tx.send_replace(parts);
                 }
                 None => {
                     let (tx, rx) = watch::channel(parts);
-                    tokio::spawn(run(broker.clone(), leader, rx));
-                    fetchers.insert(leader, tx);
+                    tokio::spawn(run(broker.clone(), key.0, rx));
+                    fetchers.insert(key, tx);
                 }
             }
         }
