@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use strata_tests::cluster::CLUSTER_TIMEOUT;
 use strata_tests::{
-    block_on, strata_bin, unique_topic, wait_for, Cluster, KafkaConn, TrackingProducer,
+    block_on, strata_bin, unique_topic, wait_for, wait_for_some, Cluster, KafkaConn,
+    TrackingProducer,
 };
 
 /// Fast failure detection, so the tests do not wait out production timeouts.
@@ -255,7 +256,7 @@ fn five_nodes_with_two_learners_promoted_to_voters_survive_losing_two() {
 }
 
 #[test]
-fn a_full_cluster_restart_keeps_topics_data_and_committed_offsets() {
+fn a_full_cluster_restart_keeps_topics_data_committed_offsets_and_groups() {
     let mut cluster = Cluster::start(3, 3, FAST);
     cluster.wait_controller();
     let topic = unique_topic("restart-all");
@@ -325,6 +326,19 @@ fn a_full_cluster_restart_keeps_topics_data_and_committed_offsets() {
         })
         .sum();
     assert_eq!(total, 900);
+
+    // And the group itself: its coordinator (wherever its offsets partition is led now)
+    // describes it as it was left, a consumer group with no members.
+    let view = wait_for_some(
+        "the group described after the restart",
+        CLUSTER_TIMEOUT,
+        || cluster.node(1).describe_group(&group).ok().flatten(),
+    );
+    assert_eq!(
+        (view.state.as_str(), view.protocol_type.as_str()),
+        ("Empty", "consumer")
+    );
+    assert!(view.members.is_empty());
 }
 
 /// Partitions led by their first replica: 1, 2, 3.
