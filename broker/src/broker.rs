@@ -104,19 +104,12 @@ impl Broker {
         current_leader_epoch: i32,
     ) -> Result<Arc<Partition>, ApiError> {
         let state = self.metadata.state();
-        let info = state
-            .topic(topic)
-            .and_then(|t| {
-                usize::try_from(partition)
-                    .ok()
-                    .and_then(|i| t.partitions.get(i))
-            })
-            .ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::UnknownTopicOrPartition,
-                    format!("unknown partition {topic}-{partition}"),
-                )
-            })?;
+        let info = state.partition(topic, partition).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("unknown partition {topic}-{partition}"),
+            )
+        })?;
         if current_leader_epoch >= 0 && current_leader_epoch < info.leader_epoch {
             return Err(ApiError::new(
                 ErrorCode::FencedLeaderEpoch,

@@ -159,15 +159,6 @@ pub enum Role {
     Offline,
 }
 
-fn partition_info<'a>(
-    state: &'a ClusterState,
-    tp: &TopicPartition,
-) -> Option<&'a strata_metadata::PartitionInfo> {
-    state
-        .topic(&tp.topic)
-        .and_then(|t| t.partitions.get(usize::try_from(tp.partition).ok()?))
-}
-
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -312,7 +303,7 @@ impl Partition {
         }
     }
 
-    /// The ISR size while this broker leads at `leader_epoch` (None otherwise).
+    /// The ISR size while this broker leads (None otherwise).
     pub fn isr_len(&self) -> Option<usize> {
         match &*self.role() {
             Role::Leader(s) => Some(s.isr.len()),
@@ -350,9 +341,7 @@ impl Partition {
         let mut rx = self.hw.subscribe();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            if self.leader_epoch.load(Ordering::Acquire) != leader_epoch
-                || !matches!(&*self.role(), Role::Leader(_))
-            {
+            if self.current_leader_epoch() != leader_epoch || !self.is_leader() {
                 return Err(crate::error::ErrorCode::NotLeaderOrFollower);
             }
             if self.log().high_watermark() > last_offset {
@@ -530,6 +519,11 @@ impl Partition {
 
     pub fn log_config(&self) -> topic_config::LogConfig {
         self.log().config().clone()
+    }
+
+    /// The topic's `min.insync.replicas`.
+    pub fn min_insync_replicas(&self) -> usize {
+        self.log().config().min_insync_replicas
     }
 
     /// Bytes of the local segments holding offsets at or above `offset`.
@@ -824,7 +818,7 @@ impl Partitions {
         for (tp, (topic_id, log_config, remote, leader_epoch)) in wanted {
             if let Some(existing) = self.get(&tp.topic, tp.partition) {
                 existing.leader_epoch.store(leader_epoch, Ordering::Release);
-                if let Some(info) = partition_info(&state, &tp) {
+                if let Some(info) = state.partition(&tp.topic, tp.partition) {
                     existing.set_role(self.node_id, info);
                 }
                 {
@@ -867,7 +861,7 @@ impl Partitions {
                 replica: Mutex::new(Role::Offline),
                 hw: tokio::sync::watch::channel(-1).0,
             });
-            if let Some(info) = partition_info(&state, &tp) {
+            if let Some(info) = state.partition(&tp.topic, tp.partition) {
                 partition.set_role(self.node_id, info);
             }
             self.map

@@ -40,6 +40,8 @@ pub struct LogConfig {
     /// -2 resolved to `retention.ms/bytes`).
     pub local_retention_ms: i64,
     pub local_retention_bytes: i64,
+    /// `min.insync.replicas`: acks=all writes are refused while the ISR is smaller.
+    pub min_insync_replicas: usize,
 }
 
 impl LogConfig {
@@ -64,6 +66,7 @@ impl LogConfig {
             remote_storage: false,
             local_retention_ms: -1,
             local_retention_bytes: -1,
+            min_insync_replicas: 1,
         }
     }
 }
@@ -380,6 +383,7 @@ pub fn log_config(cfg: &BrokerConfig, overrides: &BTreeMap<String, String>) -> L
             num("local.retention.bytes", -2),
             num("retention.bytes", -1),
         ),
+        min_insync_replicas: usize::try_from(num("min.insync.replicas", 1)).unwrap_or(1),
     }
 }
 

@@ -134,6 +134,12 @@ impl ClusterState {
         self.topics.get(name)
     }
 
+    /// Partition `partition` of the topic named `topic` (`None`: no such topic or partition).
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionInfo> {
+        let i = usize::try_from(partition).ok()?;
+        self.topic(topic)?.partitions.get(i)
+    }
+
     /// The topic whose id is `id` (a linear scan; topic counts are small).
     pub fn topic_by_id(&self, id: &uuid::Uuid) -> Option<&TopicInfo> {
         self.topics.values().find(|t| &t.topic_id == id)

@@ -9,11 +9,12 @@
 //! member, as clients on either side of a real partition would.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
+
+use crate::outage::splice;
 
 /// One live proxied connection: which members it joins and its two sockets.
 struct Conn {
@@ -174,39 +175,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, to: u64, target: Stri
             to,
             sockets: [c2, s2],
         });
-        pipe(client, server);
-    }
-}
-
-/// Copies bytes both ways until either side closes, then closes both.
-fn pipe(client: TcpStream, server: TcpStream) {
-    let (Ok(mut c_read), Ok(mut s_write)) = (client.try_clone(), server.try_clone()) else {
-        return;
-    };
-    thread::spawn(move || {
-        copy(&mut c_read, &mut s_write);
-        let _ = c_read.shutdown(Shutdown::Both);
-        let _ = s_write.shutdown(Shutdown::Both);
-    });
-    let (mut s_read, mut c_write) = (server, client);
-    thread::spawn(move || {
-        copy(&mut s_read, &mut c_write);
-        let _ = s_read.shutdown(Shutdown::Both);
-        let _ = c_write.shutdown(Shutdown::Both);
-    });
-}
-
-fn copy(from: &mut TcpStream, to: &mut TcpStream) {
-    let mut buf = [0u8; 64 * 1024];
-    loop {
-        match from.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if to.write_all(&buf[..n]).is_err() {
-                    return;
-                }
-            }
-        }
+        splice(client, server);
     }
 }
 

@@ -89,22 +89,38 @@ fn pipe(client: TcpStream, shared: Arc<Shared>) {
         conns.extend(client.try_clone().ok());
         conns.extend(server.try_clone().ok());
     }
-    let copy = |mut from: TcpStream, mut to: TcpStream| {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if to.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
+    splice(client, server);
+}
+
+/// Copies bytes both ways until either side closes, then closes both.
+pub(crate) fn splice(client: TcpStream, server: TcpStream) {
+    let (Ok(mut c_read), Ok(mut s_write)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    thread::spawn(move || {
+        copy(&mut c_read, &mut s_write);
+        let _ = c_read.shutdown(Shutdown::Both);
+        let _ = s_write.shutdown(Shutdown::Both);
+    });
+    let (mut s_read, mut c_write) = (server, client);
+    thread::spawn(move || {
+        copy(&mut s_read, &mut c_write);
+        let _ = s_read.shutdown(Shutdown::Both);
+        let _ = c_write.shutdown(Shutdown::Both);
+    });
+}
+
+fn copy(from: &mut TcpStream, to: &mut TcpStream) {
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    return;
                 }
             }
         }
-        let _ = from.shutdown(Shutdown::Both);
-        let _ = to.shutdown(Shutdown::Both);
-    };
-    let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-    thread::spawn(move || copy(c2, s2));
-    copy(server, client);
+    }
 }
+

@@ -10,17 +10,11 @@ use std::time::Duration;
 use kafka_protocol::records::Compression;
 use rdkafka::admin::TopicReplication;
 use rdkafka::Offset;
-use strata_tests::cluster::CLUSTER_TIMEOUT;
+use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
 use strata_tests::{
     encode_batch, now_ms, unique_topic, wait_for, wait_for_some, Cluster, KafkaConn, RawRecord,
     TrackingProducer,
 };
-
-const FAST: &[(&str, &str)] = &[
-    ("STRATA_BROKER_HEARTBEAT_INTERVAL_MS", "200"),
-    ("STRATA_BROKER_SESSION_TIMEOUT_MS", "1500"),
-    ("STRATA_REPLICA_LAG_TIME_MAX_MS", "2000"),
-];
 
 /// Answers an isolated leader may give an acks=all write: it timed out waiting for the
 /// followers, or the ISR (as it last knew it) is too small. Never success.

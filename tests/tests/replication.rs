@@ -8,17 +8,11 @@ use std::time::Duration;
 use kafka_protocol::records::Compression;
 use rdkafka::admin::TopicReplication;
 use rdkafka::Offset;
-use strata_tests::cluster::CLUSTER_TIMEOUT;
+use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
 use strata_tests::{
     block_on, encode_batch, now_ms, unique_topic, wait_for, wait_for_some, Cluster, KafkaConn,
     RawRecord, TrackingProducer,
 };
-
-const FAST: &[(&str, &str)] = &[
-    ("STRATA_BROKER_HEARTBEAT_INTERVAL_MS", "200"),
-    ("STRATA_BROKER_SESSION_TIMEOUT_MS", "1500"),
-    ("STRATA_REPLICA_LAG_TIME_MAX_MS", "2000"),
-];
 
 const NOT_ENOUGH_REPLICAS: i16 = 19;
 
@@ -37,36 +31,30 @@ fn acks_all_records_survive_the_leader_being_killed_and_every_replica_converges(
     let cfg = cluster.producer_config();
     let producer = TrackingProducer::new(&cfg);
     let total = 4000;
-    for i in 0..total / 2 {
-        let key = format!("k{i}");
-        producer.send(
-            i,
-            &topic,
-            Some((i % 2) as i32),
-            key.as_bytes(),
-            key.as_bytes(),
-            &[],
-            None,
-        );
-    }
+    // Record `i` has key and value `k{i}` and goes to partition `i % 2`.
+    let send = |range: std::ops::Range<usize>| {
+        for i in range {
+            let key = format!("k{i}");
+            let partition = Some((i % 2) as i32);
+            producer.send(
+                i,
+                &topic,
+                partition,
+                key.as_bytes(),
+                key.as_bytes(),
+                &[],
+                None,
+            );
+        }
+    };
+    send(0..total / 2);
     producer.flush(Duration::from_secs(60));
     assert_eq!(producer.acked_count(), total / 2);
 
     // Kill the leader of partition 0 and keep producing: the clients move to the new leader.
     let leader = cluster.leaders(&topic)[0].expect("a leader");
     cluster.node(leader).kill9();
-    for i in total / 2..total {
-        let key = format!("k{i}");
-        producer.send(
-            i,
-            &topic,
-            Some((i % 2) as i32),
-            key.as_bytes(),
-            key.as_bytes(),
-            &[],
-            None,
-        );
-    }
+    send(total / 2..total);
     producer.flush(Duration::from_secs(90));
     let acked = producer.all_delivered(total);
     let new_leader = cluster.leaders(&topic)[0].expect("a new leader");

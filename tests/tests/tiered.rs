@@ -18,7 +18,7 @@ use kafka_protocol::protocol::StrBytes;
 use rdkafka::admin::TopicReplication;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
-use strata_tests::cluster::CLUSTER_TIMEOUT;
+use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
 use strata_tests::outage::OutageProxy;
 use strata_tests::s3::{MotoServer, REGION};
 use strata_tests::{
@@ -504,10 +504,7 @@ fn tier_view(broker: &Broker, topic: &str) -> Option<serde_json::Value> {
 fn in_a_cluster_only_the_leader_uploads_and_a_new_leader_resumes_with_no_gap() {
     let store = tempfile::tempdir().unwrap();
     let url = format!("file://{}", store.path().display());
-    let env = [
-        ("STRATA_BROKER_HEARTBEAT_INTERVAL_MS", "200"),
-        ("STRATA_BROKER_SESSION_TIMEOUT_MS", "1500"),
-        ("STRATA_REPLICA_LAG_TIME_MAX_MS", "2000"),
+    let tier = [
         ("STRATA_OBJECT_STORE", url.as_str()),
         // Uploads slower than produce: the remote log trails the log end.
         ("STRATA_REMOTE_LOG_UPLOAD_MAX_BYTES_PER_SECOND", "3000000"),
@@ -518,6 +515,7 @@ fn in_a_cluster_only_the_leader_uploads_and_a_new_leader_resumes_with_no_gap() {
         ("STRATA_REMOTE_CACHE_REPLAY_MEMORY_BYTES", "8388608"),
         ("STRATA_REMOTE_CACHE_REPLAY_DISK_BYTES", "33554432"),
     ];
+    let env = [FAST, &tier[..]].concat();
     let mut cluster = Cluster::start(3, 3, &env);
     cluster.wait_controller();
     let topic = unique_topic("tier-rf3");

@@ -261,10 +261,7 @@ impl Coordinator {
         validate_group_id(group_id)?;
         let p = store::partition_for(group_id);
         let state = broker.metadata.state();
-        let Some(info) = state
-            .topic(store::TOPIC)
-            .and_then(|t| t.partitions.get(p as usize))
-        else {
+        let Some(info) = state.partition(store::TOPIC, p) else {
             return Err(ApiError::new(
                 ErrorCode::CoordinatorNotAvailable,
                 format!("{} does not exist yet", store::TOPIC),

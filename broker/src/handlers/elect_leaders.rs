@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
-use strata_metadata::{ClusterState, Command, CommandResult, PartitionInfo};
+use strata_metadata::{ClusterState, Command, CommandResult};
 
 use super::str_bytes;
 use crate::broker::Broker;
@@ -99,7 +99,7 @@ pub async fn handle(
         if outcome.is_some() {
             continue;
         }
-        let done = partition(&after, t, *p).is_some_and(|info| match kind {
+        let done = after.partition(t, *p).is_some_and(|info| match kind {
             PREFERRED => info.leader.is_some() && info.leader == info.replicas.first().copied(),
             _ => info.leader.is_some(),
         });
@@ -136,12 +136,6 @@ pub async fn handle(
     )
 }
 
-fn partition<'a>(state: &'a ClusterState, topic: &str, p: i32) -> Option<&'a PartitionInfo> {
-    state
-        .topic(topic)
-        .and_then(|t| usize::try_from(p).ok().and_then(|i| t.partitions.get(i)))
-}
-
 fn not_available(kind: i8) -> (ErrorCode, String) {
     if kind == PREFERRED {
         (
@@ -158,7 +152,7 @@ fn not_available(kind: i8) -> (ErrorCode, String) {
 
 /// Why no election is made for the partition, or `None` when one is to be made.
 fn eligibility(state: &ClusterState, topic: &str, p: i32, kind: i8) -> Outcome {
-    let Some(info) = partition(state, topic, p) else {
+    let Some(info) = state.partition(topic, p) else {
         return Some((
             ErrorCode::UnknownTopicOrPartition,
             format!("{topic}-{p} does not exist"),

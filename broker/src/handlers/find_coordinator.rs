@@ -22,8 +22,7 @@ async fn locate(broker: &Broker, key: &str, key_type: i8) -> Result<(i32, String
     broker.groups.ensure_offsets_topic(broker).await?;
     let state = broker.metadata.state();
     let leader = state
-        .topic(store::TOPIC)
-        .and_then(|t| t.partitions.get(store::partition_for(key) as usize))
+        .partition(store::TOPIC, store::partition_for(key))
         .and_then(|p| p.leader)
         .ok_or_else(|| {
             ApiError::new(

@@ -47,7 +47,7 @@ pub async fn handle(
         for p in topic.partition_data {
             let result = match &info {
                 Err(e) => Err(e.clone()),
-                Ok(t) => append(broker, t, p.index, p.records.as_ref(), acks, timeout).await,
+                Ok(_) => append(broker, &name, p.index, p.records.as_ref(), acks, timeout).await,
             };
             let resp = PartitionProduceResponse::default().with_index(p.index);
             partitions.push(match result {
@@ -81,21 +81,16 @@ pub async fn handle(
 /// Appends one partition's batches; with acks=all, waits until the ISR holds them.
 async fn append(
     broker: &Broker,
-    topic: &strata_metadata::TopicInfo,
+    name: &str,
     partition: i32,
     records: Option<&bytes::Bytes>,
     acks: i16,
     timeout: std::time::Duration,
 ) -> Result<(i64, i64, i64), ApiError> {
-    let name = topic.name.as_str();
     let partition_ref = broker.leader_partition(name, partition, -1)?;
     let records = records.ok_or_else(|| ApiError::new(ErrorCode::InvalidRecord, "null records"))?;
     let epoch = partition_ref.current_leader_epoch();
-    let min_isr = topic
-        .configs
-        .get("min.insync.replicas")
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(1);
+    let min_isr = partition_ref.min_insync_replicas();
     if acks == -1 {
         let isr = partition_ref.isr_len().unwrap_or(0);
         if isr < min_isr {

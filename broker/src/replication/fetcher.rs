@@ -306,12 +306,21 @@ async fn round(
         .with_session_epoch(-1)
         .with_topics(topics);
     let resp = conn.call(FETCH_VERSION, &req, client).await?;
+    let by_tp: HashMap<(&str, i32), &Assignment> = ready
+        .iter()
+        .map(|a| {
+            (
+                (a.partition.tp.topic.as_str(), a.partition.tp.partition),
+                *a,
+            )
+        })
+        .collect();
     for t in resp.responses {
         for pd in t.partitions {
-            let Some(a) = ready.iter().find(|a| {
-                a.partition.tp.topic == t.topic.0.as_str()
-                    && a.partition.tp.partition == pd.partition_index
-            }) else {
+            let Some(a) = by_tp
+                .get(&(t.topic.0.as_str(), pd.partition_index))
+                .copied()
+            else {
                 continue;
             };
             let p = &a.partition;

@@ -27,12 +27,25 @@ struct Progress {
     previous: Option<(i64, Instant)>,
 }
 
+impl Progress {
+    /// A follower not heard from yet, with a full lag allowance from `now`.
+    fn unknown(now: Instant) -> Progress {
+        Progress {
+            log_end: -1,
+            last_caught_up: now,
+            previous: None,
+        }
+    }
+}
+
 /// An ISR change to propose through the quorum.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IsrChange {
     pub leader_epoch: i32,
     pub partition_epoch: i32,
     pub isr: Vec<u64>,
+    /// A follower joins (else some leave).
+    pub expand: bool,
 }
 
 #[derive(Debug)]
@@ -63,16 +76,7 @@ impl LeaderState {
         let followers = replicas
             .iter()
             .filter(|r| **r != me)
-            .map(|r| {
-                (
-                    *r,
-                    Progress {
-                        log_end: -1,
-                        last_caught_up: now,
-                        previous: None,
-                    },
-                )
-            })
+            .map(|r| (*r, Progress::unknown(now)))
             .collect();
         LeaderState {
             me,
@@ -97,11 +101,9 @@ impl LeaderState {
         let now = Instant::now();
         for r in &self.replicas {
             if *r != self.me {
-                self.followers.entry(*r).or_insert(Progress {
-                    log_end: -1,
-                    last_caught_up: now,
-                    previous: None,
-                });
+                self.followers
+                    .entry(*r)
+                    .or_insert_with(|| Progress::unknown(now));
             }
         }
         let replicas = self.replicas.clone();
@@ -186,6 +188,7 @@ impl LeaderState {
         IsrChange {
             leader_epoch: self.leader_epoch,
             partition_epoch: self.partition_epoch,
+            expand: isr.len() > self.isr.len(),
             isr,
         }
     }

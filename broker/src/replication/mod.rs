@@ -24,7 +24,6 @@ use leader::IsrChange;
 pub fn propose_isr(broker: &Arc<Broker>, p: &Arc<Partition>, change: IsrChange) {
     let broker = broker.clone();
     let p = p.clone();
-    let expand = change.isr.len() > p.isr_len().unwrap_or(0);
     tokio::spawn(async move {
         let cmd = Command::AlterPartition {
             topic_id: p.topic_id,
@@ -37,7 +36,7 @@ pub fn propose_isr(broker: &Arc<Broker>, p: &Arc<Partition>, change: IsrChange) 
         match broker.apply(cmd).await {
             Ok(_) => {
                 tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, isr = ?change.isr, "ISR changed");
-                broker.metrics.isr_changed(expand);
+                broker.metrics.isr_changed(change.expand);
                 if let Err(e) = broker.sync_partitions() {
                     tracing::warn!(error = %e, "applying the ISR change locally failed");
                 }
