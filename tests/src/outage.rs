@@ -123,4 +123,3 @@ fn copy(from: &mut TcpStream, to: &mut TcpStream) {
         }
     }
 }
-
