@@ -204,6 +204,7 @@ impl Broker {
                         "give either replica assignments or partitions and replication factor",
                     ));
                 }
+                self.check_partition_count(i32::try_from(a.len()).unwrap_or(i32::MAX))?;
                 a
             }
             None => {
@@ -212,12 +213,7 @@ impl Broker {
                 } else {
                     num_partitions
                 };
-                if partitions <= 0 {
-                    return Err(ApiError::new(
-                        ErrorCode::InvalidPartitions,
-                        format!("{partitions} partitions"),
-                    ));
-                }
+                self.check_partition_count(partitions)?;
                 let rf = if replication_factor == -1 {
                     self.config.default_replication_factor as i16
                 } else {
@@ -292,6 +288,21 @@ impl Broker {
         self.sync_partitions()
     }
 
+    /// A topic's partition count comes from a client: it must be positive and at most
+    /// `max_partitions_per_topic` before anything (placement, the quorum) is sized by it.
+    fn check_partition_count(&self, partitions: i32) -> Result<(), ApiError> {
+        let max = self.config.max_partitions_per_topic;
+        if partitions <= 0 || partitions as u64 > max as u64 {
+            return Err(ApiError::new(
+                ErrorCode::InvalidPartitions,
+                format!(
+                    "{partitions} partitions: a topic has 1 to {max} (max_partitions_per_topic)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Adds partitions so the topic has `total`.
     pub async fn create_partitions(
         &self,
@@ -308,6 +319,7 @@ impl Broker {
             )
         })?;
         let current = topic.partitions.len();
+        self.check_partition_count(total)?;
         if total as usize <= current {
             return Err(ApiError::new(
                 ErrorCode::InvalidPartitions,

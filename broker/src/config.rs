@@ -42,10 +42,24 @@ pub struct BrokerConfig {
     pub cluster_id: String,
     pub auto_create_topics_enable: bool,
     pub num_partitions: u32,
+    /// Most partitions one topic may have (CreateTopics and CreatePartitions beyond it get
+    /// INVALID_PARTITIONS).
+    pub max_partitions_per_topic: u32,
     pub default_replication_factor: u16,
     /// `socket.request.max.bytes`: frames above this close the connection.
     pub max_request_bytes: u32,
     pub max_connections: usize,
+    /// Kafka connections open at once from one client IP address (`max.connections.per.ip`).
+    pub max_connections_per_ip: usize,
+    /// A connection with no request in flight and no bytes received for this long is closed
+    /// (`connections.max.idle.ms`).
+    pub connections_max_idle_ms: u64,
+    /// Bytes of request frames held at once across all connections (`queued.max.request.bytes`):
+    /// when reached, the broker stops reading requests until earlier ones are answered.
+    pub queued_max_request_bytes: u64,
+    /// A request frame must arrive whole, and a response be written whole, within this of
+    /// its first byte; a connection that does not manage it is closed.
+    pub socket_io_timeout_ms: u64,
     pub log_segment_bytes: u64,
     pub log_segment_ms: i64,
     pub log_retention_ms: i64,
@@ -140,9 +154,14 @@ impl Default for BrokerConfig {
             cluster_id: "strata".into(),
             auto_create_topics_enable: true,
             num_partitions: 1,
+            max_partitions_per_topic: 10_000,
             default_replication_factor: 1,
             max_request_bytes: 100 * 1024 * 1024,
             max_connections: 10_000,
+            max_connections_per_ip: 1000,
+            connections_max_idle_ms: 600_000,
+            queued_max_request_bytes: 512 << 20,
+            socket_io_timeout_ms: 60_000,
             log_segment_bytes: 1 << 30,
             log_segment_ms: 7 * 24 * 3600 * 1000,
             log_retention_ms: 7 * 24 * 3600 * 1000,
@@ -279,8 +298,23 @@ impl BrokerConfig {
                 "broker_heartbeat_interval_ms must be ≥ 1 and at most half of broker_session_timeout_ms".into(),
             ));
         }
-        if self.num_partitions == 0 {
-            return Err(ConfigError::Invalid("num_partitions must be ≥ 1".into()));
+        if self.queued_max_request_bytes < self.max_request_bytes as u64 {
+            return Err(ConfigError::Invalid(
+                "queued_max_request_bytes must be at least max_request_bytes (a largest request must fit)".into(),
+            ));
+        }
+        if self.max_connections_per_ip == 0
+            || self.connections_max_idle_ms == 0
+            || self.socket_io_timeout_ms == 0
+        {
+            return Err(ConfigError::Invalid(
+                "max_connections_per_ip, connections_max_idle_ms and socket_io_timeout_ms must be ≥ 1".into(),
+            ));
+        }
+        if self.num_partitions == 0 || self.num_partitions > self.max_partitions_per_topic {
+            return Err(ConfigError::Invalid(
+                "num_partitions must be between 1 and max_partitions_per_topic".into(),
+            ));
         }
         if self.leader_imbalance_check_interval_ms == 0
             || self.leader_imbalance_per_broker_percentage > 100

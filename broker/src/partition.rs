@@ -548,12 +548,9 @@ impl Partition {
         if header.is_log_append_time() {
             return Some(header.max_timestamp);
         }
-        let mut buf = bytes.slice(..header.total_len().min(bytes.len()));
-        let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).ok()?;
-        set.records
-            .iter()
-            .find(|r| r.offset >= offset)
-            .map(|r| r.timestamp)
+        crate::log::records::first(&bytes, &header, |r| r.offset >= offset)
+            .ok()?
+            .map(|(_, timestamp)| timestamp)
     }
 
     /// ListOffsets MAX_TIMESTAMP over both tiers: the local answer, or the remote segment

@@ -140,6 +140,8 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let ready = Arc::new(AtomicBool::new(false));
     let mut metrics = Metrics::new();
+    count_panics(metrics.panic_counter());
+    raise_fd_limit(cfg.max_connections);
     // The object store is checked before anything else starts: a wrong bucket, endpoint or
     // credentials stop the broker with a clear message rather than failing every upload later.
     let store_config = cfg.object_store_config()?;
@@ -262,6 +264,48 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     drop(lock);
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// Counts every panic on `/metrics` (`strata_panics_total`) before the default hook prints it.
+/// A panic unwinds to the request, connection or task it happened in; the build never sets
+/// `panic = "abort"`, so no panic ends the process.
+fn count_panics(counter: prometheus_client::metrics::counter::Counter) {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        counter.inc();
+        previous(info);
+    }));
+}
+
+/// Each connection is a file descriptor: raise the soft limit towards the hard one so that
+/// `max_connections` (plus segments, the raft port and the object store's sockets) fit,
+/// as Kafka's packaging does with `LimitNOFILE`.
+fn raise_fd_limit(max_connections: usize) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        let want = (max_connections as libc::rlim_t + 4096).min(lim.rlim_max);
+        if lim.rlim_cur < want {
+            let before = lim.rlim_cur;
+            lim.rlim_cur = want;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                tracing::info!(from = before, to = want, "raised the open-file limit");
+            }
+        }
+        if lim.rlim_cur < max_connections as libc::rlim_t {
+            tracing::warn!(
+                limit = lim.rlim_cur,
+                max_connections,
+                "the open-file limit is below max_connections: connections past it will be refused"
+            );
+        }
+    }
 }
 
 async fn wait_for_signal() {

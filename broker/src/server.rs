@@ -3,24 +3,80 @@
 //! Per connection, a reader task decodes frames into a small bounded queue while the previous
 //! request is handled, and a processor handles requests strictly one at a time, writing each
 //! response before taking the next (Kafka's ordering guarantee: produce requests pipelined on
-//! one connection are appended in the order sent). A bad frame closes only its own connection.
+//! one connection are appended in the order sent).
+//!
+//! Invariants (DESIGN.md §Invariants 7, bad input):
+//! - a bad frame, a malformed request or a panic while handling one closes only its own
+//!   connection; every other connection carries on (a panic is caught at the request, counted
+//!   on `/metrics`, and never reaches the process);
+//! - memory per connection is bounded: at most [`PIPELINE_DEPTH`] decoded requests wait, the
+//!   read buffer, and one response being written; memory across connections is bounded by
+//!   `queued_max_request_bytes` (see [`frame`]), `max_connections` and
+//!   `max_connections_per_ip`;
+//! - no connection is held forever by a client that does nothing: idle ones close after
+//!   `connections_max_idle_ms`, and a request must arrive, and its response be written, within
+//!   `socket_io_timeout_ms` (a client that pipelines without reading its responses stops
+//!   being read once the queue is full, then is closed).
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::broker::Broker;
 use crate::handlers;
-use crate::protocol::{self, frame, DecodeError, Request};
+use crate::protocol::frame::{self, RequestBudget};
+use crate::protocol::{self, DecodeError, Request};
 
 /// Requests decoded ahead of the one being handled, per connection.
 const PIPELINE_DEPTH: usize = 8;
+
+/// Open connections per client address.
+#[derive(Default)]
+struct PerIp(Mutex<HashMap<IpAddr, usize>>);
+
+/// One connection's place in [`PerIp`], given back when dropped.
+struct IpSlot {
+    table: Arc<PerIp>,
+    ip: IpAddr,
+}
+
+impl PerIp {
+    fn take(table: &Arc<PerIp>, ip: IpAddr, max: usize) -> Option<IpSlot> {
+        let mut open = table.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot {
+            table: table.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
 
 pub async fn serve(
     listener: TcpListener,
@@ -28,36 +84,47 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let limit = Arc::new(Semaphore::new(broker.config.max_connections));
+    let per_ip = Arc::new(PerIp::default());
+    let budget = RequestBudget::new(broker.config.queued_max_request_bytes as usize);
     let mut connections = JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
+                    // Out of file descriptors, most often: back off rather than spin.
                     tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
             _ = shutdown.changed() => break,
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
-            broker.metrics.connection_rejected();
+            broker.metrics.connection_rejected("max_connections");
             tracing::warn!(%peer, "connection refused: max_connections reached");
+            continue;
+        };
+        let Some(ip_slot) = PerIp::take(&per_ip, peer.ip(), broker.config.max_connections_per_ip)
+        else {
+            broker.metrics.connection_rejected("max_connections_per_ip");
+            tracing::warn!(%peer, "connection refused: max_connections_per_ip reached");
             continue;
         };
         let _ = stream.set_nodelay(true);
         let broker = broker.clone();
         let shutdown = shutdown.clone();
+        let budget = budget.clone();
         connections.spawn(async move {
             broker.metrics.connection_opened();
-            if let Err(e) = connection(stream, &broker, shutdown)
+            if let Err(e) = connection(stream, &broker, budget, shutdown)
                 .instrument(tracing::debug_span!("conn", %peer))
                 .await
             {
                 tracing::debug!(%peer, error = %e, "connection closed with error");
             }
             broker.metrics.connection_closed();
-            drop(permit);
+            drop((permit, ip_slot));
         });
         // Reap finished connections so the set does not grow with every client ever seen.
         while connections.try_join_next().is_some() {}
@@ -68,14 +135,36 @@ pub async fn serve(
 }
 
 enum Incoming {
-    Request(Box<Request>, usize),
+    Request(Box<Request>, OwnedSemaphorePermit),
     /// ApiVersions with a version we do not speak: answer in v0 so the client can downgrade.
     UnsupportedApiVersions(i32),
+}
+
+/// What the reader and the processor of one connection share to tell an idle connection.
+struct Activity {
+    epoch: Instant,
+    /// Milliseconds since `epoch` of the last request received or response written.
+    last: AtomicU64,
+    /// Requests read and not yet answered.
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    fn touch(&self) {
+        self.last
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn idle_deadline(&self, idle: Duration) -> tokio::time::Instant {
+        let last = self.epoch + Duration::from_millis(self.last.load(Ordering::Relaxed));
+        tokio::time::Instant::from_std(last + idle)
+    }
 }
 
 async fn connection(
     stream: TcpStream,
     broker: &Arc<Broker>,
+    budget: RequestBudget,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     // As Kafka reports it in DescribeGroups: "/<ip>".
@@ -85,15 +174,39 @@ async fn connection(
         .unwrap_or_default();
     let (reader, mut writer) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Incoming>(PIPELINE_DEPTH);
-    let max = broker.config.max_request_bytes;
+    let io_timeout = Duration::from_millis(broker.config.socket_io_timeout_ms);
+    let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
+    let activity = Arc::new(Activity {
+        epoch: Instant::now(),
+        last: AtomicU64::new(0),
+        in_flight: AtomicUsize::new(0),
+    });
     let reader_broker = broker.clone();
+    let reader_activity = activity.clone();
+    let reader_budget = budget.clone();
     let reader_task = tokio::spawn(async move {
-        let broker = reader_broker;
-        let mut frames = frame::FrameReader::new(reader, max);
+        let (broker, activity, budget) = (reader_broker, reader_activity, reader_budget);
+        let mut frames = frame::FrameReader::new(
+            reader,
+            broker.config.max_request_bytes,
+            budget.clone(),
+            io_timeout,
+        );
         loop {
             let frame = tokio::select! {
                 f = frames.next() => f,
                 _ = shutdown.changed() => return Ok(()),
+                _ = tokio::time::sleep_until(activity.idle_deadline(idle)) => {
+                    // Reading a frame, or a request in flight (a JoinGroup may take minutes),
+                    // is activity; `next` is cancel-safe, so the frame read goes on.
+                    if frames.in_frame() || activity.in_flight.load(Ordering::Acquire) > 0 {
+                        activity.touch();
+                        continue;
+                    }
+                    broker.metrics.connection_closed_by_broker("idle");
+                    tracing::debug!(?idle, "closing idle connection");
+                    return Ok(());
+                }
             };
             let frame = match frame {
                 Ok(Some(f)) => f,
@@ -103,16 +216,24 @@ async fn connection(
                     tracing::debug!(error = %e, "connection ended");
                     return Ok(());
                 }
+                Err(e @ frame::FrameError::TimedOut { .. }) => {
+                    broker.metrics.connection_closed_by_broker("read_timeout");
+                    tracing::warn!(error = %e, "closing connection: request too slow to arrive");
+                    return Err(anyhow::Error::from(e));
+                }
                 Err(e) => {
                     broker.metrics.bad_request("frame");
                     tracing::warn!(error = %e, "closing connection: bad frame");
                     return Err(anyhow::Error::from(e));
                 }
             };
-            let size = frame.len() + 4;
-            broker.metrics.received(size as u64);
-            let item = match protocol::decode_request(frame) {
-                Ok(req) => Incoming::Request(Box::new(req), size),
+            activity.touch();
+            broker
+                .metrics
+                .set_request_queue_bytes(budget.in_use(), frame.waited);
+            broker.metrics.received(frame.bytes.len() as u64 + 4);
+            let item = match protocol::decode_request(frame.bytes) {
+                Ok(req) => Incoming::Request(Box::new(req), frame.budget),
                 Err(DecodeError::UnsupportedVersion {
                     api: ApiKey::ApiVersions,
                     correlation_id,
@@ -129,6 +250,7 @@ async fn connection(
                     return Err(anyhow::Error::from(e));
                 }
             };
+            activity.in_flight.fetch_add(1, Ordering::AcqRel);
             if tx.send(item).await.is_err() {
                 return Ok(());
             }
@@ -136,12 +258,15 @@ async fn connection(
     });
 
     while let Some(item) = rx.recv().await {
-        let out = match item {
+        let (out, budget_held) = match item {
             Incoming::UnsupportedApiVersions(correlation_id) => {
                 let body = ResponseKind::ApiVersions(handlers::unsupported_version_response());
-                protocol::encode_response(ApiKey::ApiVersions, 0, correlation_id, &body)?
+                (
+                    protocol::encode_response(ApiKey::ApiVersions, 0, correlation_id, &body)?,
+                    None,
+                )
             }
-            Incoming::Request(req, _size) => {
+            Incoming::Request(req, budget_held) => {
                 let api = req.api_key;
                 let version = req.header.request_api_version;
                 let correlation_id = req.header.correlation_id;
@@ -153,15 +278,35 @@ async fn connection(
                     client_id = req.header.client_id.as_ref().map(|c| c.as_str()).unwrap_or(""),
                 );
                 let started = Instant::now();
-                let response = handlers::handle(broker, *req, &client_host)
-                    .instrument(span)
-                    .await;
+                let handled =
+                    AssertUnwindSafe(handlers::handle(broker, *req, &client_host).instrument(span))
+                        .catch_unwind()
+                        .await;
+                let response = match handled {
+                    Ok(r) => r,
+                    Err(_) => {
+                        // The panic hook counted and logged it; the client sees its connection
+                        // close, as for any request the broker cannot answer.
+                        broker.metrics.connection_closed_by_broker("panic");
+                        tracing::error!(
+                            ?api,
+                            version,
+                            correlation_id,
+                            "request handler panicked; closing its connection"
+                        );
+                        anyhow::bail!("the {api:?} handler panicked");
+                    }
+                };
                 broker
                     .metrics
                     .request(api_name(api), started.elapsed().as_secs_f64());
-                let Some(body) = response else { continue };
+                let Some(body) = response else {
+                    activity.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    activity.touch();
+                    continue;
+                };
                 match protocol::encode_response(api, version, correlation_id, &body) {
-                    Ok(b) => b,
+                    Ok(b) => (b, Some(budget_held)),
                     Err(e) => {
                         tracing::error!(?api, version, error = %e, "cannot encode response; closing connection");
                         return Err(e);
@@ -172,7 +317,22 @@ async fn connection(
         broker
             .metrics
             .sent(out.iter().map(|c| c.len() as u64).sum());
-        write_chunks(&mut writer, out).await?;
+        if tokio::time::timeout(io_timeout, write_chunks(&mut writer, out))
+            .await
+            .map_err(|_| {
+                broker.metrics.connection_closed_by_broker("write_timeout");
+                anyhow::anyhow!("the client did not read its response within {io_timeout:?}")
+            })?
+            .is_err()
+        {
+            return Ok(());
+        }
+        drop(budget_held);
+        broker
+            .metrics
+            .set_request_queue_bytes(budget.in_use(), false);
+        activity.in_flight.fetch_sub(1, Ordering::AcqRel);
+        activity.touch();
     }
     writer.shutdown().await.ok();
     match reader_task.await {

@@ -62,3 +62,12 @@ pub use quorum::{LeaderBalance, Metadata, MetadataOptions, QuorumStatus};
 pub use remote::{RemoteSegment, RemoteSegmentState};
 pub use state::{BrokerInfo, ClusterState, PartitionInfo, TopicInfo, FIRST_PRODUCER_ID};
 pub use types::TypeConfig;
+
+/// Decodes one raft-port frame body as a request and as a response, as a node would: the
+/// entry point of the raft RPC fuzz target (`fuzz/`). `true` if either decodes.
+#[doc(hidden)]
+pub fn decode_rpc_frame(body: &[u8]) -> bool {
+    let request = rpc::decode::<rpc::Envelope>(body).is_ok();
+    let response = rpc::decode::<rpc::Response>(body).is_ok();
+    request || response
+}

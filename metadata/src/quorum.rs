@@ -1023,6 +1023,7 @@ impl Inner {
 
 /// Accepts connections on the raft port; each carries requests answered in order.
 async fn serve(listener: TcpListener, inner: Weak<Inner>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(rpc::MAX_CONNECTIONS));
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
@@ -1032,11 +1033,16 @@ async fn serve(listener: TcpListener, inner: Weak<Inner>) {
                 continue;
             }
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "raft port: connection refused, {} open", rpc::MAX_CONNECTIONS);
+            continue;
+        };
         let inner = inner.clone();
         tokio::spawn(async move {
             if let Err(e) = serve_connection(stream, inner).await {
                 tracing::debug!(%peer, error = %e, "raft port: connection closed");
             }
+            drop(slot);
         });
     }
 }

@@ -6,8 +6,10 @@
 //! asking to join, a broker's heartbeat, a read barrier, a change of voters.
 //!
 //! Invariants:
-//! - A frame's length is checked against [`MAX_FRAME`] before anything is allocated, so a
-//!   stray client (or a Kafka client pointed at the wrong port) costs one closed connection.
+//! - A frame's length is checked against [`MAX_FRAME`], and its buffer grows only with the
+//!   bytes that arrive, so a stray client (or a Kafka client pointed at the wrong port) costs
+//!   one closed connection; a frame must arrive within [`FRAME_TIMEOUT`] of its length, and the
+//!   port serves at most [`MAX_CONNECTIONS`] connections.
 //! - A call never reports an answer it did not receive: a connection that fails in any way is
 //!   dropped and the call returns an `io::Error`. Pooled connections are reused only after a
 //!   complete exchange.
@@ -41,6 +43,13 @@ use crate::types::TypeConfig;
 /// Largest frame accepted. Snapshot chunks are the biggest messages (openraft's default chunk
 /// is 3 MiB, and JSON spells bytes as numbers: up to 4 characters per byte).
 pub(crate) const MAX_FRAME: usize = 64 << 20;
+
+/// Once its length has arrived, a frame's body must arrive within this.
+const FRAME_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Connections the raft port serves at once: peers keep a few each, so this is far above
+/// any real cluster's need and bounds what a stray or hostile client can hold.
+pub(crate) const MAX_CONNECTIONS: usize = 1024;
 
 /// Idle connections kept per peer.
 const IDLE_PER_PEER: usize = 4;
@@ -166,11 +175,29 @@ pub(crate) async fn read_frame<T: DeserializeOwned>(
             format!("frame of {len} bytes is over {MAX_FRAME}: not a strata raft peer?"),
         ));
     }
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body).await?;
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    // The buffer grows with the bytes that arrive, not with the length announced, and a frame
+    // trickling in cannot hold its connection forever.
+    let mut body = Vec::new();
+    tokio::time::timeout(
+        FRAME_TIMEOUT,
+        (&mut *stream).take(len as u64).read_to_end(&mut body),
+    )
+    .await
+    .map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("a frame of {len} bytes did not arrive within {FRAME_TIMEOUT:?}"),
+        )
+    })??;
+    if body.len() < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    decode(&body).map(Some)
+}
+
+/// Decodes one frame's body (the raft RPC fuzz target's entry point).
+pub(crate) fn decode<T: DeserializeOwned>(body: &[u8]) -> io::Result<T> {
+    serde_json::from_slice(body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 pub(crate) async fn write_response(stream: &mut TcpStream, msg: &Response) -> io::Result<()> {

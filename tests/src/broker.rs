@@ -128,6 +128,8 @@ pub struct Broker {
     pub kafka_addr: String,
     /// `127.0.0.1:PORT` of the admin HTTP listener.
     pub admin_addr: String,
+    /// `127.0.0.1:PORT` of the metadata quorum's raft listener.
+    pub raft_addr: String,
     opts: BrokerOpts,
     data_dir: PathBuf,
     _temp: Option<TempDir>,
@@ -168,6 +170,7 @@ impl Broker {
         let mut broker = Broker {
             kafka_addr: String::new(),
             admin_addr: String::new(),
+            raft_addr: String::new(),
             opts,
             data_dir,
             _temp: temp,
@@ -325,20 +328,24 @@ impl Broker {
         };
         let mut kafka = None;
         let mut admin = None;
+        let mut raft = None;
         for field in ready.split_whitespace() {
             if let Some(v) = field.strip_prefix("kafka=") {
                 kafka = Some(v.to_string());
             } else if let Some(v) = field.strip_prefix("admin=") {
                 admin = Some(v.to_string());
+            } else if let Some(v) = field.strip_prefix("raft=") {
+                raft = Some(v.to_string());
             }
         }
-        let (Some(kafka), Some(admin)) = (kafka, admin) else {
+        let (Some(kafka), Some(admin), Some(raft)) = (kafka, admin, raft) else {
             let _ = child.kill();
             let _ = child.wait();
             panic!("malformed READY line: READY {ready}");
         };
         self.kafka_addr = kafka;
         self.admin_addr = admin;
+        self.raft_addr = raft;
         self.child = Some(child);
     }
 
@@ -354,6 +361,18 @@ impl Broker {
 
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("broker not running").id()
+    }
+
+    /// Resident memory of the process (VmRSS), in bytes.
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("read /proc/PID/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmRSS in /proc/PID/status")
+            * 1024
     }
 
     /// This broker's `--node-id` (1 unless set).

@@ -6,6 +6,7 @@
 //! the broker's stdout and stderr (see [`Broker`]'s `Drop`).
 
 pub mod broker;
+pub mod capture;
 pub mod clients;
 pub mod cluster;
 pub mod groups;
@@ -19,6 +20,7 @@ pub mod s3;
 pub mod util;
 
 pub use broker::{strata_bin, Broker, BrokerOpts};
+pub use capture::CaptureProxy;
 pub use clients::{block_on, by_partition, ConsumedRecord, Delivery, TrackingProducer};
 pub use cluster::Cluster;
 pub use http::{http_get, parse_prometheus, HttpResponse, Sample};

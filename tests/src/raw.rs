@@ -36,6 +36,7 @@ pub mod error {
     pub const MESSAGE_TOO_LARGE: i16 = 10;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    pub const INVALID_RECORD: i16 = 87;
 }
 
 /// One TCP connection speaking raw Kafka frames.

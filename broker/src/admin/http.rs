@@ -2,19 +2,29 @@
 //! `/readyz` (metadata loaded and the Kafka listener accepting), `/v1/partitions` (local and
 //! remote ranges), `/v1/cluster` (controller, quorum, brokers, unhealthy partitions) and
 //! `POST /v1/cluster/voters?add=ID|remove=ID` (voter membership changes).
+//!
+//! Requests are parsed into a [`Route`] before anything runs (the admin fuzz target drives
+//! [`Route::parse`]); no handler reads a request body. At most [`MAX_CONNECTIONS`] connections
+//! are served at once, and a request's headers must arrive within [`HEADER_TIMEOUT`].
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::broker::Broker;
+
+/// Admin connections served at once (Prometheus, probes and operators need a handful).
+const MAX_CONNECTIONS: usize = 64;
+/// A request's headers must arrive within this (hyper's slow-loris guard).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn serve(
     listener: TcpListener,
@@ -22,6 +32,7 @@ pub async fn serve(
     ready: Arc<AtomicBool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -33,36 +44,38 @@ pub async fn serve(
             },
             _ = shutdown.changed() => return,
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!("admin connection refused: {MAX_CONNECTIONS} open");
+            continue;
+        };
         let broker = broker.clone();
         let ready = ready.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                 let broker = broker.clone();
                 let ready = ready.clone();
-                async move { Ok::<_, Infallible>(route(&req, &broker, &ready).await) }
+                async move { Ok::<_, Infallible>(respond(&req, &broker, &ready).await) }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {
                 tracing::debug!(error = %e, "admin connection ended with an error");
             }
+            drop(slot);
         });
     }
 }
 
-/// Local and remote ranges of every partition hosted here (or of `?topic=NAME`'s), as JSON.
-fn partitions_json(req: &Request<hyper::body::Incoming>, broker: &Broker) -> String {
-    let topic = req.uri().query().and_then(|q| {
-        q.split('&')
-            .find_map(|kv| kv.strip_prefix("topic="))
-            .map(str::to_string)
-    });
+/// Local and remote ranges of every partition hosted here (or of one topic's), as JSON.
+fn partitions_json(topic: Option<&str>, broker: &Broker) -> String {
     let stats: Vec<_> = broker
         .partitions
         .all()
         .into_iter()
-        .filter(|p| topic.as_ref().is_none_or(|t| *t == p.tp.topic))
+        .filter(|p| topic.is_none_or(|t| t == p.tp.topic))
         .map(|p| p.tier_stats())
         .collect();
     serde_json::to_string(&stats).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
@@ -121,45 +134,82 @@ fn cluster_json(broker: &Broker) -> String {
     .to_string()
 }
 
-/// `POST /v1/cluster/voters?add=ID` or `?remove=ID`: a voter membership change.
-async fn change_voters(
-    req: &Request<hyper::body::Incoming>,
-    broker: &Broker,
-) -> (StatusCode, String) {
-    if req.method() != hyper::Method::POST {
-        return (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "POST /v1/cluster/voters?add=ID or ?remove=ID\n".to_string(),
-        );
-    }
-    let (mut add, mut remove) = (Vec::new(), Vec::new());
-    for kv in req
-        .uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|kv| !kv.is_empty())
-    {
-        let parsed = match kv.split_once('=') {
-            Some(("add", v)) => v.parse().map(|id| add.push(id)),
-            Some(("remove", v)) => v.parse().map(|id| remove.push(id)),
-            _ => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    format!("unknown parameter '{kv}'\n"),
-                )
-            }
-        };
-        if parsed.is_err() {
-            return (StatusCode::BAD_REQUEST, format!("'{kv}': not a node id\n"));
+/// What a request asks for, decided from its method and URI alone.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    Cluster,
+    /// `POST /v1/cluster/voters?add=ID` or `?remove=ID`: a voter membership change.
+    ChangeVoters {
+        add: Vec<u64>,
+        remove: Vec<u64>,
+    },
+    Metrics,
+    Healthz,
+    Readyz,
+    Partitions {
+        topic: Option<String>,
+    },
+    /// A request this server refuses, with its status and the reason.
+    Refused(StatusCode, String),
+}
+
+impl Route {
+    pub fn parse(method: &hyper::Method, uri: &hyper::Uri) -> Route {
+        let query = uri.query().unwrap_or("");
+        match uri.path() {
+            "/v1/cluster" => Route::Cluster,
+            "/v1/cluster/voters" => Self::voters(method, query),
+            "/metrics" => Route::Metrics,
+            "/healthz" => Route::Healthz,
+            "/readyz" => Route::Readyz,
+            "/v1/partitions" => Route::Partitions {
+                topic: query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("topic="))
+                    .map(str::to_string),
+            },
+            _ => Route::Refused(
+                StatusCode::NOT_FOUND,
+                "not found: try /metrics, /healthz, /readyz, /v1/partitions[?topic=NAME], /v1/cluster\n"
+                    .to_string(),
+            ),
         }
     }
-    if add.is_empty() && remove.is_empty() {
-        return (
-            StatusCode::BAD_REQUEST,
-            "nothing to change: add=ID or remove=ID\n".to_string(),
-        );
+
+    fn voters(method: &hyper::Method, query: &str) -> Route {
+        if method != hyper::Method::POST {
+            return Route::Refused(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "POST /v1/cluster/voters?add=ID or ?remove=ID\n".to_string(),
+            );
+        }
+        let (mut add, mut remove) = (Vec::new(), Vec::new());
+        for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+            let parsed = match kv.split_once('=') {
+                Some(("add", v)) => v.parse().map(|id| add.push(id)),
+                Some(("remove", v)) => v.parse().map(|id| remove.push(id)),
+                _ => {
+                    return Route::Refused(
+                        StatusCode::BAD_REQUEST,
+                        format!("unknown parameter '{kv}'\n"),
+                    )
+                }
+            };
+            if parsed.is_err() {
+                return Route::Refused(StatusCode::BAD_REQUEST, format!("'{kv}': not a node id\n"));
+            }
+        }
+        if add.is_empty() && remove.is_empty() {
+            return Route::Refused(
+                StatusCode::BAD_REQUEST,
+                "nothing to change: add=ID or remove=ID\n".to_string(),
+            );
+        }
+        Route::ChangeVoters { add, remove }
     }
+}
+
+async fn change_voters(add: Vec<u64>, remove: Vec<u64>, broker: &Broker) -> (StatusCode, String) {
     match broker.metadata.change_voters(add, remove).await {
         Ok(()) => {
             let voters: Vec<_> = broker.metadata.status().voters.into_keys().collect();
@@ -169,42 +219,37 @@ async fn change_voters(
     }
 }
 
-async fn route(
+async fn respond(
     req: &Request<hyper::body::Incoming>,
     broker: &Broker,
     ready: &AtomicBool,
 ) -> Response<Full<Bytes>> {
-    let (status, content_type, body) = match req.uri().path() {
-        "/v1/cluster" => (StatusCode::OK, "application/json", cluster_json(broker)),
-        "/v1/cluster/voters" => {
-            let (status, body) = change_voters(req, broker).await;
+    let (status, content_type, body) = match Route::parse(req.method(), req.uri()) {
+        Route::Cluster => (StatusCode::OK, "application/json", cluster_json(broker)),
+        Route::ChangeVoters { add, remove } => {
+            let (status, body) = change_voters(add, remove, broker).await;
             (status, "text/plain", body)
         }
-        "/metrics" => (
+        Route::Metrics => (
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             broker.metrics.render(&broker.partitions, &broker.metadata),
         ),
-        "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
-        "/v1/partitions" => (
+        Route::Healthz => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+        Route::Partitions { topic } => (
             StatusCode::OK,
             "application/json",
-            partitions_json(req, broker),
+            partitions_json(topic.as_deref(), broker),
         ),
-        "/readyz" if ready.load(Ordering::Acquire) => {
+        Route::Readyz if ready.load(Ordering::Acquire) => {
             (StatusCode::OK, "text/plain", "ready\n".to_string())
         }
-        "/readyz" => (
+        Route::Readyz => (
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",
             "starting\n".to_string(),
         ),
-        _ => (
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            "not found: try /metrics, /healthz, /readyz, /v1/partitions[?topic=NAME], /v1/cluster\n"
-                .to_string(),
-        ),
+        Route::Refused(status, why) => (status, "text/plain", why),
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;
@@ -212,4 +257,52 @@ async fn route(
         resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(method: &str, uri: &str) -> Route {
+        Route::parse(&method.parse().unwrap(), &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn routes_are_decided_from_method_and_uri() {
+        assert_eq!(parse("GET", "/metrics"), Route::Metrics);
+        assert_eq!(
+            parse("GET", "/v1/partitions?x=1&topic=t"),
+            Route::Partitions {
+                topic: Some("t".into())
+            }
+        );
+        assert_eq!(
+            parse("POST", "/v1/cluster/voters?add=4&remove=2"),
+            Route::ChangeVoters {
+                add: vec![4],
+                remove: vec![2]
+            }
+        );
+        for (method, uri, status) in [
+            (
+                "GET",
+                "/v1/cluster/voters?add=4",
+                StatusCode::METHOD_NOT_ALLOWED,
+            ),
+            ("POST", "/v1/cluster/voters?add=x", StatusCode::BAD_REQUEST),
+            ("POST", "/v1/cluster/voters?drop=1", StatusCode::BAD_REQUEST),
+            ("POST", "/v1/cluster/voters", StatusCode::BAD_REQUEST),
+            (
+                "POST",
+                "/v1/cluster/voters?add=99999999999999999999999",
+                StatusCode::BAD_REQUEST,
+            ),
+            ("GET", "/nope", StatusCode::NOT_FOUND),
+        ] {
+            assert!(
+                matches!(parse(method, uri), Route::Refused(s, _) if s == status),
+                "{method} {uri}"
+            );
+        }
+    }
 }

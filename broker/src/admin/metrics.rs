@@ -30,6 +30,11 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PartitionLabels {
     topic: String,
     partition: String,
@@ -205,7 +210,11 @@ pub struct Metrics {
     bytes_in: Counter,
     bytes_out: Counter,
     connections: Gauge,
-    rejected_connections: Counter,
+    rejected_connections: Family<ReasonLabels, Counter>,
+    closed_connections: Family<ReasonLabels, Counter>,
+    request_queue_bytes: Gauge,
+    request_budget_waits: Counter,
+    panics: Counter,
     bad_requests: Family<ErrorLabels, Counter>,
     produced_records: Family<TopicLabels, Counter<u64, AtomicU64>>,
     produced_bytes: Family<TopicLabels, Counter>,
@@ -252,7 +261,11 @@ impl Metrics {
             bytes_in: Counter::default(),
             bytes_out: Counter::default(),
             connections: Gauge::default(),
-            rejected_connections: Counter::default(),
+            rejected_connections: Family::default(),
+            closed_connections: Family::default(),
+            request_queue_bytes: Gauge::default(),
+            request_budget_waits: Counter::default(),
+            panics: Counter::default(),
             bad_requests: Family::default(),
             produced_records: Family::default(),
             produced_bytes: Family::default(),
@@ -321,8 +334,28 @@ impl Metrics {
         );
         registry.register(
             "rejected_connections",
-            "Connections refused at max_connections",
+            "Connections refused, by reason (max_connections, max_connections_per_ip)",
             m.rejected_connections.clone(),
+        );
+        registry.register(
+            "closed_connections",
+            "Connections the broker closed, by reason (idle, read_timeout, write_timeout, panic)",
+            m.closed_connections.clone(),
+        );
+        registry.register(
+            "request_queue_bytes",
+            "Bytes of request frames held now, across all connections (at most queued_max_request_bytes)",
+            m.request_queue_bytes.clone(),
+        );
+        registry.register(
+            "request_budget_waits",
+            "Requests whose reading paused because queued_max_request_bytes was reached",
+            m.request_budget_waits.clone(),
+        );
+        registry.register(
+            "panics",
+            "Panics anywhere in the broker (each failed one request, one connection or one background task; never the process)",
+            m.panics.clone(),
         );
         registry.register(
             "bad_requests",
@@ -488,8 +521,32 @@ impl Metrics {
         self.connections.dec();
     }
 
-    pub fn connection_rejected(&self) {
-        self.rejected_connections.inc();
+    pub fn connection_rejected(&self, reason: &str) {
+        self.rejected_connections
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn connection_closed_by_broker(&self, reason: &str) {
+        self.closed_connections
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn set_request_queue_bytes(&self, bytes: usize, waited: bool) {
+        self.request_queue_bytes.set(bytes as i64);
+        if waited {
+            self.request_budget_waits.inc();
+        }
+    }
+
+    /// The counter a panic hook increments (see `serve::count_panics`).
+    pub fn panic_counter(&self) -> Counter {
+        self.panics.clone()
     }
 
     pub fn produced(&self, topic: &str, records: u64, bytes: u64) {

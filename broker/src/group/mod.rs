@@ -40,7 +40,7 @@ use bytes::Bytes;
 
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
-use crate::log::batch;
+use crate::log::{batch, records};
 use crate::partition::Partition;
 use state::{Group, GroupState, JoinRequest, JoinResult, Reply, SyncResult};
 use store::{CommittedOffset, GroupMetadata};
@@ -380,7 +380,7 @@ impl Coordinator {
     /// become committed.
     fn read_partition(part: &Partition) -> Result<(usize, Rebuild), ApiError> {
         let mut rebuild = Rebuild::default();
-        let mut records = 0usize;
+        let mut count = 0usize;
         let p = part.tp.partition;
         let mut offset = part.offsets().log_start;
         loop {
@@ -388,27 +388,40 @@ impl Coordinator {
             if bytes.is_empty() || offset >= o.log_end {
                 break;
             }
-            let mut buf = bytes.clone();
-            while !buf.is_empty() {
+            let storage_error = |e: String| {
+                ApiError::new(
+                    ErrorCode::KafkaStorageError,
+                    format!("{}-{p}: {e}", store::TOPIC),
+                )
+            };
+            let mut pos = 0;
+            while pos < bytes.len() {
+                let h = batch::BatchHeader::parse(&bytes[pos..])
+                    .map_err(|e| storage_error(e.to_string()))?;
+                let end = pos + h.total_len();
+                if end > bytes.len() {
+                    return Err(storage_error(format!(
+                        "batch at {} is cut short",
+                        h.base_offset
+                    )));
+                }
                 // Continue after the batch's last offset, not its last record's: a
                 // compacted batch may have lost its last records but keeps its span.
-                if let Ok(h) = crate::log::batch::BatchHeader::parse(&buf) {
-                    offset = offset.max(h.next_offset());
-                }
-                let set =
-                    kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).map_err(|e| {
-                        ApiError::new(
-                            ErrorCode::KafkaStorageError,
-                            format!("{}-{p}: {e}", store::TOPIC),
-                        )
-                    })?;
-                for r in set.records {
+                offset = offset.max(h.next_offset());
+                let section = records::section(&bytes.slice(pos..end), &h)
+                    .map_err(|e| storage_error(e.to_string()))?;
+                pos = end;
+                records::for_each(&section, &h, |r| {
                     offset = offset.max(r.offset + 1);
                     if r.offset < o.log_start {
-                        continue;
+                        return;
                     }
-                    records += 1;
-                    match store::decode(r.key, r.value) {
+                    count += 1;
+                    let (key, value) = (
+                        r.key.map(|k| section.slice_ref(k)),
+                        r.value.map(|v| section.slice_ref(v)),
+                    );
+                    match store::decode(key, value) {
                         Some(entry) => rebuild.apply(entry),
                         None => tracing::warn!(
                             partition = p,
@@ -417,10 +430,11 @@ impl Coordinator {
                             store::TOPIC
                         ),
                     }
-                }
+                })
+                .map_err(|e| storage_error(e.to_string()))?;
             }
         }
-        Ok((records, rebuild))
+        Ok((count, rebuild))
     }
 
     /// Appends records to the group's partition of `__consumer_offsets`.

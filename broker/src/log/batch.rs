@@ -208,6 +208,17 @@ pub fn split_and_validate(
                 header.record_count, header.last_offset_delta
             )));
         }
+        // An uncompressed batch cannot hold more records than its bytes allow (a compressed
+        // one is checked where it is decompressed, log/records.rs).
+        let body = total - HEADER_LEN;
+        if header.attributes & 0x7 == 0
+            && header.record_count as usize > body / super::records::MIN_RECORD_BYTES
+        {
+            return Err(BatchError::Truncated(format!(
+                "recordCount {} cannot fit in {body} bytes of records",
+                header.record_count
+            )));
+        }
         out.push((header, bytes));
         pos += total;
     }
@@ -391,6 +402,18 @@ mod tests {
         let mut two = BytesMut::from(&b[..]);
         two.extend_from_slice(&batch(2, 5));
         assert_eq!(split_and_validate(&two.freeze(), 1 << 20).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn an_uncompressed_batch_claiming_more_records_than_it_holds_is_refused() {
+        // 3 records claimed as 100000 (lastOffsetDelta to match), the CRC made right again.
+        let mut b = BytesMut::from(&batch(3, 0)[..]);
+        b[RECORD_COUNT..RECORD_COUNT + 4].copy_from_slice(&100_000i32.to_be_bytes());
+        b[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4].copy_from_slice(&99_999i32.to_be_bytes());
+        let crc = compute_crc(&b);
+        b[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        let e = split_and_validate(&b.freeze(), 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("cannot fit"), "{e}");
     }
 
     #[test]

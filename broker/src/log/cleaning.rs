@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::batch::{self, BatchHeader, HEADER_LEN};
 use super::compact::{self, Filtered, OffsetMap};
+use super::records;
 use super::segment::{self, Segment};
 use super::{read_checkpoint, write_checkpoint, Log, LogError};
 
@@ -348,8 +349,8 @@ impl CleanPlan {
             }
             for item in batches(&seg.data) {
                 let (h, b) = item?;
-                let section = compact::records_section(&b, &h)?;
-                compact::for_each_record(&section, &h, |r| {
+                let section = records::section(&b, &h)?;
+                records::for_each(&section, &h, |r| {
                     if let Some(k) = r.key {
                         map.put(k, r.offset);
                     }
@@ -400,7 +401,7 @@ impl CleanPlan {
                     if map.latest(key).is_some_and(|latest| r.offset < latest) {
                         return false;
                     }
-                    let expired = r.is_tombstone
+                    let expired = r.is_tombstone()
                         && retention >= 0
                         && r.timestamp.saturating_add(retention) < now_ms;
                     tombstones += expired as u64;

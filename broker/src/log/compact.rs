@@ -1,6 +1,6 @@
-//! Record-level compaction: the key → latest-offset map of a dirty section, a walker over the
-//! records of a v2 batch, and the rewrite of one batch keeping only the records a predicate
-//! accepts.
+//! Record-level compaction: the key → latest-offset map of a dirty section, and the rewrite of
+//! one batch keeping only the records a predicate accepts (the records are walked by
+//! [`super::records`]).
 //!
 //! Invariants (DESIGN.md §Invariants 1, compacted topics):
 //! - offsets never change: a kept record keeps its offset delta, and a rewritten batch keeps its
@@ -13,9 +13,10 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{self as codec, Compressor, Decompressor};
+use kafka_protocol::compression::{self as codec, Compressor};
 
 use super::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+use super::records::{self, codec_of, corrupt, Record};
 use super::LogError;
 
 /// Bytes one entry of the offset map costs, counting the hash table's spare capacity.
@@ -77,107 +78,6 @@ impl OffsetMap {
     }
 }
 
-/// One record of a batch, borrowed from the (decompressed) records section.
-#[derive(Debug, Clone, Copy)]
-pub struct Record<'a> {
-    pub offset: i64,
-    pub timestamp: i64,
-    pub key: Option<&'a [u8]>,
-    pub is_tombstone: bool,
-    /// The record as encoded, including its length prefix.
-    pub raw: &'a [u8],
-}
-
-fn corrupt(header: &BatchHeader, why: &str) -> LogError {
-    LogError::Corrupt(format!("batch at offset {}: {why}", header.base_offset))
-}
-
-/// Reads a zig-zag varint from `buf` at `*pos`.
-fn varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
-    let mut z: u64 = 0;
-    for shift in (0..64).step_by(7) {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        z |= ((b & 0x7f) as u64) << shift;
-        if b & 0x80 == 0 {
-            return Some(((z >> 1) as i64) ^ -((z & 1) as i64));
-        }
-    }
-    None
-}
-
-/// Codec id from batch attributes (bits 0–2).
-fn codec_of(header: &BatchHeader) -> i16 {
-    header.attributes & 0x7
-}
-
-/// The records section of a whole batch (`batch` starts at its base offset), decompressed;
-/// an uncompressed batch's section is a slice of `batch`, not a copy.
-pub fn records_section(batch: &Bytes, header: &BatchHeader) -> Result<Bytes, LogError> {
-    let end = header.total_len().min(batch.len());
-    if end < HEADER_LEN {
-        return Err(corrupt(header, "shorter than its header"));
-    }
-    let mut body = batch.slice(HEADER_LEN..end);
-    let take = |b: &mut Bytes| Ok(std::mem::take(b));
-    let out: anyhow::Result<Bytes> = match codec_of(header) {
-        0 => Ok(body),
-        1 => codec::Gzip::decompress(&mut body, take),
-        2 => codec::Snappy::decompress(&mut body, take),
-        3 => codec::Lz4::decompress(&mut body, take),
-        4 => codec::Zstd::decompress(&mut body, take),
-        c => return Err(corrupt(header, &format!("unknown compression codec {c}"))),
-    };
-    out.map_err(|e| corrupt(header, &format!("cannot decompress: {e}")))
-}
-
-/// Calls `f` with every record of a decompressed records section.
-pub fn for_each_record<'a>(
-    section: &'a [u8],
-    header: &BatchHeader,
-    mut f: impl FnMut(Record<'a>),
-) -> Result<(), LogError> {
-    let mut pos = 0usize;
-    for _ in 0..header.record_count.max(0) {
-        let start = pos;
-        let len = varint(section, &mut pos).ok_or_else(|| corrupt(header, "record length"))?;
-        let body_start = pos;
-        let end = body_start
-            .checked_add(usize::try_from(len).map_err(|_| corrupt(header, "record length"))?)
-            .filter(|&e| e <= section.len())
-            .ok_or_else(|| corrupt(header, "record runs past the batch"))?;
-        let body = &section[..end];
-        pos += 1; // attributes
-        let ts_delta = varint(body, &mut pos).ok_or_else(|| corrupt(header, "timestamp"))?;
-        let off_delta = varint(body, &mut pos).ok_or_else(|| corrupt(header, "offset delta"))?;
-        let key_len = varint(body, &mut pos).ok_or_else(|| corrupt(header, "key length"))?;
-        let key = if key_len < 0 {
-            None
-        } else {
-            let k = body
-                .get(pos..pos + key_len as usize)
-                .ok_or_else(|| corrupt(header, "key runs past the record"))?;
-            pos += key_len as usize;
-            Some(k)
-        };
-        let value_len = varint(body, &mut pos).ok_or_else(|| corrupt(header, "value length"))?;
-        let timestamp = if header.is_log_append_time() {
-            header.max_timestamp
-        } else {
-            header.base_timestamp + ts_delta
-        };
-        f(Record {
-            offset: header.base_offset + off_delta,
-            timestamp,
-            key,
-            is_tombstone: value_len < 0,
-            raw: &section[start..end],
-        });
-        pos = end;
-    }
-    Ok(())
-}
-
 /// What became of one batch.
 #[derive(Debug)]
 pub enum Filtered {
@@ -196,10 +96,10 @@ pub fn filter_batch(
     header: &BatchHeader,
     mut keep: impl FnMut(&Record<'_>) -> bool,
 ) -> Result<(Filtered, u64), LogError> {
-    let section = records_section(batch, header)?;
+    let section = records::section(batch, header)?;
     let mut kept: Vec<&[u8]> = Vec::new();
     let mut total = 0u64;
-    for_each_record(&section, header, |r| {
+    records::for_each(&section, header, |r| {
         total += 1;
         if keep(&r) {
             kept.push(r.raw);
@@ -244,9 +144,9 @@ pub fn filter_batch(
 /// could never decide which of them is the latest.
 pub fn check_keys(batch: &Bytes, header: &BatchHeader) -> Result<(), batch::BatchError> {
     let section =
-        records_section(batch, header).map_err(|e| batch::BatchError::Invalid(e.to_string()))?;
+        records::section(batch, header).map_err(|e| batch::BatchError::Invalid(e.to_string()))?;
     let mut missing = None;
-    for_each_record(&section, header, |r| {
+    records::for_each(&section, header, |r| {
         if r.key.is_none() && missing.is_none() {
             missing = Some(r.offset - header.base_offset);
         }
@@ -320,13 +220,13 @@ mod tests {
         ] {
             let b = encode(&sample(), c);
             let h = batch::validate(&b).unwrap();
-            let section = records_section(&b, &h).unwrap();
+            let section = records::section(&b, &h).unwrap();
             let mut seen = Vec::new();
-            for_each_record(&section, &h, |r| {
+            records::for_each(&section, &h, |r| {
                 seen.push((
                     r.offset,
                     r.key.map(|k| k.to_vec()),
-                    r.is_tombstone,
+                    r.is_tombstone(),
                     r.timestamp,
                 ))
             })
@@ -419,10 +319,10 @@ mod tests {
     fn truncated_records_are_corrupt_not_a_panic() {
         let b = encode(&sample(), Compression::None);
         let h = batch::validate(&b).unwrap();
-        let section = records_section(&b, &h).unwrap();
+        let section = records::section(&b, &h).unwrap();
         for cut in 0..section.len() {
-            let _ = for_each_record(&section[..cut], &h, |_| {});
+            let _ = records::for_each(&section[..cut], &h, |_| {});
         }
-        assert!(for_each_record(&section[..section.len() - 1], &h, |_| {}).is_err());
+        assert!(records::for_each(&section[..section.len() - 1], &h, |_| {}).is_err());
     }
 }

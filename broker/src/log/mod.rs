@@ -25,6 +25,7 @@ pub mod compact;
 pub mod index;
 pub mod leader_epoch;
 pub mod producer_state;
+pub mod records;
 pub mod segment;
 
 use std::collections::BTreeMap;
@@ -721,17 +722,9 @@ impl Log {
                     return Ok(Some((h.base_offset.max(start), h.max_timestamp)));
                 }
                 let bytes = seg.batch_bytes(pos, &h)?;
-                let mut buf = bytes.clone();
-                let set =
-                    kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).map_err(|e| {
-                        LogError::Corrupt(format!("cannot decode batch at {}: {e}", h.base_offset))
-                    })?;
-                if let Some(r) = set
-                    .records
-                    .iter()
-                    .find(|r| r.timestamp >= ts && r.offset >= start)
-                {
-                    return Ok(Some((r.offset, r.timestamp)));
+                let found = records::first(&bytes, &h, |r| r.timestamp >= ts && r.offset >= start)?;
+                if found.is_some() {
+                    return Ok(found);
                 }
             }
         }

@@ -1,15 +1,30 @@
 //! Length-prefixed frames: a 4-byte big-endian size, then that many bytes.
 //!
-//! The size is checked against `max_request_bytes` before anything is allocated, so a client
-//! announcing a 2 GiB frame costs nothing but a closed connection, and the buffer grows only
-//! as bytes arrive, so one announcing 100 MiB and sending nothing costs nothing either.
+//! Invariants (DESIGN.md §Invariants 7, bad input):
+//! - The size is checked against `max_request_bytes` before anything is allocated, so a client
+//!   announcing a 2 GiB frame costs nothing but a closed connection, and the buffer grows only
+//!   as bytes arrive, so one announcing 100 MiB and sending nothing costs no memory either.
+//! - Every frame holds permits of the broker-wide [`RequestBudget`] for all its bytes, taken
+//!   at once when its size is known and before its body is read, and kept until the request
+//!   it carries is answered. When the budget is spent, reading pauses (the client's bytes
+//!   wait in the socket): memory of requests in flight is bounded across all connections, and
+//!   a frame is never half-admitted (no frame waits for budget while holding part of it).
+//!   Bytes read ahead of their frame's turn are bounded by the read buffer, per connection.
+//! - A frame must arrive whole within the read timeout of its first byte (waiting for budget
+//!   included), so a sender trickling a frame cannot hold a connection, its budget, or a
+//!   place among the waiters for long.
 //!
 //! Frames are split off one read buffer per connection. Once the previous frames are dropped
 //! (their batches are in the log), `reserve` reclaims the same allocation, so a steady producer
 //! costs no fresh memory (and no page faults) per request.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 /// Read buffer kept per connection; frames larger than this grow it temporarily.
 const READ_BUFFER: usize = 256 * 1024;
@@ -20,23 +35,84 @@ pub enum FrameError {
     BadSize { size: i64, max: u32 },
     #[error("connection closed in the middle of a frame")]
     Truncated,
+    #[error(
+        "a frame of {size} bytes did not arrive whole within {timeout:?} ({received} received)"
+    )]
+    TimedOut {
+        size: usize,
+        received: usize,
+        timeout: Duration,
+    },
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+/// Bytes of request frames the broker holds at once, across all connections (Kafka's
+/// `queued.max.request.bytes`).
+#[derive(Clone)]
+pub struct RequestBudget {
+    permits: Arc<Semaphore>,
+    total: usize,
+}
+
+impl RequestBudget {
+    pub fn new(bytes: usize) -> RequestBudget {
+        let total = bytes.min(Semaphore::MAX_PERMITS);
+        RequestBudget {
+            permits: Arc::new(Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// Bytes held by frames now.
+    pub fn in_use(&self) -> usize {
+        self.total - self.permits.available_permits()
+    }
+
+    pub fn total(&self) -> usize {
+        self.total
+    }
+}
+
+/// One frame (without its length prefix) and its share of the request budget.
+pub struct Frame {
+    pub bytes: Bytes,
+    /// Released when the request is answered (dropped with the frame's owner).
+    pub budget: OwnedSemaphorePermit,
+    /// Whether this frame had to wait for budget.
+    pub waited: bool,
 }
 
 pub struct FrameReader<R> {
     reader: R,
     buf: BytesMut,
     max: u32,
+    budget: RequestBudget,
+    read_timeout: Duration,
+    /// When the first byte of the frame being read arrived.
+    started: Option<Instant>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
-    pub fn new(reader: R, max: u32) -> FrameReader<R> {
+    pub fn new(
+        reader: R,
+        max: u32,
+        budget: RequestBudget,
+        read_timeout: Duration,
+    ) -> FrameReader<R> {
         FrameReader {
             reader,
-            buf: BytesMut::with_capacity(READ_BUFFER),
-            max,
+            buf: BytesMut::new(),
+            max: max.min(budget.total.min(u32::MAX as usize) as u32),
+            budget,
+            read_timeout,
+            started: None,
         }
+    }
+
+    /// Whether part of a frame has arrived (the connection is not idle).
+    pub fn in_frame(&self) -> bool {
+        !self.buf.is_empty()
     }
 
     /// Reads until `buf` holds at least `n` bytes. `false` on end of stream.
@@ -48,15 +124,43 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 self.buf
                     .reserve((n - self.buf.len()).clamp(READ_BUFFER, 4 * READ_BUFFER));
             }
-            if self.reader.read_buf(&mut self.buf).await? == 0 {
+            let read = match self.started {
+                Some(started) => {
+                    match tokio::time::timeout_at(
+                        started + self.read_timeout,
+                        self.reader.read_buf(&mut self.buf),
+                    )
+                    .await
+                    {
+                        Ok(r) => r?,
+                        Err(_) => {
+                            return Err(FrameError::TimedOut {
+                                size: n,
+                                received: self.buf.len(),
+                                timeout: self.read_timeout,
+                            })
+                        }
+                    }
+                }
+                None => self.reader.read_buf(&mut self.buf).await?,
+            };
+            if read == 0 {
                 return Ok(false);
             }
+            self.started.get_or_insert_with(Instant::now);
         }
         Ok(true)
     }
 
-    /// The next frame; `Ok(None)` on a clean end of stream between frames.
-    pub async fn next(&mut self) -> Result<Option<Bytes>, FrameError> {
+    /// The next frame; `Ok(None)` on a clean end of stream between frames. Cancel-safe: bytes
+    /// read stay buffered for the next call, and a frame's start time is kept.
+    pub async fn next(&mut self) -> Result<Option<Frame>, FrameError> {
+        if self.buf.is_empty() {
+            self.started = None;
+        } else {
+            // Bytes of this frame were read along with the previous one.
+            self.started.get_or_insert_with(Instant::now);
+        }
         if !self.fill(4).await? {
             return if self.buf.is_empty() {
                 Ok(None)
@@ -72,12 +176,42 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             });
         }
         let total = 4 + size as usize;
+        let (budget, waited) = match self
+            .budget
+            .permits
+            .clone()
+            .try_acquire_many_owned(total as u32)
+        {
+            Ok(p) => (p, false),
+            Err(_) => {
+                // Paused: no more of this connection is read until the budget frees up. The
+                // wait counts against the frame's deadline, so senders that never finish
+                // their frames leave the queue of waiters too, not only the budget.
+                let started = *self.started.get_or_insert_with(Instant::now);
+                let wait = self.budget.permits.clone().acquire_many_owned(total as u32);
+                match tokio::time::timeout_at(started + self.read_timeout, wait).await {
+                    Ok(p) => (p.expect("the request budget is never closed"), true),
+                    Err(_) => {
+                        return Err(FrameError::TimedOut {
+                            size: total,
+                            received: self.buf.len(),
+                            timeout: self.read_timeout,
+                        })
+                    }
+                }
+            }
+        };
         if !self.fill(total).await? {
             return Err(FrameError::Truncated);
         }
         let mut frame = self.buf.split_to(total);
         frame.advance(4);
-        Ok(Some(frame.freeze()))
+        self.started = None;
+        Ok(Some(Frame {
+            bytes: frame.freeze(),
+            budget,
+            waited,
+        }))
     }
 }
 
@@ -85,11 +219,20 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 mod tests {
     use super::*;
 
+    fn reader(data: &[u8], max: u32) -> FrameReader<&[u8]> {
+        FrameReader::new(
+            data,
+            max,
+            RequestBudget::new(1 << 30),
+            Duration::from_secs(5),
+        )
+    }
+
     async fn frames(data: &[u8], max: u32) -> Vec<Result<Option<Bytes>, FrameError>> {
-        let mut r = FrameReader::new(data, max);
+        let mut r = reader(data, max);
         let mut out = vec![];
         loop {
-            let f = r.next().await;
+            let f = r.next().await.map(|f| f.map(|f| f.bytes));
             let stop = !matches!(f, Ok(Some(_)));
             out.push(f);
             if stop {
@@ -149,5 +292,59 @@ mod tests {
                 &i.to_be_bytes()
             );
         }
+    }
+
+    #[tokio::test]
+    async fn frames_hold_the_budget_until_dropped_and_reading_pauses_when_it_is_spent() {
+        let budget = RequestBudget::new(100);
+        let mut data = vec![];
+        for _ in 0..2 {
+            data.extend_from_slice(&56u32.to_be_bytes());
+            data.extend_from_slice(&[7u8; 56]);
+        }
+        let mut r = FrameReader::new(&data[..], 100, budget.clone(), Duration::from_secs(5));
+        let first = r.next().await.unwrap().unwrap();
+        assert_eq!(budget.in_use(), 60);
+        // The second frame needs 60 of the 40 left: the read waits until the first is dropped.
+        let pending = r.next();
+        tokio::pin!(pending);
+        let early = tokio::time::timeout(Duration::from_millis(50), &mut pending).await;
+        assert!(early.is_err(), "read on with the budget spent");
+        drop(first);
+        let second = pending.await.unwrap().unwrap();
+        assert!(second.waited);
+        assert_eq!(budget.in_use(), 60);
+        drop(second);
+        assert_eq!(budget.in_use(), 0);
+        // A frame larger than the whole budget is refused like an oversized one.
+        let mut r = FrameReader::new(&[0u8, 0, 0, 200][..], 1000, budget, Duration::from_secs(5));
+        assert!(matches!(
+            r.next().await,
+            Err(FrameError::BadSize { max: 100, .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_trickling_frame_times_out() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut r = FrameReader::new(
+            server,
+            1000,
+            RequestBudget::new(1 << 20),
+            Duration::from_millis(300),
+        );
+        let feeder = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            client.write_all(&[0, 0, 0, 100]).await.unwrap();
+            for _ in 0..99 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if client.write_all(&[1]).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let e = r.next().await.err().expect("timed out");
+        assert!(matches!(e, FrameError::TimedOut { size: 104, .. }), "{e}");
+        feeder.abort();
     }
 }

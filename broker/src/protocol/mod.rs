@@ -63,8 +63,8 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
     };
     let header = RequestHeader::decode(&mut frame, api_key.request_header_version(version))
         .map_err(|e| malformed(format!("header: {e}")))?;
-    let body =
-        RequestKind::decode(api_key, &mut frame, version).map_err(|e| malformed(e.to_string()))?;
+    let body = RequestKind::decode(api_key, &mut frame, version)
+        .map_err(|e| malformed(format!("{e:#}")))?;
     if frame.has_remaining() {
         // Kafka ignores bytes after a well-formed body, and librdkafka 2.12 sends some
         // (three after an all-topics Metadata v12), so refusing them would break real clients.
@@ -184,6 +184,102 @@ mod tests {
         let req = decode_request(b.freeze()).unwrap();
         assert_eq!(req.api_key, ApiKey::ApiVersions);
         assert_eq!(req.header.correlation_id, 11);
+    }
+
+    fn default_request(api: ApiKey) -> RequestKind {
+        match api {
+            ApiKey::Produce => RequestKind::Produce(Default::default()),
+            ApiKey::Fetch => RequestKind::Fetch(Default::default()),
+            ApiKey::ListOffsets => RequestKind::ListOffsets(Default::default()),
+            ApiKey::Metadata => RequestKind::Metadata(Default::default()),
+            ApiKey::ApiVersions => RequestKind::ApiVersions(Default::default()),
+            ApiKey::CreateTopics => RequestKind::CreateTopics(Default::default()),
+            ApiKey::DeleteTopics => RequestKind::DeleteTopics(Default::default()),
+            ApiKey::DeleteRecords => RequestKind::DeleteRecords(Default::default()),
+            ApiKey::InitProducerId => RequestKind::InitProducerId(Default::default()),
+            ApiKey::DescribeConfigs => RequestKind::DescribeConfigs(Default::default()),
+            ApiKey::CreatePartitions => RequestKind::CreatePartitions(Default::default()),
+            ApiKey::IncrementalAlterConfigs => {
+                RequestKind::IncrementalAlterConfigs(Default::default())
+            }
+            ApiKey::DescribeCluster => RequestKind::DescribeCluster(Default::default()),
+            ApiKey::FindCoordinator => RequestKind::FindCoordinator(Default::default()),
+            ApiKey::JoinGroup => RequestKind::JoinGroup(Default::default()),
+            ApiKey::SyncGroup => RequestKind::SyncGroup(Default::default()),
+            ApiKey::Heartbeat => RequestKind::Heartbeat(Default::default()),
+            ApiKey::LeaveGroup => RequestKind::LeaveGroup(Default::default()),
+            ApiKey::OffsetCommit => RequestKind::OffsetCommit(Default::default()),
+            ApiKey::OffsetFetch => RequestKind::OffsetFetch(Default::default()),
+            ApiKey::ListGroups => RequestKind::ListGroups(Default::default()),
+            ApiKey::DescribeGroups => RequestKind::DescribeGroups(Default::default()),
+            ApiKey::DeleteGroups => RequestKind::DeleteGroups(Default::default()),
+            ApiKey::OffsetDelete => RequestKind::OffsetDelete(Default::default()),
+            ApiKey::OffsetForLeaderEpoch => RequestKind::OffsetForLeaderEpoch(Default::default()),
+            ApiKey::ElectLeaders => RequestKind::ElectLeaders(Default::default()),
+            other => panic!("{other:?} is not supported"),
+        }
+    }
+
+    /// A default request of every supported API and version, encoded with its header.
+    pub(crate) fn canonical_requests() -> Vec<(ApiKey, i16, Bytes)> {
+        let mut out = vec![];
+        for (api, min, max) in versions::SUPPORTED {
+            for version in *min..=*max {
+                let mut body = BytesMut::new();
+                default_request(*api)
+                    .encode(&mut body, version)
+                    .unwrap_or_else(|e| panic!("{api:?} v{version}: {e}"));
+                let mut b = BytesMut::new();
+                let header = RequestHeader::default()
+                    .with_request_api_key(*api as i16)
+                    .with_request_api_version(version)
+                    .with_correlation_id(1);
+                header
+                    .encode(&mut b, api.request_header_version(version))
+                    .unwrap();
+                b.extend_from_slice(&body);
+                out.push((*api, version, b.freeze()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn huge_declared_counts_and_lengths_are_errors_not_allocations() {
+        // Every position of every supported request, overwritten with the largest i32 (an
+        // array count or bytes length of 2^31-1) or the largest unsigned varint (a compact
+        // one): each is an error or a request, never an abort. Before the codec was patched
+        // (vendor/kafka-protocol), CreateTopics with 2^31-1 topics aborted the process.
+        let mut tried = 0;
+        for (api, version, frame) in canonical_requests() {
+            for at in 8..frame.len() {
+                for patch in [
+                    &[0x7f, 0xff, 0xff, 0xff][..],
+                    &[0xff, 0xff, 0xff, 0xff, 0x0f][..],
+                ] {
+                    let mut f = frame.to_vec();
+                    f.truncate(at);
+                    f.extend_from_slice(patch);
+                    f.extend_from_slice(&frame[(at + patch.len()).min(frame.len())..]);
+                    let _ = decode_request(Bytes::from(f));
+                    tried += 1;
+                }
+            }
+            let _ = (api, version);
+        }
+        assert!(tried > 1000, "{tried} frames");
+        // The frame of the report: CreateTopics v4 whose topic array declares 2^31-1 entries,
+        // then a few bytes (it asked for a 189 GB allocation).
+        let mut f = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(ApiKey::CreateTopics as i16)
+            .with_request_api_version(4)
+            .with_correlation_id(1)
+            .encode(&mut f, 1)
+            .unwrap();
+        f.extend_from_slice(&[0x7f, 0xff, 0xff, 0xff, 0, 1, b'x', 0, 0, 0, 1]);
+        let e = decode_request(f.freeze()).err().expect("an error");
+        assert!(e.to_string().contains("exceeds"), "{e}");
     }
 
     #[test]

@@ -150,8 +150,16 @@ impl Conn {
                 len <= MAX_RESPONSE,
                 "response of {len} bytes from the leader"
             );
-            let mut body = vec![0u8; len];
-            self.stream.read_exact(&mut body).await?;
+            // Grown with the bytes that arrive, not with the length announced.
+            let mut body = Vec::new();
+            (&mut self.stream)
+                .take(len as u64)
+                .read_to_end(&mut body)
+                .await?;
+            anyhow::ensure!(
+                body.len() == len,
+                "the leader closed the connection mid-response"
+            );
             Ok::<_, anyhow::Error>(Bytes::from(body))
         };
         let mut frame = tokio::time::timeout(CALL_TIMEOUT, exchange)

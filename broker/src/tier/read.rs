@@ -306,15 +306,12 @@ impl Tier {
             if header.is_log_append_time() {
                 return Ok(Some((header.base_offset.max(floor), header.max_timestamp)));
             }
-            let mut buf = bytes.clone();
-            let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf)
-                .map_err(|e| TierError::Corrupt(format!("cannot decode batch: {e}")))?;
-            if let Some(r) = set
-                .records
-                .iter()
-                .find(|r| r.timestamp >= ts && r.offset >= floor)
-            {
-                return Ok(Some((r.offset, r.timestamp)));
+            let found = crate::log::records::first(&bytes, &header, |r| {
+                r.timestamp >= ts && r.offset >= floor
+            })
+            .map_err(|e| TierError::Corrupt(format!("cannot decode batch: {e}")))?;
+            if found.is_some() {
+                return Ok(found);
             }
         }
         Ok(None)

@@ -514,7 +514,16 @@ impl RecordBatchDecoder {
         version: i8,
         records: &mut Vec<Record>,
     ) -> Result<()> {
-        records.reserve(batch_decode_info.record_count as usize);
+        // Every record takes at least one byte: a count above the bytes left is a lie, and
+        // must not size the allocation.
+        let record_count = batch_decode_info.record_count as usize;
+        if record_count > buf.remaining() {
+            bail!(
+                "Record count {record_count} exceeds the {} bytes of the records section",
+                bytes::Buf::remaining(buf)
+            );
+        }
+        records.reserve(record_count);
         for _ in 0..batch_decode_info.record_count {
             records.push(Record::decode_new(buf, batch_decode_info, version)?);
         }
@@ -892,6 +901,13 @@ impl Record {
             bail!("Unexpected negative record header count: {num_headers}");
         }
         let num_headers = num_headers as usize;
+        // Each header takes at least two bytes (key length and value length).
+        if num_headers > bytes::Buf::remaining(buf) / 2 {
+            bail!(
+                "Record header count {num_headers} exceeds what the {} bytes left can hold",
+                bytes::Buf::remaining(buf)
+            );
+        }
 
         let mut headers = IndexMap::with_capacity(num_headers);
         for _ in 0..num_headers {

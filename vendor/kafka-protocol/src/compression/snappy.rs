@@ -55,6 +55,19 @@ impl<B: ByteBufMut> Compressor<B> for Snappy {
     }
 }
 
+/// Snappy cannot expand input by more than about 21 times (a 3-byte copy element yields at
+/// most 64 bytes), so a stream whose header claims more is refused before its output buffer
+/// is allocated: the claimed length is the peer's number, not a measured one.
+fn check_expansion(compressed: usize, claimed: usize) -> Result<()> {
+    let max = compressed.saturating_mul(32).saturating_add(64);
+    if claimed > max {
+        anyhow::bail!(
+            "snappy stream of {compressed} bytes claims {claimed} uncompressed bytes (at most {max} possible)"
+        );
+    }
+    Ok(())
+}
+
 const MAGIC_HEADER: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
 
 impl<B: ByteBuf> Decompressor<B> for Snappy {
@@ -81,6 +94,7 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
         {
             let compressed = compressed.copy_to_bytes(compressed.remaining());
             let actual_len = decompress_len(&compressed).context("failed to read snappy header")?;
+            check_expansion(compressed.len(), actual_len)?;
             let mut tmp = BytesMut::zeroed(actual_len);
             Decoder::new()
                 .decompress(&compressed, &mut tmp)
@@ -104,6 +118,7 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
 
             let uncompressed_block_length = decompress_len(&compressed_block)
                 .context("failed to get snappy uncompressed length")?;
+            check_expansion(compressed_block.len(), uncompressed_block_length)?;
             let uncompressed_block_start = uncompressed.len();
             uncompressed.resize(
                 uncompressed_block_start.saturating_add(uncompressed_block_length),

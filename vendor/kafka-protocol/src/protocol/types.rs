@@ -26,6 +26,21 @@ macro_rules! define_copy_impl {
     )
 }
 
+
+/// Refuses a length read from the wire that is larger than the bytes left in the buffer,
+/// before anything is allocated for it. Every element of an array takes at least one byte,
+/// so an element count above the bytes left cannot be honest either (Kafka's generated Java
+/// decoders make the same check). A peer must never size an allocation with a number alone.
+fn check_len<B: ByteBuf>(buf: &B, len: usize, what: &str) -> Result<()> {
+    if len > buf.remaining() {
+        bail!(
+            "{what} length {len} exceeds the {} bytes left in the buffer",
+            buf.remaining()
+        );
+    }
+    Ok(())
+}
+
 /// A boolean value.
 #[derive(Debug, Copy, Clone, Default)]
 pub struct Boolean;
@@ -359,6 +374,7 @@ impl Decoder<Option<StdString>> for String {
         match Int16.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
+                check_len(buf, n as usize, "String")?;
                 let mut strbuf = vec![0; n as usize];
                 buf.try_copy_to_slice(&mut strbuf)?;
                 Ok(Some(std::string::String::from_utf8(strbuf)?))
@@ -511,6 +527,7 @@ impl Decoder<Option<StdString>> for CompactString {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
+                check_len(buf, (n - 1) as usize, "CompactString")?;
                 let mut strbuf = vec![0; (n - 1) as usize];
                 buf.try_copy_to_slice(&mut strbuf)?;
                 Ok(Some(std::string::String::from_utf8(strbuf)?))
@@ -655,6 +672,7 @@ impl Decoder<Option<Vec<u8>>> for Bytes {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
+                check_len(buf, n as usize, "Bytes")?;
                 let mut data = vec![0; n as usize];
                 buf.try_copy_to_slice(&mut data)?;
                 Ok(Some(data))
@@ -804,6 +822,7 @@ impl Decoder<Option<Vec<u8>>> for CompactBytes {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
+                check_len(buf, (n - 1) as usize, "CompactBytes")?;
                 let mut data = vec![0; (n - 1) as usize];
                 buf.try_copy_to_slice(&mut data)?;
                 Ok(Some(data))
@@ -985,6 +1004,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
+                check_len(buf, n as usize, "Array")?;
                 let mut result = Vec::with_capacity(n as usize);
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
@@ -1093,6 +1113,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
+                check_len(buf, (n - 1) as usize, "CompactArray")?;
                 let mut result = Vec::with_capacity((n - 1) as usize);
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
@@ -1194,5 +1215,30 @@ mod tests {
     fn smoke_compact_bytes_encoder_decoder() {
         test_encoder_decoder(CompactBytes, vec![1, 2, 3, 4], &[5, 1, 2, 3, 4]);
         test_encoder_decoder(CompactBytes, None::<Vec<u8>>, &[0]);
+    }
+
+    #[test]
+    fn lengths_beyond_the_buffer_are_refused_before_allocating() {
+        // i32::MAX elements announced, four bytes present: an error, not a 100 GiB allocation.
+        let mut buf: &[u8] = &[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+        let r: Result<Vec<i32>> = Array(Int32).decode(&mut buf);
+        assert!(r.unwrap_err().to_string().contains("exceeds"));
+        // u32::MAX - 1 elements as a compact array.
+        let mut buf: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x0f, 1];
+        let r: Result<Vec<i8>> = CompactArray(Int8).decode(&mut buf);
+        assert!(r.is_err());
+        let mut buf: &[u8] = &[0x7f, 0xff, 0xff, 0xff, 1, 2];
+        let r: Result<Vec<u8>> = Bytes.decode(&mut buf);
+        assert!(r.is_err());
+        let mut buf: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x0f, 1];
+        let r: Result<Vec<u8>> = CompactBytes.decode(&mut buf);
+        assert!(r.is_err());
+        let mut buf: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x0f, b'a'];
+        let r: Result<StdString> = CompactString.decode(&mut buf);
+        assert!(r.is_err());
+        // The exact fit still decodes.
+        let mut buf: &[u8] = &[0, 0, 0, 2, 7, 8];
+        let r: Vec<i8> = Array(Int8).decode(&mut buf).unwrap();
+        assert_eq!(r, vec![7, 8]);
     }
 }

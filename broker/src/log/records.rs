@@ -1,0 +1,345 @@
+//! The records inside a v2 batch: bounded decompression and a walk over the records.
+//!
+//! Invariants (DESIGN.md §Invariants 7, bad input):
+//! - no decompression produces more than [`MAX_UNCOMPRESSED_BATCH_BYTES`]: output grows as it is
+//!   produced and stops at the cap, so a "zip bomb" (1 MiB of gzip that inflates to 1 GiB)
+//!   costs at most the cap, never the size it would inflate to. Decompression runs without an
+//!   await, so at most one per runtime worker thread is in progress at any time;
+//! - a record count is checked against the bytes of the records section before any record is
+//!   read (a record takes at least [`MIN_RECORD_BYTES`]), and every length inside a record
+//!   against the bytes that are there;
+//! - this is the only place the broker decompresses records: the `kafka-protocol` codec's own
+//!   decompressors are unbounded and are not used.
+
+use std::io::Read;
+
+use bytes::Bytes;
+
+use super::batch::{BatchHeader, HEADER_LEN};
+use super::LogError;
+
+/// The most one batch may decompress to. Clients bound their batches before compression
+/// (librdkafka's `batch.size` is 1 MB by default, Java's 16 KiB), so a legitimate batch is
+/// far below this; a batch that inflates beyond it is refused as corrupt.
+pub const MAX_UNCOMPRESSED_BATCH_BYTES: usize = 64 << 20;
+
+/// The smallest encoding of a record: length, attributes, timestamp delta, offset delta, key
+/// length, value length and header count, one byte each.
+pub const MIN_RECORD_BYTES: usize = 7;
+
+/// One record of a batch, borrowed from the (decompressed) records section.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    /// The record as encoded, including its length prefix.
+    pub raw: &'a [u8],
+}
+
+impl Record<'_> {
+    pub fn is_tombstone(&self) -> bool {
+        self.value.is_none()
+    }
+}
+
+pub(super) fn corrupt(header: &BatchHeader, why: &str) -> LogError {
+    LogError::Corrupt(format!("batch at offset {}: {why}", header.base_offset))
+}
+
+/// Reads a zig-zag varint from `buf` at `*pos`.
+fn varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut z: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let b = *buf.get(*pos)?;
+        *pos += 1;
+        z |= ((b & 0x7f) as u64) << shift;
+        if b & 0x80 == 0 {
+            return Some(((z >> 1) as i64) ^ -((z & 1) as i64));
+        }
+    }
+    None
+}
+
+/// Codec id from batch attributes (bits 0–2).
+pub(super) fn codec_of(header: &BatchHeader) -> i16 {
+    header.attributes & 0x7
+}
+
+/// The records section of a whole batch (`batch` starts at its base offset), decompressed to
+/// at most [`MAX_UNCOMPRESSED_BATCH_BYTES`]; an uncompressed batch's section is a slice of
+/// `batch`, not a copy.
+pub fn section(batch: &Bytes, header: &BatchHeader) -> Result<Bytes, LogError> {
+    section_within(batch, header, MAX_UNCOMPRESSED_BATCH_BYTES)
+}
+
+fn section_within(batch: &Bytes, header: &BatchHeader, limit: usize) -> Result<Bytes, LogError> {
+    let end = header.total_len().min(batch.len());
+    if end < HEADER_LEN {
+        return Err(corrupt(header, "shorter than its header"));
+    }
+    let body = batch.slice(HEADER_LEN..end);
+    let inflated = match codec_of(header) {
+        0 => return Ok(body),
+        1 => read_bounded(flate2::read::GzDecoder::new(&body[..]), limit),
+        2 => snappy(&body, limit),
+        3 => lz4::Decoder::new(&body[..]).and_then(|d| read_bounded(d, limit)),
+        4 => {
+            zstd::stream::read::Decoder::with_buffer(&body[..]).and_then(|d| read_bounded(d, limit))
+        }
+        c => return Err(corrupt(header, &format!("unknown compression codec {c}"))),
+    };
+    inflated
+        .map(Bytes::from)
+        .map_err(|e| corrupt(header, &format!("cannot decompress: {e}")))
+}
+
+fn too_big(limit: usize) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("decompresses to more than {limit} bytes"),
+    )
+}
+
+/// Reads a decompressor to its end, refusing output beyond `limit`.
+fn read_bounded(reader: impl Read, limit: usize) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    reader.take(limit as u64 + 1).read_to_end(&mut out)?;
+    if out.len() > limit {
+        return Err(too_big(limit));
+    }
+    Ok(out)
+}
+
+/// Kafka's snappy: xerial framing (a magic header, then blocks each prefixed by its length)
+/// or, as the Java client accepts too, one raw snappy block. A block's uncompressed length
+/// is read from its header and checked against the limit before its buffer exists.
+fn snappy(body: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
+    const MAGIC: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
+    let invalid = |e: snap::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let mut out = Vec::new();
+    let block = |raw: &[u8], out: &mut Vec<u8>| -> std::io::Result<()> {
+        let len = snap::raw::decompress_len(raw).map_err(invalid)?;
+        if out.len() + len > limit {
+            return Err(too_big(limit));
+        }
+        let start = out.len();
+        out.resize(start + len, 0);
+        let n = snap::raw::Decoder::new()
+            .decompress(raw, &mut out[start..])
+            .map_err(invalid)?;
+        out.truncate(start + n);
+        Ok(())
+    };
+    let Some(mut rest) = body.strip_prefix(MAGIC.as_slice()) else {
+        block(body, &mut out)?;
+        return Ok(out);
+    };
+    while !rest.is_empty() {
+        let short = || std::io::Error::new(std::io::ErrorKind::InvalidData, "truncated block");
+        let len_bytes = rest.get(..4).ok_or_else(short)?;
+        let len = u32::from_be_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]);
+        let raw = rest.get(4..4 + len as usize).ok_or_else(short)?;
+        block(raw, &mut out)?;
+        rest = &rest[4 + len as usize..];
+    }
+    Ok(out)
+}
+
+/// `(offset, timestamp)` of the first record of a whole batch that `pred` accepts.
+pub fn first(
+    batch: &Bytes,
+    header: &BatchHeader,
+    mut pred: impl FnMut(&Record<'_>) -> bool,
+) -> Result<Option<(i64, i64)>, LogError> {
+    let section = section(batch, header)?;
+    let mut found = None;
+    for_each(&section, header, |r| {
+        if found.is_none() && pred(&r) {
+            found = Some((r.offset, r.timestamp));
+        }
+    })?;
+    Ok(found)
+}
+
+/// Calls `f` with every record of a decompressed records section.
+pub fn for_each<'a>(
+    section: &'a [u8],
+    header: &BatchHeader,
+    mut f: impl FnMut(Record<'a>),
+) -> Result<(), LogError> {
+    let count = usize::try_from(header.record_count)
+        .map_err(|_| corrupt(header, "negative record count"))?;
+    if count > section.len() / MIN_RECORD_BYTES {
+        return Err(corrupt(
+            header,
+            &format!(
+                "{count} records cannot fit in a records section of {} bytes",
+                section.len()
+            ),
+        ));
+    }
+    let mut pos = 0usize;
+    for _ in 0..count {
+        let start = pos;
+        let len = varint(section, &mut pos).ok_or_else(|| corrupt(header, "record length"))?;
+        let body_start = pos;
+        let end = body_start
+            .checked_add(usize::try_from(len).map_err(|_| corrupt(header, "record length"))?)
+            .filter(|&e| e <= section.len())
+            .ok_or_else(|| corrupt(header, "record runs past the batch"))?;
+        let body = &section[..end];
+        pos += 1; // attributes
+        let ts_delta = varint(body, &mut pos).ok_or_else(|| corrupt(header, "timestamp"))?;
+        let off_delta = varint(body, &mut pos).ok_or_else(|| corrupt(header, "offset delta"))?;
+        let key = field(body, &mut pos).ok_or_else(|| corrupt(header, "key"))?;
+        let value = field(body, &mut pos).ok_or_else(|| corrupt(header, "value"))?;
+        let timestamp = if header.is_log_append_time() {
+            header.max_timestamp
+        } else {
+            header.base_timestamp.wrapping_add(ts_delta)
+        };
+        f(Record {
+            offset: header.base_offset.wrapping_add(off_delta),
+            timestamp,
+            key,
+            value,
+            raw: &section[start..end],
+        });
+        pos = end;
+    }
+    Ok(())
+}
+
+/// A length-prefixed key or value (-1: null) inside one record's bytes.
+fn field<'a>(body: &'a [u8], pos: &mut usize) -> Option<Option<&'a [u8]>> {
+    let len = varint(body, pos)?;
+    if len < 0 {
+        return Some(None);
+    }
+    let end = pos.checked_add(usize::try_from(len).ok()?)?;
+    let v = body.get(*pos..end)?;
+    *pos = end;
+    Some(Some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch;
+    use bytes::{BufMut, BytesMut};
+    use kafka_protocol::records::{
+        Compression, Record as KRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    fn encode(values: &[&[u8]], compression: Compression) -> Bytes {
+        let records: Vec<KRecord> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| KRecord {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: i as i32,
+                timestamp: 1000 + i as i64,
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: Some(Bytes::copy_from_slice(v)),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+        buf.freeze()
+    }
+
+    #[test]
+    fn every_codec_decompresses_and_walks() {
+        for c in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let b = encode(&[b"one", b"two", b""], c);
+            let h = batch::validate(&b).unwrap();
+            let s = section(&b, &h).unwrap();
+            let mut got = vec![];
+            for_each(&s, &h, |r| {
+                got.push((r.offset, r.timestamp, r.key, r.value))
+            })
+            .unwrap();
+            assert_eq!(
+                got,
+                vec![
+                    (0, 1000, Some(&b"k0"[..]), Some(&b"one"[..])),
+                    (1, 1001, Some(&b"k1"[..]), Some(&b"two"[..])),
+                    (2, 1002, Some(&b"k2"[..]), Some(&b""[..])),
+                ],
+                "{c:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_decompression_bomb_stops_at_the_limit() {
+        // 8 MiB of zeros in one record compresses to a few KiB in every codec.
+        let zeros = vec![0u8; 8 << 20];
+        for c in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let b = encode(&[&zeros], c);
+            assert!(b.len() < 1 << 20, "{c:?}: {} bytes", b.len());
+            let h = batch::validate(&b).unwrap();
+            assert_eq!(
+                section_within(&b, &h, 9 << 20).unwrap().len() > 8 << 20,
+                true
+            );
+            let e = section_within(&b, &h, 1 << 20).unwrap_err().to_string();
+            assert!(e.contains("more than 1048576 bytes"), "{c:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_raw_snappy_block_claiming_a_huge_length_is_refused_before_allocating() {
+        let b = encode(&[b"x"], Compression::Snappy);
+        let h = batch::validate(&b).unwrap();
+        // A raw block (no xerial magic) whose header varint claims 4 GiB - 1.
+        let mut raw = BytesMut::from(&b[..HEADER_LEN]);
+        raw.put_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0]);
+        let mut h2 = h;
+        h2.batch_length = (raw.len() - batch::LOG_OVERHEAD) as i32;
+        let e = section(&raw.freeze(), &h2).unwrap_err().to_string();
+        assert!(e.contains("more than"), "{e}");
+    }
+
+    #[test]
+    fn record_counts_are_checked_against_the_bytes() {
+        let b = encode(&[b"a"], Compression::None);
+        let mut h = batch::validate(&b).unwrap();
+        let s = section(&b, &h).unwrap();
+        h.record_count = i32::MAX;
+        let e = for_each(&s, &h, |_| {}).unwrap_err().to_string();
+        assert!(e.contains("cannot fit"), "{e}");
+        h.record_count = -1;
+        assert!(for_each(&s, &h, |_| {}).is_err());
+        // Every truncation of the section is an error or fewer records, never a panic.
+        h.record_count = 1;
+        for cut in 0..s.len() {
+            assert!(for_each(&s[..cut], &h, |_| {}).is_err());
+        }
+    }
+}
