@@ -184,17 +184,23 @@ fn a_client_that_never_reads_its_responses_is_cut_off() {
     let topic = unique_topic("no-reader");
     broker.create_topic(&topic, 1, &[]).unwrap();
     let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
-    let recs: Vec<RawRecord> = (0..64)
+    let recs: Vec<RawRecord> = (0..60)
         .map(|i| RawRecord::new(format!("k{i}"), vec![b'x'; 16 * 1024], now_ms()))
         .collect();
     conn.produce_ok(&topic, 0, encode_batch(&recs, Compression::None, None))
         .unwrap();
     let before = broker.rss_bytes();
+    assert_eq!(
+        metric_with(&broker, "strata_closed_connections_total", "write_timeout"),
+        0.0
+    );
     // 1 MiB fetch responses requested over and over, never read.
     let mut flood = KafkaConn::connect(&broker.kafka_addr).unwrap();
-    let (_, frame) = flood
+    let (_, payload) = flood
         .encode_request(strata_tests::raw::FETCH_VERSION, &flood_fetch(&topic))
         .unwrap();
+    let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&payload);
     let mut stream = TcpStream::connect(&broker.kafka_addr).unwrap();
     stream.set_nonblocking(true).unwrap();
     let mut sent = 0usize;
@@ -214,6 +220,7 @@ fn a_client_that_never_reads_its_responses_is_cut_off() {
                     }
                     thread::sleep(Duration::from_millis(20));
                 }
+                // The broker closing with our requests unread resets the connection.
                 Err(_) => {
                     closed = true;
                     break 'flood;
@@ -237,7 +244,7 @@ fn a_client_that_never_reads_its_responses_is_cut_off() {
     assert_eq!(
         conn.produce_ok(&topic, 0, encode_batch(&recs[..1], Compression::None, None))
             .unwrap(),
-        64
+        60
     );
     broker.assert_serves_new_clients();
 }

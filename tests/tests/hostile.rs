@@ -337,7 +337,7 @@ fn thousands_of_hostile_frames_on_every_port_lose_nothing() {
         workers.push(thread::spawn(move || {
             let mut rng = Rng::new(1000 + t);
             let mut sent = [0usize; 3];
-            for i in 0..1000 {
+            for i in 0..2500 {
                 match i % 10 {
                     0 => {
                         send_and_drain(&raft, &hostile_raft_payload(&mut rng));
