@@ -37,3 +37,23 @@ pub mod server;
 pub mod session;
 pub mod tier;
 pub mod topic_config;
+
+/// Inputs that once crashed or hung a fuzz target, kept in `fuzz/regressions/<target>/` and
+/// replayed by the unit tests beside the code each target drives.
+#[cfg(test)]
+pub(crate) fn fuzz_regressions(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/regressions")
+        .join(target);
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            let path = e.expect("dir entry").path();
+            let data = std::fs::read(&path).expect("read regression input");
+            (path.display().to_string(), data)
+        })
+        .collect();
+    out.sort();
+    assert!(!out.is_empty(), "no regression inputs in {}", dir.display());
+    out
+}

@@ -108,11 +108,13 @@ pub async fn run(broker: Arc<Broker>, mut epoch: i64, mut shutdown: watch::Recei
             _ = tick.tick() => {}
             _ = shutdown.changed() => break,
         }
-        match broker
-            .metadata
-            .heartbeat(heartbeat(&broker, epoch, false))
-            .await
-        {
+        // A heartbeat without a metadata leader waits up to its timeout (10 s): shutdown
+        // must not wait behind it (a stopping cluster's last voters have no leader).
+        let beat = tokio::select! {
+            r = broker.metadata.heartbeat(heartbeat(&broker, epoch, false)) => r,
+            _ = shutdown.changed() => break,
+        };
+        match beat {
             Ok(HeartbeatReply::Alive { fenced }) => {
                 broker.metrics.heartbeat(true);
                 if let Some(since) = failing_since.take() {

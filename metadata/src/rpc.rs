@@ -352,6 +352,96 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn fuzz_regressions_are_refused() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/raft_rpc");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            assert!(
+                !crate::decode_rpc_frame(&std::fs::read(&path).unwrap()),
+                "{}",
+                path.display()
+            );
+            n += 1;
+        }
+        assert!(n > 0);
+    }
+
+    /// Frames as nodes send them, one of each kind that carries data: they decode, and they
+    /// are the raft_rpc fuzz target's seeds (written to `$STRATA_FUZZ_CORPUS/raft_rpc` when
+    /// that is set, by scripts/fuzz.sh).
+    #[test]
+    fn real_frames_decode_and_seed_the_fuzzer() {
+        use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Vote};
+        let vote = Vote::new(3, 1);
+        let log_id = LogId::new(CommittedLeaderId::new(3, 1), 41);
+        let entry = Entry::<TypeConfig> {
+            log_id,
+            payload: EntryPayload::Normal(Command::RegisterBroker {
+                node_id: 2,
+                host: "127.0.0.1".into(),
+                port: 9192,
+                rack: Some("a".into()),
+            }),
+        };
+        let requests = vec![
+            Request::Vote(VoteRequest::new(vote, Some(log_id))),
+            Request::AppendEntries(AppendEntriesRequest {
+                vote,
+                prev_log_id: Some(log_id),
+                entries: vec![entry],
+                leader_commit: Some(log_id),
+            }),
+            Request::Propose(Command::FenceBroker {
+                node_id: 2,
+                epoch: 7,
+            }),
+            Request::Heartbeat(Heartbeat {
+                node_id: 2,
+                epoch: 7,
+                shutting_down: false,
+            }),
+            Request::ReadIndex,
+            Request::ChangeVoters {
+                add: vec![4],
+                remove: vec![],
+            },
+        ];
+        let mut frames: Vec<Vec<u8>> = requests
+            .into_iter()
+            .map(|request| {
+                serde_json::to_vec(&Envelope {
+                    quorum: Some("quorum".into()),
+                    request,
+                })
+                .unwrap()
+            })
+            .collect();
+        for response in [
+            Response::ReadIndex(Ok(41)),
+            Response::Proposed(Err(Refusal::NotLeader {
+                leader: Some((1, "127.0.0.1:9093".into())),
+            })),
+            Response::Vote(Ok(VoteResponse::new(vote, Some(log_id), true))),
+        ] {
+            frames.push(serde_json::to_vec(&response).unwrap());
+        }
+        let seeds = std::env::var_os("STRATA_FUZZ_CORPUS")
+            .map(|d| std::path::PathBuf::from(d).join("raft_rpc"));
+        for (i, f) in frames.iter().enumerate() {
+            assert!(crate::decode_rpc_frame(f), "{}", String::from_utf8_lossy(f));
+            if let Some(dir) = &seeds {
+                std::fs::create_dir_all(dir).unwrap();
+                std::fs::write(dir.join(format!("real-{i}.json")), f).unwrap();
+            }
+        }
+        assert!(!crate::decode_rpc_frame(
+            b"{\"quorum\":null,\"request\":{\"Vote\":[[[[[[["
+        ));
+    }
+
     async fn echo_server() -> (String, tokio::task::JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();

@@ -268,6 +268,18 @@ mod tests {
     }
 
     #[test]
+    fn fuzz_regressions_are_routed() {
+        for (name, input) in crate::fuzz_regressions("admin_route") {
+            let text = String::from_utf8(input).unwrap();
+            let (method, uri) = text.split_once(' ').unwrap();
+            if let (Ok(m), Ok(u)) = (method.parse(), uri.parse()) {
+                let route = Route::parse(&m, &u);
+                assert!(matches!(route, Route::Refused(..)), "{name}: {route:?}");
+            }
+        }
+    }
+
+    #[test]
     fn routes_are_decided_from_method_and_uri() {
         assert_eq!(parse("GET", "/metrics"), Route::Metrics);
         assert_eq!(

@@ -10,9 +10,9 @@
 //!   wait in the socket): memory of requests in flight is bounded across all connections, and
 //!   a frame is never half-admitted (no frame waits for budget while holding part of it).
 //!   Bytes read ahead of their frame's turn are bounded by the read buffer, per connection.
-//! - A frame must arrive whole within the read timeout of its first byte (waiting for budget
-//!   included), so a sender trickling a frame cannot hold a connection, its budget, or a
-//!   place among the waiters for long.
+//! - A frame must arrive whole within the read timeout of its first byte (or of the moment
+//!   it got its budget, if it waited), so a sender trickling a frame holds a connection and
+//!   its budget for at most that long.
 //!
 //! Frames are split off one read buffer per connection. Once the previous frames are dropped
 //! (their batches are in the log), `reserve` reclaims the same allocation, so a steady producer
@@ -185,20 +185,17 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             Ok(p) => (p, false),
             Err(_) => {
                 // Paused: no more of this connection is read until the budget frees up. The
-                // wait counts against the frame's deadline, so senders that never finish
-                // their frames leave the queue of waiters too, not only the budget.
-                let started = *self.started.get_or_insert_with(Instant::now);
-                let wait = self.budget.permits.clone().acquire_many_owned(total as u32);
-                match tokio::time::timeout_at(started + self.read_timeout, wait).await {
-                    Ok(p) => (p.expect("the request budget is never closed"), true),
-                    Err(_) => {
-                        return Err(FrameError::TimedOut {
-                            size: total,
-                            received: self.buf.len(),
-                            timeout: self.read_timeout,
-                        })
-                    }
-                }
+                // wait does not count against the frame's deadline: under load, a client
+                // whose request waits its turn is not at fault.
+                let p = self
+                    .budget
+                    .permits
+                    .clone()
+                    .acquire_many_owned(total as u32)
+                    .await
+                    .expect("the request budget is never closed");
+                self.started = Some(Instant::now());
+                (p, true)
             }
         };
         if !self.fill(total).await? {

@@ -283,6 +283,13 @@ mod tests {
     }
 
     #[test]
+    fn fuzz_regressions_are_errors() {
+        for (name, input) in crate::fuzz_regressions("request") {
+            assert!(decode_request(Bytes::from(input)).is_err(), "{name}");
+        }
+    }
+
+    #[test]
     fn random_bytes_never_panic_the_decoder() {
         let mut seed = 0x2545F4914F6CDD1Du64;
         for _ in 0..20_000 {
