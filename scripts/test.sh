@@ -4,6 +4,8 @@
 #
 #   scripts/test.sh            everything
 #   SKIP_COMPAT=1 scripts/test.sh   without the compatibility script
+#   SKIP_FUZZ=1 scripts/test.sh     without the fuzzing pass (FUZZ_SECONDS per target, 60 by
+#                                   default; scripts/fuzz.sh)
 #
 # Environment: CARGO_TARGET_DIR (where cargo builds), STRATA_VENV (the Python venv with the
 # client libraries and moto, the S3 server of the object-store tests; default
@@ -83,12 +85,20 @@ export STRATA_BIN="$TARGET_DIR/debug/strata"
 status=0
 log "cargo test --workspace --no-fail-fast"
 # --no-fail-fast: one failing test binary must not hide the results of the others.
+# STRATA_FUZZ_CORPUS: the hostile-input test writes the frames real clients sent (and the
+# raft tests real raft frames) there, as the fuzzers' seeds.
+export STRATA_FUZZ_CORPUS="$ROOT/fuzz/corpus"
 # shellcheck disable=SC2086
 cargo test --workspace --no-fail-fast ${CARGO_TEST_ARGS:-} || status=$?
 
 if [ "${SKIP_COMPAT:-0}" != "1" ]; then
     log "client compatibility script"
     "$VENV/bin/python" scripts/compat.py --bin "$STRATA_BIN" || status=$?
+fi
+
+if [ "${SKIP_FUZZ:-0}" != "1" ]; then
+    log "fuzzing (scripts/fuzz.sh, ${FUZZ_SECONDS:-60} s per target)"
+    bash scripts/fuzz.sh || status=$?
 fi
 
 if [ "$status" -ne 0 ]; then

@@ -301,6 +301,35 @@ fn real_traffic(
         .collect()
 }
 
+/// The `records` of every captured Produce request, as the batch fuzz target's seeds.
+fn write_batch_corpus(frames: &[Bytes], dir: &std::path::Path) -> usize {
+    use kafka_protocol::messages::ProduceRequest;
+    use kafka_protocol::protocol::Decodable;
+    std::fs::create_dir_all(dir).expect("corpus dir");
+    let mut n = 0;
+    for f in frames.iter().filter(|f| f.len() > 4 && f[..2] == [0, 0]) {
+        let version = i16::from_be_bytes([f[2], f[3]]);
+        let mut buf = f.clone();
+        let Ok(_) = RequestHeader::decode(&mut buf, ApiKey::Produce.request_header_version(version))
+        else {
+            continue;
+        };
+        let Ok(req) = ProduceRequest::decode(&mut buf, version) else {
+            continue;
+        };
+        for records in req
+            .topic_data
+            .iter()
+            .flat_map(|t| &t.partition_data)
+            .filter_map(|p| p.records.as_ref())
+        {
+            std::fs::write(dir.join(format!("produce-{n}.bin")), records).expect("write seed");
+            n += 1;
+        }
+    }
+    n
+}
+
 #[test]
 fn thousands_of_hostile_frames_on_every_port_lose_nothing() {
     let proxy = CaptureProxy::start();
@@ -317,10 +346,12 @@ fn thousands_of_hostile_frames_on_every_port_lose_nothing() {
     );
     // The fuzzers' seed corpus (scripts/fuzz.sh sets this).
     if let Some(dir) = std::env::var_os("STRATA_FUZZ_CORPUS") {
+        let dir = PathBuf::from(dir);
         let n = proxy
-            .write_corpus(&PathBuf::from(dir).join("request"))
+            .write_corpus(&dir.join("request"))
             .expect("write corpus");
-        eprintln!("wrote {n} request frames to the fuzz corpus");
+        let b = write_batch_corpus(&real, &dir.join("batch"));
+        eprintln!("wrote {n} request frames and {b} record batches to the fuzz corpus");
     }
 
     let real = Arc::new(real);

@@ -10,6 +10,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 pub const HEADER_LEN: usize = 61;
 /// Offset + length prefix that precede the part counted by `batchLength`.
 pub const LOG_OVERHEAD: usize = 12;
+/// The smallest encoding of a record: length, attributes, timestamp delta, offset delta, key
+/// length, value length and header count, one byte each.
+pub const MIN_RECORD_BYTES: usize = 7;
 
 const BASE_OFFSET: usize = 0;
 const BATCH_LENGTH: usize = 8;
@@ -211,8 +214,7 @@ pub fn split_and_validate(
         // An uncompressed batch cannot hold more records than its bytes allow (a compressed
         // one is checked where it is decompressed, log/records.rs).
         let body = total - HEADER_LEN;
-        if header.attributes & 0x7 == 0
-            && header.record_count as usize > body / super::records::MIN_RECORD_BYTES
+        if header.attributes & 0x7 == 0 && header.record_count as usize > body / MIN_RECORD_BYTES
         {
             return Err(BatchError::Truncated(format!(
                 "recordCount {} cannot fit in {body} bytes of records",

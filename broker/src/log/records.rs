@@ -15,17 +15,13 @@ use std::io::Read;
 
 use bytes::Bytes;
 
-use super::batch::{BatchHeader, HEADER_LEN};
+use super::batch::{BatchHeader, HEADER_LEN, MIN_RECORD_BYTES};
 use super::LogError;
 
 /// The most one batch may decompress to. Clients bound their batches before compression
 /// (librdkafka's `batch.size` is 1 MB by default, Java's 16 KiB), so a legitimate batch is
 /// far below this; a batch that inflates beyond it is refused as corrupt.
 pub const MAX_UNCOMPRESSED_BATCH_BYTES: usize = 64 << 20;
-
-/// The smallest encoding of a record: length, attributes, timestamp delta, offset delta, key
-/// length, value length and header count, one byte each.
-pub const MIN_RECORD_BYTES: usize = 7;
 
 /// One record of a batch, borrowed from the (decompressed) records section.
 #[derive(Debug, Clone, Copy)]
