@@ -30,7 +30,11 @@ ADMIN=$(sed -n 's/^READY .*admin=\([^ ]*\) .*/\1/p' "$OUT")
 [ -n "$KAFKA" ] || { echo "broker did not start" >&2; cat "$DATA.log" >&2; exit 1; }
 
 rss_mib() { awk '/^VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$PID/status"; }
-metric() { curl -s "http://$ADMIN/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+# The sum of a metric's samples over all its label sets.
+metric() {
+    curl -s "http://$ADMIN/metrics" |
+        awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $2 } END { printf "%d", s }'
+}
 probe() {
     "$BIN" perf produce "$1" -b "$KAFKA" --records 200000 --record-size 100 --rate 20000 2>/dev/null
 }

@@ -214,8 +214,7 @@ pub fn split_and_validate(
         // An uncompressed batch cannot hold more records than its bytes allow (a compressed
         // one is checked where it is decompressed, log/records.rs).
         let body = total - HEADER_LEN;
-        if header.attributes & 0x7 == 0 && header.record_count as usize > body / MIN_RECORD_BYTES
-        {
+        if header.attributes & 0x7 == 0 && header.record_count as usize > body / MIN_RECORD_BYTES {
             return Err(BatchError::Truncated(format!(
                 "recordCount {} cannot fit in {body} bytes of records",
                 header.record_count
