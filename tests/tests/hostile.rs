@@ -153,6 +153,18 @@ fn hostile_kafka_payload(rng: &mut Rng, real: &[Bytes], apis: &[(i16, i16, i16)]
     }
 }
 
+/// One of `templates` with up to `flips - 1` bytes replaced at random.
+fn mutated(rng: &mut Rng, templates: &[&str], flips: u64) -> Vec<u8> {
+    let mut t = templates[rng.below(templates.len() as u64) as usize]
+        .as_bytes()
+        .to_vec();
+    for _ in 0..rng.below(flips) {
+        let at = rng.below(t.len() as u64) as usize;
+        t[at] = rng.next_u64() as u8;
+    }
+    t
+}
+
 fn hostile_raft_payload(rng: &mut Rng) -> Vec<u8> {
     const TEMPLATES: &[&str] = &[
         r#"{"quorum":null,"request":"ReadIndex"}"#,
@@ -169,16 +181,7 @@ fn hostile_raft_payload(rng: &mut Rng) -> Vec<u8> {
             b.extend(noise(rng, 32));
             b
         }
-        _ => {
-            let mut t = TEMPLATES[rng.below(TEMPLATES.len() as u64) as usize]
-                .as_bytes()
-                .to_vec();
-            for _ in 0..rng.below(4) {
-                let at = rng.below(t.len() as u64) as usize;
-                t[at] = rng.next_u64() as u8;
-            }
-            framed(&t)
-        }
+        _ => framed(&mutated(rng, TEMPLATES, 4)),
     }
 }
 
@@ -201,16 +204,7 @@ fn hostile_admin_payload(rng: &mut Rng) -> Vec<u8> {
             ));
             b
         }
-        _ => {
-            let mut t = TEMPLATES[rng.below(TEMPLATES.len() as u64) as usize]
-                .as_bytes()
-                .to_vec();
-            for _ in 0..rng.below(3) {
-                let at = rng.below(t.len() as u64) as usize;
-                t[at] = rng.next_u64() as u8;
-            }
-            t
-        }
+        _ => mutated(rng, TEMPLATES, 3),
     }
 }
 
