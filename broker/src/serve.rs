@@ -160,6 +160,9 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     metrics.register_object_store(objects.metrics());
     tracing::info!(store = %objects, "object store reachable");
     metrics.register_tier(&tier.metrics, tier.cache.metrics());
+    let request_budget =
+        crate::protocol::frame::RequestBudget::new(cfg.queued_max_request_bytes as usize);
+    metrics.register_request_budget(request_budget.clone());
     let metadata = Metadata::open(MetadataOptions {
         node_id: cfg.node_id,
         dir: cfg.data_dir.join("metadata"),
@@ -222,6 +225,7 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     let server = tokio::spawn(crate::server::serve(
         kafka,
         broker.clone(),
+        request_budget,
         shutdown_rx.clone(),
     ));
     ready.store(true, Ordering::Release);
@@ -286,25 +290,26 @@ fn raise_fd_limit(max_connections: usize) {
         rlim_max: 0,
     };
     // SAFETY: getrlimit/setrlimit only read and write the struct passed.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return;
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    let want = (max_connections as libc::rlim_t + 4096).min(lim.rlim_max);
+    if lim.rlim_cur < want {
+        let before = lim.rlim_cur;
+        lim.rlim_cur = want;
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+            tracing::info!(from = before, to = want, "raised the open-file limit");
+        } else {
+            lim.rlim_cur = before;
         }
-        let want = (max_connections as libc::rlim_t + 4096).min(lim.rlim_max);
-        if lim.rlim_cur < want {
-            let before = lim.rlim_cur;
-            lim.rlim_cur = want;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-                tracing::info!(from = before, to = want, "raised the open-file limit");
-            }
-        }
-        if lim.rlim_cur < max_connections as libc::rlim_t {
-            tracing::warn!(
-                limit = lim.rlim_cur,
-                max_connections,
-                "the open-file limit is below max_connections: connections past it will be refused"
-            );
-        }
+    }
+    if lim.rlim_cur < max_connections as libc::rlim_t {
+        tracing::warn!(
+            limit = lim.rlim_cur,
+            max_connections,
+            "the open-file limit is below max_connections: connections past it will be refused"
+        );
     }
 }
 

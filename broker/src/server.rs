@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -81,11 +82,11 @@ impl Drop for IpSlot {
 pub async fn serve(
     listener: TcpListener,
     broker: Arc<Broker>,
+    budget: RequestBudget,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let limit = Arc::new(Semaphore::new(broker.config.max_connections));
     let per_ip = Arc::new(PerIp::default());
-    let budget = RequestBudget::new(broker.config.queued_max_request_bytes as usize);
     let mut connections = JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {
@@ -155,6 +156,17 @@ impl Activity {
             .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
+    /// A request read from the connection, to be answered.
+    fn received(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A request answered (or one that needs no answer).
+    fn answered(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.touch();
+    }
+
     fn idle_deadline(&self, idle: Duration) -> tokio::time::Instant {
         let last = self.epoch + Duration::from_millis(self.last.load(Ordering::Relaxed));
         tokio::time::Instant::from_std(last + idle)
@@ -165,7 +177,7 @@ async fn connection(
     stream: TcpStream,
     broker: &Arc<Broker>,
     budget: RequestBudget,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     // As Kafka reports it in DescribeGroups: "/<ip>".
     let client_host = stream
@@ -181,81 +193,16 @@ async fn connection(
         last: AtomicU64::new(0),
         in_flight: AtomicUsize::new(0),
     });
-    let reader_broker = broker.clone();
-    let reader_activity = activity.clone();
-    let reader_budget = budget.clone();
-    let reader_task = tokio::spawn(async move {
-        let (broker, activity, budget) = (reader_broker, reader_activity, reader_budget);
-        let mut frames = frame::FrameReader::new(
-            reader,
-            broker.config.max_request_bytes,
-            budget.clone(),
-            io_timeout,
-        );
-        loop {
-            let frame = tokio::select! {
-                f = frames.next() => f,
-                _ = shutdown.changed() => return Ok(()),
-                _ = tokio::time::sleep_until(activity.idle_deadline(idle)) => {
-                    // Reading a frame, or a request in flight (a JoinGroup may take minutes),
-                    // is activity; `next` is cancel-safe, so the frame read goes on.
-                    if frames.in_frame() || activity.in_flight.load(Ordering::Acquire) > 0 {
-                        activity.touch();
-                        continue;
-                    }
-                    broker.metrics.connection_closed_by_broker("idle");
-                    tracing::debug!(?idle, "closing idle connection");
-                    return Ok(());
-                }
-            };
-            let frame = match frame {
-                Ok(Some(f)) => f,
-                Ok(None) => return Ok(()),
-                // A reset or a half-sent frame is the client going away, not bad input.
-                Err(e @ (frame::FrameError::Io(_) | frame::FrameError::Truncated)) => {
-                    tracing::debug!(error = %e, "connection ended");
-                    return Ok(());
-                }
-                Err(e @ frame::FrameError::TimedOut { .. }) => {
-                    broker.metrics.connection_closed_by_broker("read_timeout");
-                    tracing::warn!(error = %e, "closing connection: request too slow to arrive");
-                    return Err(anyhow::Error::from(e));
-                }
-                Err(e) => {
-                    broker.metrics.bad_request("frame");
-                    tracing::warn!(error = %e, "closing connection: bad frame");
-                    return Err(anyhow::Error::from(e));
-                }
-            };
-            activity.touch();
-            broker
-                .metrics
-                .set_request_queue_bytes(budget.in_use(), frame.waited);
-            broker.metrics.received(frame.bytes.len() as u64 + 4);
-            let item = match protocol::decode_request(frame.bytes) {
-                Ok(req) => Incoming::Request(Box::new(req), frame.budget),
-                Err(DecodeError::UnsupportedVersion {
-                    api: ApiKey::ApiVersions,
-                    correlation_id,
-                    ..
-                }) => Incoming::UnsupportedApiVersions(correlation_id),
-                Err(e) => {
-                    broker.metrics.bad_request(match e {
-                        DecodeError::Short(_) => "short",
-                        DecodeError::UnknownApi(_) => "unknown_api",
-                        DecodeError::UnsupportedVersion { .. } => "unsupported_version",
-                        DecodeError::Malformed { .. } => "malformed",
-                    });
-                    tracing::warn!(error = %e, "closing connection: bad request");
-                    return Err(anyhow::Error::from(e));
-                }
-            };
-            activity.in_flight.fetch_add(1, Ordering::AcqRel);
-            if tx.send(item).await.is_err() {
-                return Ok(());
-            }
-        }
-    });
+    let frames =
+        frame::FrameReader::new(reader, broker.config.max_request_bytes, budget, io_timeout);
+    let reader_task = tokio::spawn(read_requests(
+        frames,
+        tx,
+        broker.clone(),
+        activity.clone(),
+        idle,
+        shutdown,
+    ));
 
     while let Some(item) = rx.recv().await {
         let (out, budget_held) = match item {
@@ -301,8 +248,7 @@ async fn connection(
                     .metrics
                     .request(api_name(api), started.elapsed().as_secs_f64());
                 let Some(body) = response else {
-                    activity.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    activity.touch();
+                    activity.answered();
                     continue;
                 };
                 match protocol::encode_response(api, version, correlation_id, &body) {
@@ -317,27 +263,97 @@ async fn connection(
         broker
             .metrics
             .sent(out.iter().map(|c| c.len() as u64).sum());
-        if tokio::time::timeout(io_timeout, write_chunks(&mut writer, out))
-            .await
-            .map_err(|_| {
+        match tokio::time::timeout(io_timeout, write_chunks(&mut writer, out)).await {
+            Ok(Ok(())) => {}
+            // The client went away.
+            Ok(Err(_)) => return Ok(()),
+            Err(_) => {
                 broker.metrics.connection_closed_by_broker("write_timeout");
-                anyhow::anyhow!("the client did not read its response within {io_timeout:?}")
-            })?
-            .is_err()
-        {
-            return Ok(());
+                anyhow::bail!("the client did not read its response within {io_timeout:?}");
+            }
         }
         drop(budget_held);
-        broker
-            .metrics
-            .set_request_queue_bytes(budget.in_use(), false);
-        activity.in_flight.fetch_sub(1, Ordering::AcqRel);
-        activity.touch();
+        activity.answered();
     }
     writer.shutdown().await.ok();
     match reader_task.await {
         Ok(r) => r,
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The reading half of a connection: frames in, decoded requests out to the processor, until
+/// the client leaves, sends a bad frame, idles past `idle`, or the broker shuts down.
+async fn read_requests(
+    mut frames: frame::FrameReader<OwnedReadHalf>,
+    tx: mpsc::Sender<Incoming>,
+    broker: Arc<Broker>,
+    activity: Arc<Activity>,
+    idle: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    loop {
+        let frame = tokio::select! {
+            f = frames.next() => f,
+            _ = shutdown.changed() => return Ok(()),
+            _ = tokio::time::sleep_until(activity.idle_deadline(idle)) => {
+                // Reading a frame, or a request in flight (a JoinGroup may take minutes),
+                // is activity; `next` is cancel-safe, so the frame read goes on.
+                if frames.in_frame() || activity.in_flight.load(Ordering::Acquire) > 0 {
+                    activity.touch();
+                    continue;
+                }
+                broker.metrics.connection_closed_by_broker("idle");
+                tracing::debug!(?idle, "closing idle connection");
+                return Ok(());
+            }
+        };
+        let frame = match frame {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(()),
+            // A reset or a half-sent frame is the client going away, not bad input.
+            Err(e @ (frame::FrameError::Io(_) | frame::FrameError::Truncated)) => {
+                tracing::debug!(error = %e, "connection ended");
+                return Ok(());
+            }
+            Err(e @ frame::FrameError::TimedOut { .. }) => {
+                broker.metrics.connection_closed_by_broker("read_timeout");
+                tracing::warn!(error = %e, "closing connection: request too slow to arrive");
+                return Err(anyhow::Error::from(e));
+            }
+            Err(e) => {
+                broker.metrics.bad_request("frame");
+                tracing::warn!(error = %e, "closing connection: bad frame");
+                return Err(anyhow::Error::from(e));
+            }
+        };
+        activity.touch();
+        if frame.waited {
+            broker.metrics.request_waited_for_budget();
+        }
+        broker.metrics.received(frame.bytes.len() as u64 + 4);
+        let item = match protocol::decode_request(frame.bytes) {
+            Ok(req) => Incoming::Request(Box::new(req), frame.budget),
+            Err(DecodeError::UnsupportedVersion {
+                api: ApiKey::ApiVersions,
+                correlation_id,
+                ..
+            }) => Incoming::UnsupportedApiVersions(correlation_id),
+            Err(e) => {
+                broker.metrics.bad_request(match e {
+                    DecodeError::Short(_) => "short",
+                    DecodeError::UnknownApi(_) => "unknown_api",
+                    DecodeError::UnsupportedVersion { .. } => "unsupported_version",
+                    DecodeError::Malformed { .. } => "malformed",
+                });
+                tracing::warn!(error = %e, "closing connection: bad request");
+                return Err(anyhow::Error::from(e));
+            }
+        };
+        activity.received();
+        if tx.send(item).await.is_err() {
+            return Ok(());
+        }
     }
 }
 

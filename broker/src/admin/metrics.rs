@@ -34,6 +34,14 @@ struct ReasonLabels {
     reason: String,
 }
 
+fn count_reason(family: &Family<ReasonLabels, Counter>, reason: &str) {
+    family
+        .get_or_create(&ReasonLabels {
+            reason: reason.to_string(),
+        })
+        .inc();
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PartitionLabels {
     topic: String,
@@ -212,6 +220,8 @@ pub struct Metrics {
     connections: Gauge,
     rejected_connections: Family<ReasonLabels, Counter>,
     closed_connections: Family<ReasonLabels, Counter>,
+    /// The Kafka listener's request budget, read for `request_queue_bytes` at each render.
+    request_budget: Option<crate::protocol::frame::RequestBudget>,
     request_queue_bytes: Gauge,
     request_budget_waits: Counter,
     panics: Counter,
@@ -263,6 +273,7 @@ impl Metrics {
             connections: Gauge::default(),
             rejected_connections: Family::default(),
             closed_connections: Family::default(),
+            request_budget: None,
             request_queue_bytes: Gauge::default(),
             request_budget_waits: Counter::default(),
             panics: Counter::default(),
@@ -522,26 +533,20 @@ impl Metrics {
     }
 
     pub fn connection_rejected(&self, reason: &str) {
-        self.rejected_connections
-            .get_or_create(&ReasonLabels {
-                reason: reason.to_string(),
-            })
-            .inc();
+        count_reason(&self.rejected_connections, reason);
     }
 
     pub fn connection_closed_by_broker(&self, reason: &str) {
-        self.closed_connections
-            .get_or_create(&ReasonLabels {
-                reason: reason.to_string(),
-            })
-            .inc();
+        count_reason(&self.closed_connections, reason);
     }
 
-    pub fn set_request_queue_bytes(&self, bytes: usize, waited: bool) {
-        self.request_queue_bytes.set(bytes as i64);
-        if waited {
-            self.request_budget_waits.inc();
-        }
+    /// Reports the Kafka listener's request budget (`strata_request_queue_bytes`).
+    pub fn register_request_budget(&mut self, budget: crate::protocol::frame::RequestBudget) {
+        self.request_budget = Some(budget);
+    }
+
+    pub fn request_waited_for_budget(&self) {
+        self.request_budget_waits.inc();
     }
 
     /// The counter a panic hook increments (see `serve::count_panics`).
@@ -644,6 +649,9 @@ impl Metrics {
 
     /// Prometheus text exposition, with partition and cluster gauges read now.
     pub fn render(&self, partitions: &Partitions, metadata: &strata_metadata::Metadata) -> String {
+        if let Some(budget) = &self.request_budget {
+            self.request_queue_bytes.set(budget.in_use() as i64);
+        }
         self.cluster.update(metadata);
         self.cluster.follower_lag.clear();
         for p in partitions.all() {

@@ -394,23 +394,12 @@ impl Coordinator {
                     format!("{}-{p}: {e}", store::TOPIC),
                 )
             };
-            let mut pos = 0;
-            while pos < bytes.len() {
-                let h = batch::BatchHeader::parse(&bytes[pos..])
-                    .map_err(|e| storage_error(e.to_string()))?;
-                let end = pos + h.total_len();
-                if end > bytes.len() {
-                    return Err(storage_error(format!(
-                        "batch at {} is cut short",
-                        h.base_offset
-                    )));
-                }
+            for item in records::batches(&bytes) {
+                let (h, b) = item.map_err(|e| storage_error(e.to_string()))?;
                 // Continue after the batch's last offset, not its last record's: a
                 // compacted batch may have lost its last records but keeps its span.
                 offset = offset.max(h.next_offset());
-                let section = records::section(&bytes.slice(pos..end), &h)
-                    .map_err(|e| storage_error(e.to_string()))?;
-                pos = end;
+                let section = records::section(&b, &h).map_err(|e| storage_error(e.to_string()))?;
                 records::for_each(&section, &h, |r| {
                     offset = offset.max(r.offset + 1);
                     if r.offset < o.log_start {

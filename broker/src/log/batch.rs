@@ -111,6 +111,10 @@ impl BatchHeader {
     pub fn is_log_append_time(&self) -> bool {
         self.attributes & TIMESTAMP_TYPE_BIT != 0
     }
+    /// Compression codec id (attribute bits 0–2): 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+    pub fn codec(&self) -> i16 {
+        self.attributes & 0x7
+    }
     pub fn is_idempotent(&self) -> bool {
         self.producer_id >= 0
     }
@@ -214,7 +218,7 @@ pub fn split_and_validate(
         // An uncompressed batch cannot hold more records than its bytes allow (a compressed
         // one is checked where it is decompressed, log/records.rs).
         let body = total - HEADER_LEN;
-        if header.attributes & 0x7 == 0 && header.record_count as usize > body / MIN_RECORD_BYTES {
+        if header.codec() == 0 && header.record_count as usize > body / MIN_RECORD_BYTES {
             return Err(BatchError::Truncated(format!(
                 "recordCount {} cannot fit in {body} bytes of records",
                 header.record_count

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::batch::{self, BatchHeader, HEADER_LEN};
+use super::batch::{self, BatchHeader};
 use super::compact::{self, Filtered, OffsetMap};
 use super::records;
 use super::segment::{self, Segment};
@@ -151,34 +151,6 @@ fn remove_if_exists(p: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }
-}
-
-/// Walks the whole batches of a segment's bytes.
-fn batches(data: &Bytes) -> impl Iterator<Item = Result<(BatchHeader, Bytes), LogError>> + '_ {
-    let mut pos = 0usize;
-    std::iter::from_fn(move || {
-        if pos >= data.len() {
-            return None;
-        }
-        let item = BatchHeader::parse(&data[pos..])
-            .map_err(|e| LogError::Corrupt(format!("while cleaning: {e}")))
-            .and_then(|h| {
-                let end = pos + h.total_len();
-                if h.total_len() < HEADER_LEN || end > data.len() {
-                    return Err(LogError::Corrupt(format!(
-                        "while cleaning: batch at {} runs past its segment",
-                        h.base_offset
-                    )));
-                }
-                let b = data.slice(pos..end);
-                pos = end;
-                Ok((h, b))
-            });
-        if item.is_err() {
-            pos = data.len();
-        }
-        Some(item)
-    })
 }
 
 impl Log {
@@ -340,14 +312,14 @@ impl CleanPlan {
         let mut mapped_any = false;
         for seg in self.segments.iter().filter(|s| s.base >= self.clean_point) {
             let mut records = 0usize;
-            for item in batches(&seg.data) {
+            for item in records::batches(&seg.data) {
                 records += item?.0.record_count.max(0) as usize;
             }
             if mapped_any && records > map.room() {
                 dirty_end = seg.base;
                 break;
             }
-            for item in batches(&seg.data) {
+            for item in records::batches(&seg.data) {
                 let (h, b) = item?;
                 let section = records::section(&b, &h)?;
                 records::for_each(&section, &h, |r| {
@@ -393,7 +365,7 @@ impl CleanPlan {
             let (out, group, removed_here) = current.as_mut().expect("set above");
             group.replaces.push(s.base);
             group.sizes.push(s.size);
-            for item in batches(&s.data) {
+            for item in records::batches(&s.data) {
                 let (h, b) = item?;
                 let mut tombstones = 0u64;
                 let (outcome, removed) = compact::filter_batch(&b, &h, |r| {

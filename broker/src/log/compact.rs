@@ -16,7 +16,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{self as codec, Compressor};
 
 use super::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
-use super::records::{self, codec_of, corrupt, Record};
+use super::records::{self, corrupt, Record};
 use super::LogError;
 
 /// Bytes one entry of the offset map costs, counting the hash table's spare capacity.
@@ -121,7 +121,7 @@ pub fn filter_batch(
         }
         Ok(())
     };
-    let compressed: anyhow::Result<()> = match codec_of(header) {
+    let compressed: anyhow::Result<()> = match header.codec() {
         0 => codec::None::compress(&mut out, put),
         1 => codec::Gzip::compress(&mut out, put),
         2 => codec::Snappy::compress(&mut out, put),

@@ -58,11 +58,6 @@ fn varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
     None
 }
 
-/// Codec id from batch attributes (bits 0–2).
-pub(super) fn codec_of(header: &BatchHeader) -> i16 {
-    header.attributes & 0x7
-}
-
 /// The records section of a whole batch (`batch` starts at its base offset), decompressed to
 /// at most [`MAX_UNCOMPRESSED_BATCH_BYTES`]; an uncompressed batch's section is a slice of
 /// `batch`, not a copy.
@@ -76,7 +71,7 @@ fn section_within(batch: &Bytes, header: &BatchHeader, limit: usize) -> Result<B
         return Err(corrupt(header, "shorter than its header"));
     }
     let body = batch.slice(HEADER_LEN..end);
-    let inflated = match codec_of(header) {
+    let inflated = match header.codec() {
         0 => return Ok(body),
         1 => read_bounded(flate2::read::GzDecoder::new(&body[..]), limit),
         2 => snappy(&body, limit),
@@ -141,6 +136,32 @@ fn snappy(body: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
         rest = &rest[4 + len as usize..];
     }
     Ok(out)
+}
+
+/// Walks the whole batches of stored bytes (a segment, or a read of one), each with its header;
+/// a batch that runs past the end is an error, and the walk stops there.
+pub fn batches(data: &Bytes) -> impl Iterator<Item = Result<(BatchHeader, Bytes), LogError>> + '_ {
+    let mut pos = 0usize;
+    std::iter::from_fn(move || {
+        if pos >= data.len() {
+            return None;
+        }
+        let item = BatchHeader::parse(&data[pos..])
+            .map_err(|e| LogError::Corrupt(e.to_string()))
+            .and_then(|h| {
+                let end = pos + h.total_len();
+                if h.total_len() < HEADER_LEN || end > data.len() {
+                    return Err(corrupt(&h, "runs past the end of the bytes read"));
+                }
+                let b = data.slice(pos..end);
+                pos = end;
+                Ok((h, b))
+            });
+        if item.is_err() {
+            pos = data.len();
+        }
+        Some(item)
+    })
 }
 
 /// `(offset, timestamp)` of the first record of a whole batch that `pred` accepts.

@@ -68,10 +68,6 @@ impl RequestBudget {
     pub fn in_use(&self) -> usize {
         self.total - self.permits.available_permits()
     }
-
-    pub fn total(&self) -> usize {
-        self.total
-    }
 }
 
 /// One frame (without its length prefix) and its share of the request budget.
@@ -124,27 +120,24 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 self.buf
                     .reserve((n - self.buf.len()).clamp(READ_BUFFER, 4 * READ_BUFFER));
             }
+            // Before its first byte a frame has no deadline: waiting for one is idleness.
             let read = match self.started {
-                Some(started) => {
-                    match tokio::time::timeout_at(
-                        started + self.read_timeout,
-                        self.reader.read_buf(&mut self.buf),
-                    )
-                    .await
-                    {
-                        Ok(r) => r?,
-                        Err(_) => {
-                            return Err(FrameError::TimedOut {
-                                size: n,
-                                received: self.buf.len(),
-                                timeout: self.read_timeout,
-                            })
-                        }
-                    }
-                }
-                None => self.reader.read_buf(&mut self.buf).await?,
+                Some(started) => tokio::time::timeout_at(
+                    started + self.read_timeout,
+                    self.reader.read_buf(&mut self.buf),
+                )
+                .await
+                .ok(),
+                None => Some(self.reader.read_buf(&mut self.buf).await),
             };
-            if read == 0 {
+            let Some(read) = read else {
+                return Err(FrameError::TimedOut {
+                    size: n,
+                    received: self.buf.len(),
+                    timeout: self.read_timeout,
+                });
+            };
+            if read? == 0 {
                 return Ok(false);
             }
             self.started.get_or_insert_with(Instant::now);
