@@ -365,13 +365,23 @@ impl Broker {
 
     /// Resident memory of the process (VmRSS), in bytes.
     pub fn rss_bytes(&self) -> u64 {
+        self.memory_status("VmRSS")
+    }
+
+    /// The most resident memory the process has had so far (VmHWM), in bytes.
+    pub fn peak_rss_bytes(&self) -> u64 {
+        self.memory_status("VmHWM")
+    }
+
+    /// A `kB` field of `/proc/PID/status`, in bytes.
+    fn memory_status(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
             .expect("read /proc/PID/status");
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .expect("VmRSS in /proc/PID/status")
+            .unwrap_or_else(|| panic!("{field} in /proc/PID/status"))
             * 1024
     }
 

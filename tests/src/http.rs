@@ -149,6 +149,15 @@ impl Broker {
             .map(|s| s.value)
             .sum()
     }
+
+    /// The sum of the samples of metric `name` whose label `key` is `value`.
+    pub fn metric_labelled(&self, name: &str, key: &str, value: &str) -> f64 {
+        parse_prometheus(&self.metrics())
+            .into_iter()
+            .filter(|s| s.name == name && s.label(key) == Some(value))
+            .map(|s| s.value)
+            .sum()
+    }
 }
 
 #[cfg(test)]

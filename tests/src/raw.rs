@@ -123,18 +123,16 @@ impl KafkaConn {
         let _ = self.stream.shutdown(Shutdown::Both);
     }
 
+    /// Half-closes: no more bytes from this side, the peer's still readable.
+    pub fn shutdown_write(&self) {
+        let _ = self.stream.shutdown(Shutdown::Write);
+    }
+
     /// Encodes a request frame for API `R` at `version`; returns (correlation id, frame payload).
     pub fn encode_request<R: Request>(&mut self, version: i16, req: &R) -> Result<(i32, BytesMut)> {
-        let api = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("api key {}", R::KEY))?;
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("strata-tests-raw")));
-        let mut buf = BytesMut::new();
-        header.encode(&mut buf, api.request_header_version(version))?;
+        let mut buf = request_header(R::KEY, version, correlation_id, "strata-tests-raw");
         req.encode(&mut buf, version)?;
         Ok((correlation_id, buf))
     }
@@ -332,6 +330,28 @@ fn is_closed(e: &std::io::Error) -> bool {
             | ErrorKind::ConnectionAborted
             | ErrorKind::BrokenPipe
     )
+}
+
+/// A request header as clients encode it, for any API key and version (including ones the
+/// broker does not know: header v1, the non-flexible layout).
+pub fn request_header(
+    api: i16,
+    version: i16,
+    correlation_id: i32,
+    client_id: &'static str,
+) -> BytesMut {
+    let header_version = ApiKey::try_from(api)
+        .map(|k| k.request_header_version(version))
+        .unwrap_or(1);
+    let mut buf = BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(api)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str(client_id)))
+        .encode(&mut buf, header_version)
+        .expect("a request header encodes");
+    buf
 }
 
 pub fn topic_name(name: &str) -> TopicName {

@@ -11,31 +11,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::records::Compression;
-use strata_tests::raw::error;
+use strata_tests::raw::{error, request_header};
 use strata_tests::{
     encode_batch, now_ms, unique_topic, wait_for, Broker, BrokerOpts, KafkaConn, RawRecord,
 };
 
 const MIB: u64 = 1 << 20;
-
-fn metric_with(broker: &Broker, name: &str, label: &str) -> f64 {
-    strata_tests::parse_prometheus(&broker.metrics())
-        .into_iter()
-        .filter(|s| s.name == name && s.labels.iter().any(|(_, v)| v == label))
-        .map(|s| s.value)
-        .sum()
-}
-
-/// Peak resident memory of the process so far (VmHWM), in bytes.
-fn peak_rss(broker: &Broker) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", broker.pid())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmHWM")
-        * 1024
-}
 
 fn raise_fd_limit() {
     let mut lim = libc::rlimit {
@@ -51,10 +32,10 @@ fn raise_fd_limit() {
 }
 
 fn api_versions_frame() -> Vec<u8> {
-    // ApiVersions v0: key 18, version 0, correlation id 1, client id "idle".
-    let body = [0u8, 18, 0, 0, 0, 0, 0, 1, 0, 4, b'i', b'd', b'l', b'e'];
-    let mut f = (body.len() as u32).to_be_bytes().to_vec();
-    f.extend_from_slice(&body);
+    // ApiVersions v0 has an empty body.
+    let header = request_header(18, 0, 1, "idle");
+    let mut f = (header.len() as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(&header);
     f
 }
 
@@ -103,7 +84,7 @@ fn ten_thousand_idle_connections_cost_little_and_close_when_idle() {
     broker.assert_serves_new_clients();
     // Idle for connections_max_idle_ms: closed by the broker.
     wait_for("idle connections closed", Duration::from_secs(90), || {
-        metric_with(&broker, "strata_closed_connections_total", "idle") >= 10_000.0
+        broker.metric_labelled("strata_closed_connections_total", "reason", "idle") >= 10_000.0
     });
     let mut buf = [0u8; 1];
     for s in conns.iter_mut().step_by(97) {
@@ -161,11 +142,11 @@ fn slow_senders_are_cut_off_and_cannot_hold_memory() {
     let still_open = loris.join().unwrap();
     assert_eq!(still_open, 0, "trickling connections still open after 8 s");
     assert!(
-        metric_with(&broker, "strata_closed_connections_total", "read_timeout") >= 50.0,
+        broker.metric_labelled("strata_closed_connections_total", "reason", "read_timeout") >= 50.0,
         "read timeouts: {}",
-        metric_with(&broker, "strata_closed_connections_total", "read_timeout")
+        broker.metric_labelled("strata_closed_connections_total", "reason", "read_timeout")
     );
-    let peak = peak_rss(&broker);
+    let peak = broker.peak_rss_bytes();
     eprintln!(
         "slow senders: resident {} MiB before, peak {} MiB",
         before / MIB,
@@ -190,7 +171,7 @@ fn a_client_that_never_reads_its_responses_is_cut_off() {
         .unwrap();
     let before = broker.rss_bytes();
     assert_eq!(
-        metric_with(&broker, "strata_closed_connections_total", "write_timeout"),
+        broker.metric_labelled("strata_closed_connections_total", "reason", "write_timeout"),
         0.0
     );
     // 1 MiB fetch responses requested over and over, never read.
@@ -211,8 +192,11 @@ fn a_client_that_never_reads_its_responses_is_cut_off() {
             match stream.write(&frame[at..]) {
                 Ok(n) => at += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if metric_with(&broker, "strata_closed_connections_total", "write_timeout")
-                        >= 1.0
+                    if broker.metric_labelled(
+                        "strata_closed_connections_total",
+                        "reason",
+                        "write_timeout",
+                    ) >= 1.0
                     {
                         closed = true;
                         break 'flood;
@@ -278,7 +262,7 @@ fn a_decompression_bomb_in_a_compacted_topic_is_refused_in_bounded_memory() {
     );
     assert!(bomb.len() < 1 << 20, "bomb of {} bytes", bomb.len());
     let before = broker.rss_bytes();
-    let peak_before = peak_rss(&broker);
+    let peak_before = broker.peak_rss_bytes();
     // Four at once, on four connections.
     let addr = broker.kafka_addr.clone();
     let codes: Vec<i16> = (0..4)
@@ -297,7 +281,7 @@ fn a_decompression_bomb_in_a_compacted_topic_is_refused_in_bounded_memory() {
         codes.iter().all(|c| *c == error::INVALID_RECORD),
         "codes for the bombs: {codes:?}"
     );
-    let peak = peak_rss(&broker);
+    let peak = broker.peak_rss_bytes();
     eprintln!(
         "decompression bombs: resident {} MiB before (peak {} MiB), peak {} MiB after",
         before / MIB,
@@ -377,7 +361,7 @@ fn more_request_bytes_than_the_budget_pause_reading_and_lose_nothing() {
         "no request waited for the budget"
     );
     assert!(
-        metric_with(&broker, "strata_closed_connections_total", "read_timeout") >= 1.0,
+        broker.metric_labelled("strata_closed_connections_total", "reason", "read_timeout") >= 1.0,
         "the incomplete frame was not cut off"
     );
     let got = broker.consume_n(&topic, &[0], 180, Duration::from_secs(60));
@@ -405,9 +389,9 @@ fn one_address_cannot_open_more_than_max_connections_per_ip() {
         "a sixth connection from one address stayed open"
     );
     assert_eq!(
-        metric_with(
-            &broker,
+        broker.metric_labelled(
             "strata_rejected_connections_total",
+            "reason",
             "max_connections_per_ip"
         ),
         1.0

@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
-    RequestHeader, ResponseHeader,
+    ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::Compression;
-use strata_tests::raw::{error, topic_name};
+use strata_tests::raw::{error, request_header, topic_name};
 use strata_tests::{
     encode_batch, now_ms, unique_topic, Broker, BrokerOpts, KafkaConn, RawRecord, Rng,
 };
@@ -38,15 +38,7 @@ fn frame_with_version<B: Encodable>(
     body: &B,
     body_version: i16,
 ) -> Bytes {
-    let header = RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("strata-tests-bad")));
-    let mut buf = BytesMut::new();
-    header
-        .encode(&mut buf, api.request_header_version(version))
-        .unwrap();
+    let mut buf = request_header(api as i16, version, correlation_id, "strata-tests-bad");
     body.encode(&mut buf, body_version).unwrap();
     buf.freeze()
 }

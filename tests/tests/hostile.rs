@@ -1,40 +1,28 @@
 //! Hostile input on every port of a running node: the exact frames that used to abort the
 //! process, then thousands of random and mutated frames to the Kafka, raft and admin ports.
-//! Afterwards every record acknowledged before the storm is still there, byte for byte, the
-//! node serves new clients, and no request panicked.
+//! Afterwards every record acknowledged before and during the storm is still there, byte for
+//! byte, the node serves new clients, and no request panicked.
 
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
-use kafka_protocol::protocol::{Encodable, StrBytes};
 use rdkafka::admin::{
     AdminOptions, AlterConfig, NewPartitions, NewTopic, ResourceSpecifier, TopicReplication,
 };
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::Offset;
+use strata_tests::raw::request_header;
 use strata_tests::{
     block_on, unique_topic, Broker, BrokerOpts, CaptureProxy, KafkaConn, Rng, TrackingProducer,
 };
 
 /// A frame with a valid header for `api`/`version` and `body` after it.
 fn with_header(api: i16, version: i16, body: &[u8]) -> Vec<u8> {
-    let header_version = ApiKey::try_from(api)
-        .map(|k| k.request_header_version(version))
-        .unwrap_or(1);
-    let mut b = BytesMut::new();
-    RequestHeader::default()
-        .with_request_api_key(api)
-        .with_request_api_version(version)
-        .with_correlation_id(7)
-        .with_client_id(Some(StrBytes::from_static_str("hostile")))
-        .encode(&mut b, header_version)
-        .expect("header");
+    let mut b = request_header(api, version, 7, "hostile");
     b.extend_from_slice(body);
     b.to_vec()
 }
@@ -54,20 +42,12 @@ fn framed(payload: &[u8]) -> Vec<u8> {
 /// Sends `bytes`, half-closes, and waits (briefly) for the peer to answer or close: the
 /// bytes were read, whatever the peer made of them.
 fn send_and_drain(addr: &str, bytes: &[u8]) {
-    let Ok(mut s) = TcpStream::connect(addr) else {
+    let Ok(mut conn) = KafkaConn::connect(addr) else {
         return;
     };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-    let _ = s.write_all(bytes);
-    let _ = s.shutdown(Shutdown::Write);
-    let mut sink = [0u8; 4096];
-    let deadline = Instant::now() + Duration::from_millis(400);
-    while Instant::now() < deadline {
-        match s.read(&mut sink) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-    }
+    let _ = conn.send_bytes(bytes);
+    conn.shutdown_write();
+    let _ = conn.closed_within(Duration::from_millis(400));
 }
 
 /// The API keys and version ranges the broker advertises.
