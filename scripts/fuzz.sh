@@ -41,11 +41,15 @@ fi
 
 # The main build's CARGO_TARGET_DIR must not leak in: --target-dir wins, but unset it anyway.
 unset CARGO_TARGET_DIR
+# `cargo fuzz build|run` with the settings above.
+fuzz() {
+    local cmd=$1
+    shift
+    cargo fuzz "$cmd" --fuzz-dir fuzz --target-dir "$TARGET_DIR" -s none -a -O "$@"
+}
+# One build of every target (they share all their dependencies); `run` below finds it built.
 log "building the fuzz targets (instrumented, release)"
-cargo fuzz build --fuzz-dir fuzz --target-dir "$TARGET_DIR" -s none -a -O "${TARGETS[@]:0:1}" >/dev/null
-for t in "${TARGETS[@]:1}"; do
-    cargo fuzz build --fuzz-dir fuzz --target-dir "$TARGET_DIR" -s none -a -O "$t" >/dev/null
-done
+fuzz build >/dev/null
 
 status=0
 summary=()
@@ -56,7 +60,7 @@ for t in "${TARGETS[@]}"; do
     before=$(find "$corpus" -type f | wc -l)
     log "fuzzing $t for ${SECONDS_EACH}s from $before inputs"
     out="$(mktemp)"
-    if ! cargo fuzz run --fuzz-dir fuzz --target-dir "$TARGET_DIR" -s none -a -O "$t" "$corpus" -- \
+    if ! fuzz run "$t" "$corpus" -- \
         -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
         -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" >"$out" 2>&1; then
         status=1
