@@ -752,14 +752,21 @@ impl Metadata {
         self.inner
             .stopped
             .store(true, std::sync::atomic::Ordering::Release);
-        for task in self
+        let tasks: Vec<_> = self
             .inner
             .tasks
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .drain(..)
-        {
+            .collect();
+        // Aborting only schedules the cancellation; awaiting each task means its future (and
+        // with it the raft port's listener) is dropped before this returns, so the address can
+        // be bound again at once.
+        for task in &tasks {
             task.abort();
+        }
+        for task in tasks {
+            let _ = task.await;
         }
         self.inner
             .raft
