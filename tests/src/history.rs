@@ -15,7 +15,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 /// One send: its index in send order, partition and value, and the acknowledged offset
-/// (`None`: failed or never acknowledged).
+/// (`None`: failed or never acknowledged; negative: acknowledged without an offset, as
+/// librdkafka's idempotent producer does when a later batch's success implies an earlier one
+/// whose own answer was lost was persisted — found by its value in the final log).
 #[derive(Clone, Debug)]
 pub struct Send {
     pub index: usize,
@@ -60,8 +62,27 @@ pub fn check(
     final_log: &BTreeMap<i32, BTreeMap<i64, Vec<u8>>>,
 ) -> Anomalies {
     let mut a = Anomalies::default();
+    // Where each acknowledged send is: its offset, or for an acknowledgement without one, where
+    // its value is in the final log (a lost one has none, and is reported below).
+    let mut acked: Vec<(&Send, i64)> = Vec::new();
     for s in sends {
         let Some(off) = s.acked else { continue };
+        if off < 0 {
+            let found = final_log
+                .get(&s.partition)
+                .and_then(|log| log.iter().find(|(_, v)| **v == s.value));
+            match found {
+                Some((at, _)) => acked.push((s, *at)),
+                None => a.lost.push(format!(
+                    "send {} ({}) acked without an offset, not in the final log of {}",
+                    s.index,
+                    String::from_utf8_lossy(&s.value),
+                    s.partition
+                )),
+            }
+            continue;
+        }
+        acked.push((s, off));
         match final_log.get(&s.partition).and_then(|p| p.get(&off)) {
             Some(v) if *v == s.value => {}
             Some(v) => a.lost.push(format!(
@@ -91,10 +112,8 @@ pub fn check(
         }
     }
     let mut last: HashMap<i32, (usize, i64)> = HashMap::new();
-    let mut ordered: Vec<&Send> = sends.iter().filter(|s| s.acked.is_some()).collect();
-    ordered.sort_by_key(|s| s.index);
-    for s in ordered {
-        let off = s.acked.expect("filtered");
+    acked.sort_by_key(|(s, _)| s.index);
+    for (s, off) in acked {
         if let Some((i, o)) = last.insert(s.partition, (s.index, off)) {
             if o >= off {
                 a.reordered.push(format!(
@@ -195,5 +214,25 @@ mod tests {
         assert_eq!(a.phantom.len(), 1, "{a:?}");
         // 0 then 2 (1 between), and 2 then 4 (3 between).
         assert_eq!(a.skipped.len(), 2, "{a:?}");
+    }
+
+    #[test]
+    fn an_acknowledgement_without_an_offset_is_found_by_its_value() {
+        let final_log = log(&[(0, 0, "a"), (0, 1, "b"), (0, 2, "c")]);
+        let sends = [
+            send(0, 0, "a", Some(0)),
+            send(1, 0, "b", Some(-1001)),
+            send(2, 0, "c", Some(2)),
+        ];
+        assert!(check(&sends, &[], &final_log).is_empty());
+        // Not in the log: lost. In it, but before an earlier send: reordered.
+        let sends = [
+            send(0, 0, "b", Some(1)),
+            send(1, 0, "a", Some(-1001)),
+            send(2, 0, "d", Some(-1001)),
+        ];
+        let a = check(&sends, &[], &final_log);
+        assert_eq!(a.lost.len(), 1, "{a:?}");
+        assert_eq!(a.reordered.len(), 1, "{a:?}");
     }
 }

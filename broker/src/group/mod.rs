@@ -256,8 +256,20 @@ impl Coordinator {
     }
 
     /// Whether this broker coordinates `group_id` now; the one check before serving any
-    /// group request (see the module invariants).
-    pub fn check(&self, broker: &Broker, group_id: &str) -> Result<(), ApiError> {
+    /// group request (see the module invariants). A partition led here but not loaded yet (its
+    /// leadership arrived since the last metadata change or tick was followed) is loaded now
+    /// rather than sending the client away to retry.
+    pub async fn check(&self, broker: &Broker, group_id: &str) -> Result<(), ApiError> {
+        match self.check_loaded(broker, group_id) {
+            Err(e) if e.code == ErrorCode::CoordinatorLoadInProgress => {
+                self.follow_leadership(broker).await;
+                self.check_loaded(broker, group_id)
+            }
+            answer => answer,
+        }
+    }
+
+    fn check_loaded(&self, broker: &Broker, group_id: &str) -> Result<(), ApiError> {
         validate_group_id(group_id)?;
         let p = store::partition_for(group_id);
         let state = broker.metadata.state();

@@ -5,19 +5,18 @@ use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
 use crate::broker::Broker;
 
-pub fn handle(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
-    let results = req
-        .groups_names
-        .into_iter()
-        .map(|id| {
-            let code = match broker.groups.check(broker, id.0.as_str()) {
-                Err(e) => e.code,
-                Ok(()) => broker.groups.delete(broker, id.0.as_str()),
-            };
+pub async fn handle(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut results = Vec::with_capacity(req.groups_names.len());
+    for id in req.groups_names {
+        let code = match broker.groups.check(broker, id.0.as_str()).await {
+            Err(e) => e.code,
+            Ok(()) => broker.groups.delete(broker, id.0.as_str()),
+        };
+        results.push(
             DeletableGroupResult::default()
                 .with_group_id(id)
-                .with_error_code(code.code())
-        })
-        .collect();
+                .with_error_code(code.code()),
+        );
+    }
     DeleteGroupsResponse::default().with_results(results)
 }

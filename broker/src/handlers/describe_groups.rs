@@ -6,19 +6,24 @@ use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 use super::str_bytes;
 use crate::broker::Broker;
 
-pub fn handle(
+pub async fn handle(
     broker: &Arc<Broker>,
     req: DescribeGroupsRequest,
     version: i16,
 ) -> DescribeGroupsResponse {
+    let mut checks = Vec::with_capacity(req.groups.len());
+    for id in &req.groups {
+        checks.push(broker.groups.check(broker, id.0.as_str()).await);
+    }
     let groups = req
         .groups
         .into_iter()
-        .map(|id| {
+        .zip(checks)
+        .map(|(id, checked)| {
             let g = DescribedGroup::default()
                 .with_group_id(id.clone())
                 .with_authorized_operations(i32::MIN);
-            if let Err(e) = broker.groups.check(broker, id.0.as_str()) {
+            if let Err(e) = checked {
                 return g.with_error_code(e.code.code());
             }
             let view = broker.groups.describe(id.0.as_str());

@@ -74,7 +74,7 @@ pub async fn handle(
     if let Err(e) = broker.groups.ensure_offsets_topic(broker).await {
         return fail(e.code);
     }
-    if let Err(e) = broker.groups.check(broker, &group_id) {
+    if let Err(e) = broker.groups.check(broker, &group_id).await {
         return fail(e.code);
     }
     // v0 has no rebalance timeout: it is the session timeout.
@@ -112,6 +112,7 @@ pub async fn handle(
                     broker
                         .groups
                         .check(broker, &group_id)
+                        .await
                         .err()
                         .map_or(ErrorCode::UnknownMemberId, |e| e.code),
                 )

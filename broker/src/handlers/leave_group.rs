@@ -5,9 +5,13 @@ use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
 use crate::broker::Broker;
 
-pub fn handle(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: LeaveGroupRequest,
+    version: i16,
+) -> LeaveGroupResponse {
     let group = req.group_id.0.as_str();
-    if let Err(e) = broker.groups.check(broker, group) {
+    if let Err(e) = broker.groups.check(broker, group).await {
         return LeaveGroupResponse::default().with_error_code(e.code.code());
     }
     // v0–2 name one member; v3+ a batch, by member id or instance id.

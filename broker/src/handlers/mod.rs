@@ -95,23 +95,25 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Op
         RequestKind::SyncGroup(r) => {
             ResponseKind::SyncGroup(sync_group::handle(broker, r, v).await)
         }
-        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(broker, r)),
-        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(leave_group::handle(broker, r, v)),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(broker, r).await),
+        RequestKind::LeaveGroup(r) => {
+            ResponseKind::LeaveGroup(leave_group::handle(broker, r, v).await)
+        }
         RequestKind::OffsetCommit(r) => {
             ResponseKind::OffsetCommit(offset_commit::handle(broker, r).await)
         }
         RequestKind::OffsetFetch(r) => {
-            ResponseKind::OffsetFetch(offset_fetch::handle(broker, r, v))
+            ResponseKind::OffsetFetch(offset_fetch::handle(broker, r, v).await)
         }
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(list_groups::handle(broker, r, v)),
         RequestKind::DescribeGroups(r) => {
-            ResponseKind::DescribeGroups(describe_groups::handle(broker, r, v))
+            ResponseKind::DescribeGroups(describe_groups::handle(broker, r, v).await)
         }
         RequestKind::DeleteGroups(r) => {
-            ResponseKind::DeleteGroups(delete_groups::handle(broker, r))
+            ResponseKind::DeleteGroups(delete_groups::handle(broker, r).await)
         }
         RequestKind::OffsetDelete(r) => {
-            ResponseKind::OffsetDelete(offset_delete::handle(broker, r))
+            ResponseKind::OffsetDelete(offset_delete::handle(broker, r).await)
         }
         // The protocol layer only lets through the APIs listed in `protocol::versions`.
         _ => return None,

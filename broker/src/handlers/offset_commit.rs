@@ -16,7 +16,7 @@ use crate::partition::now_ms;
 async fn coordinator_ready(broker: &Broker, group: &str) -> Result<(), ApiError> {
     validate_group_id(group)?;
     broker.groups.ensure_offsets_topic(broker).await?;
-    broker.groups.check(broker, group)
+    broker.groups.check(broker, group).await
 }
 
 pub async fn handle(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCommitResponse {

@@ -7,8 +7,8 @@ use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use crate::broker::Broker;
 
-pub fn handle(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
-    if let Err(e) = broker.groups.check(broker, req.group_id.0.as_str()) {
+pub async fn handle(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    if let Err(e) = broker.groups.check(broker, req.group_id.0.as_str()).await {
         return OffsetDeleteResponse::default().with_error_code(e.code.code());
     }
     let partitions: Vec<(String, i32)> = req

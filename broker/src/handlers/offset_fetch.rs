@@ -11,20 +11,29 @@ use crate::broker::Broker;
 
 type Wanted = Option<Vec<(String, Vec<i32>)>>;
 
-pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: OffsetFetchRequest,
+    version: i16,
+) -> OffsetFetchResponse {
     // v8+ asks for several groups at once; earlier versions for one.
     if version >= 8 {
+        let mut checks = Vec::with_capacity(req.groups.len());
+        for g in &req.groups {
+            checks.push(broker.groups.check(broker, g.group_id.0.as_str()).await);
+        }
         let groups = req
             .groups
             .into_iter()
-            .map(|g| {
+            .zip(checks)
+            .map(|(g, checked)| {
                 let wanted: Wanted = g.topics.map(|ts| {
                     ts.into_iter()
                         .map(|t| (t.name.0.as_str().to_string(), t.partition_indexes))
                         .collect()
                 });
                 let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                if let Err(e) = broker.groups.check(broker, g.group_id.0.as_str()) {
+                if let Err(e) = checked {
                     return group.with_error_code(e.code.code());
                 }
                 let topics = broker
@@ -60,7 +69,7 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Of
         return OffsetFetchResponse::default().with_groups(groups);
     }
     let group: GroupId = req.group_id;
-    if let Err(e) = broker.groups.check(broker, group.0.as_str()) {
+    if let Err(e) = broker.groups.check(broker, group.0.as_str()).await {
         let r = OffsetFetchResponse::default();
         return if version >= 2 {
             r.with_error_code(e.code.code())

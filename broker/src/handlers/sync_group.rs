@@ -12,7 +12,7 @@ pub async fn handle(
     req: SyncGroupRequest,
     version: i16,
 ) -> SyncGroupResponse {
-    if let Err(e) = broker.groups.check(broker, req.group_id.0.as_str()) {
+    if let Err(e) = broker.groups.check(broker, req.group_id.0.as_str()).await {
         return SyncGroupResponse::default().with_error_code(e.code.code());
     }
     let assignments = req
@@ -38,6 +38,7 @@ pub async fn handle(
                 let code = broker
                     .groups
                     .check(broker, req.group_id.0.as_str())
+                    .await
                     .err()
                     .map_or(ErrorCode::RebalanceInProgress, |e| e.code);
                 return SyncGroupResponse::default().with_error_code(code.code());
