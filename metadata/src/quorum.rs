@@ -805,6 +805,13 @@ impl Inner {
         match self.raft.ensure_linearizable().await {
             Ok(log_id) => Ok(log_id.map_or(0, |l| l.index)),
             Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(not_leader(&f)),
+            // A leader that could not hear from a quorum in time (peers still starting, or
+            // slow) is not known to lead: callers retry until their deadline, as for a leader
+            // change, rather than fail at once (a start-up raced this and exited).
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q))) => {
+                tracing::debug!(error = %q, "leadership not confirmed by a quorum");
+                Err(Refusal::NotLeader { leader: None })
+            }
             Err(e) => Err(refusal(e)),
         }
     }

@@ -27,6 +27,8 @@ struct Conn {
 struct Shared {
     /// Real raft listener address → member id, to recognize a member's process.
     members: Mutex<HashMap<String, u64>>,
+    /// The members' processes as last found: pid → member id.
+    pids: Mutex<HashMap<u32, u64>>,
     /// Pairs (smaller id, larger id) that cannot talk.
     cut: Mutex<BTreeSet<(u64, u64)>>,
     conns: Mutex<Vec<Conn>>,
@@ -147,44 +149,122 @@ fn addr(l: &TcpListener) -> String {
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>, to: u64, target: String) {
     let local = listener.local_addr().expect("proxy addr");
+    let raft = shared.members.lock().unwrap().contains_key(&target);
     for conn in listener.incoming() {
         if shared.stop.load(Ordering::SeqCst) {
             break;
         }
         let Ok(client) = conn else { continue };
-        let from = client
-            .peer_addr()
-            .ok()
-            .and_then(|peer| member_of(&shared, peer, local));
+        // Finding the dialing process scans /proc, which is slow on a loaded machine: done
+        // off the accept loop, so a peer's connect never times out waiting behind another's.
+        let shared = shared.clone();
+        let target = target.clone();
+        thread::spawn(move || forward(client, &shared, local, to, &target, raft));
+    }
+}
+
+/// Joins `client` (which dialed `local`, the proxy of member `to`) to `target`, unless it comes
+/// from a member cut off from `to`.
+fn forward(
+    client: TcpStream,
+    shared: &Shared,
+    local: SocketAddr,
+    to: u64,
+    target: &str,
+    raft: bool,
+) {
+    let from = client
+        .peer_addr()
+        .ok()
+        .and_then(|peer| identify(shared, peer, local, raft));
+    if raft && from.is_none() {
+        // Only members dial a raft port: one not recognized (gone before it was found) would
+        // slip past every cut, so it is closed and the member redials.
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    }
+    let Ok(server) = TcpStream::connect(target) else {
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    {
+        // Under the lock `isolate` closes connections with, after it has set the cut: a
+        // connection is either refused here or closed there, never missed by both.
+        let mut conns = shared.conns.lock().unwrap();
         if from.is_some_and(|f| shared.is_cut(f, to)) {
             *shared.refused.lock().unwrap() += 1;
             let _ = client.shutdown(Shutdown::Both);
-            continue;
+            let _ = server.shutdown(Shutdown::Both);
+            return;
         }
-        let Ok(server) = TcpStream::connect(&target) else {
-            let _ = client.shutdown(Shutdown::Both);
-            continue;
-        };
-        let _ = client.set_nodelay(true);
-        let _ = server.set_nodelay(true);
-        let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
-            continue;
-        };
-        shared.conns.lock().unwrap().push(Conn {
+        conns.push(Conn {
             from,
             to,
             sockets: [c2, s2],
         });
-        splice(client, server);
     }
+    splice(client, server);
 }
 
-/// The member whose process owns the socket at `peer` connected to `local`, if any.
+/// The member that dialed `local` from `peer`, looked up a few times (a raft port, which only
+/// members dial, for longer): a lookup can miss while the kernel's tables are read.
+fn identify(shared: &Shared, peer: SocketAddr, local: SocketAddr, raft: bool) -> Option<u64> {
+    let tries = if raft { 20 } else { 3 };
+    for _ in 0..tries {
+        if let Some(member) = member_of(shared, peer, local) {
+            return Some(member);
+        }
+        thread::sleep(std::time::Duration::from_millis(5));
+    }
+    None
+}
+
+/// The member whose process owns the socket at `peer` connected to `local`, if any: the
+/// members' processes seen last time are searched first, and /proc is scanned for them again
+/// only when none holds the socket (a member restarted), so a connection costs a few
+/// directory reads, not a walk of every process.
 fn member_of(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> Option<u64> {
     let inode = socket_inode(peer, local)?;
     let needle = format!("socket:[{inode}]");
+    let known = shared.pids.lock().unwrap().clone();
+    if let Some(member) = holder(&known, &needle) {
+        return Some(member);
+    }
+    let found = member_processes(shared);
+    let fresh: HashMap<u32, u64> = found
+        .iter()
+        .filter(|(pid, _)| !known.contains_key(pid))
+        .map(|(p, m)| (*p, *m))
+        .collect();
+    *shared.pids.lock().unwrap() = found;
+    holder(&fresh, &needle)
+}
+
+/// The member among `pids` (pid → member) whose process has an open fd linking to `needle`.
+fn holder(pids: &HashMap<u32, u64>, needle: &str) -> Option<u64> {
+    pids.iter().find_map(|(pid, member)| {
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+        fds.flatten()
+            .any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str().to_str() == Some(needle))
+            })
+            .then_some(*member)
+    })
+}
+
+/// Every running process that is a member (by its `--raft-addr`), pid → member.
+fn member_processes(shared: &Shared) -> HashMap<u32, u64> {
     let members = shared.members.lock().unwrap().clone();
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+    let mut out = HashMap::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in procs.flatten() {
         let Some(pid) = entry
             .file_name()
             .to_str()
@@ -196,25 +276,15 @@ fn member_of(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> Option<u64
             continue;
         };
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let Some(member) = args
+        if let Some(member) = args
             .windows(2)
             .find(|w| w[0] == b"--raft-addr")
             .and_then(|w| members.get(std::str::from_utf8(w[1]).ok()?))
-        else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            continue;
-        };
-        for fd in fds.flatten() {
-            if std::fs::read_link(fd.path())
-                .is_ok_and(|l| l.as_os_str().to_str() == Some(needle.as_str()))
-            {
-                return Some(*member);
-            }
+        {
+            out.insert(pid, *member);
         }
     }
-    None
+    out
 }
 
 /// The inode of the loopback socket with local address `peer` and remote address `local`,
