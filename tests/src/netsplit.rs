@@ -155,34 +155,25 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, to: u64, target: Stri
             break;
         }
         let Ok(client) = conn else { continue };
-        // Finding the dialing process scans /proc, which is slow on a loaded machine: done
-        // off the accept loop, so a peer's connect never times out waiting behind another's.
-        let shared = shared.clone();
-        let target = target.clone();
-        thread::spawn(move || forward(client, &shared, local, to, &target, raft));
+        // One connection at a time: while this one is placed, the next waits in the backlog,
+        // which throttles members redialing in a storm (a thread per connection let them pile
+        // up faster than /proc could be read).
+        let from = client
+            .peer_addr()
+            .ok()
+            .and_then(|peer| member_of(&shared, peer, local));
+        if raft && from.is_none() {
+            // Only members dial a raft port: one not recognized (gone before it was found)
+            // would slip past every cut, so it is closed and the member redials.
+            let _ = client.shutdown(Shutdown::Both);
+            continue;
+        }
+        forward(client, &shared, from, to, &target);
     }
 }
 
-/// Joins `client` (which dialed `local`, the proxy of member `to`) to `target`, unless it comes
-/// from a member cut off from `to`.
-fn forward(
-    client: TcpStream,
-    shared: &Shared,
-    local: SocketAddr,
-    to: u64,
-    target: &str,
-    raft: bool,
-) {
-    let from = client
-        .peer_addr()
-        .ok()
-        .and_then(|peer| identify(shared, peer, local, raft));
-    if raft && from.is_none() {
-        // Only members dial a raft port: one not recognized (gone before it was found) would
-        // slip past every cut, so it is closed and the member redials.
-        let _ = client.shutdown(Shutdown::Both);
-        return;
-    }
+/// Joins `client` (from member `from`, if one) to `target`, unless `from` is cut off from `to`.
+fn forward(client: TcpStream, shared: &Shared, from: Option<u64>, to: u64, target: &str) {
     let Ok(server) = TcpStream::connect(target) else {
         let _ = client.shutdown(Shutdown::Both);
         return;
@@ -209,19 +200,6 @@ fn forward(
         });
     }
     splice(client, server);
-}
-
-/// The member that dialed `local` from `peer`, looked up a few times (a raft port, which only
-/// members dial, for longer): a lookup can miss while the kernel's tables are read.
-fn identify(shared: &Shared, peer: SocketAddr, local: SocketAddr, raft: bool) -> Option<u64> {
-    let tries = if raft { 20 } else { 3 };
-    for _ in 0..tries {
-        if let Some(member) = member_of(shared, peer, local) {
-            return Some(member);
-        }
-        thread::sleep(std::time::Duration::from_millis(5));
-    }
-    None
 }
 
 /// The member whose process owns the socket at `peer` connected to `local`, if any: the
