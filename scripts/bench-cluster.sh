@@ -22,7 +22,7 @@ RECORDS="${RECORDS:-2000000}"
 SIZE="${SIZE:-100}"
 E2E_RATE="${E2E_RATE:-5000}"
 BIN=target/release/strata
-cargo build --release -p strata-broker --bin strata
+cargo build --release -p strata-cli --bin strata
 export STRATA_BIN="$BIN"
 CLUSTER_DIR="$(mktemp -d /tmp/strata-bench-cluster.XXXXXX)"
 export CLUSTER_DIR

@@ -16,7 +16,7 @@ cd "$ROOT"
 MB=${1:-1000}
 IO_LIMIT=${2:-0}
 RATE=${RATE:-50000}
-cargo build --release -p strata-broker --bin strata >&2
+cargo build --release -p strata-cli --bin strata >&2
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/strata"
 DATA="$(mktemp -d)"
 OUT="$(mktemp)"

@@ -22,7 +22,7 @@ MIB=${1:-2200}
 RATE=${RATE:-20000}
 S3S_FS=${S3S_FS:-$HOME/.cargo/bin/s3s-fs}
 [ -x "$S3S_FS" ] || { echo "s3s-fs not found at $S3S_FS (cargo install s3s-fs@0.14.1 --features binary --locked)" >&2; exit 1; }
-cargo build --release -p strata-broker --bin strata >&2
+cargo build --release -p strata-cli --bin strata >&2
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/strata"
 WORK="$(mktemp -d /tmp/strata-bench-tier.XXXXXX)"
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

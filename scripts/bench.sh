@@ -20,7 +20,7 @@ case "$STEP" in
 esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-cargo build --release -p strata-broker --bin strata >&2
+cargo build --release -p strata-cli --bin strata >&2
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/strata"
 DATA="$(mktemp -d)"
 OUT="$(mktemp)"

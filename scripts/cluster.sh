@@ -68,7 +68,7 @@ case "${1:-}" in
 start)
     n="${2:-3}"
     voters_n="${3:-$((n < 5 ? n : 5))}"
-    [ -x "$BIN" ] || cargo build --release -p strata-broker --bin strata
+    [ -x "$BIN" ] || cargo build --release -p strata-cli --bin strata
     mkdir -p "$DIR"
     voters=""
     for i in $(seq 1 "$voters_n"); do

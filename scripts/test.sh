@@ -77,7 +77,7 @@ export STRATA_MOTO_SERVER="$VENV/bin/moto_server"
 
 # ---- build and test ----
 log "building strata"
-cargo build -p strata-broker --bin strata
+cargo build -p strata-cli --bin strata
 
 TARGET_DIR="${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')}"
 export STRATA_BIN="$TARGET_DIR/debug/strata"

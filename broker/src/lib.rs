@@ -1,4 +1,5 @@
-//! Strata's broker: the Kafka protocol server, the partition log engine, admin HTTP and the CLI.
+//! Strata's broker: the Kafka protocol server, the partition log engine and admin HTTP. The
+//! `strata` binary and its client commands are the `strata-cli` crate (`cli/`).
 //!
 //! Layout (request path top to bottom):
 //! - [`serve`] — `strata serve`: start-up order, housekeeping, clean shutdown;
@@ -16,13 +17,11 @@
 //! - [`cleaner`] — the background thread that compacts `cleanup.policy=compact` logs;
 //! - [`config`], [`topic_config`] — broker settings and Kafka topic configs;
 //! - [`error`] — Kafka error codes, chosen in one place;
-//! - [`admin`] — `/metrics`, `/healthz`, `/readyz`;
-//! - [`cli`] — `strata topic|produce|consume|perf`, Kafka clients over librdkafka.
+//! - [`admin`] — `/metrics`, `/healthz`, `/readyz`.
 
 pub mod admin;
 pub mod broker;
 pub mod cleaner;
-pub mod cli;
 pub mod config;
 pub mod error;
 pub mod group;

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context as _};
 use clap::{ArgGroup, Args, Subcommand};
+use kafka_protocol::messages::ConsumerProtocolAssignment;
+use kafka_protocol::protocol::{Decodable, Message as _};
 use rdkafka::admin::ResourceSpecifier;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -708,101 +710,40 @@ impl std::fmt::Display for Assignment {
     }
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|end| *end <= self.buf.len())
-            .ok_or_else(|| {
-                format!(
-                    "truncated {what} at byte {} (need {n}, have {})",
-                    self.pos,
-                    self.buf.len() - self.pos
-                )
-            })?;
-        let bytes = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(bytes)
-    }
-
-    fn i16(&mut self, what: &str) -> Result<i16, String> {
-        let b = self.take(2, what)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-
-    fn i32(&mut self, what: &str) -> Result<i32, String> {
-        let b = self.take(4, what)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
-    }
-
-    /// An array length, checked against the bytes left (each element >= `min_size` bytes).
-    fn array_len(&mut self, what: &str, min_size: usize) -> Result<usize, String> {
-        let n = self.i32(what)?;
-        if n < 0 {
-            return Err(format!("negative {what} count {n}"));
-        }
-        let n = n as usize;
-        if n.saturating_mul(min_size) > self.remaining() {
-            return Err(format!(
-                "{what} count {n} exceeds the {} bytes left",
-                self.remaining()
-            ));
-        }
-        Ok(n)
-    }
-}
-
-/// Decodes ConsumerProtocolAssignment: `version: i16`, `[topic: string, [partition: i32]]`,
-/// `user_data: nullable bytes` (absent in some encoders; trailing bytes from later versions
-/// are ignored).
+/// Decodes a member's ConsumerProtocolAssignment with the codec's own type: the version, then
+/// the body at that version (versions after 3 keep its layout in front, and what follows is
+/// ignored). An encoder that leaves the trailing user data out entirely (older clients) is
+/// read as null user data.
 pub(crate) fn decode_assignment(bytes: &[u8]) -> Result<Assignment, String> {
-    let mut r = Reader { buf: bytes, pos: 0 };
-    let version = r.i16("version")?;
+    let (head, body) = bytes
+        .split_first_chunk::<2>()
+        .ok_or_else(|| format!("truncated version ({} bytes)", bytes.len()))?;
+    let version = i16::from_be_bytes(*head);
     if version < 0 {
         return Err(format!("invalid version {version}"));
     }
-    let topics = r.array_len("topic", 2 + 4)?;
-    let mut partitions = Vec::with_capacity(topics);
-    for _ in 0..topics {
-        let len = r.i16("topic name length")?;
-        if len < 0 {
-            return Err("null topic name".to_string());
-        }
-        let name = r.take(len as usize, "topic name")?;
-        let name = std::str::from_utf8(name)
-            .map_err(|_| "topic name is not UTF-8".to_string())?
-            .to_string();
-        let n = r.array_len("partition", 4)?;
-        let mut ids = Vec::with_capacity(n);
-        for _ in 0..n {
-            ids.push(r.i32("partition")?);
-        }
-        partitions.push((name, ids));
-    }
-    let user_data = if r.remaining() == 0 {
-        None
-    } else {
-        let len = r.i32("user data length")?;
-        if len < 0 {
-            None
-        } else {
-            Some(r.take(len as usize, "user data")?.to_vec())
+    let at = version.min(ConsumerProtocolAssignment::VERSIONS.max);
+    let decoded = match ConsumerProtocolAssignment::decode(&mut &body[..], at) {
+        Ok(a) => a,
+        Err(e) => {
+            // Without the user data's length, the body decodes with a null one appended; a
+            // body cut anywhere else does not decode, or reads the appended bytes as data.
+            let mut padded = body.to_vec();
+            padded.extend_from_slice(&(-1i32).to_be_bytes());
+            match ConsumerProtocolAssignment::decode(&mut &padded[..], at) {
+                Ok(a) if a.user_data.is_none() => a,
+                _ => return Err(e.to_string()),
+            }
         }
     };
     Ok(Assignment {
         version,
-        partitions,
-        user_data,
+        partitions: decoded
+            .assigned_partitions
+            .into_iter()
+            .map(|tp| (tp.topic.0.to_string(), tp.partitions))
+            .collect(),
+        user_data: decoded.user_data.map(|b| b.to_vec()),
     })
 }
 

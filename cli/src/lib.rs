@@ -1,4 +1,5 @@
-//! Client commands of the `strata` binary, speaking the Kafka protocol through librdkafka so
+//! The `strata` command's client side (the binary is `src/main.rs`; `strata serve` runs
+//! `strata_broker::serve`). The client commands speak the Kafka protocol through librdkafka so
 //! they work against any Kafka-compatible broker.
 //!
 //! - `strata topic create|list|describe|alter|delete` — [`topic`];

@@ -18,13 +18,13 @@ enum Command {
     /// Run a broker (with no flags: a complete single node on 127.0.0.1:9092, data in ./strata-data).
     Serve(strata_broker::serve::ServeArgs),
     #[command(flatten)]
-    Client(strata_broker::cli::ClientCommand),
+    Client(strata_cli::ClientCommand),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => strata_broker::serve::run(args),
-        Command::Client(cmd) => strata_broker::cli::run(cmd),
+        Command::Client(cmd) => strata_cli::run(cmd),
     }
 }

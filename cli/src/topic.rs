@@ -186,7 +186,7 @@ fn source_label(source: &ConfigSource) -> &'static str {
 /// One `tier` line per partition: the whole log, the local part, the remote part, and what is
 /// waiting to be offloaded, from the broker's `/v1/partitions`.
 fn print_tiers(admin_addr: &str, topic: &str) -> anyhow::Result<()> {
-    let stats: Vec<crate::partition::TierStats> = match super::common::admin_request(
+    let stats: Vec<strata_broker::partition::TierStats> = match super::common::admin_request(
         admin_addr,
         "GET",
         &format!("/v1/partitions?topic={topic}"),

@@ -196,7 +196,7 @@ impl Broker {
         let bin = strata_bin();
         assert!(
             bin.exists(),
-            "strata binary not found at {} (run `cargo build -p strata-broker --bin strata` \
+            "strata binary not found at {} (run `cargo build -p strata-cli --bin strata` \
              first, or set STRATA_BIN)",
             bin.display()
         );

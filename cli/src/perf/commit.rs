@@ -20,8 +20,8 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::member::group_position;
 use super::{ensure_topic, with_progress, IntervalRate};
-use crate::cli::common::{emit, latency_histogram, per_sec, percentile_fields, ConnectArgs};
-use crate::cli::group::describe_group;
+use crate::common::{emit, latency_histogram, per_sec, percentile_fields, ConnectArgs};
+use crate::group::describe_group;
 
 #[derive(Args, Debug)]
 pub struct PerfCommitArgs {

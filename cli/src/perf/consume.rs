@@ -12,9 +12,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{with_progress, IntervalRate};
-use crate::cli::common::{
-    emit, mib_per_sec, per_sec, topic_partitions, ConnectArgs, ErrorReporter,
-};
+use crate::common::{emit, mib_per_sec, per_sec, topic_partitions, ConnectArgs, ErrorReporter};
 
 #[derive(Args, Debug)]
 pub struct PerfConsumeArgs {
@@ -49,7 +47,7 @@ pub(super) fn assigned_consumer(
 ) -> anyhow::Result<BaseConsumer> {
     // librdkafka's assign() needs a group.id; nothing joins or commits to it.
     let mut defaults = vec![
-        ("group.id", crate::cli::consume::GROUPLESS_ID),
+        ("group.id", crate::consume::GROUPLESS_ID),
         // librdkafka pauses a partition's fetching this long once its local queue holds
         // `queued.min.messages`; the 1 s default idles a fast consumer most of the time.
         ("fetch.queue.backoff.ms", "10"),

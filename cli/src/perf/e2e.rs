@@ -17,10 +17,10 @@ use super::produce::{
     make_payload, pace, producer_config, send_retrying, LatencyRecorder, MESSAGE_TIMEOUT_MS,
 };
 use super::{nanos_since, with_progress};
-use crate::cli::common::{
+use crate::common::{
     emit, latency_histogram, percentile_fields, Acks, Compression, ConnectArgs, ErrorReporter,
 };
-use crate::cli::produce::message_timeout;
+use crate::produce::message_timeout;
 
 /// Size of the e2e payload header: run id (u64 LE) then send time (u64 LE nanoseconds).
 const E2E_HEADER: usize = 16;

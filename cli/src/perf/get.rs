@@ -9,8 +9,8 @@ use clap::Args;
 use futures::stream::{self, StreamExt};
 use hdrhistogram::Histogram;
 
-use crate::cli::common::per_sec;
-use crate::config::BrokerConfig;
+use crate::common::per_sec;
+use strata_broker::config::BrokerConfig;
 
 #[derive(Args, Debug)]
 pub struct PerfGetArgs {

@@ -32,8 +32,8 @@ use rdkafka::consumer::BaseConsumer;
 
 use super::member::{MemberState, Report};
 use super::{ensure_topic, ms, unique_group, AssignmentStrategy};
-use crate::cli::common::{emit, ConnectArgs};
-use crate::cli::group::{decode_assignment, describe_group};
+use crate::common::{emit, ConnectArgs};
+use crate::group::{decode_assignment, describe_group};
 
 /// How often the coordinator is polled while waiting for a member's death to be noticed.
 const POLL: Duration = Duration::from_millis(10);

@@ -30,7 +30,7 @@ use rdkafka::client::{Client, ClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 
 use super::AssignmentStrategy;
-use crate::cli::common::{emit, ConnectArgs, ErrorReporter};
+use crate::common::{emit, ConnectArgs, ErrorReporter};
 
 #[derive(Args, Debug)]
 pub struct GroupMemberArgs {

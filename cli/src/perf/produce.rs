@@ -14,11 +14,11 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 
 use super::{nanos_since, with_progress, IntervalRate};
-use crate::cli::common::{
+use crate::common::{
     emit, latency_histogram, mib_per_sec, per_sec, percentile_fields, topic_partitions, Acks,
     Compression, ConnectArgs,
 };
-use crate::cli::produce::message_timeout;
+use crate::produce::message_timeout;
 
 /// Default `message.timeout.ms` for the load generators.
 pub(super) const MESSAGE_TIMEOUT_MS: u64 = 60_000;
