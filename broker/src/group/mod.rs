@@ -34,7 +34,7 @@ pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -213,6 +213,11 @@ pub struct GroupView {
     pub members: Vec<(String, Option<String>, String, String, Bytes, Bytes)>,
 }
 
+/// How long a group request waits for its `__consumer_offsets` partition to load here.
+const LOAD_WAIT: Duration = Duration::from_secs(5);
+/// How often it looks again meanwhile.
+const LOAD_RETRY: Duration = Duration::from_millis(25);
+
 impl Coordinator {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
@@ -257,15 +262,26 @@ impl Coordinator {
 
     /// Whether this broker coordinates `group_id` now; the one check before serving any
     /// group request (see the module invariants). A partition led here but not loaded yet (its
-    /// leadership arrived since the last metadata change or tick was followed) is loaded now
-    /// rather than sending the client away to retry.
+    /// leadership arrived since the last metadata change or tick was followed, or the partition
+    /// is still being opened) is loaded now, waiting up to [`LOAD_WAIT`] for it, rather than
+    /// sending the client away to retry: librdkafka gives up a commit on the first
+    /// COORDINATOR_LOAD_IN_PROGRESS.
     pub async fn check(&self, broker: &Broker, group_id: &str) -> Result<(), ApiError> {
-        match self.check_loaded(broker, group_id) {
-            Err(e) if e.code == ErrorCode::CoordinatorLoadInProgress => {
-                self.follow_leadership(broker).await;
-                self.check_loaded(broker, group_id)
+        let deadline = Instant::now() + LOAD_WAIT;
+        loop {
+            match self.check_loaded(broker, group_id) {
+                Err(e)
+                    if e.code == ErrorCode::CoordinatorLoadInProgress
+                        && Instant::now() < deadline =>
+                {
+                    self.follow_leadership(broker).await;
+                    if self.check_loaded(broker, group_id).is_ok() {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(LOAD_RETRY).await;
+                }
+                answer => return answer,
             }
-            answer => answer,
         }
     }
 
