@@ -154,6 +154,8 @@ pub struct Coordinator {
     /// One [`Coordinator::follow_leadership`] at a time (the metadata follower, housekeeping and topic
     /// creation all call it).
     syncing: tokio::sync::Mutex<()>,
+    /// Woken at the end of every [`Coordinator::follow_leadership`].
+    followed: tokio::sync::Notify,
 }
 
 /// An offset commit appended to the log and waiting for the ISR before it is acknowledged
@@ -215,8 +217,6 @@ pub struct GroupView {
 
 /// How long a group request waits for its `__consumer_offsets` partition to load here.
 const LOAD_WAIT: Duration = Duration::from_secs(5);
-/// How often it looks again meanwhile.
-const LOAD_RETRY: Duration = Duration::from_millis(25);
 
 impl Coordinator {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -263,22 +263,18 @@ impl Coordinator {
     /// Whether this broker coordinates `group_id` now; the one check before serving any
     /// group request (see the module invariants). A partition led here but not loaded yet (its
     /// leadership arrived since the last metadata change or tick was followed, or the partition
-    /// is still being opened) is loaded now, waiting up to [`LOAD_WAIT`] for it, rather than
-    /// sending the client away to retry: librdkafka gives up a commit on the first
-    /// COORDINATOR_LOAD_IN_PROGRESS.
+    /// is still being opened) is waited for, up to [`LOAD_WAIT`], rather than sending the client
+    /// away to retry: librdkafka gives up a commit on the first COORDINATOR_LOAD_IN_PROGRESS.
     pub async fn check(&self, broker: &Broker, group_id: &str) -> Result<(), ApiError> {
-        let deadline = Instant::now() + LOAD_WAIT;
+        let deadline = tokio::time::Instant::now() + LOAD_WAIT;
         loop {
+            // Taken before looking, so a follow that ends in between still wakes this one.
+            let followed = self.followed.notified();
             match self.check_loaded(broker, group_id) {
-                Err(e)
-                    if e.code == ErrorCode::CoordinatorLoadInProgress
-                        && Instant::now() < deadline =>
-                {
-                    self.follow_leadership(broker).await;
-                    if self.check_loaded(broker, group_id).is_ok() {
-                        return Ok(());
+                Err(e) if e.code == ErrorCode::CoordinatorLoadInProgress => {
+                    if tokio::time::timeout_at(deadline, followed).await.is_err() {
+                        return Err(e);
                     }
-                    tokio::time::sleep(LOAD_RETRY).await;
                 }
                 answer => return answer,
             }
@@ -400,6 +396,8 @@ impl Coordinator {
                 }
             }
         }
+        // Requests waiting in `check` look again: loaded, dropped, or still loading.
+        self.followed.notify_waiters();
     }
 
     /// Rebuilds committed offsets and groups from one partition of `__consumer_offsets`, read
