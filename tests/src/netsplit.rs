@@ -214,13 +214,9 @@ fn member_of(shared: &Shared, peer: SocketAddr, local: SocketAddr) -> Option<u64
         return Some(member);
     }
     let found = member_processes(shared);
-    let fresh: HashMap<u32, u64> = found
-        .iter()
-        .filter(|(pid, _)| !known.contains_key(pid))
-        .map(|(p, m)| (*p, *m))
-        .collect();
+    let member = holder(&found, &needle);
     *shared.pids.lock().unwrap() = found;
-    holder(&fresh, &needle)
+    member
 }
 
 /// The member among `pids` (pid → member) whose process has an open fd linking to `needle`.
