@@ -12,8 +12,84 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::broker::Broker;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use std::sync::atomic::AtomicU64;
+
+use crate::log::cleaning::CleanStats;
+use crate::metrics::Metrics;
+use crate::node::Node;
 use crate::partition::TopicPartition;
+
+/// `strata_log_cleaner_*`.
+#[derive(Default)]
+struct CleanerMetrics {
+    runs: Counter,
+    bytes_read: Counter,
+    bytes_written: Counter,
+    records_removed: Counter,
+    errors: Counter,
+    last_seconds: Gauge<f64, AtomicU64>,
+    max_dirty_ratio: Gauge<f64, AtomicU64>,
+    uncleanable: Gauge,
+}
+
+impl CleanerMetrics {
+    fn new(metrics: &Metrics) -> CleanerMetrics {
+        let m = CleanerMetrics::default();
+        metrics.register(|registry| {
+            registry.register(
+                "log_cleaner_runs",
+                "Compaction passes that swapped in cleaned segments",
+                m.runs.clone(),
+            );
+            registry.register(
+                "log_cleaner_read_bytes",
+                "Bytes the log cleaner read",
+                m.bytes_read.clone(),
+            );
+            registry.register(
+                "log_cleaner_written_bytes",
+                "Bytes the log cleaner wrote",
+                m.bytes_written.clone(),
+            );
+            registry.register(
+                "log_cleaner_removed_records",
+                "Records compaction removed (superseded, keyless, or expired tombstones)",
+                m.records_removed.clone(),
+            );
+            registry.register(
+                "log_cleaner_errors",
+                "Compaction passes that failed",
+                m.errors.clone(),
+            );
+            registry.register(
+                "log_cleaner_last_run_seconds",
+                "Duration of the last compaction pass",
+                m.last_seconds.clone(),
+            );
+            registry.register(
+                "log_cleaner_max_dirty_ratio",
+                "Largest dirty ratio among compacted partitions at the last cleaner pass",
+                m.max_dirty_ratio.clone(),
+            );
+            registry.register(
+                "log_cleaner_uncleanable_partitions",
+                "Partitions the cleaner gave up on after an error (until restart)",
+                m.uncleanable.clone(),
+            );
+        });
+        m
+    }
+
+    fn cleaned(&self, stats: &CleanStats, seconds: f64) {
+        self.runs.inc();
+        self.bytes_read.inc_by(stats.bytes_read);
+        self.bytes_written.inc_by(stats.bytes_written);
+        self.records_removed.inc_by(stats.records_removed);
+        self.last_seconds.set(seconds);
+    }
+}
 
 pub struct Cleaner {
     stop: Arc<AtomicBool>,
@@ -22,14 +98,15 @@ pub struct Cleaner {
 
 impl Cleaner {
     /// Starts the cleaner thread (nothing runs when `log_cleaner_enable` is false).
-    pub fn start(broker: Arc<Broker>) -> std::io::Result<Cleaner> {
+    pub fn start(node: Arc<Node>) -> std::io::Result<Cleaner> {
         let stop = Arc::new(AtomicBool::new(false));
-        let thread = if broker.config.log_cleaner_enable {
+        let metrics = CleanerMetrics::new(&node.metrics);
+        let thread = if node.config.log_cleaner_enable {
             let stop = stop.clone();
             Some(
                 std::thread::Builder::new()
                     .name("strata-cleaner".into())
-                    .spawn(move || run(&broker, &stop))?,
+                    .spawn(move || run(&node, &metrics, &stop))?,
             )
         } else {
             None
@@ -46,11 +123,11 @@ impl Cleaner {
     }
 }
 
-fn run(broker: &Broker, stop: &AtomicBool) {
-    let backoff = Duration::from_millis(broker.config.log_cleaner_backoff_ms.max(10));
+fn run(node: &Node, metrics: &CleanerMetrics, stop: &AtomicBool) {
+    let backoff = Duration::from_millis(node.config.log_cleaner_backoff_ms.max(10));
     let mut uncleanable = HashSet::new();
     while !stop.load(Ordering::Acquire) {
-        if pass(broker, stop, &mut uncleanable) {
+        if pass(node, metrics, stop, &mut uncleanable) {
             continue;
         }
         let idle = Instant::now();
@@ -61,8 +138,13 @@ fn run(broker: &Broker, stop: &AtomicBool) {
 }
 
 /// Cleans the dirtiest log that is due. Returns true if one was cleaned.
-fn pass(broker: &Broker, stop: &AtomicBool, uncleanable: &mut HashSet<TopicPartition>) -> bool {
-    let mut dirty: Vec<_> = broker
+fn pass(
+    node: &Node,
+    metrics: &CleanerMetrics,
+    stop: &AtomicBool,
+    uncleanable: &mut HashSet<TopicPartition>,
+) -> bool {
+    let mut dirty: Vec<_> = node
         .partitions
         .all()
         .into_iter()
@@ -71,10 +153,11 @@ fn pass(broker: &Broker, stop: &AtomicBool, uncleanable: &mut HashSet<TopicParti
         .filter(|(ratio, _)| *ratio > 0.0)
         .collect();
     dirty.sort_by(|a, b| b.0.total_cmp(&a.0));
-    broker
-        .metrics
-        .set_cleaner_state(dirty.first().map(|d| d.0).unwrap_or(0.0), uncleanable.len());
-    let cfg = &broker.config;
+    metrics
+        .max_dirty_ratio
+        .set(dirty.first().map(|d| d.0).unwrap_or(0.0));
+    metrics.uncleanable.set(uncleanable.len() as i64);
+    let cfg = &node.config;
     for (ratio, p) in dirty {
         if stop.load(Ordering::Acquire) {
             return false;
@@ -101,13 +184,13 @@ fn pass(broker: &Broker, stop: &AtomicBool, uncleanable: &mut HashSet<TopicParti
                     mb_per_s = format!("{:.1}", stats.bytes_read as f64 / 1e6 / secs.max(1e-6)),
                     "compacted log"
                 );
-                broker.metrics.cleaned(&stats, secs);
+                metrics.cleaned(&stats, secs);
                 return true;
             }
             Ok(None) => {}
             Err(e) => {
                 tracing::error!(error = %e, "compaction failed; this log will not be cleaned again until restart");
-                broker.metrics.cleaner_failed();
+                metrics.errors.inc();
                 uncleanable.insert(p.tp.clone());
             }
         }

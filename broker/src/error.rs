@@ -103,18 +103,6 @@ impl From<BatchError> for ApiError {
     }
 }
 
-impl From<crate::tier::TierError> for ApiError {
-    /// Remote-tier failures are retriable storage errors: the client backs off and fetches
-    /// again, and a corrupt object keeps failing rather than serving wrong bytes.
-    fn from(e: crate::tier::TierError) -> ApiError {
-        if let crate::tier::TierError::Log(l) = e {
-            return ApiError::from(l);
-        }
-        tracing::warn!(error = %e, "remote tier error");
-        ApiError::new(ErrorCode::KafkaStorageError, e.to_string())
-    }
-}
-
 impl From<LogError> for ApiError {
     fn from(e: LogError) -> ApiError {
         let code = match &e {

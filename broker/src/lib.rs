@@ -22,11 +22,14 @@
 pub mod admin;
 pub mod broker;
 pub mod cleaner;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod group;
 pub mod handlers;
 pub mod log;
+pub mod metrics;
+pub mod node;
 pub mod partition;
 pub mod placement;
 pub mod protocol;

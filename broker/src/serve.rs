@@ -22,10 +22,11 @@ use strata_metadata::{Metadata, MetadataOptions};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::admin::metrics::Metrics;
 use crate::broker::Broker;
+use crate::clock::Clock;
 use crate::config::BrokerConfig;
-use crate::partition::now_ms;
+use crate::metrics::Metrics;
+use crate::node::Node;
 
 #[derive(Args, Debug, Default)]
 pub struct ServeArgs {
@@ -139,7 +140,7 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let ready = Arc::new(AtomicBool::new(false));
-    let mut metrics = Metrics::new();
+    let metrics = Metrics::new();
     count_panics(metrics.panic_counter());
     raise_fd_limit(cfg.max_connections);
     // The object store is checked before anything else starts: a wrong bucket, endpoint or
@@ -147,7 +148,7 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     let store_config = cfg.object_store_config()?;
     let objects = strata_objstore::Store::open(&store_config)
         .with_context(|| format!("object store {}", store_config.url))?;
-    let tier = crate::tier::Tier::open(&cfg, objects.clone())
+    let tier = crate::tier::Tier::open(&cfg, objects.clone(), &metrics)
         .await
         .context("cannot open the remote read cache")?;
     // On the tier's threads, like every other request to the store: the HTTP client's pooled
@@ -157,9 +158,7 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         .await
         .context("object store check")?
         .with_context(|| format!("object store {objects}"))?;
-    metrics.register_object_store(objects.metrics());
     tracing::info!(store = %objects, "object store reachable");
-    metrics.register_tier(&tier.metrics, tier.cache.metrics());
     let request_budget =
         crate::protocol::frame::RequestBudget::new(cfg.queued_max_request_bytes as usize);
     metrics.register_request_budget(request_budget.clone());
@@ -178,13 +177,15 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     })
     .await
     .context("cannot start the metadata quorum")?;
-    let broker = Arc::new(Broker::new(
+    metrics.watch_cluster(metadata.clone());
+    let node = Arc::new(Node::new(
         cfg.clone(),
         advertised,
         metadata.clone(),
         metrics,
-        tier,
+        Clock::system(),
     ));
+    let broker = Arc::new(Broker::new(node.clone(), Arc::new(tier)));
     let admin_task = tokio::spawn(crate::admin::http::serve(
         admin,
         broker.clone(),
@@ -192,34 +193,33 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         shutdown_rx.clone(),
     ));
 
-    let epoch = crate::session::register(&broker)
+    let epoch = crate::session::register(&node)
         .await
         .context("cannot register with the controller")?;
-    crate::session::wait_unfenced(&broker, epoch).await?;
+    crate::session::wait_unfenced(&node, epoch).await?;
     let opened = std::time::Instant::now();
-    broker
-        .sync_partitions()
+    node.sync_partitions()
         .map_err(|e| anyhow::anyhow!("cannot open partitions: {e}"))?;
     tracing::info!(
-        partitions = broker.partitions.all().len(),
+        partitions = node.partitions.all().len(),
         ms = opened.elapsed().as_millis() as u64,
         "partitions opened"
     );
-    broker.fetchers.sync(&broker);
+    broker.fetchers.sync();
 
     // Groups of the `__consumer_offsets` partitions led here; later moves follow metadata.
-    broker.groups.follow_leadership(&broker).await;
-    let cleaner =
-        crate::cleaner::Cleaner::start(broker.clone()).context("start the log cleaner")?;
+    broker.groups.follow_leadership().await;
+    let cleaner = crate::cleaner::Cleaner::start(node.clone()).context("start the log cleaner")?;
     let follower = tokio::spawn(follow_metadata(broker.clone(), shutdown_rx.clone()));
     let session = tokio::spawn(crate::session::run(
-        broker.clone(),
+        node.clone(),
         epoch,
         shutdown_rx.clone(),
     ));
     let housekeeper = tokio::spawn(housekeeping(broker.clone(), shutdown_rx.clone()));
     let offloader = tokio::spawn(crate::tier::offload::run(
-        broker.clone(),
+        node.clone(),
+        broker.tier.clone(),
         shutdown_rx.clone(),
     ));
     let server = tokio::spawn(crate::server::serve(
@@ -256,7 +256,7 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || cleaner.stop())
         .await
         .context("stop the log cleaner")?;
-    broker.partitions.close_all();
+    node.partitions.close_all();
     if let Err(e) = broker.tier.cache.close().await {
         tracing::warn!(error = %e, "closing the remote read cache failed");
     }
@@ -331,17 +331,17 @@ async fn wait_for_signal() {
 /// Applies metadata changes (from this node's own writes or, later, from other controllers)
 /// to the local partitions.
 async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
-    let mut changes = broker.metadata.subscribe();
+    let mut changes = broker.node.metadata.subscribe();
     loop {
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { return },
             _ = shutdown.changed() => return,
         }
-        if let Err(e) = broker.sync_partitions() {
+        if let Err(e) = broker.node.sync_partitions() {
             tracing::error!(error = %e, "cannot apply metadata change to local partitions");
         }
-        broker.fetchers.sync(&broker);
-        broker.groups.follow_leadership(&broker).await;
+        broker.fetchers.sync();
+        broker.groups.follow_leadership().await;
     }
 }
 
@@ -349,9 +349,10 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
 /// group session expiry every 100 ms; consumer lag every `lag_sample_interval_ms`.
 async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
-    let retention_every = broker.config.log_retention_check_interval_ms.max(100);
+    let node = &broker.node;
+    let retention_every = node.config.log_retention_check_interval_ms.max(100);
     let mut last_retention = 0i64;
-    let lag_every = Duration::from_millis(broker.config.lag_sample_interval_ms);
+    let lag_every = Duration::from_millis(node.config.lag_sample_interval_ms);
     let mut last_lag = std::time::Instant::now();
     let mut flusher: Option<tokio::task::JoinHandle<()>> = None;
     loop {
@@ -365,13 +366,12 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
                 return;
             }
         }
-        let now = now_ms();
+        let now = node.clock.now_ms();
         let retention = now - last_retention >= retention_every as i64;
         if retention {
             last_retention = now;
-            let minutes = broker.config.offsets_retention_minutes;
+            let minutes = node.config.offsets_retention_minutes;
             broker.groups.expire_offsets(
-                &broker,
                 now,
                 if minutes < 0 {
                     -1
@@ -381,15 +381,14 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             );
         }
         // Retries a failed group load; a no-op when nothing changed.
-        broker.groups.follow_leadership(&broker).await;
-        broker.groups.tick(&broker);
-        crate::replication::check_isr(&broker);
+        broker.groups.follow_leadership().await;
+        broker.groups.tick();
+        crate::replication::check_isr(node);
         if last_lag.elapsed() >= lag_every {
             last_lag = std::time::Instant::now();
-            let lags = broker.lag.sample(&broker);
-            broker.metrics.set_lag(&lags);
+            broker.lag.sample(broker.groups.committed());
         }
-        for p in broker.partitions.all() {
+        for p in node.partitions.all() {
             if let Err(e) = p.housekeeping(now, retention) {
                 tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "housekeeping failed");
             }
@@ -397,7 +396,7 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
         // Fsyncs of rolled segments block for as long as the disk takes: off the runtime, one
         // batch at a time.
         if flusher.as_ref().is_none_or(|f| f.is_finished()) {
-            let partitions = broker.partitions.all();
+            let partitions = node.partitions.all();
             flusher = Some(tokio::task::spawn_blocking(move || {
                 for p in partitions {
                     if let Err(e) = p.flush_rolled() {

@@ -85,7 +85,7 @@ pub async fn serve(
     budget: RequestBudget,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let limit = Arc::new(Semaphore::new(broker.config.max_connections));
+    let limit = Arc::new(Semaphore::new(broker.node.config.max_connections));
     let per_ip = Arc::new(PerIp::default());
     let mut connections = JoinSet::new();
     loop {
@@ -102,13 +102,19 @@ pub async fn serve(
             _ = shutdown.changed() => break,
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
-            broker.metrics.connection_rejected("max_connections");
+            broker.node.metrics.connection_rejected("max_connections");
             tracing::warn!(%peer, "connection refused: max_connections reached");
             continue;
         };
-        let Some(ip_slot) = PerIp::take(&per_ip, peer.ip(), broker.config.max_connections_per_ip)
-        else {
-            broker.metrics.connection_rejected("max_connections_per_ip");
+        let Some(ip_slot) = PerIp::take(
+            &per_ip,
+            peer.ip(),
+            broker.node.config.max_connections_per_ip,
+        ) else {
+            broker
+                .node
+                .metrics
+                .connection_rejected("max_connections_per_ip");
             tracing::warn!(%peer, "connection refused: max_connections_per_ip reached");
             continue;
         };
@@ -117,14 +123,14 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         let budget = budget.clone();
         connections.spawn(async move {
-            broker.metrics.connection_opened();
+            broker.node.metrics.connection_opened();
             if let Err(e) = connection(stream, &broker, budget, shutdown)
                 .instrument(tracing::debug_span!("conn", %peer))
                 .await
             {
                 tracing::debug!(%peer, error = %e, "connection closed with error");
             }
-            broker.metrics.connection_closed();
+            broker.node.metrics.connection_closed();
             drop((permit, ip_slot));
         });
         // Reap finished connections so the set does not grow with every client ever seen.
@@ -186,15 +192,19 @@ async fn connection(
         .unwrap_or_default();
     let (reader, mut writer) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Incoming>(PIPELINE_DEPTH);
-    let io_timeout = Duration::from_millis(broker.config.socket_io_timeout_ms);
-    let idle = Duration::from_millis(broker.config.connections_max_idle_ms);
+    let io_timeout = Duration::from_millis(broker.node.config.socket_io_timeout_ms);
+    let idle = Duration::from_millis(broker.node.config.connections_max_idle_ms);
     let activity = Arc::new(Activity {
         epoch: Instant::now(),
         last: AtomicU64::new(0),
         in_flight: AtomicUsize::new(0),
     });
-    let frames =
-        frame::FrameReader::new(reader, broker.config.max_request_bytes, budget, io_timeout);
+    let frames = frame::FrameReader::new(
+        reader,
+        broker.node.config.max_request_bytes,
+        budget,
+        io_timeout,
+    );
     let reader_task = tokio::spawn(read_requests(
         frames,
         tx,
@@ -234,7 +244,7 @@ async fn connection(
                     Err(_) => {
                         // The panic hook counted and logged it; the client sees its connection
                         // close, as for any request the broker cannot answer.
-                        broker.metrics.connection_closed_by_broker("panic");
+                        broker.node.metrics.connection_closed_by_broker("panic");
                         tracing::error!(
                             ?api,
                             version,
@@ -245,6 +255,7 @@ async fn connection(
                     }
                 };
                 broker
+                    .node
                     .metrics
                     .request(api_name(api), started.elapsed().as_secs_f64());
                 let Some(body) = response else {
@@ -261,6 +272,7 @@ async fn connection(
             }
         };
         broker
+            .node
             .metrics
             .sent(out.iter().map(|c| c.len() as u64).sum());
         match tokio::time::timeout(io_timeout, write_chunks(&mut writer, out)).await {
@@ -268,7 +280,10 @@ async fn connection(
             // The client went away.
             Ok(Err(_)) => return Ok(()),
             Err(_) => {
-                broker.metrics.connection_closed_by_broker("write_timeout");
+                broker
+                    .node
+                    .metrics
+                    .connection_closed_by_broker("write_timeout");
                 anyhow::bail!("the client did not read its response within {io_timeout:?}");
             }
         }
@@ -303,7 +318,7 @@ async fn read_requests(
                     activity.touch();
                     continue;
                 }
-                broker.metrics.connection_closed_by_broker("idle");
+                broker.node.metrics.connection_closed_by_broker("idle");
                 tracing::debug!(?idle, "closing idle connection");
                 return Ok(());
             }
@@ -317,21 +332,24 @@ async fn read_requests(
                 return Ok(());
             }
             Err(e @ frame::FrameError::TimedOut { .. }) => {
-                broker.metrics.connection_closed_by_broker("read_timeout");
+                broker
+                    .node
+                    .metrics
+                    .connection_closed_by_broker("read_timeout");
                 tracing::warn!(error = %e, "closing connection: request too slow to arrive");
                 return Err(anyhow::Error::from(e));
             }
             Err(e) => {
-                broker.metrics.bad_request("frame");
+                broker.node.metrics.bad_request("frame");
                 tracing::warn!(error = %e, "closing connection: bad frame");
                 return Err(anyhow::Error::from(e));
             }
         };
         activity.touch();
         if frame.waited {
-            broker.metrics.request_waited_for_budget();
+            broker.node.metrics.request_waited_for_budget();
         }
-        broker.metrics.received(frame.bytes.len() as u64 + 4);
+        broker.node.metrics.received(frame.bytes.len() as u64 + 4);
         let item = match protocol::decode_request(frame.bytes) {
             Ok(req) => Incoming::Request(Box::new(req), frame.budget),
             Err(DecodeError::UnsupportedVersion {
@@ -340,7 +358,7 @@ async fn read_requests(
                 ..
             }) => Incoming::UnsupportedApiVersions(correlation_id),
             Err(e) => {
-                broker.metrics.bad_request(match e {
+                broker.node.metrics.bad_request(match e {
                     DecodeError::Short(_) => "short",
                     DecodeError::UnknownApi(_) => "unknown_api",
                     DecodeError::UnsupportedVersion { .. } => "unsupported_version",

@@ -20,25 +20,25 @@ use std::time::Duration;
 use strata_metadata::{Command, CommandResult, Heartbeat, HeartbeatReply};
 use tokio::sync::watch;
 
-use crate::broker::Broker;
+use crate::node::Node;
 
-/// How long start-up waits for the controller to unfence this broker.
+/// How long start-up waits for the controller to unfence this node.
 const UNFENCE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a controlled shutdown waits for the fence to be applied here.
 const SHUTDOWN_FENCE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Registers this broker under a new epoch and returns it.
-pub async fn register(broker: &Broker) -> anyhow::Result<i64> {
+pub async fn register(node: &Node) -> anyhow::Result<i64> {
     let cmd = Command::RegisterBroker {
-        node_id: broker.config.node_id,
-        host: broker.advertised.ip().to_string(),
-        port: broker.advertised.port(),
-        rack: broker.config.rack.clone(),
+        node_id: node.config.node_id,
+        host: node.advertised.ip().to_string(),
+        port: node.advertised.port(),
+        rack: node.config.rack.clone(),
     };
-    match broker.metadata.propose(cmd).await? {
+    match node.metadata.propose(cmd).await? {
         CommandResult::BrokerRegistered { epoch } => {
             tracing::info!(
-                node_id = broker.config.node_id,
+                node_id = node.config.node_id,
                 epoch,
                 "registered with the controller"
             );
@@ -48,25 +48,21 @@ pub async fn register(broker: &Broker) -> anyhow::Result<i64> {
     }
 }
 
-fn heartbeat(broker: &Broker, epoch: i64, shutting_down: bool) -> Heartbeat {
+fn heartbeat(node: &Node, epoch: i64, shutting_down: bool) -> Heartbeat {
     Heartbeat {
-        node_id: broker.config.node_id,
+        node_id: node.config.node_id,
         epoch,
         shutting_down,
     }
 }
 
 /// Heartbeats until the controller unfences registration `epoch` and this node applied it.
-pub async fn wait_unfenced(broker: &Broker, epoch: i64) -> anyhow::Result<()> {
-    let node_id = broker.config.node_id;
+pub async fn wait_unfenced(node: &Node, epoch: i64) -> anyhow::Result<()> {
+    let node_id = node.config.node_id;
     let deadline = tokio::time::Instant::now() + UNFENCE_TIMEOUT;
-    let interval = Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
+    let interval = Duration::from_millis(node.config.broker_heartbeat_interval_ms);
     loop {
-        match broker
-            .metadata
-            .heartbeat(heartbeat(broker, epoch, false))
-            .await
-        {
+        match node.metadata.heartbeat(heartbeat(node, epoch, false)).await {
             Ok(HeartbeatReply::Alive { fenced: false }) => break,
             Ok(HeartbeatReply::Alive { fenced: true }) => {}
             Ok(HeartbeatReply::StaleEpoch { current }) => {
@@ -81,8 +77,7 @@ pub async fn wait_unfenced(broker: &Broker, epoch: i64) -> anyhow::Result<()> {
         }
         tokio::time::sleep(interval).await;
     }
-    broker
-        .metadata
+    node.metadata
         .wait_for_state(
             UNFENCE_TIMEOUT,
             "this broker's unfencing to apply here",
@@ -98,8 +93,8 @@ pub async fn wait_unfenced(broker: &Broker, epoch: i64) -> anyhow::Result<()> {
 }
 
 /// Heartbeats until shutdown, then asks to be fenced (controlled shutdown).
-pub async fn run(broker: Arc<Broker>, mut epoch: i64, mut shutdown: watch::Receiver<bool>) {
-    let interval = Duration::from_millis(broker.config.broker_heartbeat_interval_ms);
+pub async fn run(node: Arc<Node>, mut epoch: i64, mut shutdown: watch::Receiver<bool>) {
+    let interval = Duration::from_millis(node.config.broker_heartbeat_interval_ms);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing_since: Option<tokio::time::Instant> = None;
@@ -111,12 +106,12 @@ pub async fn run(broker: Arc<Broker>, mut epoch: i64, mut shutdown: watch::Recei
         // A heartbeat without a metadata leader waits up to its timeout (10 s): shutdown
         // must not wait behind it (a stopping cluster's last voters have no leader).
         let beat = tokio::select! {
-            r = broker.metadata.heartbeat(heartbeat(&broker, epoch, false)) => r,
+            r = node.metadata.heartbeat(heartbeat(&node, epoch, false)) => r,
             _ = shutdown.changed() => break,
         };
         match beat {
             Ok(HeartbeatReply::Alive { fenced }) => {
-                broker.metrics.heartbeat(true);
+                node.metrics.heartbeat(true);
                 if let Some(since) = failing_since.take() {
                     tracing::info!(
                         failed_for_ms = since.elapsed().as_millis() as u64,
@@ -131,13 +126,13 @@ pub async fn run(broker: Arc<Broker>, mut epoch: i64, mut shutdown: watch::Recei
                     ?current,
                     "the controller does not know this registration: registering again"
                 );
-                match register(&broker).await {
+                match register(&node).await {
                     Ok(e) => epoch = e,
                     Err(e) => tracing::warn!(error = %e, "registering again failed; will retry"),
                 }
             }
             Err(e) => {
-                broker.metrics.heartbeat(false);
+                node.metrics.heartbeat(false);
                 let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
                 tracing::warn!(
                     error = %e,
@@ -147,13 +142,13 @@ pub async fn run(broker: Arc<Broker>, mut epoch: i64, mut shutdown: watch::Recei
             }
         }
     }
-    controlled_shutdown(&broker, epoch).await;
+    controlled_shutdown(&node, epoch).await;
 }
 
 /// Asks the controller to fence this broker and waits until that applied here, for at most
 /// [`SHUTDOWN_FENCE_TIMEOUT`] (the last voters of a stopping cluster have no quorum left).
-async fn controlled_shutdown(broker: &Broker, epoch: i64) {
-    if tokio::time::timeout(SHUTDOWN_FENCE_TIMEOUT, fence_self(broker, epoch))
+async fn controlled_shutdown(node: &Node, epoch: i64) {
+    if tokio::time::timeout(SHUTDOWN_FENCE_TIMEOUT, fence_self(node, epoch))
         .await
         .is_err()
     {
@@ -163,15 +158,11 @@ async fn controlled_shutdown(broker: &Broker, epoch: i64) {
     }
 }
 
-async fn fence_self(broker: &Broker, epoch: i64) {
-    let node_id = broker.config.node_id;
-    match broker
-        .metadata
-        .heartbeat(heartbeat(broker, epoch, true))
-        .await
-    {
+async fn fence_self(node: &Node, epoch: i64) {
+    let node_id = node.config.node_id;
+    match node.metadata.heartbeat(heartbeat(node, epoch, true)).await {
         Ok(HeartbeatReply::Alive { fenced: true }) => {
-            let applied = broker
+            let applied = node
                 .metadata
                 .wait_for_state(
                     SHUTDOWN_FENCE_TIMEOUT,

@@ -72,6 +72,7 @@ pub async fn serve(
 /// Local and remote ranges of every partition hosted here (or of one topic's), as JSON.
 fn partitions_json(topic: Option<&str>, broker: &Broker) -> String {
     let stats: Vec<_> = broker
+        .node
         .partitions
         .all()
         .into_iter()
@@ -84,8 +85,8 @@ fn partitions_json(topic: Option<&str>, broker: &Broker) -> String {
 /// The cluster as this node sees it: the controller, the quorum, every broker, and every
 /// partition that is not healthy (offline, or an ISR smaller than its replicas).
 fn cluster_json(broker: &Broker) -> String {
-    let quorum = broker.metadata.status();
-    let state = broker.metadata.state();
+    let quorum = broker.node.metadata.status();
+    let state = broker.node.metadata.state();
     let mut total = 0usize;
     let mut unhealthy = Vec::new();
     for t in state.topics.values() {
@@ -124,7 +125,7 @@ fn cluster_json(broker: &Broker) -> String {
         })
         .collect();
     serde_json::json!({
-        "node_id": broker.config.node_id,
+        "node_id": broker.node.config.node_id,
         "controller": quorum.leader,
         "quorum": quorum,
         "brokers": brokers,
@@ -210,9 +211,9 @@ impl Route {
 }
 
 async fn change_voters(add: Vec<u64>, remove: Vec<u64>, broker: &Broker) -> (StatusCode, String) {
-    match broker.metadata.change_voters(add, remove).await {
+    match broker.node.metadata.change_voters(add, remove).await {
         Ok(()) => {
-            let voters: Vec<_> = broker.metadata.status().voters.into_keys().collect();
+            let voters: Vec<_> = broker.node.metadata.status().voters.into_keys().collect();
             (StatusCode::OK, format!("voters {voters:?}\n"))
         }
         Err(e) => (StatusCode::CONFLICT, format!("{e}\n")),
@@ -233,7 +234,7 @@ async fn respond(
         Route::Metrics => (
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            broker.metrics.render(&broker.partitions, &broker.metadata),
+            broker.node.metrics.render(),
         ),
         Route::Healthz => (StatusCode::OK, "text/plain", "ok\n".to_string()),
         Route::Partitions { topic } => (

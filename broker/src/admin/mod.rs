@@ -1,4 +1,3 @@
-//! The admin HTTP endpoint (`/metrics`, `/healthz`, `/readyz`) and the broker's metrics.
+//! The admin HTTP endpoint: `/metrics`, `/healthz`, `/readyz` and the operator routes.
 
 pub mod http;
-pub mod metrics;

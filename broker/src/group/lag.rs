@@ -10,18 +10,22 @@
 //! logged once), because retention is about to delete records it has not read.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::broker::Broker;
-use crate::partition::now_ms;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use crate::node::Node;
 use crate::topic_config;
 
 type Key = (String, String, i32);
 
 /// One partition's lag as last sampled.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Lag {
+struct Lag {
     pub group: String,
     pub topic: String,
     pub partition: i32,
@@ -36,10 +40,60 @@ pub struct Lag {
     pub retention_risk: bool,
 }
 
-#[derive(Default)]
 pub struct LagTracker {
+    node: Arc<Node>,
     history: Mutex<HashMap<Key, VecDeque<(Instant, i64)>>>,
     at_risk: Mutex<std::collections::HashSet<Key>>,
+    gauges: LagGauges,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LagLabels {
+    group: String,
+    topic: String,
+    partition: String,
+}
+
+type LagGauge = Family<LagLabels, Gauge<f64, AtomicU64>>;
+
+/// `strata_consumer_lag_*`, replaced at every sample.
+#[derive(Default)]
+struct LagGauges {
+    records: LagGauge,
+    seconds: LagGauge,
+    trend: LagGauge,
+    drain: LagGauge,
+    risk: LagGauge,
+}
+
+impl LagGauges {
+    fn set(&self, lags: &[Lag]) {
+        for family in [
+            &self.records,
+            &self.seconds,
+            &self.trend,
+            &self.drain,
+            &self.risk,
+        ] {
+            family.clear();
+        }
+        for l in lags {
+            let labels = LagLabels {
+                group: l.group.clone(),
+                topic: l.topic.clone(),
+                partition: l.partition.to_string(),
+            };
+            self.records.get_or_create(&labels).set(l.records as f64);
+            self.seconds.get_or_create(&labels).set(l.seconds);
+            self.trend.get_or_create(&labels).set(l.trend);
+            if let Some(d) = l.drain_seconds {
+                self.drain.get_or_create(&labels).set(d);
+            }
+            self.risk
+                .get_or_create(&labels)
+                .set(if l.retention_risk { 1.0 } else { 0.0 });
+        }
+    }
 }
 
 /// Least-squares slope of `(seconds, lag)` points; 0 with fewer than two.
@@ -63,17 +117,61 @@ pub fn slope(points: &[(f64, f64)]) -> f64 {
 }
 
 impl LagTracker {
-    /// Samples every committed offset now and returns the lag of each.
-    pub fn sample(&self, broker: &Broker) -> Vec<Lag> {
+    pub fn new(node: Arc<Node>) -> LagTracker {
+        let gauges = LagGauges::default();
+        node.metrics.register(|registry| {
+            registry.register(
+                "consumer_lag_records",
+                "High watermark minus the group's committed offset",
+                gauges.records.clone(),
+            );
+            registry.register(
+                "consumer_lag_seconds",
+                "Age of the oldest record the group has not consumed",
+                gauges.seconds.clone(),
+            );
+            registry.register(
+                "consumer_lag_trend_records_per_second",
+                "Slope of lag over lag_window_ms: positive = falling behind, negative = draining",
+                gauges.trend.clone(),
+            );
+            registry.register(
+                "consumer_lag_drain_seconds",
+                "Estimated time to zero lag at the current trend (only while draining)",
+                gauges.drain.clone(),
+            );
+            registry.register(
+                "consumer_lag_retention_risk",
+                "1 when lag in seconds exceeds half of the topic's retention.ms: unread data is about to be deleted",
+                gauges.risk.clone(),
+            );
+        });
+        LagTracker {
+            node,
+            history: Mutex::default(),
+            at_risk: Mutex::default(),
+            gauges,
+        }
+    }
+
+    /// Samples the lag of every committed offset, (group, topic, partition, offset), now and
+    /// publishes it on `/metrics`.
+    pub fn sample(&self, committed: Vec<(String, String, i32, i64)>) {
+        let lags = self.measure(committed);
+        self.gauges.set(&lags);
+    }
+
+    fn measure(&self, committed: Vec<(String, String, i32, i64)>) -> Vec<Lag> {
+        let node = &self.node;
         let now = Instant::now();
-        let wall = now_ms();
-        let window = Duration::from_millis(broker.config.lag_window_ms);
-        let state = broker.metadata.state();
+        let wall = node.clock.now_ms();
+        let window = Duration::from_millis(node.config.lag_window_ms);
+        let state = node.metadata.state();
         let mut out = Vec::new();
         let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
         let mut seen = std::collections::HashSet::new();
-        for (group, topic, partition, committed) in broker.groups.committed() {
-            let Some(part) = broker.partitions.get(&topic, partition) else {
+        for (group, topic, partition, committed) in committed {
+            let Some(part) = node.partitions.get(&topic, partition) else {
                 continue;
             };
             let o = part.offsets();
@@ -104,7 +202,7 @@ impl LagTracker {
             let drain_seconds = (trend < 0.0 && records > 0).then(|| records as f64 / -trend);
             let retention_ms = state
                 .topic(&topic)
-                .map(|t| topic_config::log_config(&broker.config, &t.configs).retention_ms)
+                .map(|t| topic_config::log_config(&node.config, &t.configs).retention_ms)
                 .unwrap_or(-1);
             let retention_risk = retention_ms > 0 && seconds * 1000.0 > retention_ms as f64 / 2.0;
             let mut at_risk = self.at_risk.lock().unwrap_or_else(|p| p.into_inner());

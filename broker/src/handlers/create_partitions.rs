@@ -18,6 +18,7 @@ pub async fn handle(
                 .collect()
         });
         let outcome = broker
+            .node
             .create_partitions(t.name.0.as_str(), t.count, assignments, req.validate_only)
             .await;
         let r = CreatePartitionsTopicResult::default().with_name(t.name);

@@ -57,6 +57,7 @@ pub async fn handle(
             Some(e) => Err(e),
             None => {
                 broker
+                    .node
                     .create_topic(
                         &name,
                         t.num_partitions,
@@ -84,7 +85,7 @@ pub async fn handle(
                             .unwrap_or(t.replication_factor),
                     );
                 if version >= 5 {
-                    let configs = topic_config::effective(&broker.config, &info.configs)
+                    let configs = topic_config::effective(&broker.node.config, &info.configs)
                         .into_iter()
                         .map(|(k, (v, is_default))| {
                             CreatableTopicConfigs::default()

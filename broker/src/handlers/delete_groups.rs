@@ -8,9 +8,9 @@ use crate::broker::Broker;
 pub async fn handle(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(req.groups_names.len());
     for id in req.groups_names {
-        let code = match broker.groups.check(broker, id.0.as_str()).await {
+        let code = match broker.groups.check(id.0.as_str()).await {
             Err(e) => e.code,
-            Ok(()) => broker.groups.delete(broker, id.0.as_str()),
+            Ok(()) => broker.groups.delete(id.0.as_str()),
         };
         results.push(
             DeletableGroupResult::default()

@@ -41,7 +41,7 @@ async fn delete(
     partition: i32,
     offset: i64,
 ) -> Result<i64, ApiError> {
-    let part = broker.leader_partition(topic, partition, -1)?;
+    let part = broker.node.leader_partition(topic, partition, -1)?;
     let offsets = part.offsets();
     let offset = if offset == -1 {
         offsets.high_watermark
@@ -64,13 +64,14 @@ async fn delete(
     }
     if offset > offsets.log_start && part.remote().start().is_some() {
         broker
+            .node
             .apply(Command::MarkRemoteSegmentsDeleting {
                 topic_id: part.topic_id,
                 partition,
                 before_offset: offset,
             })
             .await?;
-        broker.sync_partitions()?;
+        broker.node.sync_partitions()?;
     }
     part.delete_records_before(offset.max(part.local_log_start()))
         .map_err(ApiError::from)?;

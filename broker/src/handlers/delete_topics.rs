@@ -27,7 +27,7 @@ pub async fn handle(
     };
     let mut responses = Vec::with_capacity(targets.len());
     for (name, id) in targets {
-        let state = broker.metadata.state();
+        let state = broker.node.metadata.state();
         let found = match &name {
             Some(n) => state.topic(n.0.as_str()).cloned(),
             None => state.topic_by_id(&id).cloned(),
@@ -39,12 +39,13 @@ pub async fn handle(
                 ApiError::new(ErrorCode::UnknownTopicId, "unknown topic id")
             }),
             Some(t) => match broker
+                .node
                 .apply(Command::DeleteTopic {
                     name: t.name.clone(),
                 })
                 .await
             {
-                Ok(_) => broker.sync_partitions(),
+                Ok(_) => broker.node.sync_partitions(),
                 Err(e) => Err(e),
             },
         };

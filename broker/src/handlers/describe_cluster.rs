@@ -11,7 +11,7 @@ pub fn handle(
     _req: DescribeClusterRequest,
     _version: i16,
 ) -> DescribeClusterResponse {
-    let state = broker.metadata.state();
+    let state = broker.node.metadata.state();
     // Live brokers only (v2's include_fenced_brokers is not offered).
     let brokers = state
         .brokers
@@ -26,8 +26,10 @@ pub fn handle(
         })
         .collect();
     DescribeClusterResponse::default()
-        .with_cluster_id(str_bytes(broker.config.cluster_id.clone()))
-        .with_controller_id(BrokerId(broker.metadata.leader().map_or(-1, |l| l as i32)))
+        .with_cluster_id(str_bytes(broker.node.config.cluster_id.clone()))
+        .with_controller_id(BrokerId(
+            broker.node.metadata.leader().map_or(-1, |l| l as i32),
+        ))
         .with_brokers(brokers)
         .with_cluster_authorized_operations(i32::MIN)
 }

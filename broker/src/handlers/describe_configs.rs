@@ -20,7 +20,7 @@ const SOURCE_DEFAULT: i8 = 5;
 /// (name, value, type) of the broker settings shown for a BROKER resource; all read-only.
 fn broker_configs(b: &Broker) -> Vec<(&'static str, String, topic_config::Kind)> {
     use topic_config::Kind::*;
-    let c = &b.config;
+    let c = &b.node.config;
     vec![
         ("broker.id", c.node_id.to_string(), Int),
         (
@@ -130,39 +130,41 @@ pub fn handle(
                 e
             };
             match r.resource_type {
-                RESOURCE_TOPIC => match broker.metadata.state().topic(r.resource_name.as_str()) {
-                    None => result
-                        .with_error_code(ErrorCode::UnknownTopicOrPartition.code())
-                        .with_error_message(Some(str_bytes(format!(
-                            "unknown topic '{}'",
-                            r.resource_name.as_str()
-                        )))),
-                    Some(t) => {
-                        let configs = topic_config::effective(&broker.config, &t.configs)
-                            .into_iter()
-                            .filter(|(k, _)| wanted(k))
-                            .map(|(k, (v, is_default))| {
-                                let def =
-                                    topic_config::key(&k).expect("effective lists known keys");
-                                let source = if is_default {
-                                    SOURCE_DEFAULT
-                                } else {
-                                    SOURCE_DYNAMIC_TOPIC
-                                };
-                                entry(&k, v, source, false, def.kind, def.doc)
-                            })
-                            .collect();
-                        result.with_configs(configs)
+                RESOURCE_TOPIC => {
+                    match broker.node.metadata.state().topic(r.resource_name.as_str()) {
+                        None => result
+                            .with_error_code(ErrorCode::UnknownTopicOrPartition.code())
+                            .with_error_message(Some(str_bytes(format!(
+                                "unknown topic '{}'",
+                                r.resource_name.as_str()
+                            )))),
+                        Some(t) => {
+                            let configs = topic_config::effective(&broker.node.config, &t.configs)
+                                .into_iter()
+                                .filter(|(k, _)| wanted(k))
+                                .map(|(k, (v, is_default))| {
+                                    let def =
+                                        topic_config::key(&k).expect("effective lists known keys");
+                                    let source = if is_default {
+                                        SOURCE_DEFAULT
+                                    } else {
+                                        SOURCE_DYNAMIC_TOPIC
+                                    };
+                                    entry(&k, v, source, false, def.kind, def.doc)
+                                })
+                                .collect();
+                            result.with_configs(configs)
+                        }
                     }
-                },
+                }
                 RESOURCE_BROKER => {
                     let name = r.resource_name.as_str();
-                    if !name.is_empty() && name != broker.config.node_id.to_string() {
+                    if !name.is_empty() && name != broker.node.config.node_id.to_string() {
                         return result
                             .with_error_code(ErrorCode::InvalidRequest.code())
                             .with_error_message(Some(str_bytes(format!(
                                 "this is broker {}",
-                                broker.config.node_id
+                                broker.node.config.node_id
                             ))));
                     }
                     let configs = broker_configs(broker)

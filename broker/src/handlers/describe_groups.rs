@@ -13,7 +13,7 @@ pub async fn handle(
 ) -> DescribeGroupsResponse {
     let mut checks = Vec::with_capacity(req.groups.len());
     for id in &req.groups {
-        checks.push(broker.groups.check(broker, id.0.as_str()).await);
+        checks.push(broker.groups.check(id.0.as_str()).await);
     }
     let groups = req
         .groups

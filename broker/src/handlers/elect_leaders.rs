@@ -36,7 +36,7 @@ pub async fn handle(
     if kind != PREFERRED && kind != UNCLEAN {
         return ElectLeadersResponse::default().with_error_code(ErrorCode::InvalidRequest.code());
     }
-    let state = broker.metadata.state();
+    let state = broker.node.metadata.state();
     let all = req.topic_partitions.is_none();
     let wanted: Vec<(String, i32)> = match req.topic_partitions {
         Some(tps) => tps
@@ -68,6 +68,7 @@ pub async fn handle(
     let mut refused: Option<(ErrorCode, String)> = None;
     if kind == PREFERRED && !candidates.is_empty() {
         if let Err(e) = broker
+            .node
             .apply(Command::ElectPreferredLeaders {
                 partitions: candidates,
             })
@@ -78,6 +79,7 @@ pub async fn handle(
     } else {
         for (topic_id, partition) in candidates {
             match broker
+                .node
                 .apply(Command::ElectUncleanLeader {
                     topic_id,
                     partition,
@@ -94,7 +96,7 @@ pub async fn handle(
     }
 
     // What the elections did, as the state now says.
-    let after = broker.metadata.state();
+    let after = broker.node.metadata.state();
     for (t, p, outcome) in &mut outcomes {
         if outcome.is_some() {
             continue;

@@ -39,7 +39,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         req.replica_id.0
     };
     let replica = u64::try_from(replica_id).ok();
-    let state = broker.metadata.state();
+    let state = broker.node.metadata.state();
     let mut wanted = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         // v13+ names topics by id only.
@@ -69,7 +69,11 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
                         )),
                     ),
                     Some(_) => {
-                        match broker.leader_partition(&name, p.partition, p.current_leader_epoch) {
+                        match broker.node.leader_partition(
+                            &name,
+                            p.partition,
+                            p.current_leader_epoch,
+                        ) {
                             Ok(part) => (Some(part), None),
                             Err(e) => (None, Some(e)),
                         }
@@ -111,7 +115,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         }
         let (resp, bytes, errors) = read_all(broker, &wanted, max_bytes, replica).await;
         if bytes >= min_bytes || errors || Instant::now() >= deadline {
-            broker.metrics.fetched(bytes as u64);
+            broker.node.metrics.fetched(bytes as u64);
             return resp.with_session_id(0);
         }
         if tokio::time::timeout_at(deadline.into(), notify.notified())
@@ -119,7 +123,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
             .is_err()
         {
             let (resp, bytes, _) = read_all(broker, &wanted, max_bytes, replica).await;
-            broker.metrics.fetched(bytes as u64);
+            broker.node.metrics.fetched(bytes as u64);
             return resp.with_session_id(0);
         }
     }
@@ -138,7 +142,7 @@ async fn read(
         // The follower holds everything below its fetch offset: that moves the high
         // watermark, and may bring it into the ISR.
         if let Some(change) = p.follower_fetched(follower, offset) {
-            crate::replication::propose_isr(broker, &p, change);
+            crate::replication::propose_isr(&broker.node, &p, change);
         }
         return Ok(p.read_replica(offset, max_bytes)?);
     }
@@ -150,7 +154,8 @@ async fn read(
                 .tier
                 .spawn(async move {
                     let remote = p.remote();
-                    let class = read_class(&remote, &segment, b.config.remote_cache_memory_bytes);
+                    let class =
+                        read_class(&remote, &segment, b.node.config.remote_cache_memory_bytes);
                     let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, &segment);
                     b.tier.read(&src, offset, max_bytes, class).await
                 })

@@ -19,8 +19,8 @@ async fn locate(broker: &Broker, key: &str, key_type: i8) -> Result<(i32, String
         ));
     }
     validate_group_id(key)?;
-    broker.groups.ensure_offsets_topic(broker).await?;
-    let state = broker.metadata.state();
+    broker.groups.ensure_offsets_topic().await?;
+    let state = broker.node.metadata.state();
     let leader = state
         .partition(store::TOPIC, store::partition_for(key))
         .and_then(|p| p.leader)

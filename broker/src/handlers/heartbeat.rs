@@ -5,7 +5,7 @@ use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 use crate::broker::Broker;
 
 pub async fn handle(broker: &Arc<Broker>, req: HeartbeatRequest) -> HeartbeatResponse {
-    if let Err(e) = broker.groups.check(broker, req.group_id.0.as_str()).await {
+    if let Err(e) = broker.groups.check(req.group_id.0.as_str()).await {
         return HeartbeatResponse::default().with_error_code(e.code.code());
     }
     let code = broker.groups.heartbeat(

@@ -55,7 +55,7 @@ async fn alter(
             "only topic configs can be altered; broker settings come from the config file",
         ));
     }
-    if broker.metadata.state().topic(name).is_none() {
+    if broker.node.metadata.state().topic(name).is_none() {
         return Err(ApiError::new(
             ErrorCode::UnknownTopicOrPartition,
             format!("unknown topic '{name}'"),
@@ -89,6 +89,7 @@ async fn alter(
         }
     }
     let mut merged = broker
+        .node
         .metadata
         .state()
         .topic(name)
@@ -98,17 +99,18 @@ async fn alter(
     for k in &delete {
         merged.remove(k);
     }
-    topic_config::validate_combination(&broker.config, &merged)
+    topic_config::validate_combination(&broker.node.config, &merged)
         .map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
     if validate_only {
         return Ok(());
     }
     broker
+        .node
         .apply(Command::AlterTopicConfig {
             name: name.to_string(),
             set,
             delete,
         })
         .await?;
-    broker.sync_partitions()
+    broker.node.sync_partitions()
 }

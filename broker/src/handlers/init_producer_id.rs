@@ -24,7 +24,7 @@ pub async fn handle(broker: &Arc<Broker>, req: InitProducerIdRequest) -> InitPro
             .with_producer_id(req.producer_id)
             .with_producer_epoch(req.producer_epoch + 1);
     }
-    match broker.next_producer_id().await {
+    match broker.node.next_producer_id().await {
         Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Err(e) => resp.with_error_code(e.code.code()),
     }

@@ -71,10 +71,10 @@ pub async fn handle(
         return fail(ErrorCode::InvalidSessionTimeout);
     }
     // The group's records go to `__consumer_offsets` (normally created by FindCoordinator).
-    if let Err(e) = broker.groups.ensure_offsets_topic(broker).await {
+    if let Err(e) = broker.groups.ensure_offsets_topic().await {
         return fail(e.code);
     }
-    if let Err(e) = broker.groups.check(broker, &group_id).await {
+    if let Err(e) = broker.groups.check(&group_id).await {
         return fail(e.code);
     }
     // v0 has no rebalance timeout: it is the session timeout.
@@ -101,7 +101,7 @@ pub async fn handle(
             .collect(),
         require_known_member_id: version >= 4,
     };
-    let result = match broker.groups.join(broker, &group_id, join) {
+    let result = match broker.groups.join(&group_id, join) {
         Reply::Now(r) => r,
         Reply::Later(rx) => match rx.await {
             Ok(r) => r,
@@ -111,7 +111,7 @@ pub async fn handle(
                 return fail(
                     broker
                         .groups
-                        .check(broker, &group_id)
+                        .check(&group_id)
                         .await
                         .err()
                         .map_or(ErrorCode::UnknownMemberId, |e| e.code),

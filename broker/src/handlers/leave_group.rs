@@ -11,15 +11,14 @@ pub async fn handle(
     version: i16,
 ) -> LeaveGroupResponse {
     let group = req.group_id.0.as_str();
-    if let Err(e) = broker.groups.check(broker, group).await {
+    if let Err(e) = broker.groups.check(group).await {
         return LeaveGroupResponse::default().with_error_code(e.code.code());
     }
     // v0–2 name one member; v3+ a batch, by member id or instance id.
     if version < 3 {
-        let code =
-            broker
-                .groups
-                .leave(broker, group, &[(req.member_id.as_str().to_string(), None)])[0];
+        let code = broker
+            .groups
+            .leave(group, &[(req.member_id.as_str().to_string(), None)])[0];
         return LeaveGroupResponse::default().with_error_code(code.code());
     }
     let members: Vec<(String, Option<String>)> = req
@@ -32,7 +31,7 @@ pub async fn handle(
             )
         })
         .collect();
-    let codes = broker.groups.leave(broker, group, &members);
+    let codes = broker.groups.leave(group, &members);
     let responses = req
         .members
         .into_iter()

@@ -82,7 +82,9 @@ async fn find(
     ts: i64,
     current_leader_epoch: i32,
 ) -> Result<((i64, i64), i32), ApiError> {
-    let p = broker.leader_partition(topic, partition, current_leader_epoch)?;
+    let p = broker
+        .node
+        .leader_partition(topic, partition, current_leader_epoch)?;
     let o = p.offsets();
     let found = match ts {
         LATEST => return Ok(((o.high_watermark, -1), p.epoch_for_offset(i64::MAX))),

@@ -62,7 +62,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
     let allow_create = version < 4 || req.allow_auto_topic_creation;
     let topics = match requested {
         None => {
-            let state = broker.metadata.state();
+            let state = broker.node.metadata.state();
             state
                 .topics
                 .values()
@@ -74,15 +74,21 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
             for t in requested {
                 let Some(name) = t.name.clone() else {
                     // By id (v10+).
-                    let state = broker.metadata.state();
+                    let state = broker.node.metadata.state();
                     match state.topic_by_id(&t.topic_id) {
                         Some(info) => out.push(topic_response(info, &state)),
                         None => out.push(error_topic(None, t.topic_id, ErrorCode::UnknownTopicId)),
                     }
                     continue;
                 };
-                match broker.topic_or_create(name.0.as_str(), allow_create).await {
-                    Ok(Some(info)) => out.push(topic_response(&info, &broker.metadata.state())),
+                match broker
+                    .node
+                    .topic_or_create(name.0.as_str(), allow_create)
+                    .await
+                {
+                    Ok(Some(info)) => {
+                        out.push(topic_response(&info, &broker.node.metadata.state()))
+                    }
                     Ok(None) => out.push(error_topic(
                         Some(name),
                         uuid::Uuid::nil(),
@@ -96,6 +102,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
     };
     // Fenced brokers (stopped or silent) are left out, as Kafka lists only live brokers.
     let brokers = broker
+        .node
         .metadata
         .state()
         .brokers
@@ -111,10 +118,12 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         .collect();
     let mut resp = MetadataResponse::default()
         .with_brokers(brokers)
-        .with_controller_id(BrokerId(broker.metadata.leader().map_or(-1, |l| l as i32)))
+        .with_controller_id(BrokerId(
+            broker.node.metadata.leader().map_or(-1, |l| l as i32),
+        ))
         .with_topics(topics);
     if version >= 2 {
-        resp.cluster_id = Some(str_bytes(broker.config.cluster_id.clone()));
+        resp.cluster_id = Some(str_bytes(broker.node.config.cluster_id.clone()));
     }
     if (8..=10).contains(&version) {
         resp.cluster_authorized_operations = i32::MIN;

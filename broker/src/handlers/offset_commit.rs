@@ -9,19 +9,18 @@ use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::store::CommittedOffset;
 use crate::group::{validate_group_id, Commit};
-use crate::partition::now_ms;
 
 /// `__consumer_offsets` exists (it is created on first use) and this broker coordinates the
 /// group.
 async fn coordinator_ready(broker: &Broker, group: &str) -> Result<(), ApiError> {
     validate_group_id(group)?;
-    broker.groups.ensure_offsets_topic(broker).await?;
-    broker.groups.check(broker, group).await
+    broker.groups.ensure_offsets_topic().await?;
+    broker.groups.check(group).await
 }
 
 pub async fn handle(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCommitResponse {
     let group = req.group_id.0.as_str().to_string();
-    let now = now_ms();
+    let now = broker.node.clock.now_ms();
     let commits: Vec<Commit> = req
         .topics
         .iter()
@@ -47,7 +46,6 @@ pub async fn handle(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCom
         Err(e) => vec![e.code; total],
         Ok(()) => {
             let (mut codes, pending) = broker.groups.commit(
-                broker,
                 &group,
                 req.member_id.as_str(),
                 req.generation_id_or_member_epoch,

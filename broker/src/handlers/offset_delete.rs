@@ -8,7 +8,7 @@ use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 use crate::broker::Broker;
 
 pub async fn handle(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
-    if let Err(e) = broker.groups.check(broker, req.group_id.0.as_str()).await {
+    if let Err(e) = broker.groups.check(req.group_id.0.as_str()).await {
         return OffsetDeleteResponse::default().with_error_code(e.code.code());
     }
     let partitions: Vec<(String, i32)> = req
@@ -22,7 +22,7 @@ pub async fn handle(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> OffsetDel
         .collect();
     let codes = match broker
         .groups
-        .delete_offsets(broker, req.group_id.0.as_str(), &partitions)
+        .delete_offsets(req.group_id.0.as_str(), &partitions)
     {
         Ok(codes) => codes,
         Err(code) => return OffsetDeleteResponse::default().with_error_code(code.code()),

@@ -20,7 +20,7 @@ pub async fn handle(
     if version >= 8 {
         let mut checks = Vec::with_capacity(req.groups.len());
         for g in &req.groups {
-            checks.push(broker.groups.check(broker, g.group_id.0.as_str()).await);
+            checks.push(broker.groups.check(g.group_id.0.as_str()).await);
         }
         let groups = req
             .groups
@@ -69,7 +69,7 @@ pub async fn handle(
         return OffsetFetchResponse::default().with_groups(groups);
     }
     let group: GroupId = req.group_id;
-    if let Err(e) = broker.groups.check(broker, group.0.as_str()).await {
+    if let Err(e) = broker.groups.check(group.0.as_str()).await {
         let r = OffsetFetchResponse::default();
         return if version >= 2 {
             r.with_error_code(e.code.code())

@@ -26,7 +26,10 @@ pub fn handle(
                 .into_iter()
                 .map(|p| {
                     let resp = EpochEndOffset::default().with_partition(p.partition);
-                    match broker.leader_partition(&name, p.partition, p.current_leader_epoch) {
+                    match broker
+                        .node
+                        .leader_partition(&name, p.partition, p.current_leader_epoch)
+                    {
                         Ok(part) => {
                             let (epoch, end) = part.end_offset_for_epoch(p.leader_epoch);
                             resp.with_leader_epoch(epoch).with_end_offset(end)

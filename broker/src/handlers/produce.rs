@@ -34,7 +34,7 @@ pub async fn handle(
                 "transactions are not supported yet",
             ))
         } else {
-            match broker.topic_or_create(&name, true).await {
+            match broker.node.topic_or_create(&name, true).await {
                 Ok(Some(t)) => Ok(t),
                 Ok(None) => Err(ApiError::new(
                     ErrorCode::UnknownTopicOrPartition,
@@ -56,7 +56,7 @@ pub async fn handle(
                     .with_log_append_time_ms(log_append_time)
                     .with_log_start_offset(log_start),
                 Err(e) => {
-                    broker.metrics.produce_error(e.code);
+                    broker.node.metrics.produce_error(e.code);
                     tracing::debug!(topic = %name, partition = p.index, error = %e, "produce refused");
                     resp.with_error_code(e.code.code())
                         .with_base_offset(-1)
@@ -87,7 +87,7 @@ async fn append(
     acks: i16,
     timeout: std::time::Duration,
 ) -> Result<(i64, i64, i64), ApiError> {
-    let partition_ref = broker.leader_partition(name, partition, -1)?;
+    let partition_ref = broker.node.leader_partition(name, partition, -1)?;
     let records = records.ok_or_else(|| ApiError::new(ErrorCode::InvalidRecord, "null records"))?;
     let epoch = partition_ref.current_leader_epoch();
     let min_isr = partition_ref.min_insync_replicas();
@@ -104,7 +104,7 @@ async fn append(
     }
     let info = partition_ref.append(records)?;
     if !info.duplicate {
-        broker.metrics.produced(name, info.records, info.bytes);
+        broker.node.metrics.produced(name, info.records, info.bytes);
     }
     if acks == -1 {
         partition_ref

@@ -12,7 +12,7 @@ pub async fn handle(
     req: SyncGroupRequest,
     version: i16,
 ) -> SyncGroupResponse {
-    if let Err(e) = broker.groups.check(broker, req.group_id.0.as_str()).await {
+    if let Err(e) = broker.groups.check(req.group_id.0.as_str()).await {
         return SyncGroupResponse::default().with_error_code(e.code.code());
     }
     let assignments = req
@@ -21,7 +21,6 @@ pub async fn handle(
         .map(|a| (a.member_id.as_str().to_string(), a.assignment.clone()))
         .collect();
     let reply = broker.groups.sync(
-        broker,
         req.group_id.0.as_str(),
         req.member_id.as_str(),
         req.generation_id,
@@ -37,7 +36,7 @@ pub async fn handle(
             Err(_) => {
                 let code = broker
                     .groups
-                    .check(broker, req.group_id.0.as_str())
+                    .check(req.group_id.0.as_str())
                     .await
                     .err()
                     .map_or(ErrorCode::RebalanceInProgress, |e| e.code);

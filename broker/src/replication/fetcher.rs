@@ -34,8 +34,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::broker::Broker;
 use crate::error::ErrorCode;
+use crate::node::Node;
 use crate::partition::{Partition, TopicPartition};
 
 /// Fetch version used between brokers: topic names, current and last-fetched epochs.
@@ -64,17 +64,24 @@ pub struct Assignment {
 type FetcherKey = (u64, bool);
 
 /// The fetcher tasks, two per leader broker (data topics, internal topics).
-#[derive(Default)]
 pub struct Fetchers {
+    node: Arc<Node>,
     by_leader: std::sync::Mutex<HashMap<FetcherKey, watch::Sender<Vec<Assignment>>>>,
 }
 
 impl Fetchers {
+    pub fn new(node: Arc<Node>) -> Fetchers {
+        Fetchers {
+            node,
+            by_leader: Default::default(),
+        }
+    }
+
     /// Points every fetcher at the partitions this broker now follows from its leader,
     /// starting fetchers for new leaders.
-    pub fn sync(&self, broker: &Arc<Broker>) {
+    pub fn sync(&self) {
         let mut wanted: HashMap<FetcherKey, Vec<Assignment>> = HashMap::new();
-        for p in broker.partitions.all() {
+        for p in self.node.partitions.all() {
             if let Some((leader, leader_epoch)) = p.following() {
                 let internal = p.tp.topic.starts_with("__");
                 wanted
@@ -99,7 +106,7 @@ impl Fetchers {
                 }
                 None => {
                     let (tx, rx) = watch::channel(parts);
-                    tokio::spawn(run(broker.clone(), key.0, rx));
+                    tokio::spawn(run(self.node.clone(), key.0, rx));
                     fetchers.insert(key, tx);
                 }
             }
@@ -181,8 +188,8 @@ fn topic_name(name: &str) -> TopicName {
 }
 
 /// One leader's fetch loop.
-async fn run(broker: Arc<Broker>, leader: u64, mut assigned: watch::Receiver<Vec<Assignment>>) {
-    let me = broker.config.node_id;
+async fn run(node: Arc<Node>, leader: u64, mut assigned: watch::Receiver<Vec<Assignment>>) {
+    let me = node.config.node_id;
     let client = format!("strata-replica-{me}");
     let mut conn: Option<Conn> = None;
     // The epoch each partition was truncated for.
@@ -207,7 +214,7 @@ async fn run(broker: Arc<Broker>, leader: u64, mut assigned: watch::Receiver<Vec
                 .any(|a| a.partition.tp == *tp && a.leader_epoch == *e)
         });
         if conn.is_none() {
-            let addr = broker
+            let addr = node
                 .metadata
                 .state()
                 .brokers
@@ -235,7 +242,7 @@ async fn run(broker: Arc<Broker>, leader: u64, mut assigned: watch::Receiver<Vec
             }
         }
         let c = conn.as_mut().expect("connected above");
-        let result = round(&broker, c, &client, &parts, &mut truncated).await;
+        let result = round(&node, c, &client, &parts, &mut truncated).await;
         match result {
             Ok(Some(pause)) => wait(&mut assigned, pause).await,
             Ok(None) => {}
@@ -256,13 +263,13 @@ async fn wait(assigned: &mut watch::Receiver<Vec<Assignment>>, pause: Duration) 
 /// One round: truncate what needs it, then one Fetch. `Ok(Some(pause))` asks for a pause
 /// (partitions waiting for new metadata).
 async fn round(
-    broker: &Arc<Broker>,
+    node: &Arc<Node>,
     conn: &mut Conn,
     client: &str,
     parts: &[Assignment],
     truncated: &mut HashMap<TopicPartition, i32>,
 ) -> anyhow::Result<Option<Duration>> {
-    let me = broker.config.node_id as i32;
+    let me = node.config.node_id as i32;
     let mut stale = false;
     for a in parts {
         if truncated.get(&a.partition.tp) == Some(&a.leader_epoch) {
@@ -340,7 +347,7 @@ async fn round(
                         truncated.remove(&p.tp);
                         stale = true;
                     } else if !records.is_empty() {
-                        broker.metrics.replicated(records.len() as u64);
+                        node.metrics.replicated(records.len() as u64);
                     }
                 }
                 code if code == ErrorCode::OffsetOutOfRange.code() => {

@@ -15,29 +15,29 @@ use std::time::Duration;
 
 use strata_metadata::Command;
 
-use crate::broker::Broker;
+use crate::node::Node;
 use crate::partition::Partition;
 use leader::IsrChange;
 
 /// Proposes `change` to `p`'s ISR through the quorum, in the background. Whatever happens,
 /// the leader may propose again once the outcome is applied here.
-pub fn propose_isr(broker: &Arc<Broker>, p: &Arc<Partition>, change: IsrChange) {
-    let broker = broker.clone();
+pub fn propose_isr(node: &Arc<Node>, p: &Arc<Partition>, change: IsrChange) {
+    let node = node.clone();
     let p = p.clone();
     tokio::spawn(async move {
         let cmd = Command::AlterPartition {
             topic_id: p.topic_id,
             partition: p.tp.partition,
-            leader: broker.config.node_id,
+            leader: node.config.node_id,
             leader_epoch: change.leader_epoch,
             partition_epoch: change.partition_epoch,
             isr: change.isr.clone(),
         };
-        match broker.apply(cmd).await {
+        match node.apply(cmd).await {
             Ok(_) => {
                 tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, isr = ?change.isr, "ISR changed");
-                broker.metrics.isr_changed(change.expand);
-                if let Err(e) = broker.sync_partitions() {
+                node.metrics.isr_changed(change.expand);
+                if let Err(e) = node.sync_partitions() {
                     tracing::warn!(error = %e, "applying the ISR change locally failed");
                 }
             }
@@ -51,13 +51,13 @@ pub fn propose_isr(broker: &Arc<Broker>, p: &Arc<Partition>, change: IsrChange) 
 
 /// Shrinks the ISR of every partition led here whose followers lag more than
 /// `replica_lag_time_max_ms` (called by housekeeping).
-pub fn check_isr(broker: &Arc<Broker>) {
-    let max_lag = Duration::from_millis(broker.config.replica_lag_time_max_ms);
-    for p in broker.partitions.all() {
+pub fn check_isr(node: &Arc<Node>) {
+    let max_lag = Duration::from_millis(node.config.replica_lag_time_max_ms);
+    for p in node.partitions.all() {
         if let Some(change) = p.isr_shrink(max_lag) {
             tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, isr = ?change.isr,
                 "followers fell behind for replica_lag_time_max_ms: shrinking the ISR");
-            propose_isr(broker, &p, change);
+            propose_isr(node, &p, change);
         }
     }
 }

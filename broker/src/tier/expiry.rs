@@ -15,9 +15,10 @@ use std::sync::Arc;
 use strata_metadata::{Command, RemoteSegmentState};
 use uuid::Uuid;
 
+use super::Tier;
 use super::TierError;
-use crate::broker::Broker;
-use crate::partition::{now_ms, Partition, RemoteLog};
+use crate::node::Node;
+use crate::partition::{Partition, RemoteLog};
 
 /// The offset before which remote segments are past `retention.ms/bytes` (the whole log's
 /// retention), if any are.
@@ -45,24 +46,26 @@ pub fn expired_before(p: &Partition, remote: &RemoteLog, now: i64) -> Option<i64
 
 /// Marks what retention expired, then deletes the objects of every `Deleting` record of the
 /// partition and drops those records.
-pub async fn expire(broker: &Arc<Broker>, p: &Arc<Partition>) -> Result<(), TierError> {
-    if let Some(before) = expired_before(p, &p.remote(), now_ms()) {
-        broker
-            .apply(Command::MarkRemoteSegmentsDeleting {
-                topic_id: p.topic_id,
-                partition: p.tp.partition,
-                before_offset: before,
-            })
-            .await
-            .map_err(|e| TierError::Commit(e.message))?;
-        broker
-            .sync_partitions()
+pub async fn expire(
+    node: &Arc<Node>,
+    tier: &Arc<Tier>,
+    p: &Arc<Partition>,
+) -> Result<(), TierError> {
+    if let Some(before) = expired_before(p, &p.remote(), node.clock.now_ms()) {
+        node.apply(Command::MarkRemoteSegmentsDeleting {
+            topic_id: p.topic_id,
+            partition: p.tp.partition,
+            before_offset: before,
+        })
+        .await
+        .map_err(|e| TierError::Commit(e.message))?;
+        node.sync_partitions()
             .map_err(|e| TierError::Commit(e.message))?;
         // Local copies of the expired range go too (they were kept by local retention).
         p.delete_local_before(before)?;
         tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, before, "remote retention expired segments");
     }
-    let state = broker.metadata.state();
+    let state = node.metadata.state();
     let Some(info) = state
         .topic_by_id(&p.topic_id)
         .and_then(|t| t.partitions.get(p.tp.partition as usize))
@@ -81,45 +84,43 @@ pub async fn expire(broker: &Arc<Broker>, p: &Arc<Partition>) -> Result<(), Tier
     for seg in &doomed {
         for ext in ["log", "index"] {
             let key = super::segment_key(&p.tp, &p.topic_id, seg.base_offset, &seg.id, ext);
-            broker.tier.store.delete(&key).await?;
+            tier.store.delete(&key).await?;
         }
         // The cache's blocks of these objects age out; nothing reads them any more.
     }
-    broker
-        .apply(Command::DropRemoteSegments {
-            topic_id: p.topic_id,
-            partition: p.tp.partition,
-            ids: doomed.iter().map(|s| s.id).collect(),
-        })
-        .await
-        .map_err(|e| TierError::Commit(e.message))?;
-    broker.tier.metrics.expired(doomed.len() as u64);
+    node.apply(Command::DropRemoteSegments {
+        topic_id: p.topic_id,
+        partition: p.tp.partition,
+        ids: doomed.iter().map(|s| s.id).collect(),
+    })
+    .await
+    .map_err(|e| TierError::Commit(e.message))?;
+    tier.metrics.expired(doomed.len() as u64);
     Ok(())
 }
 
 /// Deletes objects that no remote-segment record names (see the module doc).
-pub async fn sweep_orphans(broker: Arc<Broker>) {
-    match sweep(&broker).await {
+pub async fn sweep_orphans(node: Arc<Node>, tier: Arc<Tier>) {
+    match sweep(&node, &tier).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(objects = n, "deleted orphaned objects"),
         Err(e) => tracing::warn!(error = %e, "orphan sweep failed; will retry"),
     }
 }
 
-async fn sweep(broker: &Arc<Broker>) -> Result<usize, TierError> {
-    let tier = &broker.tier;
+async fn sweep(node: &Arc<Node>, tier: &Arc<Tier>) -> Result<usize, TierError> {
     // Listed before the state is read: an upload committed after the state was read is in
     // the listing only if it started earlier, and then the grace period protects it.
     let objects = tier.store.list("").await?;
-    let state = broker.metadata.state();
-    let node = broker.config.node_id;
+    let state = node.metadata.state();
+    let me = node.config.node_id;
     // Per topic: which partitions this broker leads, and every id any record names.
     let mut known: HashMap<Uuid, (Vec<bool>, HashSet<Uuid>)> = HashMap::new();
     for topic in state.topics.values() {
         let led = topic
             .partitions
             .iter()
-            .map(|p| p.leader == Some(node))
+            .map(|p| p.leader == Some(me))
             .collect();
         let ids = topic
             .partitions
@@ -128,7 +129,7 @@ async fn sweep(broker: &Arc<Broker>) -> Result<usize, TierError> {
             .collect();
         known.insert(topic.topic_id, (led, ids));
     }
-    let now = now_ms();
+    let now = node.clock.now_ms();
     let grace = tier.orphan_grace.as_millis() as i64;
     let mut deleted = 0;
     for obj in objects {
@@ -143,7 +144,7 @@ async fn sweep(broker: &Arc<Broker>) -> Result<usize, TierError> {
         };
         let orphan = match known.get(&topic_id) {
             // A deleted topic: the metadata leader cleans up after it.
-            None => broker.metadata.is_leader(),
+            None => node.metadata.is_leader(),
             Some((led, ids)) => led.get(partition).copied().unwrap_or(false) && !ids.contains(&id),
         };
         if orphan && !tier.uploading().contains(&id) {

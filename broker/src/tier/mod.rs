@@ -31,7 +31,9 @@ use strata_objstore::{ObjStoreError, Store};
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
+use crate::error::{ApiError, ErrorCode};
 use crate::log::LogError;
+use crate::metrics::Metrics;
 use crate::partition::TopicPartition;
 pub use metrics::TierMetrics;
 
@@ -47,6 +49,18 @@ pub enum TierError {
     Log(#[from] LogError),
     #[error("commit refused: {0}")]
     Commit(String),
+}
+
+impl From<TierError> for ApiError {
+    /// Remote-tier failures are retriable storage errors: the client backs off and fetches
+    /// again, and a corrupt object keeps failing rather than serving wrong bytes.
+    fn from(e: TierError) -> ApiError {
+        if let TierError::Log(l) = e {
+            return ApiError::from(l);
+        }
+        tracing::warn!(error = %e, "remote tier error");
+        ApiError::new(ErrorCode::KafkaStorageError, e.to_string())
+    }
 }
 
 impl TierError {
@@ -117,7 +131,13 @@ pub struct Tier {
 }
 
 impl Tier {
-    pub async fn open(cfg: &BrokerConfig, store: Store) -> Result<Tier, TierError> {
+    /// Opens the cache over `store` and registers the tier's, the cache's and the store's
+    /// metrics.
+    pub async fn open(
+        cfg: &BrokerConfig,
+        store: Store,
+        metrics: &Metrics,
+    ) -> Result<Tier, TierError> {
         let runtime = TierRuntime::new(cfg.remote_io_threads)
             .map_err(|e| TierError::Commit(format!("cannot start the tier's threads: {e}")))?;
         let cache_config = CacheConfig {
@@ -137,10 +157,16 @@ impl Tier {
             .spawn(BlockCache::open(cache_config, cache_store))
             .await
             .map_err(|e| TierError::Commit(format!("cache start-up: {e}")))??;
+        let tier_metrics = Arc::new(TierMetrics::default());
+        metrics.register(|registry| {
+            store.metrics().register(registry);
+            tier_metrics.register(registry);
+            cache.metrics().register(registry);
+        });
         Ok(Tier {
             store,
             cache,
-            metrics: Arc::new(TierMetrics::default()),
+            metrics: tier_metrics,
             uploading: Mutex::new(HashSet::new()),
             upload_slots: tokio::sync::Semaphore::new(cfg.remote_log_upload_concurrency),
             throttle: offload::Throttle::new(cfg.remote_log_upload_max_bytes_per_second),

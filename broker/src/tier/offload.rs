@@ -19,9 +19,10 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::index;
+use super::Tier;
 use super::TierError;
-use crate::broker::Broker;
 use crate::log::ClosedSegment;
+use crate::node::Node;
 use crate::partition::{Partition, TopicPartition};
 
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -65,8 +66,8 @@ struct Backoff {
     delay: Duration,
 }
 
-pub async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
-    let every = Duration::from_millis(broker.config.remote_log_manager_task_interval_ms.max(10));
+pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver<bool>) {
+    let every = Duration::from_millis(node.config.remote_log_manager_task_interval_ms.max(10));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tasks: HashMap<TopicPartition, JoinHandle<Result<(), TierError>>> = HashMap::new();
@@ -113,23 +114,23 @@ pub async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
             }
         }
 
-        let state = broker.metadata.state();
-        let node = broker.config.node_id;
+        let state = node.metadata.state();
+        let me = node.config.node_id;
         let (mut lag_segments, mut lag_bytes, mut remote_segments, mut remote_bytes) =
             (0u64, 0u64, 0u64, 0u64);
-        for p in broker.partitions.all() {
+        for p in node.partitions.all() {
             let Some(info) = state
                 .topic_by_id(&p.topic_id)
                 .and_then(|t| t.partitions.get(p.tp.partition as usize))
             else {
                 continue;
             };
-            if info.leader != Some(node) || !p.is_tiered() {
+            if info.leader != Some(me) || !p.is_tiered() {
                 continue;
             }
             // Local retention of tiered logs runs at this task's pace, so offloaded segments
             // leave the disk within a tick of `local.retention.ms`, not a retention pass.
-            if let Err(e) = p.enforce_retention(crate::partition::now_ms()) {
+            if let Err(e) = p.enforce_retention(node.clock.now_ms()) {
                 tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "local retention failed");
             }
             let remote = p.remote();
@@ -143,7 +144,7 @@ pub async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
                 .iter()
                 .any(|s| s.state == RemoteSegmentState::Deleting);
             let expirable =
-                super::expiry::expired_before(&p, &remote, crate::partition::now_ms()).is_some();
+                super::expiry::expired_before(&p, &remote, node.clock.now_ms()).is_some();
             if (pending.is_empty() && !has_deleting && !expirable)
                 || tasks.contains_key(&p.tp)
                 || backoff.get(&p.tp).is_some_and(|b| Instant::now() < b.until)
@@ -154,16 +155,15 @@ pub async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
             tasks.insert(
                 p.tp.clone(),
                 tokio::spawn(maintain_partition(
-                    broker.clone(),
+                    node.clone(),
+                    tier.clone(),
                     p.clone(),
                     pending,
                     epoch,
                 )),
             );
         }
-        broker
-            .tier
-            .metrics
+        tier.metrics
             .set_backlog(lag_segments, lag_bytes, remote_segments, remote_bytes);
         if lag_segments >= WARN_SEGMENTS && last_warning.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
             last_warning = Some(Instant::now());
@@ -175,11 +175,7 @@ pub async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
         }
         if last_sweep.elapsed() >= SWEEP_EVERY && sweep.as_ref().is_none_or(|s| s.is_finished()) {
             last_sweep = Instant::now();
-            sweep = Some(
-                broker
-                    .tier
-                    .spawn(super::expiry::sweep_orphans(broker.clone())),
-            );
+            sweep = Some(tier.spawn(super::expiry::sweep_orphans(node.clone(), tier.clone())));
         }
     }
     // Uploads in flight are abandoned: their objects are orphans the next sweep deletes.
@@ -193,24 +189,25 @@ pub async fn run(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
 
 /// Uploads `pending` in order, then expires what retention allows.
 async fn maintain_partition(
-    broker: Arc<Broker>,
+    node: Arc<Node>,
+    tier: Arc<Tier>,
     p: Arc<Partition>,
     pending: Vec<ClosedSegment>,
     leader_epoch: i32,
 ) -> Result<(), TierError> {
     for seg in pending {
-        upload_segment(&broker, &p, seg, leader_epoch).await?;
+        upload_segment(&node, &tier, &p, seg, leader_epoch).await?;
     }
-    super::expiry::expire(&broker, &p).await
+    super::expiry::expire(&node, &tier, &p).await
 }
 
 async fn upload_segment(
-    broker: &Arc<Broker>,
+    node: &Arc<Node>,
+    tier: &Arc<Tier>,
     p: &Arc<Partition>,
     seg: ClosedSegment,
     leader_epoch: i32,
 ) -> Result<(), TierError> {
-    let tier = &broker.tier;
     let _slot = tier
         .upload_slots
         .acquire()
@@ -257,14 +254,13 @@ async fn upload_segment(
             crc32c: summary.crc32c,
             state: RemoteSegmentState::Committed,
         };
-        broker
-            .apply(Command::CommitRemoteSegment {
-                topic_id: p.topic_id,
-                partition: p.tp.partition,
-                segment,
-            })
-            .await
-            .map_err(|e| TierError::Commit(e.message.clone()))?;
+        node.apply(Command::CommitRemoteSegment {
+            topic_id: p.topic_id,
+            partition: p.tp.partition,
+            segment,
+        })
+        .await
+        .map_err(|e| TierError::Commit(e.message.clone()))?;
         Ok(())
     }
     .await;
@@ -277,8 +273,7 @@ async fn upload_segment(
     }
     tier.uploading().remove(&id);
     result?;
-    broker
-        .sync_partitions()
+    node.sync_partitions()
         .map_err(|e| TierError::Commit(e.message))?;
     tier.metrics
         .uploaded(summary.size, started.elapsed().as_secs_f64());

@@ -1,8 +1,13 @@
-//! Every metric the broker exports, in one place. Request and byte counters are updated on the
-//! hot path (atomic adds, once per request or batch, never per record); per-partition gauges
-//! are read from the logs when `/metrics` is scraped.
+//! The node's metrics registry (`/metrics`, every name under `strata_`) and the metrics of the
+//! request path and the cluster: requests, bytes, connections, produce and fetch, heartbeats,
+//! ISR changes and the metadata quorum. Subsystems register their own metrics here
+//! ([`Metrics::register`]: partitions, consumer lag, the cleaner, the tier, the object store)
+//! and gauges read from live state refresh when `/metrics` is scraped ([`Metrics::on_scrape`]).
+//! Counters are updated on the hot path with atomic adds, once per request or batch, never per
+//! record.
 
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -12,7 +17,6 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::error::ErrorCode;
-use crate::partition::Partitions;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiLabels {
@@ -43,23 +47,6 @@ fn count_reason(family: &Family<ReasonLabels, Counter>, reason: &str) {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PartitionLabels {
-    topic: String,
-    partition: String,
-}
-
-type PartitionGauge = Family<PartitionLabels, Gauge<i64, std::sync::atomic::AtomicI64>>;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LagLabels {
-    group: String,
-    topic: String,
-    partition: String,
-}
-
-type LagGauge = Family<LagLabels, Gauge<f64, AtomicU64>>;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: String,
 }
@@ -73,13 +60,6 @@ struct IsrChangeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BrokerStateLabels {
     state: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FollowerLabels {
-    topic: String,
-    partition: String,
-    follower: String,
 }
 
 /// The cluster as this node sees it: controller, quorum, brokers, partition health. All
@@ -97,7 +77,6 @@ struct ClusterMetrics {
     isr_changes: Family<IsrChangeLabels, Counter>,
     unclean_elections: Gauge,
     replicated_bytes: Counter,
-    follower_lag: Family<FollowerLabels, Gauge>,
 }
 
 impl ClusterMetrics {
@@ -162,11 +141,6 @@ impl ClusterMetrics {
             "Record batch bytes this broker fetched from leaders as a follower",
             self.replicated_bytes.clone(),
         );
-        registry.register(
-            "follower_lag_records",
-            "Per follower of a partition led here: the leader's log end minus the follower's (-1: not seen yet)",
-            self.follower_lag.clone(),
-        );
     }
 
     fn update(&self, metadata: &strata_metadata::Metadata) {
@@ -211,8 +185,12 @@ impl ClusterMetrics {
     }
 }
 
+/// Refreshes gauges read from live state, just before `/metrics` is encoded.
+type ScrapeHook = Box<dyn Fn() + Send + Sync>;
+
 pub struct Metrics {
-    registry: Registry,
+    registry: Mutex<Registry>,
+    on_scrape: Mutex<Vec<ScrapeHook>>,
     requests: Family<ApiLabels, Counter>,
     latency: Family<ApiLabels, Histogram, fn() -> Histogram>,
     bytes_in: Counter,
@@ -220,8 +198,6 @@ pub struct Metrics {
     connections: Gauge,
     rejected_connections: Family<ReasonLabels, Counter>,
     closed_connections: Family<ReasonLabels, Counter>,
-    /// The Kafka listener's request budget, read for `request_queue_bytes` at each render.
-    request_budget: Option<crate::protocol::frame::RequestBudget>,
     request_queue_bytes: Gauge,
     request_budget_waits: Counter,
     panics: Counter,
@@ -230,25 +206,7 @@ pub struct Metrics {
     produced_bytes: Family<TopicLabels, Counter>,
     produce_errors: Family<ErrorLabels, Counter>,
     fetched_bytes: Counter,
-    log_end_offset: PartitionGauge,
-    high_watermark: PartitionGauge,
-    log_start_offset: PartitionGauge,
-    log_size: PartitionGauge,
-    segments: PartitionGauge,
-    lag_records: LagGauge,
-    lag_seconds: LagGauge,
-    lag_trend: LagGauge,
-    lag_drain: LagGauge,
-    lag_risk: LagGauge,
-    cleaner_runs: Counter,
-    cleaner_bytes_read: Counter,
-    cleaner_bytes_written: Counter,
-    cleaner_records_removed: Counter,
-    cleaner_errors: Counter,
-    cleaner_last_seconds: Gauge<f64, AtomicU64>,
-    cleaner_max_dirty_ratio: Gauge<f64, AtomicU64>,
-    cleaner_uncleanable: Gauge,
-    cluster: ClusterMetrics,
+    cluster: Arc<ClusterMetrics>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -273,7 +231,6 @@ impl Metrics {
             connections: Gauge::default(),
             rejected_connections: Family::default(),
             closed_connections: Family::default(),
-            request_budget: None,
             request_queue_bytes: Gauge::default(),
             request_budget_waits: Counter::default(),
             panics: Counter::default(),
@@ -282,25 +239,7 @@ impl Metrics {
             produced_bytes: Family::default(),
             produce_errors: Family::default(),
             fetched_bytes: Counter::default(),
-            log_end_offset: Family::default(),
-            high_watermark: Family::default(),
-            log_start_offset: Family::default(),
-            log_size: Family::default(),
-            segments: Family::default(),
-            lag_records: Family::default(),
-            lag_seconds: Family::default(),
-            lag_trend: Family::default(),
-            lag_drain: Family::default(),
-            lag_risk: Family::default(),
-            cleaner_runs: Counter::default(),
-            cleaner_bytes_read: Counter::default(),
-            cleaner_bytes_written: Counter::default(),
-            cleaner_records_removed: Counter::default(),
-            cleaner_errors: Counter::default(),
-            cleaner_last_seconds: Gauge::default(),
-            cleaner_max_dirty_ratio: Gauge::default(),
-            cleaner_uncleanable: Gauge::default(),
-            cluster: ClusterMetrics {
+            cluster: Arc::new(ClusterMetrics {
                 heartbeats: Family::default(),
                 active_controller: Gauge::default(),
                 raft_term: Gauge::default(),
@@ -313,9 +252,9 @@ impl Metrics {
                 isr_changes: Family::default(),
                 unclean_elections: Gauge::default(),
                 replicated_bytes: Counter::default(),
-                follower_lag: Family::default(),
-            },
-            registry: Registry::default(),
+            }),
+            registry: Mutex::new(Registry::default()),
+            on_scrape: Mutex::new(Vec::new()),
         };
         m.cluster.register(&mut registry);
         registry.register(
@@ -393,111 +332,34 @@ impl Metrics {
             "Record batch bytes returned by Fetch",
             m.fetched_bytes.clone(),
         );
-        registry.register(
-            "partition_log_end_offset",
-            "Log end offset",
-            m.log_end_offset.clone(),
-        );
-        registry.register(
-            "partition_high_watermark",
-            "High watermark",
-            m.high_watermark.clone(),
-        );
-        registry.register(
-            "partition_log_start_offset",
-            "Log start offset",
-            m.log_start_offset.clone(),
-        );
-        registry.register(
-            "partition_size_bytes",
-            "Bytes in local segments",
-            m.log_size.clone(),
-        );
-        registry.register(
-            "partition_segments",
-            "Local segment count",
-            m.segments.clone(),
-        );
-        registry.register(
-            "consumer_lag_records",
-            "High watermark minus the group's committed offset",
-            m.lag_records.clone(),
-        );
-        registry.register(
-            "consumer_lag_seconds",
-            "Age of the oldest record the group has not consumed",
-            m.lag_seconds.clone(),
-        );
-        registry.register(
-            "consumer_lag_trend_records_per_second",
-            "Slope of lag over lag_window_ms: positive = falling behind, negative = draining",
-            m.lag_trend.clone(),
-        );
-        registry.register(
-            "consumer_lag_drain_seconds",
-            "Estimated time to zero lag at the current trend (only while draining)",
-            m.lag_drain.clone(),
-        );
-        registry.register(
-            "consumer_lag_retention_risk",
-            "1 when lag in seconds exceeds half of the topic's retention.ms: unread data is about to be deleted",
-            m.lag_risk.clone(),
-        );
-        registry.register(
-            "log_cleaner_runs",
-            "Compaction passes that swapped in cleaned segments",
-            m.cleaner_runs.clone(),
-        );
-        registry.register(
-            "log_cleaner_read_bytes",
-            "Bytes the log cleaner read",
-            m.cleaner_bytes_read.clone(),
-        );
-        registry.register(
-            "log_cleaner_written_bytes",
-            "Bytes the log cleaner wrote",
-            m.cleaner_bytes_written.clone(),
-        );
-        registry.register(
-            "log_cleaner_removed_records",
-            "Records compaction removed (superseded, keyless, or expired tombstones)",
-            m.cleaner_records_removed.clone(),
-        );
-        registry.register(
-            "log_cleaner_errors",
-            "Compaction passes that failed",
-            m.cleaner_errors.clone(),
-        );
-        registry.register(
-            "log_cleaner_last_run_seconds",
-            "Duration of the last compaction pass",
-            m.cleaner_last_seconds.clone(),
-        );
-        registry.register(
-            "log_cleaner_max_dirty_ratio",
-            "Largest dirty ratio among compacted partitions at the last cleaner pass",
-            m.cleaner_max_dirty_ratio.clone(),
-        );
-        registry.register(
-            "log_cleaner_uncleanable_partitions",
-            "Partitions the cleaner gave up on after an error (until restart)",
-            m.cleaner_uncleanable.clone(),
-        );
-        Metrics { registry, ..m }
+        Metrics {
+            registry: Mutex::new(registry),
+            ..m
+        }
     }
 
-    /// Adds the object store's request metrics (`strata_object_store_*`).
-    pub fn register_object_store(&mut self, store: &strata_objstore::StoreMetrics) {
-        store.register(&mut self.registry);
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn register_tier(
-        &mut self,
-        tier: &crate::tier::TierMetrics,
-        cache: &strata_cache::CacheMetrics,
-    ) {
-        tier.register(&mut self.registry);
-        cache.register(&mut self.registry);
+    /// Adds a subsystem's metrics to the registry (names get the `strata_` prefix).
+    pub fn register(&self, add: impl FnOnce(&mut Registry)) {
+        add(&mut self.registry());
+    }
+
+    /// Runs `hook` before every `/metrics` encoding, to refresh gauges read from live state.
+    pub fn on_scrape(&self, hook: impl Fn() + Send + Sync + 'static) {
+        self.on_scrape
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(hook));
+    }
+
+    /// Reads the cluster gauges (controller, quorum, brokers, partition health) from
+    /// `metadata` at each scrape.
+    pub fn watch_cluster(&self, metadata: strata_metadata::Metadata) {
+        let cluster = self.cluster.clone();
+        self.on_scrape(move || cluster.update(&metadata));
     }
 
     pub fn request(&self, api: &str, seconds: f64) {
@@ -541,8 +403,11 @@ impl Metrics {
     }
 
     /// Reports the Kafka listener's request budget (`strata_request_queue_bytes`).
-    pub fn register_request_budget(&mut self, budget: crate::protocol::frame::RequestBudget) {
-        self.request_budget = Some(budget);
+    pub fn register_request_budget(&self, budget: crate::protocol::frame::RequestBudget) {
+        let gauge = self.request_queue_bytes.clone();
+        self.on_scrape(move || {
+            gauge.set(budget.in_use() as i64);
+        });
     }
 
     pub fn request_waited_for_budget(&self) {
@@ -574,54 +439,6 @@ impl Metrics {
         self.fetched_bytes.inc_by(bytes);
     }
 
-    pub fn cleaned(&self, stats: &crate::log::cleaning::CleanStats, seconds: f64) {
-        self.cleaner_runs.inc();
-        self.cleaner_bytes_read.inc_by(stats.bytes_read);
-        self.cleaner_bytes_written.inc_by(stats.bytes_written);
-        self.cleaner_records_removed.inc_by(stats.records_removed);
-        self.cleaner_last_seconds.set(seconds);
-    }
-
-    pub fn cleaner_failed(&self) {
-        self.cleaner_errors.inc();
-    }
-
-    pub fn set_cleaner_state(&self, max_dirty_ratio: f64, uncleanable: usize) {
-        self.cleaner_max_dirty_ratio.set(max_dirty_ratio);
-        self.cleaner_uncleanable.set(uncleanable as i64);
-    }
-
-    /// Replaces the consumer lag gauges with a new sample.
-    pub fn set_lag(&self, lags: &[crate::group::lag::Lag]) {
-        for family in [
-            &self.lag_records,
-            &self.lag_seconds,
-            &self.lag_trend,
-            &self.lag_drain,
-            &self.lag_risk,
-        ] {
-            family.clear();
-        }
-        for l in lags {
-            let labels = LagLabels {
-                group: l.group.clone(),
-                topic: l.topic.clone(),
-                partition: l.partition.to_string(),
-            };
-            self.lag_records
-                .get_or_create(&labels)
-                .set(l.records as f64);
-            self.lag_seconds.get_or_create(&labels).set(l.seconds);
-            self.lag_trend.get_or_create(&labels).set(l.trend);
-            if let Some(d) = l.drain_seconds {
-                self.lag_drain.get_or_create(&labels).set(d);
-            }
-            self.lag_risk
-                .get_or_create(&labels)
-                .set(if l.retention_risk { 1.0 } else { 0.0 });
-        }
-    }
-
     /// A heartbeat to the controller was answered (`ok`) or not.
     pub fn heartbeat(&self, ok: bool) {
         self.cluster
@@ -647,54 +464,18 @@ impl Metrics {
         self.cluster.replicated_bytes.inc_by(bytes);
     }
 
-    /// Prometheus text exposition, with partition and cluster gauges read now.
-    pub fn render(&self, partitions: &Partitions, metadata: &strata_metadata::Metadata) -> String {
-        if let Some(budget) = &self.request_budget {
-            self.request_queue_bytes.set(budget.in_use() as i64);
-        }
-        self.cluster.update(metadata);
-        self.cluster.follower_lag.clear();
-        for p in partitions.all() {
-            let end = p.offsets().log_end;
-            for (follower, log_end) in p.follower_log_ends() {
-                let lag = if log_end < 0 { -1 } else { end - log_end };
-                self.cluster
-                    .follower_lag
-                    .get_or_create(&FollowerLabels {
-                        topic: p.tp.topic.clone(),
-                        partition: p.tp.partition.to_string(),
-                        follower: follower.to_string(),
-                    })
-                    .set(lag);
-            }
-        }
-        for family in [
-            &self.log_end_offset,
-            &self.high_watermark,
-            &self.log_start_offset,
-            &self.log_size,
-            &self.segments,
-        ] {
-            family.clear();
-        }
-        for p in partitions.all() {
-            let (o, size, segments) = p.stats();
-            let labels = PartitionLabels {
-                topic: p.tp.topic.clone(),
-                partition: p.tp.partition.to_string(),
-            };
-            self.log_end_offset.get_or_create(&labels).set(o.log_end);
-            self.high_watermark
-                .get_or_create(&labels)
-                .set(o.high_watermark);
-            self.log_start_offset
-                .get_or_create(&labels)
-                .set(o.log_start);
-            self.log_size.get_or_create(&labels).set(size as i64);
-            self.segments.get_or_create(&labels).set(segments as i64);
+    /// Prometheus text exposition, with gauges read from live state now.
+    pub fn render(&self) -> String {
+        for hook in self
+            .on_scrape
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            hook();
         }
         let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry()) {
             tracing::error!(error = %e, "failed to encode metrics");
         }
         out

@@ -12,6 +12,8 @@
 //!   (or the local one's, whichever is lower, never below the quorum's floor), and an offset
 //!   below the local start is answered from the remote segment holding it ([`Read::Remote`]).
 
+pub mod metrics;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -23,6 +25,7 @@ use strata_metadata::{ClusterState, PartitionInfo, RemoteSegment};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use crate::clock::Clock;
 use crate::config::BrokerConfig;
 use crate::log::cleaning::CleanStats;
 use crate::log::{AppendInfo, ClosedSegment, Log, LogError, RemoteView};
@@ -146,6 +149,8 @@ pub struct Partition {
     replica: Mutex<Role>,
     /// The high watermark, for produce requests waiting on acks=all.
     hw: tokio::sync::watch::Sender<i64>,
+    /// Record timestamps of appends and the clock retention and compaction measure against.
+    clock: Clock,
 }
 
 /// This broker's part in a partition, from the metadata state.
@@ -157,13 +162,6 @@ pub enum Role {
     },
     /// No leader, or not yet known.
     Offline,
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl Partition {
@@ -188,7 +186,7 @@ impl Partition {
             }
         }
         let epoch = self.leader_epoch.load(Ordering::Acquire);
-        let info = self.log().append(&batches, epoch, now_ms())?;
+        let info = self.log().append(&batches, epoch, self.clock.now_ms())?;
         if !info.duplicate {
             self.wake();
         }
@@ -399,7 +397,7 @@ impl Partition {
         let n = if batches.is_empty() {
             0
         } else {
-            log.append_replicated(&batches, now_ms())?
+            log.append_replicated(&batches, self.clock.now_ms())?
         };
         let hw = leader_hw.min(log.log_end_offset());
         if hw > log.high_watermark() {
@@ -416,12 +414,12 @@ impl Partition {
 
     /// A follower cuts its log before the first batch ending at or after `offset`.
     pub fn truncate_to(&self, offset: i64) -> Result<i64, LogError> {
-        self.log().truncate_to(offset, now_ms())
+        self.log().truncate_to(offset, self.clock.now_ms())
     }
 
     /// A follower empties its log to start at `offset` (the leader's local log start).
     pub fn reset_to(&self, offset: i64) -> Result<i64, LogError> {
-        self.log().reset_to(offset, now_ms())
+        self.log().reset_to(offset, self.clock.now_ms())
     }
 
     /// OffsetForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ends.
@@ -536,7 +534,7 @@ impl Partition {
         let mut log = self.log();
         if offset > log.log_start_offset() {
             let to = offset.min(log.high_watermark());
-            log.delete_records_before(to, now_ms())?;
+            log.delete_records_before(to, self.clock.now_ms())?;
         }
         Ok(())
     }
@@ -572,7 +570,8 @@ impl Partition {
     }
 
     pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
-        self.log().delete_records_before(offset, now_ms())
+        self.log()
+            .delete_records_before(offset, self.clock.now_ms())
     }
 
     /// One compaction pass if the log is dirty enough (see `log::cleaning`). The log lock is
@@ -582,7 +581,7 @@ impl Partition {
         map_memory: usize,
         progress: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<CleanStats>, LogError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let Some(plan) = self.log().clean_plan(now)? else {
             return Ok(None);
         };
@@ -606,7 +605,7 @@ impl Partition {
 
     /// Share of the compactable log not yet cleaned (0 for logs that are not compacted).
     pub fn dirty_ratio(&self) -> f64 {
-        self.log().dirty_ratio(now_ms())
+        self.log().dirty_ratio(self.clock.now_ms())
     }
 
     pub fn stats(&self) -> (Offsets, u64, usize) {
@@ -718,16 +717,18 @@ pub struct Partitions {
     map: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
     /// Serialises `sync` so two callers never open the same log twice.
     sync_lock: Mutex<()>,
+    clock: Clock,
 }
 
 impl Partitions {
-    pub fn new(config: &BrokerConfig) -> Partitions {
+    pub fn new(config: &BrokerConfig, clock: Clock) -> Partitions {
         Partitions {
             data_dir: config.data_dir.clone(),
             node_id: config.node_id,
             config: config.clone(),
             map: RwLock::new(HashMap::new()),
             sync_lock: Mutex::new(()),
+            clock,
         }
     }
 
@@ -842,7 +843,7 @@ impl Partitions {
                 &dir.join("partition.json"),
                 &serde_json::to_vec(&meta).map_err(std::io::Error::other)?,
             )?;
-            let (log, report) = Log::open(&dir, log_config, now_ms())?;
+            let (log, report) = Log::open(&dir, log_config, self.clock.now_ms())?;
             if !report.clean && report.segments > 0 {
                 tracing::warn!(topic = %tp.topic, partition = tp.partition, rescanned = report.rescanned_segments,
                     truncated_bytes = report.truncated_bytes, "recovered partition after unclean shutdown");
@@ -857,6 +858,7 @@ impl Partitions {
                 leader_epoch: AtomicI32::new(leader_epoch),
                 replica: Mutex::new(Role::Offline),
                 hw: tokio::sync::watch::channel(-1).0,
+                clock: self.clock.clone(),
             });
             if let Some(info) = state.partition(&tp.topic, tp.partition) {
                 partition.set_role(self.node_id, info);

@@ -1,0 +1,109 @@
+//! ListGroups, DescribeGroups and DeleteGroups. Listing and describing read the in-memory
+//! table only, so they are plain functions over it.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use super::state::GroupState;
+use super::{Coordinator, Entry, GroupView};
+use crate::error::ErrorCode;
+
+impl Coordinator {
+    /// (group id, protocol type, state) of every group with members or offsets.
+    pub fn list(&self) -> Vec<(String, String, &'static str)> {
+        list(&self.lock())
+    }
+
+    pub fn describe(&self, group_id: &str) -> GroupView {
+        describe(&self.lock(), group_id)
+    }
+
+    /// DeleteGroups: only a group without members; its offsets and its metadata record are
+    /// tombstoned.
+    pub fn delete(&self, group_id: &str) -> ErrorCode {
+        let mut groups = self.lock();
+        let Some(entry) = groups.get(group_id) else {
+            return ErrorCode::GroupIdNotFound;
+        };
+        if entry.group.as_ref().is_some_and(|g| !g.is_empty()) {
+            return ErrorCode::NonEmptyGroup;
+        }
+        if let Err(e) = self.tombstone(group_id, entry.offsets.keys(), entry.group.is_some()) {
+            return e.code;
+        }
+        groups.remove(group_id);
+        ErrorCode::None
+    }
+}
+
+/// (group id, protocol type, state) of every group with members or offsets.
+pub(super) fn list(groups: &HashMap<String, Entry>) -> Vec<(String, String, &'static str)> {
+    let mut out: Vec<_> = groups
+        .iter()
+        .map(|(id, e)| match &e.group {
+            Some(g) => (
+                id.clone(),
+                g.protocol_type.clone().unwrap_or_default(),
+                g.state.name(),
+            ),
+            None => (id.clone(), String::new(), GroupState::Empty.name()),
+        })
+        .filter(|(_, _, s)| *s != GroupState::Dead.name())
+        .collect();
+    out.sort();
+    out
+}
+
+pub(super) fn describe(groups: &HashMap<String, Entry>, group_id: &str) -> GroupView {
+    match groups.get(group_id).and_then(|e| e.group.as_ref()) {
+        None if groups.contains_key(group_id) => GroupView {
+            state: "Empty",
+            protocol_type: String::new(),
+            protocol: String::new(),
+            members: vec![],
+        },
+        None => GroupView {
+            state: "Dead",
+            protocol_type: String::new(),
+            protocol: String::new(),
+            members: vec![],
+        },
+        Some(g) => {
+            let protocol = g.protocol.clone().unwrap_or_default();
+            // Mid-rebalance, Kafka lists the members without metadata or assignment.
+            let stable = g.state == GroupState::Stable;
+            let members = g
+                .members
+                .values()
+                .map(|m| {
+                    let (meta, assignment) = if stable {
+                        let meta = m
+                            .protocols
+                            .iter()
+                            .find(|(n, _)| *n == protocol)
+                            .map(|(_, b)| b.clone())
+                            .unwrap_or_default();
+                        (meta, m.assignment.clone())
+                    } else {
+                        (Bytes::new(), Bytes::new())
+                    };
+                    (
+                        m.id.clone(),
+                        m.instance_id.clone(),
+                        m.client_id.clone(),
+                        m.client_host.clone(),
+                        meta,
+                        assignment,
+                    )
+                })
+                .collect();
+            GroupView {
+                state: g.state.name(),
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                protocol,
+                members,
+            }
+        }
+    }
+}

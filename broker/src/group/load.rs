@@ -1,0 +1,474 @@
+//! Following the leadership of `__consumer_offsets` (see the invariants in [`super`]): the
+//! groups of a partition are rebuilt from its whole log when its leadership arrives here and
+//! dropped when it leaves; [`Coordinator::check`] is the one check before serving any group
+//! request.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use super::state::Group;
+use super::store::{self, GroupMetadata};
+use super::{validate_group_id, Coordinator, Entry, Offsets};
+use crate::error::{ApiError, ErrorCode};
+use crate::log::records;
+use crate::partition::Partition;
+
+/// How long a group request waits for its `__consumer_offsets` partition to load here.
+const LOAD_WAIT: Duration = Duration::from_secs(5);
+
+/// The coordinator's table rebuilt from `__consumer_offsets` records read in log order: the
+/// latest record per key wins and a tombstone deletes.
+#[derive(Default)]
+struct Rebuild {
+    offsets: HashMap<String, Offsets>,
+    metadata: HashMap<String, Option<GroupMetadata>>,
+}
+
+impl Rebuild {
+    fn apply(&mut self, entry: store::Entry) {
+        match entry {
+            store::Entry::Offset {
+                group,
+                topic,
+                partition,
+                value,
+            } => {
+                let offsets = self.offsets.entry(group).or_default();
+                match value {
+                    Some(v) => offsets.insert((topic, partition), v),
+                    None => offsets.remove(&(topic, partition)),
+                };
+            }
+            store::Entry::Group { group, value } => {
+                self.metadata.insert(group, value);
+            }
+            store::Entry::Other => {}
+        }
+    }
+
+    /// The table as of `now` (sessions of loaded members start now) / `wall_ms`.
+    fn finish(self, now: Instant, wall_ms: i64) -> HashMap<String, Entry> {
+        let mut table: HashMap<String, Entry> = self
+            .offsets
+            .into_iter()
+            .filter(|(_, o)| !o.is_empty())
+            .map(|(g, offsets)| {
+                (
+                    g,
+                    Entry {
+                        offsets,
+                        ..Entry::default()
+                    },
+                )
+            })
+            .collect();
+        for (id, record) in self.metadata {
+            let Some(record) = record else { continue };
+            let entry = table.entry(id.clone()).or_default();
+            entry.last_active_ms = if record.members.is_empty() {
+                // Empty since the record was written (KIP-211's clock).
+                record.current_state_timestamp.max(0)
+            } else {
+                wall_ms
+            };
+            entry.group = Some(Group::from_metadata(&id, record, now));
+        }
+        table
+    }
+}
+
+impl Coordinator {
+    /// Creates `__consumer_offsets` if it does not exist yet, compacted like Kafka's: the latest
+    /// record per key (a group's offset for one partition, or its metadata) is all that is kept.
+    /// A topic made by an older Strata (delete policy, no retention) is switched to compaction.
+    pub async fn ensure_offsets_topic(&self) -> Result<(), ApiError> {
+        let mut configs = BTreeMap::new();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        configs.insert("segment.bytes".to_string(), (100 * 1024 * 1024).to_string());
+        if let Some(topic) = self.node.metadata.state().topic(store::TOPIC) {
+            if topic.configs.get("cleanup.policy").map(String::as_str) != Some("compact") {
+                self.node
+                    .apply(strata_metadata::Command::AlterTopicConfig {
+                        name: store::TOPIC.to_string(),
+                        set: configs,
+                        delete: vec!["retention.ms".to_string()],
+                    })
+                    .await?;
+                self.node.sync_partitions()?;
+                tracing::info!("switched {} to cleanup.policy=compact", store::TOPIC);
+            }
+            return Ok(());
+        }
+        match self
+            .node
+            .create_internal_topic(store::TOPIC, store::PARTITIONS, configs)
+            .await
+        {
+            Ok(()) => {
+                tracing::info!("created {}", store::TOPIC);
+                // Coordinate the new partitions led here at once, not at the next metadata
+                // change.
+                self.follow_leadership().await;
+                Ok(())
+            }
+            Err(e) if e.code == ErrorCode::TopicAlreadyExists => Ok(()),
+            Err(e) => Err(ApiError::new(ErrorCode::CoordinatorNotAvailable, e.message)),
+        }
+    }
+
+    /// Whether this broker coordinates `group_id` now; the one check before serving any
+    /// group request (see the module invariants). A partition led here but not loaded yet (its
+    /// leadership arrived since the last metadata change or tick was followed, or the partition
+    /// is still being opened) is waited for, up to [`LOAD_WAIT`], rather than sending the client
+    /// away to retry: librdkafka gives up a commit on the first COORDINATOR_LOAD_IN_PROGRESS.
+    pub async fn check(&self, group_id: &str) -> Result<(), ApiError> {
+        let deadline = tokio::time::Instant::now() + LOAD_WAIT;
+        loop {
+            // Taken before looking, so a follow that ends in between still wakes this one.
+            let followed = self.followed.notified();
+            match self.check_loaded(group_id) {
+                Err(e) if e.code == ErrorCode::CoordinatorLoadInProgress => {
+                    if tokio::time::timeout_at(deadline, followed).await.is_err() {
+                        return Err(e);
+                    }
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    fn check_loaded(&self, group_id: &str) -> Result<(), ApiError> {
+        validate_group_id(group_id)?;
+        let p = store::partition_for(group_id);
+        let state = self.node.metadata.state();
+        let Some(info) = state.partition(store::TOPIC, p) else {
+            return Err(ApiError::new(
+                ErrorCode::CoordinatorNotAvailable,
+                format!("{} does not exist yet", store::TOPIC),
+            ));
+        };
+        match info.leader {
+            Some(l) if l == self.node.config.node_id => {}
+            Some(l) => {
+                return Err(ApiError::new(
+                    ErrorCode::NotCoordinator,
+                    format!("group {group_id} is coordinated by broker {l}"),
+                ))
+            }
+            None => {
+                return Err(ApiError::new(
+                    ErrorCode::CoordinatorNotAvailable,
+                    format!("{}-{p} has no leader", store::TOPIC),
+                ))
+            }
+        }
+        if self.loaded_lock().get(&p) != Some(&info.leader_epoch) {
+            return Err(ApiError::new(
+                ErrorCode::CoordinatorLoadInProgress,
+                format!("loading the groups of {}-{p}", store::TOPIC),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Follows the leadership of `__consumer_offsets`: loads the groups of every partition
+    /// this broker has come to lead (at a new leader epoch) and drops those of partitions it
+    /// no longer leads. Cheap when nothing changed; a failed load is retried on the next call.
+    pub async fn follow_leadership(&self) {
+        let _one = self.syncing.lock().await;
+        let me = self.node.config.node_id;
+        let led: HashMap<i32, i32> = self
+            .node
+            .metadata
+            .state()
+            .topic(store::TOPIC)
+            .map(|t| {
+                t.partitions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.leader == Some(me))
+                    .map(|(i, p)| (i as i32, p.leader_epoch))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let stale: Vec<i32> = self
+            .loaded_lock()
+            .iter()
+            .filter(|(p, epoch)| led.get(p) != Some(epoch))
+            .map(|(p, _)| *p)
+            .collect();
+        for p in stale {
+            self.loaded_lock().remove(&p);
+            let mut groups = self.lock();
+            let before = groups.len();
+            groups.retain(|id, _| store::partition_for(id) != p);
+            tracing::info!(
+                partition = p,
+                groups = before - groups.len(),
+                "no longer coordinating the groups of {}-{p}",
+                store::TOPIC
+            );
+        }
+        for (p, epoch) in led {
+            if self.loaded_lock().get(&p) == Some(&epoch) {
+                continue;
+            }
+            // The partition takes its role from the same state; until it has, wait.
+            let Some(part) = self
+                .node
+                .partitions
+                .get(store::TOPIC, p)
+                .filter(|part| part.current_leader_epoch() == epoch && part.is_leader())
+            else {
+                continue;
+            };
+            let started = Instant::now();
+            let loaded = Self::read_partition(&part);
+            match loaded {
+                Ok((records, rebuild)) => {
+                    let table = rebuild.finish(Instant::now(), self.node.clock.now_ms());
+                    let stable = table
+                        .values()
+                        .filter(|e| e.group.as_ref().is_some_and(|g| !g.is_empty()))
+                        .count();
+                    let groups = table.len();
+                    self.lock().extend(table);
+                    self.loaded_lock().insert(p, epoch);
+                    tracing::info!(
+                        partition = p,
+                        leader_epoch = epoch,
+                        records,
+                        groups,
+                        stable,
+                        ms = started.elapsed().as_millis() as u64,
+                        "coordinating the groups of {}-{p}",
+                        store::TOPIC
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(partition = p, error = %e, "cannot load the groups of {}-{p}; retrying", store::TOPIC)
+                }
+            }
+        }
+        // Requests waiting in `check` look again: loaded, dropped, or still loading.
+        self.followed.notify_waiters();
+    }
+
+    /// Rebuilds committed offsets and groups from one partition of `__consumer_offsets`, read
+    /// from its start to its end: per key the latest record wins and a tombstone deletes.
+    /// The end, not the high watermark: a leader keeps every record it has, and they all
+    /// become committed.
+    fn read_partition(part: &Partition) -> Result<(usize, Rebuild), ApiError> {
+        let mut rebuild = Rebuild::default();
+        let mut count = 0usize;
+        let p = part.tp.partition;
+        let mut offset = part.offsets().log_start;
+        loop {
+            let (bytes, o) = part.read_replica(offset, 1 << 20).map_err(ApiError::from)?;
+            if bytes.is_empty() || offset >= o.log_end {
+                break;
+            }
+            let storage_error = |e: String| {
+                ApiError::new(
+                    ErrorCode::KafkaStorageError,
+                    format!("{}-{p}: {e}", store::TOPIC),
+                )
+            };
+            for item in records::batches(&bytes) {
+                let (h, b) = item.map_err(|e| storage_error(e.to_string()))?;
+                // Continue after the batch's last offset, not its last record's: a
+                // compacted batch may have lost its last records but keeps its span.
+                offset = offset.max(h.next_offset());
+                let section = records::section(&b, &h).map_err(|e| storage_error(e.to_string()))?;
+                records::for_each(&section, &h, |r| {
+                    offset = offset.max(r.offset + 1);
+                    if r.offset < o.log_start {
+                        return;
+                    }
+                    count += 1;
+                    let (key, value) = (
+                        r.key.map(|k| section.slice_ref(k)),
+                        r.value.map(|v| section.slice_ref(v)),
+                    );
+                    match store::decode(key, value) {
+                        Some(entry) => rebuild.apply(entry),
+                        None => tracing::warn!(
+                            partition = p,
+                            offset = r.offset,
+                            "skipping malformed record in {}",
+                            store::TOPIC
+                        ),
+                    }
+                })
+                .map_err(|e| storage_error(e.to_string()))?;
+            }
+        }
+        Ok((count, rebuild))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::listing::{describe, list};
+    use super::super::membership::heartbeat;
+    use super::super::state::GroupState;
+    use super::super::store::CommittedOffset;
+    use super::*;
+    use bytes::Bytes;
+
+    fn offset(group: &str, partition: i32, value: Option<i64>) -> store::Entry {
+        store::Entry::Offset {
+            group: group.into(),
+            topic: "t".into(),
+            partition,
+            value: value.map(|offset| CommittedOffset {
+                offset,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp: 1,
+            }),
+        }
+    }
+
+    fn record(generation: i32, members: &[(&str, &'static [u8])], ts: i64) -> GroupMetadata {
+        GroupMetadata {
+            protocol_type: "consumer".into(),
+            generation,
+            protocol: (!members.is_empty()).then(|| "range".to_string()),
+            leader: members.first().map(|(m, _)| m.to_string()),
+            current_state_timestamp: ts,
+            members: members
+                .iter()
+                .map(|(m, a)| store::MemberMetadata {
+                    member_id: m.to_string(),
+                    group_instance_id: None,
+                    client_id: format!("client-{m}"),
+                    client_host: "/127.0.0.1".into(),
+                    rebalance_timeout: 30_000,
+                    session_timeout: 6_000,
+                    subscription: Bytes::from_static(b"sub"),
+                    assignment: Bytes::from_static(a),
+                })
+                .collect(),
+        }
+    }
+
+    fn group(id: &str, value: Option<GroupMetadata>) -> store::Entry {
+        store::Entry::Group {
+            group: id.into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn loading_replays_records_in_order_and_tombstones_delete() {
+        let mut r = Rebuild::default();
+        for e in [
+            // g1: two generations; the later one wins.
+            offset("g1", 0, Some(5)),
+            group("g1", Some(record(1, &[("m1", b"a1")], 10))),
+            group("g1", Some(record(2, &[("m1", b"a1"), ("m2", b"a2")], 20))),
+            offset("g1", 0, Some(9)),
+            // g2: deleted (offsets and metadata tombstoned).
+            group("g2", Some(record(3, &[("x", b"")], 10))),
+            offset("g2", 0, Some(1)),
+            offset("g2", 0, None),
+            group("g2", None),
+            // g3: deleted, then re-created and emptied at generation 7.
+            group("g3", Some(record(4, &[("y", b"")], 10))),
+            group("g3", None),
+            group("g3", Some(record(7, &[], 1_234))),
+            offset("g3", 1, Some(3)),
+            // g4: simple commits only; g5: a stable group that later became empty.
+            offset("g4", 2, Some(8)),
+            group("g5", Some(record(1, &[("z", b"")], 10))),
+            group("g5", Some(record(2, &[], 50))),
+            store::Entry::Other,
+        ] {
+            r.apply(e);
+        }
+        let now = Instant::now();
+        let table = r.finish(now, 99_000);
+        let mut ids: Vec<&String> = table.keys().collect();
+        ids.sort();
+        assert_eq!(ids, ["g1", "g3", "g4", "g5"]);
+
+        let g1 = &table["g1"];
+        let g = g1.group.as_ref().unwrap();
+        assert_eq!((g.state, g.generation), (GroupState::Stable, 2));
+        assert_eq!(g.leader.as_deref(), Some("m1"));
+        assert_eq!(g.members.len(), 2);
+        assert_eq!(g.members["m2"].assignment, Bytes::from_static(b"a2"));
+        assert_eq!(g1.offsets[&("t".to_string(), 0)].offset, 9);
+        assert_eq!(g1.last_active_ms, 99_000, "a stable group is active now");
+
+        let g3 = &table["g3"];
+        let g = g3.group.as_ref().unwrap();
+        assert_eq!((g.state, g.generation), (GroupState::Empty, 7));
+        assert_eq!(
+            g3.last_active_ms, 1_234,
+            "empty since its record was written"
+        );
+        assert_eq!(g3.offsets.len(), 1);
+
+        assert!(table["g4"].group.is_none());
+        let g = table["g5"].group.as_ref().unwrap();
+        assert_eq!((g.state, g.generation), (GroupState::Empty, 2));
+        assert!(table["g5"].offsets.is_empty());
+    }
+
+    #[test]
+    fn loaded_groups_are_listed_and_described_as_they_were() {
+        let mut r = Rebuild::default();
+        r.apply(group(
+            "g1",
+            Some(record(4, &[("m1", b"a1"), ("m2", b"a2")], 10)),
+        ));
+        r.apply(group("g2", Some(record(9, &[], 10))));
+        let mut table = r.finish(Instant::now(), 0);
+        assert_eq!(
+            list(&table),
+            vec![
+                ("g1".to_string(), "consumer".to_string(), "Stable"),
+                ("g2".to_string(), "consumer".to_string(), "Empty"),
+            ]
+        );
+        let view = describe(&table, "g1");
+        assert_eq!(
+            (
+                view.state,
+                view.protocol_type.as_str(),
+                view.protocol.as_str()
+            ),
+            ("Stable", "consumer", "range")
+        );
+        let members: Vec<(String, String, Bytes, Bytes)> = view
+            .members
+            .into_iter()
+            .map(|(id, _, client, _, meta, assignment)| (id, client, meta, assignment))
+            .collect();
+        assert_eq!(
+            members,
+            vec![
+                (
+                    "m1".to_string(),
+                    "client-m1".to_string(),
+                    Bytes::from_static(b"sub"),
+                    Bytes::from_static(b"a1")
+                ),
+                (
+                    "m2".to_string(),
+                    "client-m2".to_string(),
+                    Bytes::from_static(b"sub"),
+                    Bytes::from_static(b"a2")
+                ),
+            ]
+        );
+        assert_eq!(heartbeat(&mut table, "g1", "m2", 4, None), ErrorCode::None);
+        assert_eq!(
+            heartbeat(&mut table, "g1", "m2", 3, None),
+            ErrorCode::IllegalGeneration
+        );
+        assert_eq!(describe(&table, "g2").state, "Empty");
+    }
+}

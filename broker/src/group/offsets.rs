@@ -1,0 +1,308 @@
+//! Committed offsets: OffsetCommit (acknowledged once the ISR holds the commit), OffsetFetch,
+//! OffsetDelete, and expiry of empty groups' offsets (KIP-211).
+
+use std::collections::BTreeMap;
+
+use super::state::GroupState;
+use super::store::{self, CommittedOffset};
+use super::{Commit, Coordinator, Offsets, PendingCommit, TopicOffsets, MAX_OFFSET_METADATA};
+use crate::error::ErrorCode;
+
+/// Whether an empty group's offsets have outlived `offsets.retention.minutes` (KIP-211): the
+/// clock starts at the later of its newest commit and the moment it was last seen with members.
+fn offsets_expired(offsets: &Offsets, last_active_ms: i64, now_ms: i64, retention_ms: i64) -> bool {
+    let newest_commit = offsets
+        .values()
+        .map(|o| o.commit_timestamp)
+        .max()
+        .unwrap_or(0);
+    retention_ms >= 0 && now_ms - newest_commit.max(last_active_ms) > retention_ms
+}
+
+/// Kafka's `offsets.commit.timeout.ms`: how long a commit waits for the ISR.
+const COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Kafka's mapping of a failed offset-commit append to the error the committer is told
+/// (`GroupMetadataManager.storeOffsets`).
+fn commit_error(code: ErrorCode) -> ErrorCode {
+    match code {
+        ErrorCode::UnknownTopicOrPartition
+        | ErrorCode::NotEnoughReplicas
+        | ErrorCode::NotEnoughReplicasAfterAppend => ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::NotLeaderOrFollower | ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
+        ErrorCode::MessageTooLarge | ErrorCode::RecordListTooLarge => {
+            ErrorCode::InvalidCommitOffsetSize
+        }
+        c => c,
+    }
+}
+
+impl Coordinator {
+    /// Validates the committer and appends the commits; one error per commit, and the
+    /// appended commits, which [`Coordinator::complete_commit`] acknowledges once the ISR has
+    /// them.
+    pub fn commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        generation: i32,
+        commits: Vec<Commit>,
+    ) -> (Vec<ErrorCode>, Option<PendingCommit>) {
+        let mut groups = self.lock();
+        let entry = groups.entry(group_id.to_string()).or_default();
+        let group_error = match entry.group.as_ref().filter(|g| !g.is_empty()) {
+            // A group with no members takes "simple" commits (generation -1, no member) only.
+            None if generation < 0 && member_id.is_empty() => None,
+            None if generation >= 0 => Some(ErrorCode::IllegalGeneration),
+            None => Some(ErrorCode::UnknownMemberId),
+            // Kafka refuses commits only while assignments are being handed out. During
+            // PreparingRebalance the generation is still current, and cooperative members
+            // commit what they are giving up right then, before they rejoin.
+            Some(g) if g.state == GroupState::CompletingRebalance => {
+                Some(ErrorCode::RebalanceInProgress)
+            }
+            Some(g) if !g.members.contains_key(member_id) => Some(ErrorCode::UnknownMemberId),
+            Some(g) if g.generation != generation => Some(ErrorCode::IllegalGeneration),
+            Some(_) => None,
+        };
+        if let Some(code) = group_error {
+            return (commits.iter().map(|_| code).collect(), None);
+        }
+        let state = self.node.metadata.state();
+        let mut errors = Vec::with_capacity(commits.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        for c in commits {
+            let known = state
+                .topic(&c.topic)
+                .is_some_and(|t| c.partition >= 0 && (c.partition as usize) < t.partitions.len());
+            errors.push(if !known {
+                ErrorCode::UnknownTopicOrPartition
+            } else if c.offset.metadata.len() > MAX_OFFSET_METADATA {
+                ErrorCode::OffsetMetadataTooLarge
+            } else {
+                records.push((
+                    store::offset_key(group_id, &c.topic, c.partition),
+                    Some(store::offset_value(&c.offset)),
+                ));
+                accepted.push(c);
+                ErrorCode::None
+            });
+        }
+        if records.is_empty() {
+            return (errors, None);
+        }
+        match self.persist(group_id, &records) {
+            Err(e) => {
+                tracing::error!(group = group_id, error = %e, "cannot persist offset commit");
+                let code = commit_error(e.code);
+                (errors.iter().map(|_| code).collect(), None)
+            }
+            Ok((partition, leader_epoch, last_offset)) => (
+                errors,
+                Some(PendingCommit {
+                    group: group_id.to_string(),
+                    partition,
+                    last_offset,
+                    leader_epoch,
+                    accepted,
+                }),
+            ),
+        }
+    }
+
+    /// Waits until the ISR holds an appended commit, then makes it visible. `Err` is the
+    /// error for every commit it carried.
+    pub async fn complete_commit(&self, pending: PendingCommit) -> Result<(), ErrorCode> {
+        let PendingCommit {
+            group,
+            partition,
+            last_offset,
+            leader_epoch,
+            accepted,
+        } = pending;
+        partition
+            .wait_committed(last_offset, leader_epoch, COMMIT_TIMEOUT)
+            .await
+            .map_err(commit_error)?;
+        // Still ours: a group whose partition moved meanwhile is the new coordinator's, which
+        // loads this commit from the log.
+        let p = store::partition_for(&group);
+        if self.loaded_lock().get(&p) != Some(&leader_epoch) {
+            return Err(ErrorCode::NotCoordinator);
+        }
+        let mut groups = self.lock();
+        let entry = groups.entry(group).or_default();
+        for c in accepted {
+            entry.offsets.insert((c.topic, c.partition), c.offset);
+        }
+        Ok(())
+    }
+
+    /// Committed offsets of a group: the listed partitions, or all when `None`.
+    pub fn fetch(&self, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> TopicOffsets {
+        let groups = self.lock();
+        let offsets = groups.get(group_id).map(|e| &e.offsets);
+        match wanted {
+            Some(topics) => topics
+                .into_iter()
+                .map(|(t, parts)| {
+                    let v = parts
+                        .into_iter()
+                        .map(|p| (p, offsets.and_then(|o| o.get(&(t.clone(), p)).cloned())))
+                        .collect();
+                    (t, v)
+                })
+                .collect(),
+            None => {
+                let mut by_topic: BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>> =
+                    BTreeMap::new();
+                for ((t, p), v) in offsets.into_iter().flatten() {
+                    by_topic
+                        .entry(t.clone())
+                        .or_default()
+                        .push((*p, Some(v.clone())));
+                }
+                by_topic.into_iter().collect()
+            }
+        }
+    }
+
+    /// Every committed offset: (group, topic, partition, offset).
+    pub fn committed(&self) -> Vec<(String, String, i32, i64)> {
+        let groups = self.lock();
+        let mut out: Vec<_> = groups
+            .iter()
+            .flat_map(|(g, e)| {
+                e.offsets
+                    .iter()
+                    .map(move |((t, p), v)| (g.clone(), t.clone(), *p, v.offset))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// OffsetDelete: removes committed offsets, except of topics a live consumer group
+    /// subscribes to (GROUP_SUBSCRIBED_TO_TOPIC), as Kafka does.
+    pub fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        let mut groups = self.lock();
+        let Some(entry) = groups.get_mut(group_id) else {
+            return Err(ErrorCode::GroupIdNotFound);
+        };
+        let live = entry.group.as_ref().filter(|g| !g.is_empty());
+        let subscribed = match live {
+            None => Default::default(),
+            Some(g) => match g.subscribed_topics() {
+                Some(t) => t,
+                // Subscriptions unknown (not a consumer group): refuse rather than delete an
+                // offset a live member may depend on.
+                None => return Err(ErrorCode::NonEmptyGroup),
+            },
+        };
+        let codes: Vec<ErrorCode> = partitions
+            .iter()
+            .map(|(t, _)| {
+                if subscribed.contains(t) {
+                    ErrorCode::GroupSubscribedToTopic
+                } else {
+                    ErrorCode::None
+                }
+            })
+            .collect();
+        let doomed: Vec<&(String, i32)> = partitions
+            .iter()
+            .zip(&codes)
+            .filter(|(_, c)| **c == ErrorCode::None)
+            .map(|(p, _)| p)
+            .collect();
+        if !doomed.is_empty() {
+            self.tombstone(group_id, doomed.iter().copied(), false)
+                .map_err(|e| e.code)?;
+            for (t, p) in doomed {
+                entry.offsets.remove(&(t.clone(), *p));
+            }
+        }
+        Ok(codes)
+    }
+
+    /// Deletes groups that have been empty for longer than `retention_ms` (KIP-211's clock:
+    /// from the later of the newest commit and the last time the group had members): their
+    /// committed offsets and metadata record are tombstoned, and the group is gone, as when
+    /// Kafka's offset expiry leaves an empty group without offsets. Returns how many groups
+    /// expired.
+    pub fn expire_offsets(&self, now_ms: i64, retention_ms: i64) -> usize {
+        let mut groups = self.lock();
+        let expired: Vec<String> = groups
+            .iter()
+            .filter(|(_, e)| e.group.as_ref().is_none_or(|g| g.is_empty()))
+            .filter(|(_, e)| {
+                (!e.offsets.is_empty() || e.group.is_some())
+                    && offsets_expired(&e.offsets, e.last_active_ms, now_ms, retention_ms)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut done = 0;
+        for id in expired {
+            let Some(entry) = groups.get(&id) else {
+                continue;
+            };
+            match self.tombstone(&id, entry.offsets.keys(), entry.group.is_some()) {
+                Ok(()) => {
+                    tracing::info!(group = %id, partitions = entry.offsets.len(), "empty group and its committed offsets expired (offsets_retention_minutes)");
+                    groups.remove(&id);
+                    done += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(group = %id, error = %e, "cannot expire committed offsets")
+                }
+            }
+        }
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets(commit_ts: &[i64]) -> Offsets {
+        commit_ts
+            .iter()
+            .enumerate()
+            .map(|(i, ts)| {
+                (
+                    ("t".to_string(), i as i32),
+                    CommittedOffset {
+                        offset: 1,
+                        leader_epoch: -1,
+                        metadata: String::new(),
+                        commit_timestamp: *ts,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn offsets_expire_only_after_retention_from_the_newest_commit_or_last_activity() {
+        let o = offsets(&[1_000, 5_000]);
+        assert!(
+            !offsets_expired(&o, 0, 10_000, 6_000),
+            "newest commit is 5 s old"
+        );
+        assert!(offsets_expired(&o, 0, 11_001, 6_000));
+        assert!(
+            !offsets_expired(&o, 9_000, 11_001, 6_000),
+            "members were active until 9 s"
+        );
+        assert!(
+            !offsets_expired(&o, 0, i64::MAX, -1),
+            "-1 keeps offsets forever"
+        );
+    }
+}

@@ -1,0 +1,197 @@
+//! The node: the shared core beneath every subsystem. It holds this broker's settings, the
+//! metadata quorum handle, the hosted partitions, the metrics registry and the clock, and the
+//! operations on them that several subsystems need: bringing partitions in line with the
+//! metadata state, finding the partition a request may be served from, proposing commands
+//! ([`Node::apply`]), topic creation ([`topics`]) and producer ids.
+//!
+//! Every subsystem (groups, consumer lag, the tier, replication, the cleaner, the session with
+//! the controller) takes an `Arc<Node>`; none of them imports the [`crate::broker::Broker`]
+//! that holds them, and this module imports no subsystem.
+
+mod topics;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use strata_metadata::{Command, CommandResult, Metadata};
+use tokio::sync::Mutex;
+
+use crate::clock::Clock;
+use crate::config::BrokerConfig;
+use crate::error::{ApiError, ErrorCode};
+use crate::metrics::Metrics;
+use crate::partition::{Partition, Partitions};
+
+pub struct Node {
+    pub config: BrokerConfig,
+    pub advertised: SocketAddr,
+    pub metadata: Metadata,
+    pub partitions: Arc<Partitions>,
+    pub metrics: Metrics,
+    pub clock: Clock,
+    /// The block of producer ids reserved through the quorum: (next, end).
+    producer_ids: Mutex<(i64, i64)>,
+}
+
+/// Producer ids reserved per quorum write.
+const PRODUCER_ID_BLOCK: u64 = 1000;
+
+impl Node {
+    pub fn new(
+        config: BrokerConfig,
+        advertised: SocketAddr,
+        metadata: Metadata,
+        metrics: Metrics,
+        clock: Clock,
+    ) -> Node {
+        let partitions = Arc::new(Partitions::new(&config, clock.clone()));
+        crate::partition::metrics::register(&metrics, &partitions);
+        Node {
+            config,
+            advertised,
+            metadata,
+            partitions,
+            metrics,
+            clock,
+            producer_ids: Mutex::new((0, 0)),
+        }
+    }
+
+    /// Brings local logs in line with the metadata state.
+    ///
+    /// Opening or deleting logs is blocking file I/O (creating `__consumer_offsets` opens 50
+    /// logs and fsyncs each): it runs with `block_in_place`, so the Kafka tasks queued on this
+    /// worker move to another one instead of waiting behind it.
+    pub fn sync_partitions(&self) -> Result<(), ApiError> {
+        let sync = || {
+            self.partitions
+                .sync(|| self.metadata.state())
+                .map_err(|e| ApiError::new(ErrorCode::KafkaStorageError, e.to_string()))
+        };
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(sync),
+            _ => sync(),
+        }
+    }
+
+    /// The partition, if this broker leads it: the one check before serving a produce, a
+    /// fetch or an offset lookup. `current_leader_epoch` (-1: not given) is the epoch the
+    /// client believes current, as Kafka's Fetch and ListOffsets carry it.
+    pub fn leader_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+    ) -> Result<Arc<Partition>, ApiError> {
+        let state = self.metadata.state();
+        let info = state.partition(topic, partition).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("unknown partition {topic}-{partition}"),
+            )
+        })?;
+        if current_leader_epoch >= 0 && current_leader_epoch < info.leader_epoch {
+            return Err(ApiError::new(
+                ErrorCode::FencedLeaderEpoch,
+                format!(
+                    "{topic}-{partition}: leader epoch {current_leader_epoch} is older than the current {}",
+                    info.leader_epoch
+                ),
+            ));
+        }
+        if current_leader_epoch > info.leader_epoch {
+            return Err(ApiError::new(
+                ErrorCode::UnknownLeaderEpoch,
+                format!(
+                    "{topic}-{partition}: leader epoch {current_leader_epoch} is newer than this broker knows ({})",
+                    info.leader_epoch
+                ),
+            ));
+        }
+        let not_leader = || {
+            ApiError::new(
+                ErrorCode::NotLeaderOrFollower,
+                match info.leader {
+                    Some(l) => format!("{topic}-{partition} is led by broker {l}"),
+                    None => format!("{topic}-{partition} has no leader (offline)"),
+                },
+            )
+        };
+        if info.leader != Some(self.config.node_id) {
+            return Err(not_leader());
+        }
+        // Led here but not opened yet: the metadata change is being applied.
+        self.partitions.get(topic, partition).ok_or_else(not_leader)
+    }
+
+    /// Proposes a command and turns a rejection into the Kafka error for it.
+    pub async fn apply(&self, cmd: Command) -> Result<CommandResult, ApiError> {
+        let result = self
+            .metadata
+            .propose(cmd)
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::NotController, e.to_string()))?;
+        match result {
+            CommandResult::Ok
+            | CommandResult::ProducerIds { .. }
+            | CommandResult::BrokerRegistered { .. } => Ok(result),
+            CommandResult::TopicAlreadyExists => Err(ApiError::new(
+                ErrorCode::TopicAlreadyExists,
+                "topic already exists",
+            )),
+            CommandResult::UnknownTopic => Err(ApiError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                "unknown topic",
+            )),
+            CommandResult::InvalidPartitions(m) => {
+                Err(ApiError::new(ErrorCode::InvalidPartitions, m))
+            }
+            CommandResult::InvalidReplicaAssignment(m) => {
+                Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, m))
+            }
+            CommandResult::UnknownPartition => Err(ApiError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                "unknown partition",
+            )),
+            CommandResult::FencedLeaderEpoch { current } => Err(ApiError::new(
+                ErrorCode::FencedLeaderEpoch,
+                format!("leader epoch is now {current}"),
+            )),
+            CommandResult::InvalidRemoteSegment(m) => {
+                Err(ApiError::new(ErrorCode::KafkaStorageError, m))
+            }
+            CommandResult::InvalidUpdateVersion { current } => Err(ApiError::new(
+                ErrorCode::InvalidUpdateVersion,
+                format!("partition epoch is now {current}"),
+            )),
+            CommandResult::InvalidIsr(m) => Err(ApiError::new(ErrorCode::InvalidRequest, m)),
+            CommandResult::UnknownBroker | CommandResult::StaleBrokerEpoch { .. } => Err(
+                ApiError::new(ErrorCode::StaleBrokerEpoch, format!("{result:?}")),
+            ),
+        }
+    }
+
+    /// A fresh producer id from the reserved block, reserving a new block when it runs out.
+    pub async fn next_producer_id(&self) -> Result<i64, ApiError> {
+        let mut ids = self.producer_ids.lock().await;
+        if ids.0 >= ids.1 {
+            match self
+                .apply(Command::AllocateProducerIds {
+                    count: PRODUCER_ID_BLOCK,
+                })
+                .await?
+            {
+                CommandResult::ProducerIds { first, count } => *ids = (first, first + count as i64),
+                other => {
+                    return Err(ApiError::new(
+                        ErrorCode::UnknownServerError,
+                        format!("unexpected {other:?}"),
+                    ));
+                }
+            }
+        }
+        let id = ids.0;
+        ids.0 += 1;
+        Ok(id)
+    }
+}

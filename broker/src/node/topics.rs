@@ -1,0 +1,273 @@
+//! Topic operations every handler and subsystem shares: validating names and counts, placing
+//! replicas, creating topics and partitions through the quorum, and auto-creation.
+
+use std::collections::BTreeMap;
+
+use strata_metadata::{Command, TopicInfo};
+use uuid::Uuid;
+
+use super::Node;
+use crate::error::{ApiError, ErrorCode};
+use crate::topic_config;
+
+/// Kafka's legal topic names: 1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
+fn validate_topic_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::InvalidTopicException,
+            format!(
+                "invalid topic name '{name}': 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'"
+            ),
+        ))
+    }
+}
+
+impl Node {
+    /// Places `count` partitions of `rf` replicas over the live brokers ([`crate::placement`]),
+    /// rack-aware, from a start derived from the topic name so topics spread their leaders.
+    fn place(
+        &self,
+        name: &str,
+        first_partition: usize,
+        count: usize,
+        rf: usize,
+    ) -> Result<Vec<Vec<u64>>, ApiError> {
+        // Fenced brokers (stopped, or silent) get no new replicas.
+        let brokers: Vec<crate::placement::Candidate> = self
+            .metadata
+            .state()
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .map(|b| crate::placement::Candidate {
+                id: b.node_id,
+                rack: b.rack.clone(),
+            })
+            .collect();
+        let start = name
+            .bytes()
+            .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
+        crate::placement::place(&brokers, start, first_partition, count, rf).map_err(|e| {
+            ApiError::new(
+                ErrorCode::InvalidReplicationFactor,
+                format!(
+                    "replication factor {} with {} available broker(s)",
+                    e.wanted, e.available
+                ),
+            )
+        })
+    }
+
+    /// Creates a topic through the quorum and opens its local partitions.
+    /// `assignments`, when given, fixes the replicas of every partition.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        num_partitions: i32,
+        replication_factor: i16,
+        assignments: Option<Vec<Vec<u64>>>,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<TopicInfo, ApiError> {
+        validate_topic_name(name)?;
+        for (k, v) in &configs {
+            topic_config::validate(k, v).map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
+        }
+        topic_config::validate_combination(&self.config, &configs)
+            .map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
+        let replicas = match assignments {
+            Some(a) => {
+                if num_partitions != -1 || replication_factor != -1 {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidRequest,
+                        "give either replica assignments or partitions and replication factor",
+                    ));
+                }
+                self.check_partition_count(i32::try_from(a.len()).unwrap_or(i32::MAX))?;
+                a
+            }
+            None => {
+                let partitions = if num_partitions == -1 {
+                    self.config.num_partitions as i32
+                } else {
+                    num_partitions
+                };
+                self.check_partition_count(partitions)?;
+                let rf = if replication_factor == -1 {
+                    self.config.default_replication_factor as i16
+                } else {
+                    replication_factor
+                };
+                if rf <= 0 {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidReplicationFactor,
+                        format!("replication factor {rf}"),
+                    ));
+                }
+                self.place(name, 0, partitions as usize, rf as usize)?
+            }
+        };
+        if validate_only {
+            if self.metadata.state().topic(name).is_some() {
+                return Err(ApiError::new(
+                    ErrorCode::TopicAlreadyExists,
+                    format!("topic '{name}' already exists"),
+                ));
+            }
+            return Ok(TopicInfo {
+                name: name.to_string(),
+                topic_id: Uuid::nil(),
+                partitions: vec![],
+                configs,
+            });
+        }
+        let cmd = Command::CreateTopic {
+            name: name.to_string(),
+            topic_id: Uuid::new_v4(),
+            replicas,
+            configs,
+        };
+        self.apply(cmd).await?;
+        self.sync_partitions()?;
+        self.metadata.state().topic(name).cloned().ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::UnknownServerError,
+                "topic vanished after creation",
+            )
+        })
+    }
+
+    /// The replication factor of internal topics: `offsets_topic_replication_factor`, or every
+    /// broker of a smaller cluster. The cluster's size is the larger of the brokers registered
+    /// and the metadata voters, so a topic created while voters are still starting waits for
+    /// them (placement refuses until enough brokers are live) instead of getting fewer replicas
+    /// for good.
+    fn internal_replication_factor(&self) -> usize {
+        let brokers = self.metadata.state().brokers.len();
+        let voters = self.metadata.status().voters.len();
+        (self.config.offsets_topic_replication_factor as usize).min(brokers.max(voters).max(1))
+    }
+
+    /// Creates an internal topic (names starting with `__`) with broker-chosen configs, which
+    /// bypass the client-facing validation.
+    pub async fn create_internal_topic(
+        &self,
+        name: &str,
+        partitions: usize,
+        configs: BTreeMap<String, String>,
+    ) -> Result<(), ApiError> {
+        let replicas = self.place(name, 0, partitions, self.internal_replication_factor())?;
+        self.apply(Command::CreateTopic {
+            name: name.to_string(),
+            topic_id: Uuid::new_v4(),
+            replicas,
+            configs,
+        })
+        .await?;
+        self.sync_partitions()
+    }
+
+    /// A topic's partition count comes from a client: it must be positive and at most
+    /// `max_partitions_per_topic` before anything (placement, the quorum) is sized by it.
+    fn check_partition_count(&self, partitions: i32) -> Result<(), ApiError> {
+        let max = self.config.max_partitions_per_topic;
+        if partitions <= 0 || partitions as u64 > max as u64 {
+            return Err(ApiError::new(
+                ErrorCode::InvalidPartitions,
+                format!(
+                    "{partitions} partitions: a topic has 1 to {max} (max_partitions_per_topic)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Adds partitions so the topic has `total`.
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        total: i32,
+        assignments: Option<Vec<Vec<u64>>>,
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
+        let state = self.metadata.state();
+        let topic = state.topic(name).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("unknown topic '{name}'"),
+            )
+        })?;
+        let current = topic.partitions.len();
+        self.check_partition_count(total)?;
+        if total as usize <= current {
+            return Err(ApiError::new(
+                ErrorCode::InvalidPartitions,
+                format!("topic '{name}' has {current} partitions; the new count must be greater, got {total}"),
+            ));
+        }
+        let new = total as usize - current;
+        let new_replicas = match assignments {
+            Some(a) if a.len() != new => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidReplicaAssignment,
+                    format!("{} assignments for {new} new partitions", a.len()),
+                ))
+            }
+            Some(a) => a,
+            None => {
+                let rf = topic
+                    .partitions
+                    .first()
+                    .map(|p| p.replicas.len())
+                    .unwrap_or(1);
+                self.place(name, current, new, rf)?
+            }
+        };
+        if validate_only {
+            return Ok(());
+        }
+        self.apply(Command::CreatePartitions {
+            name: name.to_string(),
+            new_replicas,
+        })
+        .await?;
+        self.sync_partitions()
+    }
+
+    /// The topic, auto-creating it when allowed. `Ok(None)` means unknown and not created.
+    pub async fn topic_or_create(
+        &self,
+        name: &str,
+        allow: bool,
+    ) -> Result<Option<TopicInfo>, ApiError> {
+        if let Some(t) = self.metadata.state().topic(name) {
+            return Ok(Some(t.clone()));
+        }
+        if !(allow && self.config.auto_create_topics_enable) {
+            return Ok(None);
+        }
+        match self
+            .create_topic(name, -1, -1, None, BTreeMap::new(), false)
+            .await
+        {
+            Ok(t) => {
+                tracing::info!(topic = name, "auto-created topic");
+                Ok(Some(t))
+            }
+            // Another request created it first.
+            Err(e) if e.code == ErrorCode::TopicAlreadyExists => {
+                Ok(self.metadata.state().topic(name).cloned())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}

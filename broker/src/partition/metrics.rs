@@ -1,0 +1,116 @@
+//! Per-partition gauges, read from the hosted partitions when `/metrics` is scraped: offsets,
+//! local size and segments, and each follower's lag behind a partition led here.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use super::Partitions;
+use crate::metrics::Metrics;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartitionLabels {
+    topic: String,
+    partition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FollowerLabels {
+    topic: String,
+    partition: String,
+    follower: String,
+}
+
+type PartitionGauge = Family<PartitionLabels, Gauge>;
+
+#[derive(Default)]
+struct PartitionMetrics {
+    log_end_offset: PartitionGauge,
+    high_watermark: PartitionGauge,
+    log_start_offset: PartitionGauge,
+    log_size: PartitionGauge,
+    segments: PartitionGauge,
+    follower_lag: Family<FollowerLabels, Gauge>,
+}
+
+impl PartitionMetrics {
+    fn update(&self, partitions: &Partitions) {
+        for family in [
+            &self.log_end_offset,
+            &self.high_watermark,
+            &self.log_start_offset,
+            &self.log_size,
+            &self.segments,
+        ] {
+            family.clear();
+        }
+        self.follower_lag.clear();
+        for p in partitions.all() {
+            let (o, size, segments) = p.stats();
+            let labels = PartitionLabels {
+                topic: p.tp.topic.clone(),
+                partition: p.tp.partition.to_string(),
+            };
+            self.log_end_offset.get_or_create(&labels).set(o.log_end);
+            self.high_watermark
+                .get_or_create(&labels)
+                .set(o.high_watermark);
+            self.log_start_offset
+                .get_or_create(&labels)
+                .set(o.log_start);
+            self.log_size.get_or_create(&labels).set(size as i64);
+            self.segments.get_or_create(&labels).set(segments as i64);
+            for (follower, log_end) in p.follower_log_ends() {
+                let lag = if log_end < 0 { -1 } else { o.log_end - log_end };
+                self.follower_lag
+                    .get_or_create(&FollowerLabels {
+                        topic: p.tp.topic.clone(),
+                        partition: p.tp.partition.to_string(),
+                        follower: follower.to_string(),
+                    })
+                    .set(lag);
+            }
+        }
+    }
+}
+
+/// Registers the partition gauges, refreshed from `partitions` at each scrape.
+pub fn register(metrics: &Metrics, partitions: &Arc<Partitions>) {
+    let m = Arc::new(PartitionMetrics::default());
+    metrics.register(|registry| {
+        registry.register(
+            "partition_log_end_offset",
+            "Log end offset",
+            m.log_end_offset.clone(),
+        );
+        registry.register(
+            "partition_high_watermark",
+            "High watermark",
+            m.high_watermark.clone(),
+        );
+        registry.register(
+            "partition_log_start_offset",
+            "Log start offset",
+            m.log_start_offset.clone(),
+        );
+        registry.register(
+            "partition_size_bytes",
+            "Bytes in local segments",
+            m.log_size.clone(),
+        );
+        registry.register(
+            "partition_segments",
+            "Local segment count",
+            m.segments.clone(),
+        );
+        registry.register(
+            "follower_lag_records",
+            "Per follower of a partition led here: the leader's log end minus the follower's (-1: not seen yet)",
+            m.follower_lag.clone(),
+        );
+    });
+    let partitions = partitions.clone();
+    metrics.on_scrape(move || m.update(&partitions));
+}
