@@ -46,3 +46,19 @@ pub fn now_ms() -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manual_clock_moves_only_when_advanced_and_its_clones_share_it() {
+        let clock = Clock::manual(1_000);
+        let handed_out = clock.clone();
+        assert_eq!(handed_out.now_ms(), 1_000);
+        clock.advance(500);
+        assert_eq!(handed_out.now_ms(), 1_500);
+        let system = Clock::system();
+        assert!((system.now_ms() - now_ms()).abs() < 60_000);
+    }
+}

@@ -343,7 +343,7 @@ impl BrokerConfig {
                 "log_message_timestamp_type must be CreateTime or LogAppendTime".into(),
             ));
         }
-        if crate::topic_config::cleanup_policy(&self.log_cleanup_policy).is_none() {
+        if crate::log::config::cleanup_policy(&self.log_cleanup_policy).is_none() {
             return Err(ConfigError::Invalid(
                 "log_cleanup_policy must be delete, compact or compact,delete".into(),
             ));

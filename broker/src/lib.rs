@@ -1,23 +1,29 @@
 //! Strata's broker: the Kafka protocol server, the partition log engine and admin HTTP. The
 //! `strata` binary and its client commands are the `strata-cli` crate (`cli/`).
 //!
-//! Layout (request path top to bottom):
+//! Layout, top to bottom; each module imports only modules below it (`scripts/check-cycles.py`
+//! keeps it so, and `docs/architecture.md` says what each room owns):
 //! - [`serve`] — `strata serve`: start-up order, housekeeping, clean shutdown;
-//! - [`session`] — registration, heartbeats and controlled shutdown with the controller;
 //! - [`server`] — Kafka listener and connections (frames in, responses out, in order);
-//! - [`protocol`] — frames, request decoding, the API versions Strata speaks;
-//! - [`handlers`] — one module per Kafka API;
-//! - [`broker`] — state shared by handlers; topic creation; producer ids;
-//! - [`group`] — the group coordinator: membership and committed offsets;
-//! - [`partition`] — the hosted partitions, kept in step with the metadata state;
-//! - [`placement`] — rack-aware replica placement for new partitions;
-//! - [`replication`] — followers fetching from leaders, the high watermark and the ISR;
+//! - [`admin`] — the operators' HTTP port: `/metrics`, `/healthz`, `/readyz`, `/v1/...`;
+//! - [`handlers`] — one module per Kafka API, each taking a [`broker::Broker`];
+//! - [`broker`] — the thin holder of the node and the subsystems, for handlers;
+//! - subsystems, each on an `Arc<`[`node::Node`]`>` and never importing `broker`:
+//!   [`group`] (the group coordinator and consumer lag), [`replication`] (followers fetching
+//!   from leaders, ISR proposals), [`tier`] (offload, remote reads, remote retention),
+//!   [`cleaner`] (compaction thread), [`session`] (registration and heartbeats);
+//! - [`node`] — the shared core: settings, metadata handle, partitions, metrics, clock; topic
+//!   operations, leader lookup, producer ids;
+//! - [`partition`] — a hosted partition: log operations, replica state, its view across
+//!   tiers, the registry kept in step with the metadata state;
+//! - [`metrics`] — the registry subsystems register with, request-path and cluster metrics;
+//! - [`error`] — Kafka error codes, chosen in one place;
+//! - [`config`], [`topic_config`] — broker settings and Kafka topic configs;
 //! - [`log`] — the partition log engine: segments, indexes, recovery, retention, compaction,
 //!   producer state;
-//! - [`cleaner`] — the background thread that compacts `cleanup.policy=compact` logs;
-//! - [`config`], [`topic_config`] — broker settings and Kafka topic configs;
-//! - [`error`] — Kafka error codes, chosen in one place;
-//! - [`admin`] — `/metrics`, `/healthz`, `/readyz`.
+//! - [`placement`] — rack-aware replica placement for new partitions;
+//! - [`protocol`] — frames, request decoding, the API table, the inter-broker client;
+//! - [`clock`] — wall-clock milliseconds, injectable.
 
 pub mod admin;
 pub mod broker;

@@ -254,10 +254,10 @@ async fn connection(
                         anyhow::bail!("the {api:?} handler panicked");
                     }
                 };
-                broker
-                    .node
-                    .metrics
-                    .request(api_name(api), started.elapsed().as_secs_f64());
+                broker.node.metrics.request(
+                    crate::protocol::versions::name(api),
+                    started.elapsed().as_secs_f64(),
+                );
                 let Some(body) = response else {
                     activity.answered();
                     continue;
@@ -404,36 +404,4 @@ async fn write_chunks<W: tokio::io::AsyncWrite + Unpin>(
         }
     }
     Ok(())
-}
-
-fn api_name(api: ApiKey) -> &'static str {
-    match api {
-        ApiKey::Produce => "Produce",
-        ApiKey::Fetch => "Fetch",
-        ApiKey::ListOffsets => "ListOffsets",
-        ApiKey::Metadata => "Metadata",
-        ApiKey::ApiVersions => "ApiVersions",
-        ApiKey::CreateTopics => "CreateTopics",
-        ApiKey::DeleteTopics => "DeleteTopics",
-        ApiKey::DeleteRecords => "DeleteRecords",
-        ApiKey::InitProducerId => "InitProducerId",
-        ApiKey::DescribeConfigs => "DescribeConfigs",
-        ApiKey::CreatePartitions => "CreatePartitions",
-        ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
-        ApiKey::DescribeCluster => "DescribeCluster",
-        ApiKey::FindCoordinator => "FindCoordinator",
-        ApiKey::JoinGroup => "JoinGroup",
-        ApiKey::SyncGroup => "SyncGroup",
-        ApiKey::Heartbeat => "Heartbeat",
-        ApiKey::LeaveGroup => "LeaveGroup",
-        ApiKey::OffsetCommit => "OffsetCommit",
-        ApiKey::OffsetFetch => "OffsetFetch",
-        ApiKey::ListGroups => "ListGroups",
-        ApiKey::DescribeGroups => "DescribeGroups",
-        ApiKey::DeleteGroups => "DeleteGroups",
-        ApiKey::OffsetDelete => "OffsetDelete",
-        ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
-        ApiKey::ElectLeaders => "ElectLeaders",
-        _ => "Other",
-    }
 }

@@ -19,28 +19,11 @@ use strata_objstore::Store;
 use tokio::sync::Semaphore;
 
 use crate::block::{self, Block, BlockKey};
-use crate::config::{CacheConfig, DiskGeometry};
+use crate::config::{CacheConfig, DiskGeometry, ReadClass};
 use crate::metrics::{CacheMetrics, Outcome, Tier};
 use crate::{CacheError, Result};
 
 type Foyer = HybridCache<BlockKey, Block>;
-
-/// Which budget a read is charged to: catch-up/replay reads of old history must not evict what
-/// readers near the tail use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReadClass {
-    Recent,
-    Replay,
-}
-
-impl ReadClass {
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            ReadClass::Recent => "recent",
-            ReadClass::Replay => "replay",
-        }
-    }
-}
 
 /// An immutable object in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -156,3 +156,20 @@ mod tests {
         ram_only.validate().unwrap();
     }
 }
+
+/// Which budget a read is charged to: catch-up/replay reads of old history must not evict what
+/// readers near the tail use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReadClass {
+    Recent,
+    Replay,
+}
+
+impl ReadClass {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            ReadClass::Recent => "recent",
+            ReadClass::Replay => "replay",
+        }
+    }
+}

@@ -20,8 +20,9 @@ mod cache;
 mod config;
 mod metrics;
 
-pub use cache::{BlockCache, ObjectRef, ReadClass};
+pub use cache::{BlockCache, ObjectRef};
 pub use config::CacheConfig;
+pub use config::ReadClass;
 pub use metrics::{CacheMetrics, Tier};
 
 use strata_objstore::ObjStoreError;

@@ -8,7 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::ReadClass;
+use crate::config::ReadClass;
 
 /// Where a lookup found its block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -91,7 +91,7 @@ pub enum Command {
     CommitRemoteSegment {
         topic_id: uuid::Uuid,
         partition: i32,
-        segment: crate::RemoteSegment,
+        segment: RemoteSegment,
     },
     /// Remote retention, step 1: marks every committed remote segment ending below
     /// `before_offset` as being deleted, which takes it out of the readable remote log, and
@@ -157,4 +157,33 @@ impl CommandResult {
                 | CommandResult::BrokerRegistered { .. }
         )
     }
+}
+
+/// One segment in the object store.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RemoteSegment {
+    /// Unique per upload; part of the object keys, so a retried upload never overwrites a
+    /// committed object.
+    pub id: uuid::Uuid,
+    pub base_offset: i64,
+    /// Offset of the segment's last batch's last record (inclusive).
+    pub last_offset: i64,
+    /// Bytes of the log object.
+    pub size_bytes: u64,
+    /// Bytes of the index object.
+    #[serde(default)]
+    pub index_size_bytes: u64,
+    pub max_timestamp: i64,
+    /// Leader epoch of the leader that uploaded it.
+    pub leader_epoch: i32,
+    /// CRC-32C of the log object, checked on every read from the store.
+    pub crc32c: u32,
+    pub state: RemoteSegmentState,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum RemoteSegmentState {
+    Committed,
+    /// Expired by retention; its objects are being deleted.
+    Deleting,
 }

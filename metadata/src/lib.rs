@@ -55,11 +55,10 @@ mod state;
 mod state_machine;
 mod types;
 
-pub use command::{Command, CommandResult, NodeId};
+pub use command::{Command, CommandResult, NodeId, RemoteSegment, RemoteSegmentState};
 pub use controller::{Heartbeat, HeartbeatReply};
 pub use error::MetadataError;
 pub use quorum::{LeaderBalance, Metadata, MetadataOptions, QuorumStatus};
-pub use remote::{RemoteSegment, RemoteSegmentState};
 pub use state::{BrokerInfo, ClusterState, PartitionInfo, TopicInfo, FIRST_PRODUCER_ID};
 pub use types::TypeConfig;
 

@@ -14,39 +14,8 @@
 //! - deletion is two steps: `Deleting` takes a segment out of the readable remote log before
 //!   its objects are deleted, and only then is the record dropped.
 
-use serde::{Deserialize, Serialize};
-
-use crate::command::CommandResult;
+use crate::command::{CommandResult, RemoteSegment, RemoteSegmentState};
 use crate::state::{ClusterState, PartitionInfo};
-
-/// One segment in the object store.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct RemoteSegment {
-    /// Unique per upload; part of the object keys, so a retried upload never overwrites a
-    /// committed object.
-    pub id: uuid::Uuid,
-    pub base_offset: i64,
-    /// Offset of the segment's last batch's last record (inclusive).
-    pub last_offset: i64,
-    /// Bytes of the log object.
-    pub size_bytes: u64,
-    /// Bytes of the index object.
-    #[serde(default)]
-    pub index_size_bytes: u64,
-    pub max_timestamp: i64,
-    /// Leader epoch of the leader that uploaded it.
-    pub leader_epoch: i32,
-    /// CRC-32C of the log object, checked on every read from the store.
-    pub crc32c: u32,
-    pub state: RemoteSegmentState,
-}
-
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub enum RemoteSegmentState {
-    Committed,
-    /// Expired by retention; its objects are being deleted.
-    Deleting,
-}
 
 impl PartitionInfo {
     /// Committed (readable) remote segments in offset order.

@@ -102,7 +102,7 @@ pub struct PartitionInfo {
     pub partition_epoch: i32,
     /// Segments offloaded to the object store, in offset order (see [`crate::remote`]).
     #[serde(default)]
-    pub remote: Vec<crate::RemoteSegment>,
+    pub remote: Vec<crate::command::RemoteSegment>,
     /// Records below this offset are deleted (retention or DeleteRecords reaching into the
     /// remote log), even where a remote segment still holds some of them.
     #[serde(default)]

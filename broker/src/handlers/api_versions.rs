@@ -7,11 +7,11 @@ use crate::protocol::versions::SUPPORTED;
 fn api_keys() -> Vec<ApiVersion> {
     SUPPORTED
         .iter()
-        .map(|(k, min, max)| {
+        .map(|a| {
             ApiVersion::default()
-                .with_api_key(*k as i16)
-                .with_min_version(*min)
-                .with_max_version(*max)
+                .with_api_key(a.key as i16)
+                .with_min_version(a.min)
+                .with_max_version(a.max)
         })
         .collect()
 }

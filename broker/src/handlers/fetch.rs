@@ -14,7 +14,6 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::partition::{Offsets, Partition, Read};
-use crate::tier::read::{read_class, RemoteSource};
 
 struct Wanted {
     topic: TopicName,
@@ -139,30 +138,18 @@ async fn read(
     replica: Option<u64>,
 ) -> Result<(bytes::Bytes, Offsets), ApiError> {
     if let Some(follower) = replica {
-        // The follower holds everything below its fetch offset: that moves the high
-        // watermark, and may bring it into the ISR.
-        if let Some(change) = p.follower_fetched(follower, offset) {
-            crate::replication::propose_isr(&broker.node, &p, change);
-        }
+        crate::replication::follower_fetched(&broker.node, &p, follower, offset);
         return Ok(p.read_replica(offset, max_bytes)?);
     }
     match p.read(offset, max_bytes)? {
         (Read::Local(bytes), offsets) => Ok((bytes, offsets)),
-        (Read::Remote(segment), offsets) => {
-            let b = broker.clone();
-            let bytes = broker
+        (Read::Remote(segment), offsets) => Ok((
+            broker
                 .tier
-                .spawn(async move {
-                    let remote = p.remote();
-                    let class =
-                        read_class(&remote, &segment, b.node.config.remote_cache_memory_bytes);
-                    let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, &segment);
-                    b.tier.read(&src, offset, max_bytes, class).await
-                })
-                .await
-                .map_err(|e| ApiError::new(ErrorCode::KafkaStorageError, e.to_string()))??;
-            Ok((bytes, offsets))
-        }
+                .read_partition(p, segment, offset, max_bytes)
+                .await?,
+            offsets,
+        )),
     }
 }
 

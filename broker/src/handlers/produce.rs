@@ -87,45 +87,14 @@ async fn append(
     acks: i16,
     timeout: std::time::Duration,
 ) -> Result<(i64, i64, i64), ApiError> {
-    let partition_ref = broker.node.leader_partition(name, partition, -1)?;
+    let p = broker.node.leader_partition(name, partition, -1)?;
     let records = records.ok_or_else(|| ApiError::new(ErrorCode::InvalidRecord, "null records"))?;
-    let epoch = partition_ref.current_leader_epoch();
-    let min_isr = partition_ref.min_insync_replicas();
-    if acks == -1 {
-        let isr = partition_ref.isr_len().unwrap_or(0);
-        if isr < min_isr {
-            return Err(ApiError::new(
-                ErrorCode::NotEnoughReplicas,
-                format!(
-                    "{name}-{partition}: {isr} in-sync replicas, min.insync.replicas is {min_isr}"
-                ),
-            ));
-        }
-    }
-    let info = partition_ref.append(records)?;
-    if !info.duplicate {
-        broker.node.metrics.produced(name, info.records, info.bytes);
-    }
-    if acks == -1 {
-        partition_ref
-            .wait_committed(info.last_offset, epoch, timeout)
-            .await
-            .map_err(|code| {
-                ApiError::new(
-                    code,
-                    format!(
-                        "{name}-{partition}: offset {} not replicated to the ISR in time",
-                        info.last_offset
-                    ),
-                )
-            })?;
-        let isr = partition_ref.isr_len().unwrap_or(0);
-        if isr < min_isr {
-            return Err(ApiError::new(
-                ErrorCode::NotEnoughReplicasAfterAppend,
-                format!("{name}-{partition}: the ISR shrank to {isr} below min.insync.replicas {min_isr}"),
-            ));
-        }
-    }
+    let info = p
+        .produce(records, acks, timeout, |info| {
+            if !info.duplicate {
+                broker.node.metrics.produced(name, info.records, info.bytes);
+            }
+        })
+        .await?;
     Ok((info.base_offset, info.log_append_time, info.log_start))
 }

@@ -447,7 +447,7 @@ mod tests {
 
     use super::*;
     use crate::log::batch::{build, split_and_validate};
-    use crate::topic_config::LogConfig;
+    use crate::log::config::LogConfig;
 
     const NOW: i64 = 10_000_000;
 

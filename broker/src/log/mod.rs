@@ -22,6 +22,8 @@
 pub mod batch;
 pub mod cleaning;
 pub mod compact;
+pub mod config;
+mod error;
 pub mod index;
 pub mod leader_epoch;
 pub mod producer_state;
@@ -33,39 +35,12 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use crate::topic_config::{LogConfig, TimestampType};
 use batch::BatchHeader;
+use config::{LogConfig, TimestampType};
+pub use error::LogError;
 use leader_epoch::LeaderEpochCache;
 use producer_state::{ProducerState, SequenceCheck};
 use segment::Segment;
-
-#[derive(Debug, thiserror::Error)]
-pub enum LogError {
-    #[error("i/o: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("offset {offset} is out of range [{start}, {end}]")]
-    OffsetOutOfRange { offset: i64, start: i64, end: i64 },
-    #[error("corrupt log: {0}")]
-    Corrupt(String),
-    #[error(transparent)]
-    Batch(#[from] batch::BatchError),
-    #[error("out of order sequence from producer {producer_id}: expected {expected}, got {got}")]
-    OutOfOrderSequence {
-        producer_id: i64,
-        expected: i32,
-        got: i32,
-    },
-    #[error("producer {producer_id} epoch {got} is fenced by epoch {current}")]
-    ProducerFenced {
-        producer_id: i64,
-        current: i16,
-        got: i16,
-    },
-    #[error("{0}")]
-    Unsupported(&'static str),
-    #[error("{0}")]
-    PolicyViolation(&'static str),
-}
 
 /// Result of appending one produce request's batches to a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

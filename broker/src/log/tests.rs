@@ -3,7 +3,7 @@
 use super::batch::testing::{batch, batch_with_producer};
 use super::batch::{split_and_validate, BatchHeader};
 use super::*;
-use crate::topic_config::LogConfig;
+use crate::log::config::LogConfig;
 use proptest::prelude::*;
 
 fn validated(b: Bytes) -> Vec<(BatchHeader, Bytes)> {
@@ -381,7 +381,7 @@ fn idempotent_retries_are_not_appended_twice_and_state_survives_restart() {
 fn log_append_time_topics_stamp_batches_with_the_broker_clock() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = LogConfig::for_tests(1 << 20);
-    cfg.timestamp_type = crate::topic_config::TimestampType::LogAppendTime;
+    cfg.timestamp_type = crate::log::config::TimestampType::LogAppendTime;
     let mut log = Log::open(dir.path(), cfg, 0).unwrap().0;
     let info = log.append(&validated(batch(3, 5)), 0, 777).unwrap();
     assert_eq!(info.log_append_time, 777);

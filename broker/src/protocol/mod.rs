@@ -4,6 +4,7 @@
 //! decoding (frame size, API key, version) so that bad input becomes an error or a closed
 //! connection, never a panic.
 
+pub mod client;
 pub mod frame;
 pub mod versions;
 pub mod zero_copy;
@@ -223,8 +224,9 @@ mod tests {
     /// A default request of every supported API and version, encoded with its header.
     fn canonical_requests() -> Vec<Bytes> {
         let mut out = vec![];
-        for (api, min, max) in versions::SUPPORTED {
-            for version in *min..=*max {
+        for a in versions::SUPPORTED {
+            let api = &a.key;
+            for version in a.min..=a.max {
                 let mut body = BytesMut::new();
                 default_request(*api)
                     .encode(&mut body, version)

@@ -6,45 +6,69 @@
 
 use kafka_protocol::messages::ApiKey;
 
-/// (api, min, max) for every implemented API.
-pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
-    (ApiKey::Fetch, 4, 16),
-    (ApiKey::ListOffsets, 1, 8),
-    (ApiKey::Metadata, 0, 12),
-    (ApiKey::ApiVersions, 0, 4),
-    (ApiKey::CreateTopics, 2, 7),
-    (ApiKey::DeleteTopics, 1, 6),
-    (ApiKey::DeleteRecords, 0, 2),
-    (ApiKey::InitProducerId, 0, 4),
-    (ApiKey::DescribeConfigs, 1, 4),
-    (ApiKey::CreatePartitions, 0, 3),
-    (ApiKey::IncrementalAlterConfigs, 0, 1),
-    (ApiKey::DescribeCluster, 0, 1),
-    (ApiKey::FindCoordinator, 0, 4),
-    (ApiKey::JoinGroup, 0, 7),
-    (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 8),
-    (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::DeleteGroups, 0, 2),
-    (ApiKey::OffsetDelete, 0, 0),
-    (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    (ApiKey::ElectLeaders, 0, 2),
-];
-
-pub fn range(api: ApiKey) -> Option<(i16, i16)> {
-    SUPPORTED
-        .iter()
-        .find(|(k, _, _)| *k == api)
-        .map(|(_, min, max)| (*min, *max))
+/// An implemented API: its key, its name (in metrics and logs) and the versions accepted.
+pub struct Api {
+    pub key: ApiKey,
+    pub name: &'static str,
+    pub min: i16,
+    pub max: i16,
 }
 
-pub fn is_supported(api: ApiKey, version: i16) -> bool {
-    range(api).is_some_and(|(min, max)| (min..=max).contains(&version))
+const fn api(key: ApiKey, name: &'static str, min: i16, max: i16) -> Api {
+    Api {
+        key,
+        name,
+        min,
+        max,
+    }
+}
+
+/// Every implemented API: the one list of them (ApiVersions, request admission, metrics).
+pub const SUPPORTED: &[Api] = &[
+    api(ApiKey::Produce, "Produce", 3, 11),
+    api(ApiKey::Fetch, "Fetch", 4, 16),
+    api(ApiKey::ListOffsets, "ListOffsets", 1, 8),
+    api(ApiKey::Metadata, "Metadata", 0, 12),
+    api(ApiKey::ApiVersions, "ApiVersions", 0, 4),
+    api(ApiKey::CreateTopics, "CreateTopics", 2, 7),
+    api(ApiKey::DeleteTopics, "DeleteTopics", 1, 6),
+    api(ApiKey::DeleteRecords, "DeleteRecords", 0, 2),
+    api(ApiKey::InitProducerId, "InitProducerId", 0, 4),
+    api(ApiKey::DescribeConfigs, "DescribeConfigs", 1, 4),
+    api(ApiKey::CreatePartitions, "CreatePartitions", 0, 3),
+    api(
+        ApiKey::IncrementalAlterConfigs,
+        "IncrementalAlterConfigs",
+        0,
+        1,
+    ),
+    api(ApiKey::DescribeCluster, "DescribeCluster", 0, 1),
+    api(ApiKey::FindCoordinator, "FindCoordinator", 0, 4),
+    api(ApiKey::JoinGroup, "JoinGroup", 0, 7),
+    api(ApiKey::SyncGroup, "SyncGroup", 0, 5),
+    api(ApiKey::Heartbeat, "Heartbeat", 0, 4),
+    api(ApiKey::LeaveGroup, "LeaveGroup", 0, 5),
+    api(ApiKey::OffsetCommit, "OffsetCommit", 2, 8),
+    api(ApiKey::OffsetFetch, "OffsetFetch", 1, 8),
+    api(ApiKey::ListGroups, "ListGroups", 0, 5),
+    api(ApiKey::DescribeGroups, "DescribeGroups", 0, 5),
+    api(ApiKey::DeleteGroups, "DeleteGroups", 0, 2),
+    api(ApiKey::OffsetDelete, "OffsetDelete", 0, 0),
+    api(ApiKey::OffsetForLeaderEpoch, "OffsetForLeaderEpoch", 2, 4),
+    api(ApiKey::ElectLeaders, "ElectLeaders", 0, 2),
+];
+
+fn find(key: ApiKey) -> Option<&'static Api> {
+    SUPPORTED.iter().find(|a| a.key == key)
+}
+
+pub fn is_supported(key: ApiKey, version: i16) -> bool {
+    find(key).is_some_and(|a| (a.min..=a.max).contains(&version))
+}
+
+/// The API's name, for metrics ("Other" for one Strata does not implement).
+pub fn name(key: ApiKey) -> &'static str {
+    find(key).map_or("Other", |a| a.name)
 }
 
 #[cfg(test)]
@@ -53,9 +77,10 @@ mod tests {
 
     #[test]
     fn every_advertised_range_is_within_what_the_codec_decodes() {
-        for (api, min, max) in SUPPORTED {
-            let codec = api.valid_versions();
-            assert!(codec.min <= *min && *max <= codec.max, "{api:?}");
+        for a in SUPPORTED {
+            let codec = a.key.valid_versions();
+            assert!(codec.min <= a.min && a.max <= codec.max, "{:?}", a.key);
+            assert_eq!(a.name, format!("{:?}", a.key));
         }
     }
 }

@@ -19,24 +19,31 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest, RequestHeader,
-    ResponseHeader, TopicName,
+    BrokerId, FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
 use crate::error::ErrorCode;
+use crate::log::LogError;
 use crate::node::Node;
 use crate::partition::{Partition, TopicPartition};
+use crate::protocol::client::{Client, ClientError};
+
+/// Why a round with the leader ended early; the fetcher reconnects and starts again.
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
 
 /// Fetch version used between brokers: topic names, current and last-fetched epochs.
 const FETCH_VERSION: i16 = 12;
@@ -122,67 +129,6 @@ impl Fetchers {
     }
 }
 
-/// A Kafka connection to the leader.
-struct Conn {
-    stream: TcpStream,
-    correlation: i32,
-}
-
-impl Conn {
-    async fn call<R: Request>(
-        &mut self,
-        version: i16,
-        req: &R,
-        client: &str,
-    ) -> anyhow::Result<R::Response> {
-        let api = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("api key {}", R::KEY))?;
-        self.correlation = self.correlation.wrapping_add(1);
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation)
-            .with_client_id(Some(StrBytes::from_string(client.to_string())));
-        let mut buf = BytesMut::new();
-        buf.extend_from_slice(&[0; 4]);
-        header.encode(&mut buf, api.request_header_version(version))?;
-        req.encode(&mut buf, version)?;
-        let len = (buf.len() - 4) as u32;
-        buf[..4].copy_from_slice(&len.to_be_bytes());
-        let exchange = async {
-            self.stream.write_all(&buf).await?;
-            let mut len = [0u8; 4];
-            self.stream.read_exact(&mut len).await?;
-            let len = u32::from_be_bytes(len) as usize;
-            anyhow::ensure!(
-                len <= MAX_RESPONSE,
-                "response of {len} bytes from the leader"
-            );
-            // Grown with the bytes that arrive, not with the length announced.
-            let mut body = Vec::new();
-            (&mut self.stream)
-                .take(len as u64)
-                .read_to_end(&mut body)
-                .await?;
-            anyhow::ensure!(
-                body.len() == len,
-                "the leader closed the connection mid-response"
-            );
-            Ok::<_, anyhow::Error>(Bytes::from(body))
-        };
-        let mut frame = tokio::time::timeout(CALL_TIMEOUT, exchange)
-            .await
-            .map_err(|_| anyhow::anyhow!("the leader did not answer within {CALL_TIMEOUT:?}"))??;
-        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version))?;
-        anyhow::ensure!(
-            header.correlation_id == self.correlation,
-            "correlation id {} from the leader, expected {}",
-            header.correlation_id,
-            self.correlation
-        );
-        <R::Response as Decodable>::decode(&mut frame, version)
-    }
-}
-
 fn topic_name(name: &str) -> TopicName {
     TopicName(StrBytes::from_string(name.to_string()))
 }
@@ -191,7 +137,7 @@ fn topic_name(name: &str) -> TopicName {
 async fn run(node: Arc<Node>, leader: u64, mut assigned: watch::Receiver<Vec<Assignment>>) {
     let me = node.config.node_id;
     let client = format!("strata-replica-{me}");
-    let mut conn: Option<Conn> = None;
+    let mut conn: Option<Client> = None;
     // The epoch each partition was truncated for.
     let mut truncated: HashMap<TopicPartition, i32> = HashMap::new();
     loop {
@@ -221,20 +167,16 @@ async fn run(node: Arc<Node>, leader: u64, mut assigned: watch::Receiver<Vec<Ass
                 .get(&leader)
                 .map(|b| format!("{}:{}", b.host, b.port));
             match addr {
-                Some(addr) => match TcpStream::connect(&addr).await {
-                    Ok(stream) => {
-                        let _ = stream.set_nodelay(true);
-                        conn = Some(Conn {
-                            stream,
-                            correlation: 0,
-                        });
+                Some(addr) => {
+                    match Client::connect(&addr, &client, CALL_TIMEOUT, MAX_RESPONSE).await {
+                        Ok(c) => conn = Some(c),
+                        Err(e) => {
+                            tracing::debug!(leader, %addr, error = %e, "cannot reach the leader to fetch from");
+                            wait(&mut assigned, RETRY).await;
+                            continue;
+                        }
                     }
-                    Err(e) => {
-                        tracing::debug!(leader, %addr, error = %e, "cannot reach the leader to fetch from");
-                        wait(&mut assigned, RETRY).await;
-                        continue;
-                    }
-                },
+                }
                 None => {
                     wait(&mut assigned, RETRY).await;
                     continue;
@@ -242,7 +184,7 @@ async fn run(node: Arc<Node>, leader: u64, mut assigned: watch::Receiver<Vec<Ass
             }
         }
         let c = conn.as_mut().expect("connected above");
-        let result = round(&node, c, &client, &parts, &mut truncated).await;
+        let result = round(&node, c, &parts, &mut truncated).await;
         match result {
             Ok(Some(pause)) => wait(&mut assigned, pause).await,
             Ok(None) => {}
@@ -264,18 +206,17 @@ async fn wait(assigned: &mut watch::Receiver<Vec<Assignment>>, pause: Duration) 
 /// (partitions waiting for new metadata).
 async fn round(
     node: &Arc<Node>,
-    conn: &mut Conn,
-    client: &str,
+    conn: &mut Client,
     parts: &[Assignment],
     truncated: &mut HashMap<TopicPartition, i32>,
-) -> anyhow::Result<Option<Duration>> {
+) -> Result<Option<Duration>, FetchError> {
     let me = node.config.node_id as i32;
     let mut stale = false;
     for a in parts {
         if truncated.get(&a.partition.tp) == Some(&a.leader_epoch) {
             continue;
         }
-        match truncate(conn, client, me, a).await? {
+        match truncate(conn, me, a).await? {
             true => {
                 truncated.insert(a.partition.tp.clone(), a.leader_epoch);
             }
@@ -320,7 +261,7 @@ async fn round(
         .with_session_id(0)
         .with_session_epoch(-1)
         .with_topics(topics);
-    let resp = conn.call(FETCH_VERSION, &req, client).await?;
+    let resp = conn.call(FETCH_VERSION, &req).await?;
     let by_tp: HashMap<(&str, i32), &Assignment> = ready
         .iter()
         .map(|a| {
@@ -353,7 +294,7 @@ async fn round(
                 code if code == ErrorCode::OffsetOutOfRange.code() => {
                     // The leader no longer has (or never had locally) the next offset: start
                     // again at its local log start.
-                    let start = local_log_start(conn, client, me, a).await?;
+                    let start = local_log_start(conn, me, a).await?;
                     tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, start, "follower out of the leader's local range: restarting at its local log start");
                     p.reset_to(start)?;
                 }
@@ -370,7 +311,7 @@ async fn round(
 
 /// Truncates the follower's log to where the leader says its newest epoch ends. `Ok(false)`
 /// when the leader refused (not the leader, or another epoch): wait for metadata.
-async fn truncate(conn: &mut Conn, client: &str, me: i32, a: &Assignment) -> anyhow::Result<bool> {
+async fn truncate(conn: &mut Client, me: i32, a: &Assignment) -> Result<bool, FetchError> {
     let p = &a.partition;
     let (epoch, log_end) = p.latest_epoch_and_end();
     if epoch < 0 {
@@ -385,9 +326,9 @@ async fn truncate(conn: &mut Conn, client: &str, me: i32, a: &Assignment) -> any
                 .with_partition(p.tp.partition)
                 .with_current_leader_epoch(a.leader_epoch)
                 .with_leader_epoch(epoch)])]);
-    let resp = conn.call(OFFSET_FOR_EPOCH_VERSION, &req, client).await?;
+    let resp = conn.call(OFFSET_FOR_EPOCH_VERSION, &req).await?;
     let Some(r) = resp.topics.first().and_then(|t| t.partitions.first()) else {
-        anyhow::bail!("empty OffsetForLeaderEpoch response");
+        return Err(ClientError::Refused("empty OffsetForLeaderEpoch response".into()).into());
     };
     if r.error_code != 0 {
         tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, code = r.error_code, "OffsetForLeaderEpoch refused");
@@ -413,12 +354,7 @@ async fn truncate(conn: &mut Conn, client: &str, me: i32, a: &Assignment) -> any
 }
 
 /// The leader's local log start (ListOffsets EARLIEST_LOCAL).
-async fn local_log_start(
-    conn: &mut Conn,
-    client: &str,
-    me: i32,
-    a: &Assignment,
-) -> anyhow::Result<i64> {
+async fn local_log_start(conn: &mut Client, me: i32, a: &Assignment) -> Result<i64, FetchError> {
     let p = &a.partition;
     let req = ListOffsetsRequest::default()
         .with_replica_id(BrokerId(me))
@@ -428,12 +364,14 @@ async fn local_log_start(
                 .with_partition_index(p.tp.partition)
                 .with_current_leader_epoch(a.leader_epoch)
                 .with_timestamp(-4)])]);
-    let resp = conn.call(LIST_OFFSETS_VERSION, &req, client).await?;
+    let resp = conn.call(LIST_OFFSETS_VERSION, &req).await?;
     let r = resp
         .topics
         .first()
         .and_then(|t| t.partitions.first())
-        .ok_or_else(|| anyhow::anyhow!("empty ListOffsets response"))?;
-    anyhow::ensure!(r.error_code == 0, "ListOffsets refused: {}", r.error_code);
+        .ok_or_else(|| ClientError::Refused("empty ListOffsets response".into()))?;
+    if r.error_code != 0 {
+        return Err(ClientError::Refused(format!("ListOffsets refused: {}", r.error_code)).into());
+    }
     Ok(r.offset)
 }

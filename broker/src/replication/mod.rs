@@ -1,6 +1,7 @@
 //! Replication between brokers, Kafka's way: followers fetch from the leader with the Fetch
 //! API ([`fetcher`]); the leader tracks how far each follower has got, moves the high
-//! watermark to what its ISR holds and proposes ISR changes through the quorum ([`leader`]).
+//! watermark to what its ISR holds ([`crate::partition::leader`]) and proposes ISR changes
+//! through the quorum ([`propose_isr`]).
 //!
 //! An acknowledged `acks=all` write is one the high watermark passed: every ISR member holds
 //! it, so it survives the loss of any ISR minority (DESIGN.md §Invariant 3) — a new leader
@@ -8,7 +9,6 @@
 //! before fetching again.
 
 pub mod fetcher;
-pub mod leader;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,12 +16,12 @@ use std::time::Duration;
 use strata_metadata::Command;
 
 use crate::node::Node;
+use crate::partition::leader::IsrChange;
 use crate::partition::Partition;
-use leader::IsrChange;
 
 /// Proposes `change` to `p`'s ISR through the quorum, in the background. Whatever happens,
 /// the leader may propose again once the outcome is applied here.
-pub fn propose_isr(node: &Arc<Node>, p: &Arc<Partition>, change: IsrChange) {
+fn propose_isr(node: &Arc<Node>, p: &Arc<Partition>, change: IsrChange) {
     let node = node.clone();
     let p = p.clone();
     tokio::spawn(async move {
@@ -47,6 +47,14 @@ pub fn propose_isr(node: &Arc<Node>, p: &Arc<Partition>, change: IsrChange) {
         }
         p.isr_change_failed();
     });
+}
+
+/// A follower's fetch from `offset`: it holds everything below, which moves the high
+/// watermark and may bring it into the ISR.
+pub fn follower_fetched(node: &Arc<Node>, p: &Arc<Partition>, follower: u64, offset: i64) {
+    if let Some(change) = p.follower_fetched(follower, offset) {
+        propose_isr(node, p, change);
+    }
 }
 
 /// Shrinks the ISR of every partition led here whose followers lag more than

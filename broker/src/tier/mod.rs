@@ -49,6 +49,8 @@ pub enum TierError {
     Log(#[from] LogError),
     #[error("commit refused: {0}")]
     Commit(String),
+    #[error("tier task: {0}")]
+    Task(String),
 }
 
 impl From<TierError> for ApiError {
@@ -72,6 +74,7 @@ impl TierError {
             TierError::Cache(_) | TierError::Corrupt(_) => "corrupt",
             TierError::Log(_) => "local",
             TierError::Commit(_) => "commit",
+            TierError::Task(_) => "task",
         }
     }
 }
@@ -127,6 +130,9 @@ pub struct Tier {
     orphan_grace: Duration,
     /// Bytes the cache reads ahead after each remote read.
     readahead_bytes: u64,
+    /// Remote segments within this many bytes of the remote end are recent (see
+    /// [`read::read_class`]).
+    recent_bytes: u64,
     runtime: TierRuntime,
 }
 
@@ -173,6 +179,7 @@ impl Tier {
             orphan_grace: Duration::from_millis(cfg.remote_log_orphan_grace_ms),
             readahead_bytes: cfg.remote_cache_block_bytes
                 * cfg.remote_cache_readahead_blocks as u64,
+            recent_bytes: cfg.remote_cache_memory_bytes,
             runtime,
         })
     }

@@ -12,6 +12,8 @@
 //! window) and to the "replay" budget otherwise, so a full-history replay cannot evict what
 //! readers near the tail use.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use strata_cache::{ObjectRef, ReadClass};
 use strata_metadata::RemoteSegment;
@@ -20,7 +22,7 @@ use uuid::Uuid;
 use super::index::{RemoteIndex, INTERVAL};
 use super::{Tier, TierError};
 use crate::log::batch::{self, BatchHeader, HEADER_LEN};
-use crate::partition::{RemoteLog, TopicPartition};
+use crate::partition::{Partition, RemoteLog, TopicPartition};
 
 /// A remote segment as the reader addresses it.
 pub struct RemoteSource<'a> {
@@ -206,6 +208,27 @@ impl Tier {
             start: pos,
             pos,
         }
+    }
+
+    /// A partition's whole batches from `offset`, which lies in its remote `segment`, up to
+    /// `max_bytes` (at least one batch): read on the tier's low-priority threads
+    /// ([`Tier::spawn`]) and cached by how recent the segment is.
+    pub async fn read_partition(
+        self: &Arc<Self>,
+        p: Arc<Partition>,
+        segment: RemoteSegment,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<Bytes, TierError> {
+        let tier = self.clone();
+        self.spawn(async move {
+            let remote = p.remote();
+            let class = read_class(&remote, &segment, tier.recent_bytes);
+            let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, &segment);
+            tier.read(&src, offset, max_bytes, class).await
+        })
+        .await
+        .map_err(|e| TierError::Task(e.to_string()))?
     }
 
     /// Whole batches from the one holding `offset`, up to `max_bytes` (at least one batch).

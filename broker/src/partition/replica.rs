@@ -1,0 +1,319 @@
+//! This broker's part in a partition's replication: its role from the metadata state, the
+//! high watermark and the ISR as leader (with [`super::leader::LeaderState`]), acks=all waits,
+//! and the follower's side of the log (replica reads, replicated appends, truncation to the
+//! leader's epochs).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::leader::{IsrChange, LeaderState};
+use super::{offsets_of, Offsets, Partition};
+use crate::error::{ApiError, ErrorCode};
+use crate::log::{AppendInfo, LogError};
+
+/// This broker's part in a partition, from the metadata state.
+pub enum Role {
+    Leader(LeaderState),
+    Follower {
+        leader: u64,
+        leader_epoch: i32,
+    },
+    /// No leader, or not yet known.
+    Offline,
+}
+
+impl Partition {
+    /// A produce to this partition as its leader, with Kafka's `acks`: for acks=all, refuses
+    /// while the ISR is smaller than `min.insync.replicas`, and after the append (validating
+    /// the batches, see [`Partition::append`]; `appended` sees what was written) waits up to
+    /// `timeout` until the ISR holds the records.
+    pub async fn produce(
+        &self,
+        records: &Bytes,
+        acks: i16,
+        timeout: Duration,
+        appended: impl FnOnce(&AppendInfo),
+    ) -> Result<AppendInfo, ApiError> {
+        let tp = &self.tp;
+        let epoch = self.current_leader_epoch();
+        let min_isr = self.min_insync_replicas();
+        if acks == -1 {
+            let isr = self.isr_len().unwrap_or(0);
+            if isr < min_isr {
+                return Err(ApiError::new(
+                    ErrorCode::NotEnoughReplicas,
+                    format!(
+                        "{}-{}: {isr} in-sync replicas, min.insync.replicas is {min_isr}",
+                        tp.topic, tp.partition
+                    ),
+                ));
+            }
+        }
+        let info = self.append(records)?;
+        appended(&info);
+        if acks == -1 {
+            self.wait_committed(info.last_offset, epoch, timeout)
+                .await
+                .map_err(|code| {
+                    ApiError::new(
+                        code,
+                        format!(
+                            "{}-{}: offset {} not replicated to the ISR in time",
+                            tp.topic, tp.partition, info.last_offset
+                        ),
+                    )
+                })?;
+            let isr = self.isr_len().unwrap_or(0);
+            if isr < min_isr {
+                return Err(ApiError::new(
+                    ErrorCode::NotEnoughReplicasAfterAppend,
+                    format!(
+                        "{}-{}: the ISR shrank to {isr} below min.insync.replicas {min_isr}",
+                        tp.topic, tp.partition
+                    ),
+                ));
+            }
+        }
+        Ok(info)
+    }
+
+    fn role(&self) -> std::sync::MutexGuard<'_, Role> {
+        self.replica.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes this broker's role from the metadata state's view of the partition.
+    pub fn set_role(&self, me: u64, info: &strata_metadata::PartitionInfo) {
+        {
+            let mut role = self.role();
+            self.log().set_replicated(info.replicas.len() > 1);
+            match info.leader {
+                Some(l) if l == me => match &mut *role {
+                    Role::Leader(s) if s.leader_epoch == info.leader_epoch => s.update(
+                        info.partition_epoch,
+                        info.replicas.clone(),
+                        info.isr.clone(),
+                    ),
+                    _ => {
+                        // As Kafka's makeLeader: the new epoch starts at the log end now, so
+                        // a follower asking where an older epoch ends gets this offset even
+                        // before anything is written in the new one.
+                        let log_end = {
+                            let mut log = self.log();
+                            if let Err(e) = log.assign_epoch(info.leader_epoch) {
+                                tracing::error!(topic = %self.tp.topic, partition = self.tp.partition, error = %e, "cannot record the new leader epoch");
+                            }
+                            log.log_end_offset()
+                        };
+                        tracing::info!(topic = %self.tp.topic, partition = self.tp.partition,
+                            leader_epoch = info.leader_epoch, log_end, isr = ?info.isr, "leading partition");
+                        *role = Role::Leader(LeaderState::new(
+                            me,
+                            info.leader_epoch,
+                            info.partition_epoch,
+                            info.replicas.clone(),
+                            info.isr.clone(),
+                            log_end,
+                            std::time::Instant::now(),
+                        ));
+                    }
+                },
+                Some(l) => {
+                    *role = Role::Follower {
+                        leader: l,
+                        leader_epoch: info.leader_epoch,
+                    }
+                }
+                None => *role = Role::Offline,
+            }
+        }
+        // Wakes acks=all waiters, which give up if this broker no longer leads.
+        self.hw.send_modify(|_| {});
+        self.advance_hw();
+    }
+
+    /// On the leader: moves the high watermark to what the ISR holds, and wakes whoever waits
+    /// on it (fetches, acks=all produces).
+    pub fn advance_hw(&self) {
+        let hw = {
+            let role = self.role();
+            let Role::Leader(s) = &*role else {
+                return;
+            };
+            let mut log = self.log();
+            let current = log.high_watermark();
+            let hw = s.high_watermark(log.log_end_offset(), current);
+            if hw == current {
+                return;
+            }
+            log.set_high_watermark(hw);
+            log.high_watermark()
+        };
+        self.hw.send_replace(hw);
+        self.wake();
+    }
+
+    /// The leader records a follower's fetch from `offset`; returns an ISR expansion to propose.
+    pub fn follower_fetched(&self, follower: u64, offset: i64) -> Option<IsrChange> {
+        let change = {
+            let mut role = self.role();
+            let Role::Leader(s) = &mut *role else {
+                return None;
+            };
+            let (log_end, hw) = {
+                let log = self.log();
+                (log.log_end_offset(), log.high_watermark())
+            };
+            s.fetched(follower, offset, log_end, hw, std::time::Instant::now())
+        };
+        self.advance_hw();
+        change
+    }
+
+    /// On the leader: an ISR shrink to propose, for followers lagging over `max_lag`.
+    pub fn isr_shrink(&self, max_lag: std::time::Duration) -> Option<IsrChange> {
+        match &mut *self.role() {
+            Role::Leader(s) => s.shrink(std::time::Instant::now(), max_lag),
+            _ => None,
+        }
+    }
+
+    /// A proposed ISR change did not commit.
+    pub fn isr_change_failed(&self) {
+        if let Role::Leader(s) = &mut *self.role() {
+            s.change_failed();
+        }
+    }
+
+    /// The ISR size while this broker leads (None otherwise).
+    pub fn isr_len(&self) -> Option<usize> {
+        match &*self.role() {
+            Role::Leader(s) => Some(s.isr.len()),
+            _ => None,
+        }
+    }
+
+    /// The leader this broker follows, and its epoch (None unless a follower).
+    pub fn following(&self) -> Option<(u64, i32)> {
+        match &*self.role() {
+            Role::Follower {
+                leader,
+                leader_epoch,
+            } => Some((*leader, *leader_epoch)),
+            _ => None,
+        }
+    }
+
+    /// Followers' log ends as this leader last saw them.
+    pub fn follower_log_ends(&self) -> Vec<(u64, i64)> {
+        match &*self.role() {
+            Role::Leader(s) => s.follower_log_ends(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Waits until the high watermark passes `last_offset` (acks=all), while this broker
+    /// leads at `leader_epoch`. `Err` carries the Kafka error to answer with.
+    pub async fn wait_committed(
+        &self,
+        last_offset: i64,
+        leader_epoch: i32,
+        timeout: std::time::Duration,
+    ) -> Result<(), crate::error::ErrorCode> {
+        let mut rx = self.hw.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.current_leader_epoch() != leader_epoch || !self.is_leader() {
+                return Err(crate::error::ErrorCode::NotLeaderOrFollower);
+            }
+            if self.log().high_watermark() > last_offset {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => {
+                    return Err(crate::error::ErrorCode::RequestTimedOut);
+                }
+            }
+        }
+    }
+
+    /// This partition's current leader epoch, as the metadata state gives it.
+    pub fn current_leader_epoch(&self) -> i32 {
+        self.leader_epoch.load(Ordering::Acquire)
+    }
+
+    /// Whether this broker has taken the leader's role for the partition.
+    pub fn is_leader(&self) -> bool {
+        matches!(&*self.role(), Role::Leader(_))
+    }
+
+    /// Batches from `offset` up to the log end, for a follower (never from the remote tier:
+    /// a follower starts at the leader's local log start).
+    pub fn read_replica(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<(Bytes, Offsets), LogError> {
+        let remote = self.remote();
+        let mut log = self.log();
+        if offset < log.log_start_offset() {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                start: log.log_start_offset(),
+                end: log.log_end_offset(),
+            });
+        }
+        let bytes = log.read_replica(offset, max_bytes)?;
+        Ok((bytes, offsets_of(&log, &remote)))
+    }
+
+    /// A follower appends batches copied from its leader (validated here: CRC, sizes) and
+    /// takes the leader's high watermark as far as it has the data.
+    pub fn append_replicated(&self, records: &Bytes, leader_hw: i64) -> Result<u64, LogError> {
+        // A fetch with nothing new carries no batch at all.
+        let batches = if records.is_empty() {
+            Vec::new()
+        } else {
+            crate::log::batch::split_and_validate(records, i32::MAX as usize)?
+        };
+        let mut log = self.log();
+        let n = if batches.is_empty() {
+            0
+        } else {
+            log.append_replicated(&batches, self.clock.now_ms())?
+        };
+        let hw = leader_hw.min(log.log_end_offset());
+        if hw > log.high_watermark() {
+            log.set_high_watermark(hw);
+        }
+        Ok(n)
+    }
+
+    /// The newest leader epoch in the local log, and the log end.
+    pub fn latest_epoch_and_end(&self) -> (i32, i64) {
+        let log = self.log();
+        (log.latest_epoch(), log.log_end_offset())
+    }
+
+    /// A follower cuts its log before the first batch ending at or after `offset`.
+    pub fn truncate_to(&self, offset: i64) -> Result<i64, LogError> {
+        self.log().truncate_to(offset, self.clock.now_ms())
+    }
+
+    /// A follower empties its log to start at `offset` (the leader's local log start).
+    pub fn reset_to(&self, offset: i64) -> Result<i64, LogError> {
+        self.log().reset_to(offset, self.clock.now_ms())
+    }
+
+    /// OffsetForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ends.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.log().end_offset_for_epoch(epoch)
+    }
+
+    /// The leader epoch of the batch holding `offset` (-1 when unknown).
+    pub fn epoch_for_offset(&self, offset: i64) -> i32 {
+        self.log().epoch_for_offset(offset)
+    }
+}

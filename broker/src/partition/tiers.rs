@@ -1,0 +1,229 @@
+//! One log over two tiers: a tiered partition's start is the remote log's start (or the local
+//! one's, whichever is lower, never below the quorum's floor), and an offset below the local
+//! start is answered from the remote segment holding it ([`Read::Remote`]); the tier reads it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use strata_metadata::{PartitionInfo, RemoteSegment};
+
+use super::{offsets_of, Offsets, Partition};
+use crate::log::{ClosedSegment, LogError, RemoteView};
+
+/// A partition's local and remote ranges (`end`s are exclusive).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TierStats {
+    pub topic: String,
+    pub partition: i32,
+    pub tiered: bool,
+    pub offsets: Offsets,
+    pub local_start: i64,
+    pub local_segments: usize,
+    pub local_bytes: u64,
+    pub remote_start: Option<i64>,
+    pub remote_end: Option<i64>,
+    pub remote_segments: usize,
+    pub remote_bytes: u64,
+    pub upload_lag_segments: usize,
+    pub upload_lag_bytes: u64,
+}
+
+/// The committed remote segments of a partition, as of the last metadata change.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RemoteLog {
+    /// Committed segments in offset order.
+    pub segments: Vec<RemoteSegment>,
+    /// Records below this are deleted even where a segment still holds them.
+    pub floor: i64,
+    /// One past the last offset ever committed remotely (deleting segments included): where
+    /// the next upload must start.
+    pub end: i64,
+}
+
+impl RemoteLog {
+    pub(super) fn of(info: &PartitionInfo) -> RemoteLog {
+        RemoteLog {
+            segments: info.remote_segments().cloned().collect(),
+            floor: info.log_start_floor,
+            end: info.remote_log_end().unwrap_or(0),
+        }
+    }
+
+    /// First readable remote offset.
+    pub fn start(&self) -> Option<i64> {
+        self.segments.first().map(|s| s.base_offset.max(self.floor))
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size_bytes).sum()
+    }
+
+    /// The segment holding `offset`, or the first one after it (offsets may have gaps).
+    pub fn segment_for(&self, offset: i64) -> Option<&RemoteSegment> {
+        let i = self.segments.partition_point(|s| s.last_offset < offset);
+        self.segments.get(i)
+    }
+
+    pub(super) fn view(&self) -> RemoteView {
+        RemoteView {
+            end: self.segments.last().map(|s| s.last_offset + 1).unwrap_or(0),
+            bytes: self.bytes(),
+        }
+    }
+}
+
+/// Where a fetch's bytes come from.
+#[derive(Debug)]
+pub enum Read {
+    /// Whole batches from the local log (possibly empty: nothing there yet).
+    Local(Bytes),
+    /// The offset lies in this remote segment; the tier reads it.
+    Remote(RemoteSegment),
+}
+
+/// Where a timestamp lookup is answered.
+#[derive(Debug)]
+pub enum TimeLookup {
+    /// `(offset, timestamp)`, or `None` when no record is that new.
+    Local(Option<(i64, i64)>),
+    /// The first record that new is in this remote segment.
+    Remote(RemoteSegment),
+}
+
+impl Partition {
+    pub fn remote(&self) -> Arc<RemoteLog> {
+        self.remote
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Batches from `offset` for a consumer (up to the high watermark), or the remote segment
+    /// to read them from.
+    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<(Read, Offsets), LogError> {
+        let remote = self.remote();
+        let mut log = self.log();
+        let offsets = offsets_of(&log, &remote);
+        if offset < offsets.log_start || offset > offsets.log_end {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                start: offsets.log_start,
+                end: offsets.log_end,
+            });
+        }
+        if offset < log.log_start_offset() {
+            if let Some(seg) = remote.segment_for(offset) {
+                if seg.base_offset < log.log_start_offset() {
+                    return Ok((Read::Remote(seg.clone()), offsets));
+                }
+            }
+            // A gap between the tiers (retention deleted segments that were never
+            // offloaded): the log continues at the local start, as after a compaction gap.
+            let start = log.log_start_offset();
+            return Ok((Read::Local(log.read(start, max_bytes, i64::MAX)?), offsets));
+        }
+        let bytes = log.read(offset, max_bytes, i64::MAX)?;
+        Ok((Read::Local(bytes), offsets))
+    }
+
+    /// ListOffsets by timestamp over both tiers.
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<TimeLookup, LogError> {
+        let remote = self.remote();
+        let mut log = self.log();
+        let local_start = log.log_start_offset();
+        if let Some(seg) = remote.segments.iter().find(|s| {
+            s.base_offset < local_start && s.last_offset >= remote.floor && s.max_timestamp >= ts
+        }) {
+            return Ok(TimeLookup::Remote(seg.clone()));
+        }
+        Ok(TimeLookup::Local(log.offset_for_timestamp(ts)?))
+    }
+
+    /// ListOffsets MAX_TIMESTAMP over both tiers: the local answer, or the remote segment
+    /// whose newest record is newer than anything local.
+    pub fn max_timestamp(&self) -> TimeLookup {
+        let remote = self.remote();
+        let log = self.log();
+        let local = log.max_timestamp();
+        let newest_remote = remote
+            .segments
+            .iter()
+            .filter(|s| s.base_offset < log.log_start_offset() && s.last_offset >= remote.floor)
+            .max_by_key(|s| s.max_timestamp);
+        match (newest_remote, local) {
+            (Some(seg), Some((_, ts))) if seg.max_timestamp > ts => TimeLookup::Remote(seg.clone()),
+            (Some(seg), None) => TimeLookup::Remote(seg.clone()),
+            _ => TimeLookup::Local(local),
+        }
+    }
+
+    /// Closed local segments the offloader may upload: those holding anything at or past
+    /// `from` (the remote end). The first may begin below it: replicas roll at different
+    /// offsets, and a new leader's segment can straddle what its predecessor uploaded.
+    pub fn offload_candidates(&self, from: i64) -> Vec<ClosedSegment> {
+        not_offloaded(self.log().closed_segments(), from)
+    }
+
+    pub fn closed_segment_bytes(&self, base: i64) -> Result<Option<Bytes>, LogError> {
+        self.log().closed_segment_bytes(base)
+    }
+
+    pub fn is_tiered(&self) -> bool {
+        self.log().config().remote_storage
+    }
+
+    /// Bytes of the local segments holding offsets at or above `offset`.
+    pub fn local_bytes_from(&self, offset: i64) -> u64 {
+        self.log().bytes_from(offset)
+    }
+
+    /// Remote retention moved the log start to `offset`: local copies below it go too.
+    pub fn delete_local_before(&self, offset: i64) -> Result<(), LogError> {
+        let mut log = self.log();
+        if offset > log.log_start_offset() {
+            let to = offset.min(log.high_watermark());
+            log.delete_records_before(to, self.clock.now_ms())?;
+        }
+        Ok(())
+    }
+
+    /// Both tiers of this partition, for the operator (`/v1/partitions`, `strata topic
+    /// describe`).
+    pub fn tier_stats(&self) -> TierStats {
+        let remote = self.remote();
+        let log = self.log();
+        let tiered = log.config().remote_storage;
+        let pending: Vec<ClosedSegment> = if tiered {
+            not_offloaded(log.closed_segments(), remote.end)
+        } else {
+            Vec::new()
+        };
+        TierStats {
+            topic: self.tp.topic.clone(),
+            partition: self.tp.partition,
+            tiered,
+            offsets: offsets_of(&log, &remote),
+            local_start: log.log_start_offset(),
+            local_segments: log.segment_count(),
+            local_bytes: log.size_bytes(),
+            remote_start: remote.start(),
+            remote_end: remote.segments.last().map(|s| s.last_offset + 1),
+            remote_segments: remote.segments.len(),
+            remote_bytes: remote.bytes(),
+            upload_lag_segments: pending.len(),
+            upload_lag_bytes: pending.iter().map(|s| s.size).sum(),
+        }
+    }
+
+    /// First offset held on local disk.
+    pub fn local_log_start(&self) -> i64 {
+        self.log().log_start_offset()
+    }
+}
+
+/// The closed segments holding anything at or past `remote_end`.
+fn not_offloaded(mut segments: Vec<ClosedSegment>, remote_end: i64) -> Vec<ClosedSegment> {
+    segments.retain(|s| s.next_offset > remote_end);
+    segments
+}
