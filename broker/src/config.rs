@@ -403,11 +403,13 @@ impl BrokerConfig {
     }
 
     /// The object store settings, with the single-node default under the data dir.
-    pub fn object_store_config(&self) -> anyhow::Result<strata_objstore::StoreConfig> {
+    pub fn object_store_config(&self) -> Result<strata_objstore::StoreConfig, ConfigError> {
         let url = match &self.object_store {
             Some(url) => url.clone(),
             None => {
-                let dir = std::path::absolute(self.data_dir.join("objects"))?;
+                let dir = std::path::absolute(self.data_dir.join("objects")).map_err(|e| {
+                    ConfigError::Invalid(format!("data_dir {}: {e}", self.data_dir.display()))
+                })?;
                 format!("file://{}", dir.display())
             }
         };

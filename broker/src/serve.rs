@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use strata_metadata::{Metadata, MetadataOptions};
 use tokio::net::TcpListener;
@@ -24,9 +23,23 @@ use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::clock::Clock;
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, ConfigError};
 use crate::metrics::Metrics;
 use crate::node::Node;
+
+/// Why `strata serve` could not start, or could not stop cleanly; the binary prints it.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Turns an error into a [`ServeError`] that says what was being done.
+fn failed<E: std::fmt::Display>(doing: impl std::fmt::Display) -> impl FnOnce(E) -> ServeError {
+    move |e| ServeError::Failed(format!("{doing}: {e}"))
+}
 
 #[derive(Args, Debug, Default)]
 pub struct ServeArgs {
@@ -62,7 +75,7 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    fn resolve(&self) -> anyhow::Result<BrokerConfig> {
+    fn resolve(&self) -> Result<BrokerConfig, ServeError> {
         let mut cfg = BrokerConfig::load(self.config.as_deref(), std::env::vars())?;
         if let Some(v) = &self.data_dir {
             cfg.data_dir = v.clone();
@@ -93,7 +106,7 @@ impl ServeArgs {
     }
 }
 
-pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub fn run(args: ServeArgs) -> Result<(), ServeError> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
@@ -105,37 +118,51 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("strata")
-        .build()?
+        .build()
+        .map_err(failed("cannot start the runtime"))?
         .block_on(serve(cfg))
 }
 
-async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&cfg.data_dir)
-        .with_context(|| format!("cannot create data dir {}", cfg.data_dir.display()))?;
+async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
+    std::fs::create_dir_all(&cfg.data_dir).map_err(failed(format!(
+        "cannot create data dir {}",
+        cfg.data_dir.display()
+    )))?;
     // One broker per data dir: a second process would interleave writes into the same logs.
     // The lock is released by the kernel when the process exits, however it exits.
-    let lock = std::fs::File::create(cfg.data_dir.join(".lock"))?;
+    let lock = std::fs::File::create(cfg.data_dir.join(".lock"))
+        .map_err(failed("cannot create the data dir lock"))?;
     if lock.try_lock().is_err() {
-        anyhow::bail!(
+        return Err(ServeError::Failed(format!(
             "data dir {} is in use by another strata process",
             cfg.data_dir.display()
-        );
+        )));
     }
     let kafka = TcpListener::bind(cfg.kafka_addr)
         .await
-        .with_context(|| format!("cannot listen for Kafka on {}", cfg.kafka_addr))?;
+        .map_err(failed(format!(
+            "cannot listen for Kafka on {}",
+            cfg.kafka_addr
+        )))?;
     let admin = TcpListener::bind(cfg.admin_addr)
         .await
-        .with_context(|| format!("cannot listen for admin HTTP on {}", cfg.admin_addr))?;
+        .map_err(failed(format!(
+            "cannot listen for admin HTTP on {}",
+            cfg.admin_addr
+        )))?;
     let raft = TcpListener::bind(cfg.raft_addr)
         .await
-        .with_context(|| format!("cannot listen for the other nodes on {}", cfg.raft_addr))?;
-    let kafka_addr = kafka.local_addr()?;
-    let admin_addr = admin.local_addr()?;
-    let raft_addr = raft.local_addr()?;
+        .map_err(failed(format!(
+            "cannot listen for the other nodes on {}",
+            cfg.raft_addr
+        )))?;
+    let (kafka_addr, admin_addr, raft_addr) = (|| {
+        Ok::<_, std::io::Error>((kafka.local_addr()?, admin.local_addr()?, raft.local_addr()?))
+    })()
+    .map_err(failed("cannot read the listeners' addresses"))?;
     let advertised = cfg.advertised(kafka_addr);
     if advertised.ip().is_unspecified() {
-        anyhow::bail!("listening on {kafka_addr}: set --advertised-kafka-addr to an address clients can reach");
+        return Err(ServeError::Failed(format!("listening on {kafka_addr}: set --advertised-kafka-addr to an address clients can reach")));
     }
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -147,17 +174,17 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     // credentials stop the broker with a clear message rather than failing every upload later.
     let store_config = cfg.object_store_config()?;
     let objects = strata_objstore::Store::open(&store_config)
-        .with_context(|| format!("object store {}", store_config.url))?;
+        .map_err(failed(format!("object store {}", store_config.url)))?;
     let tier = crate::tier::Tier::open(&cfg, objects.clone(), &metrics)
         .await
-        .context("cannot open the remote read cache")?;
+        .map_err(failed("cannot open the remote read cache"))?;
     // On the tier's threads, like every other request to the store: the HTTP client's pooled
     // connections are driven by the runtime that opened them, and must not be the Kafka one's.
     let check = objects.clone();
     tier.spawn(async move { check.check().await })
         .await
-        .context("object store check")?
-        .with_context(|| format!("object store {objects}"))?;
+        .map_err(failed("object store check"))?
+        .map_err(failed(format!("object store {objects}")))?;
     tracing::info!(store = %objects, "object store reachable");
     let request_budget =
         crate::protocol::frame::RequestBudget::new(cfg.queued_max_request_bytes as usize);
@@ -176,7 +203,7 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
             }),
     })
     .await
-    .context("cannot start the metadata quorum")?;
+    .map_err(failed("cannot start the metadata quorum"))?;
     metrics.watch_cluster(metadata.clone());
     let node = Arc::new(Node::new(
         cfg.clone(),
@@ -195,11 +222,13 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
 
     let epoch = crate::session::register(&node)
         .await
-        .context("cannot register with the controller")?;
-    crate::session::wait_unfenced(&node, epoch).await?;
+        .map_err(failed("cannot register with the controller"))?;
+    crate::session::wait_unfenced(&node, epoch)
+        .await
+        .map_err(failed("cannot join the cluster"))?;
     let opened = std::time::Instant::now();
     node.sync_partitions()
-        .map_err(|e| anyhow::anyhow!("cannot open partitions: {e}"))?;
+        .map_err(failed("cannot open partitions"))?;
     tracing::info!(
         partitions = node.partitions.all().len(),
         ms = opened.elapsed().as_millis() as u64,
@@ -209,7 +238,8 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
 
     // Groups of the `__consumer_offsets` partitions led here; later moves follow metadata.
     broker.groups.follow_leadership().await;
-    let cleaner = crate::cleaner::Cleaner::start(node.clone()).context("start the log cleaner")?;
+    let cleaner =
+        crate::cleaner::Cleaner::start(node.clone()).map_err(failed("start the log cleaner"))?;
     let follower = tokio::spawn(follow_metadata(broker.clone(), shutdown_rx.clone()));
     let session = tokio::spawn(crate::session::run(
         node.clone(),
@@ -235,8 +265,9 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
         writeln!(
             out,
             "READY kafka={kafka_addr} admin={admin_addr} raft={raft_addr}"
-        )?;
-        out.flush()?;
+        )
+        .and_then(|()| out.flush())
+        .map_err(failed("cannot write READY to stdout"))?;
     }
 
     wait_for_signal().await;
@@ -255,7 +286,7 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     let _ = offloader.await;
     tokio::task::spawn_blocking(move || cleaner.stop())
         .await
-        .context("stop the log cleaner")?;
+        .map_err(failed("stop the log cleaner"))?;
     node.partitions.close_all();
     if let Err(e) = broker.tier.cache.close().await {
         tracing::warn!(error = %e, "closing the remote read cache failed");
@@ -263,7 +294,10 @@ async fn serve(cfg: BrokerConfig) -> anyhow::Result<()> {
     if let Err(e) = metadata.snapshot().await {
         tracing::warn!(error = %e, "metadata snapshot at shutdown failed");
     }
-    metadata.shutdown().await.context("metadata shutdown")?;
+    metadata
+        .shutdown()
+        .await
+        .map_err(failed("metadata shutdown"))?;
     let _ = admin_task.await;
     drop(lock);
     tracing::info!("stopped cleanly");

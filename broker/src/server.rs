@@ -179,12 +179,29 @@ impl Activity {
     }
 }
 
+/// Why the broker closed a connection (logged; the client sees the connection close).
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error(transparent)]
+    Frame(#[from] frame::FrameError),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(transparent)]
+    Encode(#[from] protocol::EncodeError),
+    #[error("the {0:?} handler panicked")]
+    Panicked(ApiKey),
+    #[error("the client did not read its response within {0:?}")]
+    WriteTimeout(Duration),
+    #[error("the request reader ended abnormally: {0}")]
+    Reader(String),
+}
+
 async fn connection(
     stream: TcpStream,
     broker: &Arc<Broker>,
     budget: RequestBudget,
     shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
+) -> Result<(), ConnError> {
     // As Kafka reports it in DescribeGroups: "/<ip>".
     let client_host = stream
         .peer_addr()
@@ -251,7 +268,7 @@ async fn connection(
                             correlation_id,
                             "request handler panicked; closing its connection"
                         );
-                        anyhow::bail!("the {api:?} handler panicked");
+                        return Err(ConnError::Panicked(api));
                     }
                 };
                 broker.node.metrics.request(
@@ -266,7 +283,7 @@ async fn connection(
                     Ok(b) => (b, Some(budget_held)),
                     Err(e) => {
                         tracing::error!(?api, version, error = %e, "cannot encode response; closing connection");
-                        return Err(e);
+                        return Err(e.into());
                     }
                 }
             }
@@ -284,7 +301,7 @@ async fn connection(
                     .node
                     .metrics
                     .connection_closed_by_broker("write_timeout");
-                anyhow::bail!("the client did not read its response within {io_timeout:?}");
+                return Err(ConnError::WriteTimeout(io_timeout));
             }
         }
         drop(budget_held);
@@ -293,7 +310,7 @@ async fn connection(
     writer.shutdown().await.ok();
     match reader_task.await {
         Ok(r) => r,
-        Err(e) => Err(e.into()),
+        Err(e) => Err(ConnError::Reader(e.to_string())),
     }
 }
 
@@ -306,7 +323,7 @@ async fn read_requests(
     activity: Arc<Activity>,
     idle: Duration,
     mut shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
+) -> Result<(), ConnError> {
     loop {
         let frame = tokio::select! {
             f = frames.next() => f,
@@ -337,12 +354,12 @@ async fn read_requests(
                     .metrics
                     .connection_closed_by_broker("read_timeout");
                 tracing::warn!(error = %e, "closing connection: request too slow to arrive");
-                return Err(anyhow::Error::from(e));
+                return Err(e.into());
             }
             Err(e) => {
                 broker.node.metrics.bad_request("frame");
                 tracing::warn!(error = %e, "closing connection: bad frame");
-                return Err(anyhow::Error::from(e));
+                return Err(e.into());
             }
         };
         activity.touch();
@@ -365,7 +382,7 @@ async fn read_requests(
                     DecodeError::Malformed { .. } => "malformed",
                 });
                 tracing::warn!(error = %e, "closing connection: bad request");
-                return Err(anyhow::Error::from(e));
+                return Err(e.into());
             }
         };
         activity.received();

@@ -27,8 +27,25 @@ const UNFENCE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a controlled shutdown waits for the fence to be applied here.
 const SHUTDOWN_FENCE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Why this broker could not join the cluster at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Quorum(#[from] strata_metadata::MetadataError),
+    #[error("registration refused: {0}")]
+    Refused(String),
+    #[error("registration epoch {epoch} was replaced (now {current:?}) during start-up: is another process running as node {node_id}?")]
+    Replaced {
+        epoch: i64,
+        current: Option<i64>,
+        node_id: u64,
+    },
+    #[error("the controller did not unfence this broker within {0:?}")]
+    NotUnfenced(Duration),
+}
+
 /// Registers this broker under a new epoch and returns it.
-pub async fn register(node: &Node) -> anyhow::Result<i64> {
+pub async fn register(node: &Node) -> Result<i64, SessionError> {
     let cmd = Command::RegisterBroker {
         node_id: node.config.node_id,
         host: node.advertised.ip().to_string(),
@@ -44,7 +61,7 @@ pub async fn register(node: &Node) -> anyhow::Result<i64> {
             );
             Ok(epoch)
         }
-        other => anyhow::bail!("registration refused: {other:?}"),
+        other => Err(SessionError::Refused(format!("{other:?}"))),
     }
 }
 
@@ -57,7 +74,7 @@ fn heartbeat(node: &Node, epoch: i64, shutting_down: bool) -> Heartbeat {
 }
 
 /// Heartbeats until the controller unfences registration `epoch` and this node applied it.
-pub async fn wait_unfenced(node: &Node, epoch: i64) -> anyhow::Result<()> {
+pub async fn wait_unfenced(node: &Node, epoch: i64) -> Result<(), SessionError> {
     let node_id = node.config.node_id;
     let deadline = tokio::time::Instant::now() + UNFENCE_TIMEOUT;
     let interval = Duration::from_millis(node.config.broker_heartbeat_interval_ms);
@@ -66,14 +83,18 @@ pub async fn wait_unfenced(node: &Node, epoch: i64) -> anyhow::Result<()> {
             Ok(HeartbeatReply::Alive { fenced: false }) => break,
             Ok(HeartbeatReply::Alive { fenced: true }) => {}
             Ok(HeartbeatReply::StaleEpoch { current }) => {
-                anyhow::bail!("registration epoch {epoch} was replaced (now {current:?}) during start-up: is another process running as node {node_id}?")
+                return Err(SessionError::Replaced {
+                    epoch,
+                    current,
+                    node_id,
+                });
             }
             Err(e) => {
                 tracing::info!(error = %e, "waiting for the controller to unfence this broker")
             }
         }
         if tokio::time::Instant::now() >= deadline {
-            anyhow::bail!("the controller did not unfence this broker within {UNFENCE_TIMEOUT:?}");
+            return Err(SessionError::NotUnfenced(UNFENCE_TIMEOUT));
         }
         tokio::time::sleep(interval).await;
     }

@@ -24,7 +24,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => strata_broker::serve::run(args),
+        Command::Serve(args) => Ok(strata_broker::serve::run(args)?),
         Command::Client(cmd) => strata_cli::run(cmd),
     }
 }

@@ -121,7 +121,7 @@ pub fn filter_batch(
         }
         Ok(())
     };
-    let compressed: anyhow::Result<()> = match header.codec() {
+    let compressed = match header.codec() {
         0 => codec::None::compress(&mut out, put),
         1 => codec::Gzip::compress(&mut out, put),
         2 => codec::Snappy::compress(&mut out, put),

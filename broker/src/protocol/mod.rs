@@ -83,6 +83,18 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
     })
 }
 
+/// A response the codec could not encode (a field out of range for the version asked).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode the response: {0}")]
+pub struct EncodeError(String);
+
+/// The codec reports its errors as `anyhow`; they stop here.
+impl From<anyhow::Error> for EncodeError {
+    fn from(e: anyhow::Error) -> EncodeError {
+        EncodeError(e.to_string())
+    }
+}
+
 /// Encodes a response frame, length prefix included, as chunks for vectored writes: record
 /// batches in Fetch responses are referenced, not copied (see [`zero_copy`]).
 pub fn encode_response(
@@ -90,7 +102,7 @@ pub fn encode_response(
     version: i16,
     correlation_id: i32,
     body: &ResponseKind,
-) -> anyhow::Result<Vec<Bytes>> {
+) -> Result<Vec<Bytes>, EncodeError> {
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let header_version = api_key.response_header_version(version);
     let body_size = match body {
