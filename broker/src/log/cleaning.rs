@@ -26,9 +26,10 @@ use serde::{Deserialize, Serialize};
 
 use super::batch::{self, BatchHeader};
 use super::compact::{self, Filtered, OffsetMap};
+use super::index::{read_checkpoint, write_checkpoint};
 use super::records;
 use super::segment::{self, Segment};
-use super::{read_checkpoint, write_checkpoint, Log, LogError};
+use super::{Log, LogError};
 
 const STAGING: &str = "cleaning";
 const MANIFEST: &str = "swap.json";

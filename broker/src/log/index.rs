@@ -163,6 +163,15 @@ pub fn write_file_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// A checkpoint file: one decimal offset.
+pub fn read_checkpoint(path: &Path) -> Option<i64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+pub fn write_checkpoint(path: &Path, v: i64) -> std::io::Result<()> {
+    write_file_atomically(path, v.to_string().as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,18 +28,22 @@ pub mod index;
 pub mod leader_epoch;
 pub mod producer_state;
 pub mod records;
+mod recovery;
+mod retention;
 pub mod segment;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use bytes::Bytes;
 
 use batch::BatchHeader;
 use config::{LogConfig, TimestampType};
 pub use error::LogError;
+use index::write_checkpoint;
 use leader_epoch::LeaderEpochCache;
 use producer_state::{ProducerState, SequenceCheck};
+pub use recovery::RecoveryReport;
 use segment::Segment;
 
 /// Result of appending one produce request's batches to a partition.
@@ -104,15 +108,6 @@ pub struct ClosedSegment {
     pub max_timestamp: i64,
 }
 
-/// What `Log::open` found, for logs and metrics.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RecoveryReport {
-    pub clean: bool,
-    pub segments: usize,
-    pub rescanned_segments: usize,
-    pub truncated_bytes: u64,
-}
-
 /// Fsyncs rolled segments (from [`Log::take_unflushed_rolls`]); returns the recovery point they
 /// allow, `None` when there were none.
 pub fn fsync_rolls(rolls: &[(i64, std::fs::File)]) -> std::io::Result<Option<i64>> {
@@ -122,135 +117,7 @@ pub fn fsync_rolls(rolls: &[(i64, std::fs::File)]) -> std::io::Result<Option<i64
     Ok(rolls.last().map(|(end, _)| *end))
 }
 
-fn read_checkpoint(path: &Path) -> Option<i64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-fn write_checkpoint(path: &Path, v: i64) -> Result<(), LogError> {
-    index::write_file_atomically(path, v.to_string().as_bytes())?;
-    Ok(())
-}
-
 impl Log {
-    /// Opens (creating if needed) the log in `dir`, recovering from an unclean shutdown.
-    pub fn open(
-        dir: &Path,
-        config: LogConfig,
-        now_ms: i64,
-    ) -> Result<(Log, RecoveryReport), LogError> {
-        std::fs::create_dir_all(dir)?;
-        let clean_marker = dir.join(CLEAN_SHUTDOWN);
-        let clean = clean_marker.exists();
-        cleaning::recover(dir)?;
-        let mut bases: Vec<i64> = Vec::new();
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if let Some(stem) = name.strip_suffix(".log") {
-                if let Ok(base) = stem.parse::<i64>() {
-                    bases.push(base);
-                }
-            } else if name.ends_with(".tmp") {
-                // A write that never reached its rename: the previous file is still in place.
-                std::fs::remove_file(entry.path())?;
-            }
-        }
-        bases.sort_unstable();
-        let recovery_point = read_checkpoint(&dir.join(RECOVERY_POINT)).unwrap_or(0);
-        let mut report = RecoveryReport {
-            clean,
-            segments: bases.len(),
-            ..Default::default()
-        };
-        let mut segments = BTreeMap::new();
-        let mut truncated_at: Option<i64> = None;
-        for (i, &base) in bases.iter().enumerate() {
-            if truncated_at.is_some() {
-                // Everything after a torn segment is unreachable: offsets would not be dense.
-                Segment::open(dir, base, config.index_interval_bytes, false)?
-                    .0
-                    .delete()?;
-                continue;
-            }
-            let next_base = bases.get(i + 1).copied();
-            // Segments wholly below the recovery point were sealed and flushed.
-            let sealed = next_base.is_some_and(|n| n <= recovery_point);
-            let trust = clean || sealed;
-            let (seg, scan) = Segment::open(dir, base, config.index_interval_bytes, trust)?;
-            if !trust {
-                report.rescanned_segments += 1;
-            }
-            report.truncated_bytes += scan.truncated_bytes;
-            // A segment may end before the next one starts (compaction removed its last
-            // records), but never overlap it.
-            if scan.truncated_bytes > 0 || next_base.is_some_and(|n| n < seg.next_offset()) {
-                if scan.truncated_bytes > 0 {
-                    tracing::warn!(dir = %dir.display(), base, bytes = scan.truncated_bytes, "truncated torn tail of segment");
-                }
-                if next_base.is_some() {
-                    truncated_at = Some(seg.next_offset());
-                }
-            }
-            segments.insert(base, seg);
-        }
-        if clean {
-            std::fs::remove_file(&clean_marker)?;
-        }
-        let mut log_start_offset = read_checkpoint(&dir.join(LOG_START)).unwrap_or(0);
-        if segments.is_empty() {
-            let start = log_start_offset.max(0);
-            segments.insert(
-                start,
-                Segment::create(dir, start, config.index_interval_bytes, now_ms)?,
-            );
-        }
-        let first_base = *segments.keys().next().expect("at least one segment");
-        let log_end = segments.values().next_back().expect("one").next_offset();
-        log_start_offset = log_start_offset.clamp(first_base, log_end);
-        let mut log = Log {
-            dir: dir.to_path_buf(),
-            config,
-            segments,
-            log_start_offset,
-            high_watermark: log_end,
-            recovery_point: recovery_point.min(log_end),
-            producers: ProducerState::default(),
-            last_flush_ms: now_ms,
-            clean_point: Log::load_clean_point(dir),
-            unflushed_rolls: Vec::new(),
-            epochs: LeaderEpochCache::default(),
-            replicated: false,
-        };
-        log.rebuild_producer_state()?;
-        log.load_epochs()?;
-        Ok((log, report))
-    }
-
-    /// Loads the leader-epoch checkpoint, or rebuilds it from the batch headers when it is
-    /// missing or damaged, and drops epochs the log does not reach (a crash between writing
-    /// the checkpoint and the append).
-    fn load_epochs(&mut self) -> Result<(), LogError> {
-        let (mut epochs, mut changed) = match LeaderEpochCache::load(&self.dir)? {
-            Some(c) => (c, false),
-            None => {
-                let mut c = LeaderEpochCache::default();
-                for seg in self.segments.values_mut() {
-                    for (_, h) in seg.headers_from(0)? {
-                        c.assign(h.leader_epoch, h.base_offset);
-                    }
-                }
-                (c, true)
-            }
-        };
-        changed |= epochs.truncate_from_end(self.log_end_offset());
-        if changed {
-            epochs.save(&self.dir)?;
-        }
-        self.epochs = epochs;
-        Ok(())
-    }
-
     /// OffsetForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ends.
     pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
         self.epochs.end_offset_for(epoch, self.log_end_offset())
@@ -261,29 +128,6 @@ impl Log {
         self.epochs
             .epoch_for(offset)
             .unwrap_or(leader_epoch::UNDEFINED_EPOCH)
-    }
-
-    /// Loads the producer snapshot and replays the batch headers after it.
-    fn rebuild_producer_state(&mut self) -> Result<(), LogError> {
-        let (state, from) = match ProducerState::load(&self.dir.join(PRODUCER_STATE)) {
-            Some((s, off)) if off <= self.log_end_offset() && off >= self.first_segment_base() => {
-                (s, off)
-            }
-            _ => (ProducerState::default(), self.first_segment_base()),
-        };
-        self.producers = state;
-        for seg in self.segments.values_mut() {
-            if seg.next_offset() <= from {
-                continue;
-            }
-            let start = seg.find_batch(from)?.map(|(p, _)| p).unwrap_or(seg.size());
-            for (_, h) in seg.headers_from(start)? {
-                if h.base_offset >= from && h.is_idempotent() {
-                    self.producers.record(&h, h.max_timestamp);
-                }
-            }
-        }
-        Ok(())
     }
 
     fn first_segment_base(&self) -> i64 {
@@ -715,115 +559,6 @@ impl Log {
             .map(|s| (s.offset_of_max_timestamp(), s.max_timestamp()))
     }
 
-    /// DeleteRecords: moves the log start to `offset` (≤ high watermark) and drops segments
-    /// wholly below it. Returns the new log start.
-    pub fn delete_records_before(&mut self, offset: i64, now_ms: i64) -> Result<i64, LogError> {
-        if self.config.compact && !self.config.delete {
-            return Err(LogError::PolicyViolation(
-                "DeleteRecords is not allowed on a topic with cleanup.policy=compact",
-            ));
-        }
-        if offset < 0 || offset > self.high_watermark {
-            return Err(LogError::OffsetOutOfRange {
-                offset,
-                start: self.log_start_offset,
-                end: self.high_watermark,
-            });
-        }
-        if offset > self.log_start_offset {
-            self.log_start_offset = offset;
-            write_checkpoint(&self.dir.join(LOG_START), offset)?;
-            self.delete_segments_below_start(now_ms)?;
-        }
-        Ok(self.log_start_offset)
-    }
-
-    fn delete_segments_below_start(&mut self, now_ms: i64) -> Result<usize, LogError> {
-        if self.log_start_offset >= self.log_end_offset() && !self.active().is_empty() {
-            self.roll(now_ms)?;
-        }
-        let doomed: Vec<i64> = self
-            .segments
-            .iter()
-            .take(self.segments.len() - 1)
-            .filter(|(_, s)| s.next_offset() <= self.log_start_offset)
-            .map(|(b, _)| *b)
-            .collect();
-        for base in &doomed {
-            if let Some(seg) = self.segments.remove(base) {
-                seg.delete()?;
-            }
-        }
-        Ok(doomed.len())
-    }
-
-    /// Deletes closed segments past retention, unless the cleanup policy lacks `delete`.
-    /// Returns how many segments were deleted.
-    ///
-    /// Without a remote copy (`remote` is `None`), `retention.ms/bytes` bound the local log.
-    /// With one, a segment goes when the whole log's retention expires it (it may never have
-    /// been offloaded: the store was down), or when it is committed remotely and past
-    /// `local.retention.ms/bytes` (DESIGN.md §Invariant 4). The remote part of the whole log
-    /// is expired by the tier, which moves the start of this log with it.
-    pub fn enforce_retention(
-        &mut self,
-        now_ms: i64,
-        remote: Option<RemoteView>,
-    ) -> Result<usize, LogError> {
-        if !self.config.delete {
-            return Ok(0);
-        }
-        let mut new_start = self.log_start_offset;
-        let closed: Vec<(bool, i64, u64, i64)> = self
-            .segments
-            .values()
-            .take(self.segments.len() - 1)
-            .map(|s| (s.is_empty(), s.max_timestamp(), s.size(), s.next_offset()))
-            .collect();
-        let local_size = self.size_bytes() as i64;
-        // The whole log's size: remote bytes plus what is only here.
-        let mut total = match remote {
-            None => local_size,
-            Some(r) => {
-                r.bytes as i64
-                    + self
-                        .segments
-                        .values()
-                        .filter(|s| s.next_offset() > r.end)
-                        .map(|s| s.size() as i64)
-                        .sum::<i64>()
-            }
-        };
-        let mut local = local_size;
-        let c = &self.config;
-        for (empty, max_ts, seg_size, next) in closed {
-            let seg_size = seg_size as i64;
-            let offloaded = remote.is_some_and(|r| next <= r.end);
-            let past = |ms: i64| ms >= 0 && (empty || (max_ts >= 0 && now_ms - max_ts > ms));
-            let whole_expired = !offloaded
-                && (past(c.retention_ms)
-                    || (c.retention_bytes >= 0 && total - seg_size >= c.retention_bytes));
-            let local_expired = offloaded
-                && (past(c.local_retention_ms)
-                    || (c.local_retention_bytes >= 0
-                        && local - seg_size >= c.local_retention_bytes));
-            if !(whole_expired || local_expired) {
-                break;
-            }
-            if !offloaded {
-                total -= seg_size;
-            }
-            local -= seg_size;
-            new_start = new_start.max(next);
-        }
-        if new_start > self.log_start_offset {
-            self.log_start_offset = new_start;
-            write_checkpoint(&self.dir.join(LOG_START), new_start)?;
-            return self.delete_segments_below_start(now_ms);
-        }
-        Ok(0)
-    }
-
     /// Closed segments wholly below the high watermark: what may be offloaded.
     pub fn closed_segments(&self) -> Vec<ClosedSegment> {
         self.segments
@@ -874,28 +609,6 @@ impl Log {
     pub fn flush(&mut self, now_ms: i64) -> Result<(), LogError> {
         self.active().flush()?;
         self.last_flush_ms = now_ms;
-        Ok(())
-    }
-
-    /// Clean close: flush, write indexes and producer state, and leave the marker that lets
-    /// the next open skip recovery.
-    pub fn close(&mut self) -> Result<(), LogError> {
-        self.flush_rolls()?;
-        let end = self.log_end_offset();
-        let active = self.active();
-        active.flush()?;
-        active.write_indexes()?;
-        self.producers.save(&self.dir.join(PRODUCER_STATE), end)?;
-        write_checkpoint(&self.dir.join(LOG_START), self.log_start_offset)?;
-        index::write_file_atomically(&self.dir.join(CLEAN_SHUTDOWN), b"")?;
-        Ok(())
-    }
-
-    /// Removes the whole partition directory (topic deletion).
-    pub fn delete_all(self) -> Result<(), LogError> {
-        let dir = self.dir.clone();
-        drop(self);
-        std::fs::remove_dir_all(&dir)?;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ use super::batch::{split_and_validate, BatchHeader};
 use super::*;
 use crate::log::config::LogConfig;
 use proptest::prelude::*;
+use std::path::Path;
 
 fn validated(b: Bytes) -> Vec<(BatchHeader, Bytes)> {
     split_and_validate(&b, 1 << 20).unwrap()

@@ -1,0 +1,188 @@
+//! Opening a log: recovery after an unclean shutdown (rescanning segments above the recovery
+//! point, truncating a torn tail, rebuilding producer state and leader epochs) and the clean
+//! close whose marker lets the next open skip it. See the invariants in [`super`].
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::index::{self, read_checkpoint, write_checkpoint};
+use super::leader_epoch::LeaderEpochCache;
+use super::producer_state::ProducerState;
+use super::segment::Segment;
+use super::{cleaning, Log, LogConfig, LogError};
+use super::{CLEAN_SHUTDOWN, LOG_START, PRODUCER_STATE, RECOVERY_POINT};
+
+/// What `Log::open` found, for logs and metrics.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RecoveryReport {
+    pub clean: bool,
+    pub segments: usize,
+    pub rescanned_segments: usize,
+    pub truncated_bytes: u64,
+}
+
+impl Log {
+    /// Opens (creating if needed) the log in `dir`, recovering from an unclean shutdown.
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        now_ms: i64,
+    ) -> Result<(Log, RecoveryReport), LogError> {
+        std::fs::create_dir_all(dir)?;
+        let clean_marker = dir.join(CLEAN_SHUTDOWN);
+        let clean = clean_marker.exists();
+        cleaning::recover(dir)?;
+        let mut bases: Vec<i64> = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if let Some(stem) = name.strip_suffix(".log") {
+                if let Ok(base) = stem.parse::<i64>() {
+                    bases.push(base);
+                }
+            } else if name.ends_with(".tmp") {
+                // A write that never reached its rename: the previous file is still in place.
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        bases.sort_unstable();
+        let recovery_point = read_checkpoint(&dir.join(RECOVERY_POINT)).unwrap_or(0);
+        let mut report = RecoveryReport {
+            clean,
+            segments: bases.len(),
+            ..Default::default()
+        };
+        let mut segments = BTreeMap::new();
+        let mut truncated_at: Option<i64> = None;
+        for (i, &base) in bases.iter().enumerate() {
+            if truncated_at.is_some() {
+                // Everything after a torn segment is unreachable: offsets would not be dense.
+                Segment::open(dir, base, config.index_interval_bytes, false)?
+                    .0
+                    .delete()?;
+                continue;
+            }
+            let next_base = bases.get(i + 1).copied();
+            // Segments wholly below the recovery point were sealed and flushed.
+            let sealed = next_base.is_some_and(|n| n <= recovery_point);
+            let trust = clean || sealed;
+            let (seg, scan) = Segment::open(dir, base, config.index_interval_bytes, trust)?;
+            if !trust {
+                report.rescanned_segments += 1;
+            }
+            report.truncated_bytes += scan.truncated_bytes;
+            // A segment may end before the next one starts (compaction removed its last
+            // records), but never overlap it.
+            if scan.truncated_bytes > 0 || next_base.is_some_and(|n| n < seg.next_offset()) {
+                if scan.truncated_bytes > 0 {
+                    tracing::warn!(dir = %dir.display(), base, bytes = scan.truncated_bytes, "truncated torn tail of segment");
+                }
+                if next_base.is_some() {
+                    truncated_at = Some(seg.next_offset());
+                }
+            }
+            segments.insert(base, seg);
+        }
+        if clean {
+            std::fs::remove_file(&clean_marker)?;
+        }
+        let mut log_start_offset = read_checkpoint(&dir.join(LOG_START)).unwrap_or(0);
+        if segments.is_empty() {
+            let start = log_start_offset.max(0);
+            segments.insert(
+                start,
+                Segment::create(dir, start, config.index_interval_bytes, now_ms)?,
+            );
+        }
+        let first_base = *segments.keys().next().expect("at least one segment");
+        let log_end = segments.values().next_back().expect("one").next_offset();
+        log_start_offset = log_start_offset.clamp(first_base, log_end);
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            log_start_offset,
+            high_watermark: log_end,
+            recovery_point: recovery_point.min(log_end),
+            producers: ProducerState::default(),
+            last_flush_ms: now_ms,
+            clean_point: Log::load_clean_point(dir),
+            unflushed_rolls: Vec::new(),
+            epochs: LeaderEpochCache::default(),
+            replicated: false,
+        };
+        log.rebuild_producer_state()?;
+        log.load_epochs()?;
+        Ok((log, report))
+    }
+
+    /// Loads the leader-epoch checkpoint, or rebuilds it from the batch headers when it is
+    /// missing or damaged, and drops epochs the log does not reach (a crash between writing
+    /// the checkpoint and the append).
+    fn load_epochs(&mut self) -> Result<(), LogError> {
+        let (mut epochs, mut changed) = match LeaderEpochCache::load(&self.dir)? {
+            Some(c) => (c, false),
+            None => {
+                let mut c = LeaderEpochCache::default();
+                for seg in self.segments.values_mut() {
+                    for (_, h) in seg.headers_from(0)? {
+                        c.assign(h.leader_epoch, h.base_offset);
+                    }
+                }
+                (c, true)
+            }
+        };
+        changed |= epochs.truncate_from_end(self.log_end_offset());
+        if changed {
+            epochs.save(&self.dir)?;
+        }
+        self.epochs = epochs;
+        Ok(())
+    }
+
+    /// Loads the producer snapshot and replays the batch headers after it.
+    pub(super) fn rebuild_producer_state(&mut self) -> Result<(), LogError> {
+        let (state, from) = match ProducerState::load(&self.dir.join(PRODUCER_STATE)) {
+            Some((s, off)) if off <= self.log_end_offset() && off >= self.first_segment_base() => {
+                (s, off)
+            }
+            _ => (ProducerState::default(), self.first_segment_base()),
+        };
+        self.producers = state;
+        for seg in self.segments.values_mut() {
+            if seg.next_offset() <= from {
+                continue;
+            }
+            let start = seg.find_batch(from)?.map(|(p, _)| p).unwrap_or(seg.size());
+            for (_, h) in seg.headers_from(start)? {
+                if h.base_offset >= from && h.is_idempotent() {
+                    self.producers.record(&h, h.max_timestamp);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Clean close: flush, write indexes and producer state, and leave the marker that lets
+    /// the next open skip recovery.
+    pub fn close(&mut self) -> Result<(), LogError> {
+        self.flush_rolls()?;
+        let end = self.log_end_offset();
+        let active = self.active();
+        active.flush()?;
+        active.write_indexes()?;
+        self.producers.save(&self.dir.join(PRODUCER_STATE), end)?;
+        write_checkpoint(&self.dir.join(LOG_START), self.log_start_offset)?;
+        index::write_file_atomically(&self.dir.join(CLEAN_SHUTDOWN), b"")?;
+        Ok(())
+    }
+
+    /// Removes the whole partition directory (topic deletion).
+    pub fn delete_all(self) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        drop(self);
+        std::fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+}
