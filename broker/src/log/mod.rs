@@ -17,7 +17,11 @@
 //!   leader epoch (and, for LogAppendTime topics, the timestamp), so fetch never re-encodes;
 //! - readers never see bytes at or above the high watermark;
 //! - after a crash, only segments at or above the recovery point are rescanned, and a torn tail
-//!   is truncated at the last batch whose CRC checks.
+//!   is truncated at the last batch whose CRC checks;
+//! - leader epochs only increase along the log.
+//!
+//! [`Log::debug_check`] asserts the offset invariants wherever offsets change, so debug-built
+//! tests catch a breach; release builds do not pay for it.
 
 pub mod batch;
 pub mod cleaning;
@@ -130,6 +134,26 @@ impl Log {
             .unwrap_or(leader_epoch::UNDEFINED_EPOCH)
     }
 
+    /// `log_start ≤ high_watermark ≤ log_end`, and the first segment holds the log start.
+    fn debug_check(&self) {
+        debug_assert!(
+            self.log_start_offset <= self.high_watermark
+                && self.high_watermark <= self.log_end_offset(),
+            "{}: log start {} <= high watermark {} <= log end {} broken",
+            self.dir.display(),
+            self.log_start_offset,
+            self.high_watermark,
+            self.log_end_offset()
+        );
+        debug_assert!(
+            self.first_segment_base() <= self.log_start_offset,
+            "{}: first segment at {} starts after the log start {}",
+            self.dir.display(),
+            self.first_segment_base(),
+            self.log_start_offset
+        );
+    }
+
     fn first_segment_base(&self) -> i64 {
         *self
             .segments
@@ -235,6 +259,12 @@ impl Log {
             }
             self.maybe_roll(bytes.len() as u64, now_ms)?;
             let base_offset = self.log_end_offset();
+            debug_assert!(
+                leader_epoch >= self.latest_epoch(),
+                "{}: append under leader epoch {leader_epoch}, older than the log's {}",
+                self.dir.display(),
+                self.latest_epoch()
+            );
             if self.epochs.assign(leader_epoch, base_offset) {
                 // Durable before the batch: the file never lacks an epoch the log holds.
                 self.epochs.save(&self.dir)?;
@@ -271,6 +301,7 @@ impl Log {
         if self.active().unflushed_messages() as i64 >= self.config.flush_messages {
             self.flush(now_ms)?;
         }
+        self.debug_check();
         Ok(info)
     }
 
@@ -283,13 +314,16 @@ impl Log {
             self.high_watermark = self.log_start_offset;
         }
         self.replicated = replicated;
+        self.debug_check();
     }
 
-    /// Moves the high watermark (never past the log end). The partition computes it: the log
-    /// end on a single replica, the smallest log end of the ISR on a leader, the leader's
-    /// high watermark on a follower.
+    /// Moves the high watermark. The partition computes it: the log end on a single replica,
+    /// the smallest log end of the ISR on a leader, the leader's high watermark on a follower,
+    /// which may be ahead of this log: a follower's high watermark is its log end then (Kafka's
+    /// rule), and never below its log start, whose records are committed or gone.
     pub fn set_high_watermark(&mut self, hw: i64) {
         self.high_watermark = hw.clamp(self.log_start_offset, self.log_end_offset());
+        self.debug_check();
     }
 
     /// A follower's append of batches copied from its leader: offsets, epochs and bytes are
@@ -324,6 +358,13 @@ impl Log {
                 )?;
                 self.segments.insert(header.base_offset, seg);
             }
+            debug_assert!(
+                header.leader_epoch >= self.latest_epoch(),
+                "{}: replicated batch of leader epoch {}, older than the log's {}",
+                self.dir.display(),
+                header.leader_epoch,
+                self.latest_epoch()
+            );
             if self.epochs.assign(header.leader_epoch, header.base_offset) {
                 self.epochs.save(&self.dir)?;
             }
@@ -380,6 +421,8 @@ impl Log {
             Segment::create(&self.dir, offset, self.config.index_interval_bytes, now_ms)?,
         );
         self.log_start_offset = offset;
+        // Everything below the new start is gone: committed as far as this log can tell.
+        self.high_watermark = offset;
         write_checkpoint(&self.dir.join(LOG_START), offset)?;
         self.epochs = LeaderEpochCache::default();
         self.epochs.save(&self.dir)?;
@@ -399,7 +442,9 @@ impl Log {
         }
         // The producer snapshot may describe batches that are gone.
         let _ = std::fs::remove_file(self.dir.join(PRODUCER_STATE));
-        self.rebuild_producer_state()
+        self.rebuild_producer_state()?;
+        self.debug_check();
+        Ok(())
     }
 
     /// Records that `epoch` starts at the log end (a new leader taking over).

@@ -114,6 +114,7 @@ impl Log {
         };
         log.rebuild_producer_state()?;
         log.load_epochs()?;
+        log.debug_check();
         Ok((log, report))
     }
 

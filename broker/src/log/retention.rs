@@ -25,6 +25,7 @@ impl Log {
             write_checkpoint(&self.dir.join(LOG_START), offset)?;
             self.delete_segments_below_start(now_ms)?;
         }
+        self.debug_check();
         Ok(self.log_start_offset)
     }
 
@@ -87,6 +88,12 @@ impl Log {
         let mut local = local_size;
         let c = &self.config;
         for (empty, max_ts, seg_size, next) in closed {
+            // Only committed records expire: a segment the high watermark has not passed may
+            // still be needed by a follower catching up (Kafka's rule), and the log start
+            // never passes the high watermark.
+            if next > self.high_watermark {
+                break;
+            }
             let seg_size = seg_size as i64;
             let offloaded = remote.is_some_and(|r| next <= r.end);
             let past = |ms: i64| ms >= 0 && (empty || (max_ts >= 0 && now_ms - max_ts > ms));
@@ -109,7 +116,9 @@ impl Log {
         if new_start > self.log_start_offset {
             self.log_start_offset = new_start;
             write_checkpoint(&self.dir.join(LOG_START), new_start)?;
-            return self.delete_segments_below_start(now_ms);
+            let deleted = self.delete_segments_below_start(now_ms)?;
+            self.debug_check();
+            return Ok(deleted);
         }
         Ok(0)
     }

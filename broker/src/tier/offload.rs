@@ -275,6 +275,16 @@ async fn upload_segment(
     result?;
     node.sync_partitions()
         .map_err(|e| TierError::Commit(e.message))?;
+    // One log over two tiers, without a hole: local retention drops only what is offloaded,
+    // so the local log still starts at or below the new remote end.
+    debug_assert!(
+        p.local_log_start() <= summary.last_offset + 1,
+        "{}-{}: local log starts at {}, past the remote end {}",
+        p.tp.topic,
+        p.tp.partition,
+        p.local_log_start(),
+        summary.last_offset + 1
+    );
     tier.metrics
         .uploaded(summary.size, started.elapsed().as_secs_f64());
     tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, base, last = summary.last_offset,
