@@ -492,6 +492,14 @@ impl Drop for Broker {
                 self.data_dir.display(),
                 self.log.text()
             );
+        } else if self.log.text().contains("panicked at") {
+            // A panic fails one request and the broker carries on, so a client may never
+            // notice; a debug build's invariant checks panic too. Either is a bug.
+            panic!(
+                "strata panicked during the test (data dir {}):\n{}",
+                self.data_dir.display(),
+                self.log.text()
+            );
         }
     }
 }

@@ -285,6 +285,13 @@ impl Log {
             }
             let prefix = batch::assigned_prefix(body, base_offset, leader_epoch);
             self.active().append(&h, &prefix, body)?;
+            // Dense: the batch took the offsets from the old end, and the end follows it.
+            debug_assert_eq!(
+                self.log_end_offset(),
+                h.last_offset() + 1,
+                "{}: offsets not dense after the batch at {base_offset}",
+                self.dir.display()
+            );
             self.producers.record(&h, h.max_timestamp);
             if info.base_offset < 0 || info.duplicate {
                 info.base_offset = base_offset;
@@ -371,6 +378,13 @@ impl Log {
             let mut prefix = [0u8; 16];
             prefix.copy_from_slice(&bytes[..16]);
             self.active().append(header, &prefix, bytes)?;
+            debug_assert_eq!(
+                self.log_end_offset(),
+                header.last_offset() + 1,
+                "{}: the log end does not follow the replicated batch at {}",
+                self.dir.display(),
+                header.base_offset
+            );
             if header.is_idempotent() {
                 self.producers.record(header, header.max_timestamp);
             }
