@@ -24,20 +24,17 @@ use crate::topic_config;
 type Key = (String, String, i32);
 
 /// One partition's lag as last sampled.
-#[derive(Debug, Clone, PartialEq)]
 struct Lag {
-    pub group: String,
-    pub topic: String,
-    pub partition: i32,
-    pub committed: i64,
-    pub high_watermark: i64,
-    pub records: i64,
-    pub seconds: f64,
+    group: String,
+    topic: String,
+    partition: i32,
+    records: i64,
+    seconds: f64,
     /// Records per second; positive = falling behind, negative = draining.
-    pub trend: f64,
+    trend: f64,
     /// Seconds until the lag reaches zero at the current trend; `None` unless draining.
-    pub drain_seconds: Option<f64>,
-    pub retention_risk: bool,
+    drain_seconds: Option<f64>,
+    retention_risk: bool,
 }
 
 pub struct LagTracker {
@@ -216,8 +213,6 @@ impl LagTracker {
                 group,
                 topic,
                 partition,
-                committed,
-                high_watermark: o.high_watermark,
                 records,
                 seconds,
                 trend,

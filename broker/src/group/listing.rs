@@ -78,13 +78,7 @@ pub(super) fn describe(groups: &HashMap<String, Entry>, group_id: &str) -> Group
                 .values()
                 .map(|m| {
                     let (meta, assignment) = if stable {
-                        let meta = m
-                            .protocols
-                            .iter()
-                            .find(|(n, _)| *n == protocol)
-                            .map(|(_, b)| b.clone())
-                            .unwrap_or_default();
-                        (meta, m.assignment.clone())
+                        (m.metadata_for(&protocol), m.assignment.clone())
                     } else {
                         (Bytes::new(), Bytes::new())
                     };

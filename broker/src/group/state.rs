@@ -111,6 +111,17 @@ pub struct Member {
     sync_waiter: Option<oneshot::Sender<SyncResult>>,
 }
 
+impl Member {
+    /// The metadata this member sent for `protocol` (empty if it did not offer it).
+    pub fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(n, _)| n == protocol)
+            .map(|(_, b)| b.clone())
+            .unwrap_or_default()
+    }
+}
+
 /// What a JoinGroup asks for.
 pub struct JoinRequest {
     pub member_id: String,
@@ -461,13 +472,11 @@ impl Group {
             self.members
                 .values()
                 .map(|m| {
-                    let meta = m
-                        .protocols
-                        .iter()
-                        .find(|(n, _)| *n == protocol)
-                        .map(|(_, b)| b.clone())
-                        .unwrap_or_default();
-                    (m.id.clone(), m.instance_id.clone(), meta)
+                    (
+                        m.id.clone(),
+                        m.instance_id.clone(),
+                        m.metadata_for(&protocol),
+                    )
                 })
                 .collect()
         } else {
