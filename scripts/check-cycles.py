@@ -84,7 +84,7 @@ def resolve(modules: set, path: tuple, reexports: dict, depth: int = 0) -> tuple
     return ()
 
 
-def absolute(m: tuple, is_dir_module: bool, path: str) -> tuple:
+def absolute(m: tuple, path: str) -> tuple:
     """`crate::a::b`, `super::a`, `self::a` or a child's `a::b`, from module `m`."""
     names = tuple(p for p in path.split("::") if p)
     if not names:
@@ -120,7 +120,7 @@ def reexports_of(files: dict) -> dict:
                 path = path.strip().rstrip(":")
                 name = (alias or path.split("::")[-1]).strip()
                 if path.startswith(("crate", "self", "super")) or "::" in path:
-                    table[name] = absolute(m, True, path)
+                    table[name] = absolute(m, path)
         out[m] = table
     return out
 
@@ -134,26 +134,11 @@ def graph(src: Path) -> dict:
         text = strip_tests(COMMENT.sub("", f.read_text()))
         # Re-exports are facades, not imports (see the module doc).
         text = inline_super(PUB_USE.sub("", text))
-        is_dir_module = f.name in ("mod.rs", "lib.rs", "main.rs")
-        # The module `self` and `super` are relative to.
-        here = m if is_dir_module else m
-        parent = m[:-1] if m else ()
         for kind, rest in PATH.findall(text):
-            names = tuple(rest.split("::")[1:])
-            if kind == "crate":
-                base = ()
-            elif kind == "self":
-                base = here
-            else:
-                base = parent
-                while names and names[0] == "super":
-                    base, names = base[:-1], names[1:]
-            target = resolve(modules, base + names, reexports)
-            if target != m and not is_ancestor(m, target):
-                edges[m].add(target)
-            elif target != m and is_ancestor(m, target):
-                # A child naming its parent's items is a child using what holds it: allowed.
-                # (Any loop through it is still found via the parent's edges.)
+            # A child naming its parent's items is an edge like any other: it closes a loop
+            # only if the parent also takes names from the child.
+            target = resolve(modules, absolute(m, kind + rest), reexports)
+            if target != m:
                 edges[m].add(target)
         children = set(MOD_DECL.findall(text))
         for name in LOCAL_USE.findall(text):
@@ -162,10 +147,6 @@ def graph(src: Path) -> dict:
                 if target != m:
                     edges[m].add(target)
     return {m: {t for t in ts if t in modules} for m, ts in edges.items()}
-
-
-def is_ancestor(child: tuple, other: tuple) -> bool:
-    return len(other) < len(child) and child[: len(other)] == other
 
 
 def cycles(edges: dict) -> list:
