@@ -204,7 +204,6 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
     })
     .await
     .map_err(failed("cannot start the metadata quorum"))?;
-    metrics.watch_cluster(metadata.clone());
     let node = Arc::new(Node::new(
         cfg.clone(),
         advertised,

@@ -46,6 +46,7 @@ impl Node {
     ) -> Node {
         let partitions = Arc::new(Partitions::new(&config, clock.clone()));
         crate::partition::metrics::register(&metrics, &partitions);
+        metrics.watch_cluster(metadata.clone());
         Node {
             config,
             advertised,
