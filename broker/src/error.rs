@@ -38,6 +38,7 @@ pub enum ErrorCode {
     PreferredLeaderNotAvailable = 80,
     EligibleLeadersNotAvailable = 83,
     ElectionNotNeeded = 84,
+    NoReassignmentInProgress = 85,
     UnknownLeaderEpoch = 75,
     StaleBrokerEpoch = 77,
     InvalidUpdateVersion = 95,

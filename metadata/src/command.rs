@@ -109,6 +109,14 @@ pub enum Command {
         partition: i32,
         ids: Vec<uuid::Uuid>,
     },
+    /// Moves a partition to the `target` replicas (KIP-455's AlterPartitionReassignments), or
+    /// cancels its reassignment in progress when `target` is `None`. See
+    /// [`crate::reassignment`] for how the move proceeds and completes.
+    ReassignPartition {
+        topic: String,
+        partition: i32,
+        target: Option<Vec<NodeId>>,
+    },
 }
 
 /// The outcome of applying one [`Command`] (or a raft-internal entry, which yields `Ok`).
@@ -144,6 +152,8 @@ pub enum CommandResult {
     InvalidIsr(String),
     /// A remote segment that does not start after the partition's last one, or is malformed.
     InvalidRemoteSegment(String),
+    /// A cancel (`ReassignPartition` without a target) for a partition that is not moving.
+    NoReassignmentInProgress,
 }
 
 impl CommandResult {

@@ -134,6 +134,8 @@ impl ClusterState {
             p.isr = isr;
             p.partition_epoch += 1;
         }
+        // The last adding replica in sync completes a reassignment.
+        p.try_complete_reassignment(&brokers);
         CommandResult::Ok
     }
 

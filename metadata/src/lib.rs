@@ -18,6 +18,7 @@
 //! | `command` | [`Command`] and [`CommandResult`]: the raft payload and its response |
 //! | `state` | [`ClusterState`] and its pure, deterministic [`ClusterState::apply`] |
 //! | `leadership` | broker registration and fencing, and the leader elections they cause |
+//! | `reassignment` | moving a partition's replicas (KIP-455): start, complete when in sync, cancel |
 //! | `controller` | broker liveness on the leader: heartbeats, session expiry |
 //! | `types` | the openraft type configuration ([`TypeConfig`]) |
 //! | `log_store` | the raft log (`raft.log`: length-prefixed, CRC-32C-checked JSON records), `vote.json`, `committed.json`, `purged.json` |
@@ -49,6 +50,7 @@ mod leadership;
 mod log_store;
 mod network;
 mod quorum;
+mod reassignment;
 pub mod remote;
 mod rpc;
 mod state;

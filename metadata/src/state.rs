@@ -6,8 +6,8 @@
 //!   every replica that applies the same log reaches byte-identical state.
 //! - A rejected command leaves the state untouched (validation happens before any mutation).
 //! - Every partition's replica list is non-empty, duplicate-free and names registered brokers
-//!   (at the time it was assigned), and all partitions of a topic have the same number of
-//!   replicas.
+//!   (at the time it was assigned). The partitions of a topic are created with the same number
+//!   of replicas; a reassignment may change one partition's ([`crate::reassignment`]).
 //! - Topic names and topic ids are both unique, so [`ClusterState::topic_by_id`] is unambiguous.
 //! - `next_producer_id` only increases; producer id blocks never overlap.
 //! - Leader epochs and partition epochs only increase (invariant 6 of the design); see
@@ -107,6 +107,13 @@ pub struct PartitionInfo {
     /// remote log), even where a remote segment still holds some of them.
     #[serde(default)]
     pub log_start_floor: i64,
+    /// A reassignment in progress (KIP-455): replicas being added. They are in `replicas`
+    /// (after the original ones) and join the ISR by catching up like any follower.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding: Vec<NodeId>,
+    /// A reassignment in progress: replicas that leave once every adding replica is in sync.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing: Vec<NodeId>,
 }
 
 impl PartitionInfo {
@@ -124,6 +131,8 @@ impl PartitionInfo {
             partition_epoch: 0,
             remote: Vec::new(),
             log_start_floor: 0,
+            adding: Vec::new(),
+            removing: Vec::new(),
         }
     }
 }
@@ -233,7 +242,10 @@ impl ClusterState {
                         new_replicas.len()
                     ));
                 }
-                let replication_factor = topic.partitions.first().map(|p| p.replicas.len());
+                let replication_factor = topic
+                    .partitions
+                    .first()
+                    .map(|p| p.replicas.len() - p.removing.len());
                 if let Err(reason) =
                     self.check_assignment(new_replicas, existing, replication_factor)
                 {
@@ -289,13 +301,18 @@ impl ClusterState {
                 partition,
                 ids,
             } => self.drop_remote_segments(topic_id, *partition, ids),
+            Command::ReassignPartition {
+                topic,
+                partition,
+                target,
+            } => self.reassign(topic, *partition, target.as_deref()),
         }
     }
 
     /// Checks replica lists for partitions numbered from `first_partition`: each must be
     /// non-empty, duplicate-free, name only registered brokers, and have the same length as
     /// the others (and as `replication_factor`, if the topic already has partitions).
-    fn check_assignment(
+    pub(crate) fn check_assignment(
         &self,
         assignment: &[Vec<NodeId>],
         first_partition: usize,
@@ -449,6 +466,8 @@ mod tests {
                 partition_epoch: 0,
                 remote: vec![],
                 log_start_floor: 0,
+                adding: vec![],
+                removing: vec![],
             }
         );
         assert_eq!(

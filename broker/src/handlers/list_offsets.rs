@@ -14,6 +14,9 @@ const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
+/// KIP-1023: the first offset not yet in the object store; followers joining a tiered
+/// partition start there.
+const EARLIEST_PENDING_UPLOAD: i64 = -6;
 
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -91,6 +94,10 @@ async fn find(
         EARLIEST => return Ok(((o.log_start, -1), p.epoch_for_offset(o.log_start))),
         EARLIEST_LOCAL => {
             let start = p.local_log_start().max(o.log_start);
+            return Ok(((start, -1), p.epoch_for_offset(start)));
+        }
+        EARLIEST_PENDING_UPLOAD => {
+            let start = p.first_pending_upload().max(o.log_start);
             return Ok(((start, -1), p.epoch_for_offset(start)));
         }
         MAX_TIMESTAMP => p.max_timestamp(),

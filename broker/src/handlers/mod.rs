@@ -2,6 +2,7 @@
 //! errors are per topic/partition wherever the protocol allows, so one bad partition never
 //! fails the others.
 
+mod alter_partition_reassignments;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -11,6 +12,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_log_dirs;
 mod elect_leaders;
 mod fetch;
 mod find_coordinator;
@@ -21,6 +23,7 @@ mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_partition_reassignments;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -115,6 +118,15 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Op
         RequestKind::OffsetDelete(r) => {
             ResponseKind::OffsetDelete(offset_delete::handle(broker, r).await)
         }
+        RequestKind::DescribeLogDirs(r) => {
+            ResponseKind::DescribeLogDirs(describe_log_dirs::handle(broker, r))
+        }
+        RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
+            alter_partition_reassignments::handle(broker, r, v).await,
+        ),
+        RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
+            list_partition_reassignments::handle(broker, r),
+        ),
         // The protocol layer only lets through the APIs listed in `protocol::versions`.
         _ => return None,
     })

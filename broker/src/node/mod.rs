@@ -166,6 +166,10 @@ impl Node {
                 format!("partition epoch is now {current}"),
             )),
             CommandResult::InvalidIsr(m) => Err(ApiError::new(ErrorCode::InvalidRequest, m)),
+            CommandResult::NoReassignmentInProgress => Err(ApiError::new(
+                ErrorCode::NoReassignmentInProgress,
+                "no reassignment is in progress for this partition",
+            )),
             CommandResult::UnknownBroker | CommandResult::StaleBrokerEpoch { .. } => Err(
                 ApiError::new(ErrorCode::StaleBrokerEpoch, format!("{result:?}")),
             ),

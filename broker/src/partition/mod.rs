@@ -28,7 +28,7 @@ mod registry;
 mod replica;
 mod tiers;
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use bytes::Bytes;
@@ -73,6 +73,8 @@ pub struct Partition {
     replica: Mutex<Role>,
     /// The high watermark, for produce requests waiting on acks=all.
     hw: tokio::sync::watch::Sender<i64>,
+    /// As a follower: the leader's high watermark in its last fetch response (-1 before one).
+    leader_hw: AtomicI64,
     /// Record timestamps of appends and the clock retention and compaction measure against.
     clock: Clock,
 }

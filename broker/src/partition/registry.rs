@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
@@ -173,6 +173,7 @@ impl Partitions {
                 leader_epoch: AtomicI32::new(leader_epoch),
                 replica: Mutex::new(Role::Offline),
                 hw: tokio::sync::watch::channel(-1).0,
+                leader_hw: AtomicI64::new(-1),
                 clock: self.clock.clone(),
             });
             if let Some(info) = state.partition(&tp.topic, tp.partition) {

@@ -284,11 +284,26 @@ impl Partition {
         } else {
             log.append_replicated(&batches, self.clock.now_ms())?
         };
+        self.leader_hw.store(leader_hw, Ordering::Release);
         let hw = leader_hw.min(log.log_end_offset());
         if hw > log.high_watermark() {
             log.set_high_watermark(hw);
         }
         Ok(n)
+    }
+
+    /// How many committed offsets this replica lacks (DescribeLogDirs' offset lag): 0 as
+    /// leader; as a follower the leader's last reported high watermark minus this log's end,
+    /// or -1 before the first fetch answered.
+    pub fn offset_lag(&self) -> i64 {
+        if self.is_leader() {
+            return 0;
+        }
+        let leader_hw = self.leader_hw.load(Ordering::Acquire);
+        if leader_hw < 0 {
+            return -1;
+        }
+        (leader_hw - self.log().log_end_offset()).max(0)
     }
 
     /// The newest leader epoch in the local log, and the log end.

@@ -216,6 +216,20 @@ impl Partition {
         }
     }
 
+    /// The first offset the object store does not hold yet (KIP-1023's earliest pending
+    /// upload), at most the high watermark: where a new replica of a tiered partition starts,
+    /// since every older offset is read from the remote tier. The local log start for a
+    /// partition that is not tiered.
+    pub fn first_pending_upload(&self) -> i64 {
+        let remote = self.remote();
+        let log = self.log();
+        let local = log.log_start_offset();
+        if !log.config().remote_storage {
+            return local;
+        }
+        local.max(remote.end.min(log.high_watermark()))
+    }
+
     /// First offset held on local disk.
     pub fn local_log_start(&self) -> i64 {
         self.log().log_start_offset()

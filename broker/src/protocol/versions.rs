@@ -56,6 +56,19 @@ pub const SUPPORTED: &[Api] = &[
     api(ApiKey::OffsetDelete, "OffsetDelete", 0, 0),
     api(ApiKey::OffsetForLeaderEpoch, "OffsetForLeaderEpoch", 2, 4),
     api(ApiKey::ElectLeaders, "ElectLeaders", 0, 2),
+    api(ApiKey::DescribeLogDirs, "DescribeLogDirs", 1, 4),
+    api(
+        ApiKey::AlterPartitionReassignments,
+        "AlterPartitionReassignments",
+        0,
+        1,
+    ),
+    api(
+        ApiKey::ListPartitionReassignments,
+        "ListPartitionReassignments",
+        0,
+        0,
+    ),
 ];
 
 fn find(key: ApiKey) -> Option<&'static Api> {

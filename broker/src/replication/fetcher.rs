@@ -6,6 +6,14 @@
 //! about a third more CPU (measured in docs/benchmarks.md); on their own they long-poll and
 //! wake only for commits.
 //!
+//! A follower of a tiered partition whose log ends below the remote log's end (a new replica,
+//! or one back after a long absence) does not copy what the object store holds: it asks the
+//! leader for the first offset not yet uploaded (ListOffsets EARLIEST_PENDING_UPLOAD,
+//! KIP-1023), starts its log there and fetches only the tail; older offsets are served from
+//! the remote tier by whichever replica leads. The leader-epoch history it needs begins with
+//! the first batch it copies, which is what Kafka's OffsetForLeaderEpoch rule answers from
+//! (an epoch older than any it knows ends where its first known epoch starts).
+//!
 //! Invariants (DESIGN.md §Invariant 6):
 //! - Before the first fetch at a leader epoch, the follower truncates: it asks the leader
 //!   (OffsetForLeaderEpoch) where the follower's newest epoch ends and cuts its log there, so
@@ -294,7 +302,7 @@ async fn round(
                 code if code == ErrorCode::OffsetOutOfRange.code() => {
                     // The leader no longer has (or never had locally) the next offset: start
                     // again at its local log start.
-                    let start = local_log_start(conn, me, a).await?;
+                    let start = list_offset(conn, me, a, EARLIEST_LOCAL).await?;
                     tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, start, "follower out of the leader's local range: restarting at its local log start");
                     p.reset_to(start)?;
                 }
@@ -314,6 +322,22 @@ async fn round(
 async fn truncate(conn: &mut Client, me: i32, a: &Assignment) -> Result<bool, FetchError> {
     let p = &a.partition;
     let (epoch, log_end) = p.latest_epoch_and_end();
+    if p.is_tiered() && log_end < p.remote().end {
+        let start = match list_offset(conn, me, a, EARLIEST_PENDING_UPLOAD).await {
+            Ok(start) => start,
+            Err(FetchError::Client(ClientError::Refused(m))) => {
+                tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, refused = %m, "the leader did not say where uploads end");
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
+        if start > log_end {
+            tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, log_end, start,
+                "joining a tiered partition at the first offset not in the object store; older offsets are served from the remote tier");
+            p.reset_to(start)?;
+            return Ok(true);
+        }
+    }
     if epoch < 0 {
         // Nothing written under any epoch: nothing to cut.
         return Ok(true);
@@ -353,8 +377,20 @@ async fn truncate(conn: &mut Client, me: i32, a: &Assignment) -> Result<bool, Fe
     Ok(true)
 }
 
-/// The leader's local log start (ListOffsets EARLIEST_LOCAL).
-async fn local_log_start(conn: &mut Client, me: i32, a: &Assignment) -> Result<i64, FetchError> {
+/// ListOffsets EARLIEST_LOCAL: the leader's local log start.
+const EARLIEST_LOCAL: i64 = -4;
+/// ListOffsets EARLIEST_PENDING_UPLOAD (KIP-1023): the leader's first offset not yet in the
+/// object store.
+const EARLIEST_PENDING_UPLOAD: i64 = -6;
+
+/// One of the leader's special offsets (`timestamp` is EARLIEST_LOCAL or
+/// EARLIEST_PENDING_UPLOAD).
+async fn list_offset(
+    conn: &mut Client,
+    me: i32,
+    a: &Assignment,
+    timestamp: i64,
+) -> Result<i64, FetchError> {
     let p = &a.partition;
     let req = ListOffsetsRequest::default()
         .with_replica_id(BrokerId(me))
@@ -363,7 +399,7 @@ async fn local_log_start(conn: &mut Client, me: i32, a: &Assignment) -> Result<i
             .with_partitions(vec![ListOffsetsPartition::default()
                 .with_partition_index(p.tp.partition)
                 .with_current_leader_epoch(a.leader_epoch)
-                .with_timestamp(-4)])]);
+                .with_timestamp(timestamp)])]);
     let resp = conn.call(LIST_OFFSETS_VERSION, &req).await?;
     let r = resp
         .topics
