@@ -173,7 +173,7 @@ impl ClusterMetrics {
             }
             if p.leader == Some(me) {
                 led += 1;
-                if p.isr.len() < p.replicas.len() {
+                if p.is_under_replicated() {
                     under += 1;
                 }
             }

@@ -111,6 +111,17 @@ impl ClusterState {
 }
 
 impl PartitionInfo {
+    /// The number of replicas the partition is meant to have: the target's while moving.
+    pub fn replication_factor(&self) -> usize {
+        self.replicas.len() - self.removing.len()
+    }
+
+    /// Fewer replicas in sync than the partition is meant to have (a replica being added is
+    /// not missing yet; Kafka counts the same way).
+    pub fn is_under_replicated(&self) -> bool {
+        self.isr.len() < self.replication_factor()
+    }
+
     /// Whether a reassignment is in progress.
     pub fn is_moving(&self) -> bool {
         !self.adding.is_empty() || !self.removing.is_empty()

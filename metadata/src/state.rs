@@ -245,7 +245,7 @@ impl ClusterState {
                 let replication_factor = topic
                     .partitions
                     .first()
-                    .map(|p| p.replicas.len() - p.removing.len());
+                    .map(PartitionInfo::replication_factor);
                 if let Err(reason) =
                     self.check_assignment(new_replicas, existing, replication_factor)
                 {

@@ -227,6 +227,25 @@ impl Cluster {
             .collect()
     }
 
+    /// The replicas of every partition of `topic`, as a client sees them in Metadata.
+    pub fn replicas(&mut self, topic: &str) -> Vec<Vec<u64>> {
+        let base = self.any_running().client_config();
+        let config = self.with_bootstrap(base);
+        let consumer: BaseConsumer = config.create().expect("metadata client");
+        let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) else {
+            return Vec::new();
+        };
+        let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+            return Vec::new();
+        };
+        let mut parts: Vec<_> = t.partitions().iter().collect();
+        parts.sort_by_key(|p| p.id());
+        parts
+            .iter()
+            .map(|p| p.replicas().iter().map(|r| *r as u64).collect())
+            .collect()
+    }
+
     /// Creates `topic` with `replication` (a factor, or explicit replica lists) and topic
     /// `configs` (`min.insync.replicas`, ...), through a running member, then waits until
     /// every running member sees all its partitions healthy (full ISR).

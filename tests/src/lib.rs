@@ -16,6 +16,7 @@ pub mod netsplit;
 pub mod outage;
 pub mod proxy;
 pub mod raw;
+pub mod reassign;
 pub mod s3;
 pub mod util;
 

@@ -82,19 +82,32 @@ fn partitions_json(topic: Option<&str>, broker: &Broker) -> String {
     serde_json::to_string(&stats).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
-/// The cluster as this node sees it: the controller, the quorum, every broker, and every
-/// partition that is not healthy (offline, or an ISR smaller than its replicas).
+/// The cluster as this node sees it: the controller, the quorum, every broker, every
+/// partition that is not healthy (offline, or an ISR smaller than its replication factor) and
+/// every partition being reassigned.
 fn cluster_json(broker: &Broker) -> String {
     let quorum = broker.node.metadata.status();
     let state = broker.node.metadata.state();
     let mut total = 0usize;
     let mut unhealthy = Vec::new();
+    let mut reassigning = Vec::new();
     for t in state.topics.values() {
         for (i, p) in t.partitions.iter().enumerate() {
             total += 1;
+            if p.is_moving() {
+                reassigning.push(serde_json::json!({
+                    "topic": t.name,
+                    "partition": i,
+                    "replicas": p.replicas,
+                    "adding": p.adding,
+                    "removing": p.removing,
+                    "isr": p.isr,
+                    "leader": p.leader,
+                }));
+            }
             let problem = if p.leader.is_none() {
                 "offline"
-            } else if p.isr.len() < p.replicas.len() {
+            } else if p.is_under_replicated() {
                 "under_replicated"
             } else {
                 continue;
@@ -131,6 +144,7 @@ fn cluster_json(broker: &Broker) -> String {
         "brokers": brokers,
         "partitions": total,
         "unhealthy": unhealthy,
+        "reassigning": reassigning,
     })
     .to_string()
 }

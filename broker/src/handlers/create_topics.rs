@@ -81,7 +81,7 @@ pub async fn handle(
                     .with_replication_factor(
                         info.partitions
                             .first()
-                            .map(|p| p.replicas.len() as i16)
+                            .map(|p| p.replication_factor() as i16)
                             .unwrap_or(t.replication_factor),
                     );
                 if version >= 5 {

@@ -227,7 +227,7 @@ impl Node {
                 let rf = topic
                     .partitions
                     .first()
-                    .map(|p| p.replicas.len())
+                    .map(|p| p.replication_factor())
                     .unwrap_or(1);
                 self.place(name, current, new, rf)?
             }

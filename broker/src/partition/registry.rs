@@ -119,6 +119,7 @@ impl Partitions {
         for p in doomed {
             tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, "deleting partition");
             p.deleted.store(true, Ordering::Release);
+            p.stop_hosting();
             // A clean checks the flag under the log lock before its swap; taking the lock here
             // waits out a swap in progress.
             drop(p.log());

@@ -270,14 +270,27 @@ impl Partition {
     }
 
     /// A follower appends batches copied from its leader (validated here: CRC, sizes) and
-    /// takes the leader's high watermark as far as it has the data.
-    pub fn append_replicated(&self, records: &Bytes, leader_hw: i64) -> Result<u64, LogError> {
+    /// takes the leader's high watermark as far as it has the data. `from` is the leader and
+    /// leader epoch the batches were fetched under: if this broker no longer follows that
+    /// leader at that epoch (the answer crossed a leadership change), nothing is appended and
+    /// `Ok(None)` says so.
+    pub fn append_replicated(
+        &self,
+        records: &Bytes,
+        leader_hw: i64,
+        from: (u64, i32),
+    ) -> Result<Option<u64>, LogError> {
         // A fetch with nothing new carries no batch at all.
         let batches = if records.is_empty() {
             Vec::new()
         } else {
             crate::log::batch::split_and_validate(records, i32::MAX as usize)?
         };
+        // Held across the append: the role cannot change under it (lock order: role, log).
+        let role = self.role();
+        if !follows(&role, from) {
+            return Ok(None);
+        }
         let mut log = self.log();
         let n = if batches.is_empty() {
             0
@@ -289,7 +302,14 @@ impl Partition {
         if hw > log.high_watermark() {
             log.set_high_watermark(hw);
         }
-        Ok(n)
+        Ok(Some(n))
+    }
+
+    /// The partition is no longer hosted here (deleted, or moved away): it leads nothing, and
+    /// produces waiting for acks=all are answered now rather than at their timeout.
+    pub(super) fn stop_hosting(&self) {
+        *self.role() = Role::Offline;
+        self.hw.send_modify(|_| {});
     }
 
     /// How many committed offsets this replica lacks (DescribeLogDirs' offset lag): 0 as
@@ -312,14 +332,26 @@ impl Partition {
         (log.latest_epoch(), log.log_end_offset())
     }
 
-    /// A follower cuts its log before the first batch ending at or after `offset`.
-    pub fn truncate_to(&self, offset: i64) -> Result<i64, LogError> {
-        self.log().truncate_to(offset, self.clock.now_ms())
+    /// A follower of `from` (leader, leader epoch) cuts its log before the first batch ending
+    /// at or after `offset`. `Ok(false)`, and nothing cut, if it no longer follows `from`.
+    pub fn truncate_to(&self, offset: i64, from: (u64, i32)) -> Result<bool, LogError> {
+        let role = self.role();
+        if !follows(&role, from) {
+            return Ok(false);
+        }
+        self.log().truncate_to(offset, self.clock.now_ms())?;
+        Ok(true)
     }
 
-    /// A follower empties its log to start at `offset` (the leader's local log start).
-    pub fn reset_to(&self, offset: i64) -> Result<i64, LogError> {
-        self.log().reset_to(offset, self.clock.now_ms())
+    /// A follower of `from` empties its log to start at `offset` (where the leader says it
+    /// should start). `Ok(false)`, and nothing changed, if it no longer follows `from`.
+    pub fn reset_to(&self, offset: i64, from: (u64, i32)) -> Result<bool, LogError> {
+        let role = self.role();
+        if !follows(&role, from) {
+            return Ok(false);
+        }
+        self.log().reset_to(offset, self.clock.now_ms())?;
+        Ok(true)
     }
 
     /// OffsetForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ends.
@@ -331,4 +363,9 @@ impl Partition {
     pub fn epoch_for_offset(&self, offset: i64) -> i32 {
         self.log().epoch_for_offset(offset)
     }
+}
+
+/// Whether `role` follows `from` (leader, leader epoch).
+fn follows(role: &Role, from: (u64, i32)) -> bool {
+    matches!(role, Role::Follower { leader, leader_epoch } if (*leader, *leader_epoch) == from)
 }

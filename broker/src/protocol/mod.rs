@@ -229,6 +229,13 @@ mod tests {
             ApiKey::OffsetDelete => RequestKind::OffsetDelete(Default::default()),
             ApiKey::OffsetForLeaderEpoch => RequestKind::OffsetForLeaderEpoch(Default::default()),
             ApiKey::ElectLeaders => RequestKind::ElectLeaders(Default::default()),
+            ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(Default::default()),
+            ApiKey::AlterPartitionReassignments => {
+                RequestKind::AlterPartitionReassignments(Default::default())
+            }
+            ApiKey::ListPartitionReassignments => {
+                RequestKind::ListPartitionReassignments(Default::default())
+            }
             other => panic!("{other:?} is not supported"),
         }
     }

@@ -192,7 +192,7 @@ async fn run(node: Arc<Node>, leader: u64, mut assigned: watch::Receiver<Vec<Ass
             }
         }
         let c = conn.as_mut().expect("connected above");
-        let result = round(&node, c, &parts, &mut truncated).await;
+        let result = round(&node, c, leader, &parts, &mut truncated).await;
         match result {
             Ok(Some(pause)) => wait(&mut assigned, pause).await,
             Ok(None) => {}
@@ -215,6 +215,7 @@ async fn wait(assigned: &mut watch::Receiver<Vec<Assignment>>, pause: Duration) 
 async fn round(
     node: &Arc<Node>,
     conn: &mut Client,
+    leader: u64,
     parts: &[Assignment],
     truncated: &mut HashMap<TopicPartition, i32>,
 ) -> Result<Option<Duration>, FetchError> {
@@ -224,7 +225,7 @@ async fn round(
         if truncated.get(&a.partition.tp) == Some(&a.leader_epoch) {
             continue;
         }
-        match truncate(conn, me, a).await? {
+        match truncate(conn, me, leader, a).await? {
             true => {
                 truncated.insert(a.partition.tp.clone(), a.leader_epoch);
             }
@@ -291,12 +292,21 @@ async fn round(
             match pd.error_code {
                 0 => {
                     let records = pd.records.unwrap_or_default();
-                    if let Err(e) = p.append_replicated(&records, pd.high_watermark) {
-                        tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "appending replicated batches failed");
-                        truncated.remove(&p.tp);
-                        stale = true;
-                    } else if !records.is_empty() {
-                        node.metrics.replicated(records.len() as u64);
+                    match p.append_replicated(&records, pd.high_watermark, (leader, a.leader_epoch))
+                    {
+                        Err(e) => {
+                            tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "appending replicated batches failed");
+                            truncated.remove(&p.tp);
+                            stale = true;
+                        }
+                        Ok(None) => {
+                            tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, "leadership changed during the fetch; its answer is dropped");
+                            truncated.remove(&p.tp);
+                        }
+                        Ok(Some(_)) if !records.is_empty() => {
+                            node.metrics.replicated(records.len() as u64);
+                        }
+                        Ok(Some(_)) => {}
                     }
                 }
                 code if code == ErrorCode::OffsetOutOfRange.code() => {
@@ -304,7 +314,7 @@ async fn round(
                     // again at its local log start.
                     let start = list_offset(conn, me, a, EARLIEST_LOCAL).await?;
                     tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, start, "follower out of the leader's local range: restarting at its local log start");
-                    p.reset_to(start)?;
+                    p.reset_to(start, (leader, a.leader_epoch))?;
                 }
                 code => {
                     tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, code, "replica fetch refused; waiting for new metadata");
@@ -319,8 +329,14 @@ async fn round(
 
 /// Truncates the follower's log to where the leader says its newest epoch ends. `Ok(false)`
 /// when the leader refused (not the leader, or another epoch): wait for metadata.
-async fn truncate(conn: &mut Client, me: i32, a: &Assignment) -> Result<bool, FetchError> {
+async fn truncate(
+    conn: &mut Client,
+    me: i32,
+    leader: u64,
+    a: &Assignment,
+) -> Result<bool, FetchError> {
     let p = &a.partition;
+    let from = (leader, a.leader_epoch);
     let (epoch, log_end) = p.latest_epoch_and_end();
     if p.is_tiered() && log_end < p.remote().end {
         let start = match list_offset(conn, me, a, EARLIEST_PENDING_UPLOAD).await {
@@ -334,8 +350,7 @@ async fn truncate(conn: &mut Client, me: i32, a: &Assignment) -> Result<bool, Fe
         if start > log_end {
             tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, log_end, start,
                 "joining a tiered partition at the first offset not in the object store; older offsets are served from the remote tier");
-            p.reset_to(start)?;
-            return Ok(true);
+            return Ok(p.reset_to(start, from)?);
         }
     }
     if epoch < 0 {
@@ -372,7 +387,7 @@ async fn truncate(conn: &mut Client, me: i32, a: &Assignment) -> Result<bool, Fe
         tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, epoch, log_end, cut = cut.max(0),
             leader_epoch = a.leader_epoch, "truncating the divergent suffix the new leader does not have");
         // At or below the local log start this empties the log and starts it there.
-        p.truncate_to(cut.max(0))?;
+        return Ok(p.truncate_to(cut.max(0), from)?);
     }
     Ok(true)
 }

@@ -1,0 +1,441 @@
+//! Moving replicas with Kafka's reassignment APIs, between real `strata` processes.
+//!
+//! A tiered partition moves onto a new broker under acks=all load and the new replica copies
+//! only what the object store does not hold yet; an untiered one copies its whole log (and
+//! changes its replication factor); a move to a broker that is down stays in progress until
+//! cancelled, and resumes when asked again with the broker back; bad plans are refused with
+//! Kafka's codes and move nothing.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::admin::TopicReplication;
+use rdkafka::Offset;
+use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
+use strata_tests::reassign::{self, Outcome};
+use strata_tests::{
+    now_ms, unique_topic, wait_for, Broker, Cluster, ConsumedRecord, KafkaConn, Rng,
+    TrackingProducer,
+};
+
+const VALUE_LEN: usize = 1000;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const INVALID_REPLICATION_FACTOR: i16 = 38;
+const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
+
+fn value(i: usize) -> Vec<u8> {
+    let mut v = format!("r{i}:").into_bytes();
+    v.extend(Rng::new(i as u64).text(VALUE_LEN));
+    v
+}
+
+fn tier_env(store_url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("STRATA_OBJECT_STORE", store_url.to_string()),
+        ("STRATA_REMOTE_LOG_MANAGER_TASK_INTERVAL_MS", "100".into()),
+        ("STRATA_LOG_RETENTION_CHECK_INTERVAL_MS", "100".into()),
+        ("STRATA_REMOTE_CACHE_MEMORY_BYTES", "8388608".into()),
+        ("STRATA_REMOTE_CACHE_DISK_BYTES", "33554432".into()),
+        ("STRATA_REMOTE_CACHE_REPLAY_MEMORY_BYTES", "8388608".into()),
+        ("STRATA_REMOTE_CACHE_REPLAY_DISK_BYTES", "33554432".into()),
+    ]
+}
+
+fn env_refs<'a>(owned: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
+    owned.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// `/v1/partitions` of `topic`'s partition 0 on `broker`.
+fn tier_view(broker: &Broker, topic: &str) -> Option<serde_json::Value> {
+    let body = broker
+        .admin_get(&format!("/v1/partitions?topic={topic}"))
+        .ok()?
+        .body;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v.as_array()?.first().cloned()
+}
+
+/// An acks=all idempotent producer writing record `i` (key `k{i}`, `value(i)`) to partition 0
+/// in the background until stopped or `max` records.
+struct Load {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+    producer: Arc<TrackingProducer>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(cluster: &mut Cluster, topic: &str, max: usize, ts0: i64) -> Load {
+        let mut cfg = cluster.producer_config();
+        cfg.set("enable.idempotence", "true")
+            .set("linger.ms", "5")
+            .set("batch.size", "65536")
+            .set("message.timeout.ms", "120000");
+        let producer = Arc::new(TrackingProducer::new(&cfg));
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicUsize::new(0));
+        let thread = {
+            let (stop, producer, sent, topic) = (
+                stop.clone(),
+                producer.clone(),
+                sent.clone(),
+                topic.to_string(),
+            );
+            std::thread::spawn(move || {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) && i < max {
+                    let key = format!("k{i}");
+                    producer.send(
+                        i,
+                        &topic,
+                        Some(0),
+                        key.as_bytes(),
+                        &value(i),
+                        &[],
+                        Some(ts0 + i as i64),
+                    );
+                    i += 1;
+                    sent.store(i, Ordering::Relaxed);
+                    if i % 20 == 0 {
+                        std::thread::sleep(Duration::from_millis(4));
+                    }
+                }
+            })
+        };
+        Load {
+            stop,
+            sent,
+            producer,
+            thread: Some(thread),
+        }
+    }
+
+    fn sent(&self) -> usize {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    fn acked(&self) -> usize {
+        self.producer.acked_count()
+    }
+
+    /// Stops, flushes and checks every record was acknowledged at offset `i`; returns how
+    /// many were written.
+    fn finish(mut self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.producer.flush(Duration::from_secs(120));
+        let n = self.sent.load(Ordering::Relaxed);
+        for (i, (_, offset)) in self.producer.all_delivered(n).iter().enumerate() {
+            assert_eq!(*offset, i as i64, "record {i} acknowledged at {offset}");
+        }
+        n
+    }
+}
+
+/// Reads records `0..n` of partition 0 through `via` and checks each one.
+fn check_all(via: &Broker, topic: &str, n: usize, ts0: i64) {
+    let got = via.consume_until(
+        topic,
+        &[(0, Offset::Offset(0))],
+        Duration::from_secs(180),
+        |r| r.len() >= n,
+    );
+    for (i, r) in got.iter().take(n).enumerate() {
+        let want = ConsumedRecord {
+            partition: 0,
+            offset: i as i64,
+            timestamp: Some(ts0 + i as i64),
+            key: Some(format!("k{i}").into_bytes()),
+            value: Some(value(i)),
+            headers: vec![],
+        };
+        assert!(*r == want, "record {i} differs: got offset {}", r.offset);
+    }
+}
+
+fn ok(outcomes: &[Outcome]) {
+    for o in outcomes {
+        assert_eq!(o.code, 0, "{o:?}");
+    }
+}
+
+/// Waits until the partition is done moving on every member, clients see `replicas`, and
+/// the ISR is full.
+fn wait_moved(cluster: &mut Cluster, conn: &mut KafkaConn, topic: &str, replicas: &[u64]) {
+    wait_for("the reassignment to complete", CLUSTER_TIMEOUT, || {
+        reassign::list(conn, Some(&[topic])).is_ok_and(|l| l.is_empty())
+    });
+    let t = topic.to_string();
+    cluster.wait_all("no member sees the move in progress", move |v| {
+        v["reassigning"]
+            .as_array()
+            .is_some_and(|r| r.iter().all(|p| p["topic"] != t.as_str()))
+    });
+    wait_for("clients to see the new replicas", CLUSTER_TIMEOUT, || {
+        cluster.replicas(topic).first().map(Vec::as_slice) == Some(replicas)
+    });
+    cluster.wait_topic_healthy(topic);
+}
+
+#[test]
+fn a_tiered_partition_moves_to_a_new_broker_copying_only_what_is_not_offloaded() {
+    let store = tempfile::tempdir().unwrap();
+    let tier = tier_env(&format!("file://{}", store.path().display()));
+    let mut env = [FAST, &env_refs(&tier)[..]].concat();
+    env.push((
+        "STRATA_LOG",
+        "info,strata_broker::replication=debug,strata_broker::handlers=debug,openraft=error",
+    ));
+    let mut cluster = Cluster::start(4, 3, &env);
+    cluster.wait_controller();
+    let topic = unique_topic("move-tiered");
+    // Local copies are kept (long local retention, records timestamped now): the tail the new
+    // replica needs is then visibly smaller than what the old replicas hold on disk.
+    cluster.create_replicated_topic(
+        &topic,
+        1,
+        TopicReplication::Variable(&[&[1, 2, 3]]),
+        &[
+            ("min.insync.replicas", "2"),
+            ("segment.bytes", "1048576"),
+            ("local.retention.ms", "600000"),
+            ("remote.storage.enable", "true"),
+        ],
+    );
+    let ts0 = now_ms();
+    let load = Load::start(&mut cluster, &topic, 40_000, ts0);
+    wait_for("8 MB acknowledged", CLUSTER_TIMEOUT, || {
+        load.acked() >= 8_000
+    });
+    let remote_end = |c: &Cluster, id: u64| {
+        tier_view(c.member(id), &topic).and_then(|v| v["remote_end"].as_i64())
+    };
+    wait_for("most of it offloaded", CLUSTER_TIMEOUT, || {
+        remote_end(&cluster, 1).is_some_and(|e| e >= 6_000)
+    });
+    let offloaded_at_move = remote_end(&cluster, 1).unwrap();
+    assert_eq!(
+        cluster
+            .member(4)
+            .metric("strata_replication_fetched_bytes_total"),
+        0.0
+    );
+
+    // Broker 4 takes broker 1's place, and leads when done (first in the target).
+    let mut conn = KafkaConn::connect(&cluster.member(2).kafka_addr).unwrap();
+    ok(&reassign::alter(&mut conn, &[(&topic, 0, Some(&[4, 2, 3]))], false).unwrap());
+    if let Some(ongoing) = reassign::list(&mut conn, None).unwrap().first() {
+        assert_eq!(
+            ongoing,
+            &(topic.clone(), 0, vec![4, 2, 3, 1], vec![4], vec![1]),
+            "target first, then the replica leaving"
+        );
+    }
+    wait_moved(&mut cluster, &mut conn, &topic, &[4, 2, 3]);
+    wait_for("broker 4 to lead", CLUSTER_TIMEOUT, || {
+        cluster.leaders(&topic).first() == Some(&Some(4))
+    });
+    // At most this many records were written before broker 4 led: all it could have fetched.
+    let at_move = load.sent();
+    wait_for(
+        "records acknowledged by the new leader",
+        CLUSTER_TIMEOUT,
+        || load.acked() >= (at_move + 1_000).min(40_000),
+    );
+    let n = load.finish();
+
+    // The new replica started at or past where the object store ended, and fetched about
+    // what it holds; the others hold the whole history locally.
+    let v4 = tier_view(cluster.member(4), &topic).unwrap();
+    let v2 = tier_view(cluster.member(2), &topic).unwrap();
+    let start4 = v4["local_start"].as_i64().unwrap();
+    assert!(
+        start4 >= offloaded_at_move,
+        "broker 4 starts at {start4}, below the remote end {offloaded_at_move} at the move: {v4}"
+    );
+    assert_eq!(v2["local_start"], 0, "{v2}");
+    let fetched = cluster
+        .member(4)
+        .metric("strata_replication_fetched_bytes_total");
+    let history = v2["local_bytes"].as_f64().unwrap();
+    let per_record = history / n as f64;
+    let tail = (at_move as i64 - offloaded_at_move) as f64 * per_record;
+    eprintln!(
+        "moved: fetched {fetched} B; tail not offloaded at most {tail} B; whole log {history} B; joined at {start4} of {n}"
+    );
+    assert!(
+        fetched <= 1.1 * tail + 65536.0,
+        "fetched {fetched} B for a tail of at most {tail} B"
+    );
+    assert!(
+        fetched < 0.5 * history,
+        "fetched {fetched} B of a {history} B log: it copied history"
+    );
+    // Broker 1 no longer hosts the partition.
+    wait_for("broker 1 to drop its copy", CLUSTER_TIMEOUT, || {
+        !cluster
+            .member(1)
+            .data_dir()
+            .join(format!("{topic}-0"))
+            .exists()
+    });
+
+    // Every acknowledged record, from offset 0, through the new leader: history from the
+    // object store, the tail from its disk.
+    check_all(cluster.member(4), &topic, n, ts0);
+    let mut conn4 = KafkaConn::connect(&cluster.member(4).kafka_addr).unwrap();
+    let (dir, total, usable, replicas) =
+        reassign::describe_log_dirs(&mut conn4, Some((&topic, &[0]))).unwrap();
+    assert!(dir.ends_with("data"), "{dir}");
+    assert!(total > 0 && usable > 0 && usable <= total);
+    assert_eq!(replicas.len(), 1);
+    assert_eq!(
+        (replicas[0].1, replicas[0].3),
+        (0, 0),
+        "the leader lags nothing"
+    );
+    assert!(replicas[0].2 > 0);
+}
+
+#[test]
+fn an_untiered_partition_moves_by_copying_its_whole_log_and_may_change_its_replication_factor() {
+    let mut cluster = Cluster::start(3, 3, FAST);
+    cluster.wait_controller();
+    let topic = unique_topic("move-full");
+    cluster.create_replicated_topic(&topic, 1, TopicReplication::Variable(&[&[1]]), &[]);
+    let ts0 = now_ms() - 3_600_000;
+    let load = Load::start(&mut cluster, &topic, 3_000, ts0);
+    wait_for("records acknowledged", CLUSTER_TIMEOUT, || {
+        load.acked() >= 1_500
+    });
+
+    let mut conn = KafkaConn::connect(&cluster.member(3).kafka_addr).unwrap();
+    // Without allow_replication_factor_change, one replica to two is refused.
+    let refused = reassign::alter(&mut conn, &[(&topic, 0, Some(&[2, 3]))], false).unwrap();
+    assert_eq!(refused[0].code, INVALID_REPLICATION_FACTOR, "{refused:?}");
+    ok(&reassign::alter(&mut conn, &[(&topic, 0, Some(&[2, 3]))], true).unwrap());
+    wait_moved(&mut cluster, &mut conn, &topic, &[2, 3]);
+    let n = load.finish();
+    // Both new replicas copied the whole log from offset 0.
+    for id in [2, 3] {
+        let fetched = cluster
+            .member(id)
+            .metric("strata_replication_fetched_bytes_total");
+        assert!(
+            fetched >= 1_500.0 * VALUE_LEN as f64,
+            "broker {id} fetched {fetched} B"
+        );
+        let mut c = KafkaConn::connect(&cluster.member(id).kafka_addr).unwrap();
+        let (_, _, _, replicas) =
+            reassign::describe_log_dirs(&mut c, Some((&topic, &[0]))).unwrap();
+        assert_eq!(replicas.len(), 1, "broker {id}: {replicas:?}");
+    }
+    check_all(cluster.member(2), &topic, n, ts0);
+    wait_for("broker 1 to drop its copy", CLUSTER_TIMEOUT, || {
+        !cluster
+            .member(1)
+            .data_dir()
+            .join(format!("{topic}-0"))
+            .exists()
+    });
+}
+
+#[test]
+fn a_move_to_a_dead_broker_waits_can_be_cancelled_and_resumes_when_it_is_back() {
+    let mut cluster = Cluster::start(3, 3, FAST);
+    cluster.wait_controller();
+    let topic = unique_topic("move-cancel");
+    cluster.create_replicated_topic(&topic, 1, TopicReplication::Variable(&[&[1, 2]]), &[]);
+    let ts0 = now_ms() - 3_600_000;
+    let load = Load::start(&mut cluster, &topic, 500, ts0);
+    wait_for("records acknowledged", CLUSTER_TIMEOUT, || {
+        load.acked() >= 500
+    });
+
+    cluster.node(3).kill9();
+    let mut conn = KafkaConn::connect(&cluster.member(1).kafka_addr).unwrap();
+    ok(&reassign::alter(&mut conn, &[(&topic, 0, Some(&[1, 3]))], false).unwrap());
+    // Broker 3 cannot catch up: the move stays in progress, visible to every broker.
+    std::thread::sleep(Duration::from_millis(1000));
+    for via in [1, 2] {
+        let mut c = KafkaConn::connect(&cluster.member(via).kafka_addr).unwrap();
+        assert_eq!(
+            reassign::list(&mut c, Some(&[&topic])).unwrap(),
+            vec![(topic.clone(), 0, vec![1, 3, 2], vec![3], vec![2])],
+            "via broker {via}"
+        );
+    }
+    // Cancelled: back to the original replicas, and nothing left to cancel.
+    ok(&reassign::alter(&mut conn, &[(&topic, 0, None)], false).unwrap());
+    assert!(reassign::list(&mut conn, None).unwrap().is_empty());
+    let again = reassign::alter(&mut conn, &[(&topic, 0, None)], false).unwrap();
+    assert_eq!(again[0].code, NO_REASSIGNMENT_IN_PROGRESS, "{again:?}");
+    wait_moved(&mut cluster, &mut conn, &topic, &[1, 2]);
+
+    // Broker 3 is back: the same move now completes.
+    cluster.node(3).restart();
+    ok(&reassign::alter(&mut conn, &[(&topic, 0, Some(&[1, 3]))], false).unwrap());
+    wait_moved(&mut cluster, &mut conn, &topic, &[1, 3]);
+    let n = load.finish();
+    check_all(cluster.member(3), &topic, n, ts0);
+}
+
+#[test]
+fn bad_reassignments_are_refused_with_kafkas_codes_and_move_nothing() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("move-bad");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let out = reassign::alter(
+        &mut conn,
+        &[
+            (&topic, 0, Some(&[9])),
+            (&topic, 1, Some(&[1, 1])),
+            (&topic, 7, Some(&[1])),
+            ("no-such-topic", 0, Some(&[1])),
+            (&topic, 0, Some(&[])),
+            (&topic, 1, Some(&[-1])),
+            (&topic, 0, None),
+        ],
+        true,
+    )
+    .unwrap();
+    let codes: Vec<(i32, i16)> = out.iter().map(|o| (o.partition, o.code)).collect();
+    assert_eq!(
+        codes,
+        vec![
+            (0, INVALID_REPLICA_ASSIGNMENT),
+            (1, INVALID_REPLICA_ASSIGNMENT),
+            (7, UNKNOWN_TOPIC_OR_PARTITION),
+            (0, INVALID_REPLICA_ASSIGNMENT),
+            (1, INVALID_REPLICA_ASSIGNMENT),
+            (0, NO_REASSIGNMENT_IN_PROGRESS),
+            // Answers are grouped by topic, in the order topics first appear.
+            (0, UNKNOWN_TOPIC_OR_PARTITION),
+        ],
+        "{out:?}"
+    );
+    for o in &out {
+        assert!(o.message.as_ref().is_some_and(|m| !m.is_empty()), "{o:?}");
+    }
+    assert!(
+        out[0].message.as_ref().unwrap().contains("broker 9"),
+        "{out:?}"
+    );
+    assert!(reassign::list(&mut conn, None).unwrap().is_empty());
+    // Nothing moved: still one replica on broker 1 for both partitions.
+    let (_, _, _, replicas) = reassign::describe_log_dirs(&mut conn, None).unwrap();
+    let mine: Vec<i32> = replicas
+        .iter()
+        .filter(|r| r.0 == topic)
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(mine.len(), 2, "{replicas:?}");
+    // A same-replicas target is accepted and changes nothing.
+    ok(&reassign::alter(&mut conn, &[(&topic, 0, Some(&[1]))], false).unwrap());
+    assert!(reassign::list(&mut conn, None).unwrap().is_empty());
+}
