@@ -27,7 +27,7 @@ impl Broker {
         Broker {
             groups: Coordinator::new(node.clone()),
             lag: LagTracker::new(node.clone()),
-            fetchers: Fetchers::new(node.clone()),
+            fetchers: Fetchers::new(node.clone(), tier.clone()),
             tier,
             node,
         }

@@ -10,13 +10,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_protocol::records::Compression;
 use rdkafka::admin::TopicReplication;
 use rdkafka::Offset;
 use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
 use strata_tests::reassign::{self, Outcome};
 use strata_tests::{
-    now_ms, unique_topic, wait_for, Broker, Cluster, ConsumedRecord, KafkaConn, Rng,
-    TrackingProducer,
+    encode_batch, now_ms, unique_topic, wait_for, Broker, Cluster, ConsumedRecord, Idempotence,
+    KafkaConn, RawRecord, Rng, TrackingProducer,
 };
 
 const VALUE_LEN: usize = 1000;
@@ -24,6 +25,7 @@ const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const INVALID_REPLICATION_FACTOR: i16 = 38;
 const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
+const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 
 fn value(i: usize) -> Vec<u8> {
     let mut v = format!("r{i}:").into_bytes();
@@ -438,4 +440,94 @@ fn bad_reassignments_are_refused_with_kafkas_codes_and_move_nothing() {
     // A same-replicas target is accepted and changes nothing.
     ok(&reassign::alter(&mut conn, &[(&topic, 0, Some(&[1]))], false).unwrap());
     assert!(reassign::list(&mut conn, None).unwrap().is_empty());
+}
+
+/// One idempotent batch of `n` 1 kB records from `(pid, epoch)` at sequence `seq`.
+fn idempotent_batch(pid: i64, epoch: i16, seq: i32, n: usize) -> bytes::Bytes {
+    let records: Vec<RawRecord> = (0..n)
+        .map(|i| RawRecord::new(format!("p{}", seq as usize + i), value(i), now_ms()))
+        .collect();
+    encode_batch(
+        &records,
+        Compression::None,
+        Some(Idempotence {
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: seq,
+        }),
+    )
+}
+
+#[test]
+fn a_retry_of_a_batch_the_new_replica_never_copied_is_still_answered_as_a_duplicate() {
+    let store = tempfile::tempdir().unwrap();
+    let tier = tier_env(&format!("file://{}", store.path().display()));
+    let env = [FAST, &env_refs(&tier)[..]].concat();
+    let mut cluster = Cluster::start(2, 1, &env);
+    cluster.wait_controller();
+    let topic = unique_topic("move-idem");
+    cluster.create_replicated_topic(
+        &topic,
+        1,
+        TopicReplication::Variable(&[&[1]]),
+        &[
+            ("segment.bytes", "1048576"),
+            ("remote.storage.enable", "true"),
+        ],
+    );
+    let mut conn = KafkaConn::connect(&cluster.member(1).kafka_addr).unwrap();
+    let (pid, epoch) = conn.init_producer_id().unwrap();
+    // The idempotent producer writes five batches, then others fill the segment: its last
+    // batch ends up in an offloaded segment, below where a new replica starts.
+    let mut last = (0, 0);
+    for b in 0..5 {
+        let offset = conn
+            .produce_ok(&topic, 0, idempotent_batch(pid, epoch, b * 50, 50))
+            .unwrap();
+        last = (b * 50, offset);
+    }
+    let filler: Vec<RawRecord> = (0..100)
+        .map(|i| RawRecord::new(format!("f{i}"), value(i), now_ms()))
+        .collect();
+    for _ in 0..14 {
+        conn.produce_ok(&topic, 0, encode_batch(&filler, Compression::None, None))
+            .unwrap();
+    }
+    wait_for("the producer's batches offloaded", CLUSTER_TIMEOUT, || {
+        tier_view(cluster.member(1), &topic)
+            .and_then(|v| v["remote_end"].as_i64())
+            .is_some_and(|e| e > last.1 + 50)
+    });
+
+    ok(&reassign::alter(&mut conn, &[(&topic, 0, Some(&[2]))], false).unwrap());
+    let mut conn = KafkaConn::connect(&cluster.member(2).kafka_addr).unwrap();
+    wait_moved(&mut cluster, &mut conn, &topic, &[2]);
+    let start = tier_view(cluster.member(2), &topic).unwrap()["local_start"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        start > last.1 + 50,
+        "broker 2 starts at {start}, after the batch"
+    );
+
+    // The producer retries its last batch (an ack it never got): the new leader knows it.
+    let (seq, offset) = last;
+    let retry = conn
+        .produce(&topic, 0, idempotent_batch(pid, epoch, seq, 50))
+        .unwrap();
+    assert_eq!(
+        (retry.error_code, retry.base_offset),
+        (0, offset),
+        "a duplicate is answered with its original offset"
+    );
+    let end = conn.list_offset(&topic, 0, -1).unwrap().1;
+    // The next batch in sequence is appended; one with a gap is refused.
+    let next = conn
+        .produce_ok(&topic, 0, idempotent_batch(pid, epoch, seq + 50, 50))
+        .unwrap();
+    assert_eq!(next, end, "appended at the log end");
+    let gap = conn
+        .produce(&topic, 0, idempotent_batch(pid, epoch, seq + 500, 50))
+        .unwrap();
+    assert_eq!(gap.error_code, OUT_OF_ORDER_SEQUENCE_NUMBER, "{gap:?}");
 }

@@ -404,7 +404,9 @@ impl Log {
             return Ok(self.log_end_offset());
         }
         if offset <= self.log_start_offset {
-            return self.reset_to(offset.max(self.log_start_offset), now_ms);
+            let start = offset.max(self.log_start_offset);
+            let producers = self.producers.before(start);
+            return self.reset_to(start, now_ms, producers);
         }
         let above: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
         for base in above {
@@ -426,7 +428,12 @@ impl Log {
 
     /// Empties the log and starts it again at `offset` (a follower whose leader no longer has
     /// the offsets it holds, or which must start at the leader's local log start).
-    pub fn reset_to(&mut self, offset: i64, now_ms: i64) -> Result<i64, LogError> {
+    pub fn reset_to(
+        &mut self,
+        offset: i64,
+        now_ms: i64,
+        producers: ProducerState,
+    ) -> Result<i64, LogError> {
         for (_, seg) in std::mem::take(&mut self.segments) {
             seg.delete()?;
         }
@@ -441,8 +448,19 @@ impl Log {
         self.epochs = LeaderEpochCache::default();
         self.epochs.save(&self.dir)?;
         self.after_truncation()?;
-        tracing::info!(dir = %self.dir.display(), offset, "reset log");
+        // What the batches below the new start told of their producers (see
+        // `ProducerState::before`): the snapshot covers the empty log up to `offset`.
+        self.producers = producers;
+        self.producers
+            .save(&self.dir.join(PRODUCER_STATE), offset)?;
+        tracing::info!(dir = %self.dir.display(), offset, producers = self.producers.len(), "reset log");
         Ok(offset)
+    }
+
+    /// The producer state as of `offset` for the producers whose batches below it are still
+    /// cached (see [`ProducerState::before`]).
+    pub fn producers_before(&self, offset: i64) -> ProducerState {
+        self.producers.before(offset)
     }
 
     fn after_truncation(&mut self) -> Result<(), LogError> {

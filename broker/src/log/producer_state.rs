@@ -144,6 +144,60 @@ impl ProducerState {
         });
     }
 
+    /// The state as it was before `offset`, for the producers whose cached batches reach below
+    /// it: each keeps only its batches below `offset`. A producer all of whose cached batches
+    /// are at or past `offset` is left out — whoever starts a log at `offset` replays those
+    /// batches and learns it from them, which is why this is exact for duplicate detection.
+    pub fn before(&self, offset: i64) -> ProducerState {
+        let producers = self
+            .producers
+            .iter()
+            .filter_map(|(id, e)| {
+                let batches: VecDeque<BatchMeta> = e
+                    .batches
+                    .iter()
+                    .copied()
+                    .filter(|b| b.base_offset < offset)
+                    .collect();
+                (!batches.is_empty()).then_some((
+                    *id,
+                    ProducerEntry {
+                        epoch: e.epoch,
+                        batches,
+                    },
+                ))
+            })
+            .collect();
+        ProducerState { producers }
+    }
+
+    /// Every producer and its entry, in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(id, e)| (*id, e))
+    }
+
+    /// A state made of these entries (at most [`CACHED_BATCHES`] batches each are kept).
+    pub fn from_entries(entries: impl IntoIterator<Item = (i64, ProducerEntry)>) -> ProducerState {
+        let producers = entries
+            .into_iter()
+            .map(|(id, mut e)| {
+                while e.batches.len() > CACHED_BATCHES {
+                    e.batches.pop_front();
+                }
+                (id, e)
+            })
+            .collect();
+        ProducerState { producers }
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
     pub fn save(&self, path: &Path, offset: i64) -> std::io::Result<()> {
         let snap = Snapshot {
             version: 1,
@@ -241,5 +295,38 @@ mod tests {
         let (back, off) = ProducerState::load(&p).unwrap();
         assert_eq!(off, 10);
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn the_state_before_an_offset_keeps_only_older_batches_and_their_producers() {
+        let mut s = ProducerState::default();
+        s.record(&header(1, 0, 0, 2, 0), 1);
+        s.record(&header(2, 0, 0, 2, 2), 1);
+        s.record(&header(1, 0, 2, 2, 4), 1);
+        s.record(&header(3, 0, 0, 2, 6), 1);
+        let before = s.before(4);
+        assert_eq!(before.len(), 2, "producer 3 starts at 6");
+        let one: Vec<i64> = before
+            .entries()
+            .find(|(id, _)| *id == 1)
+            .unwrap()
+            .1
+            .batches
+            .iter()
+            .map(|b| b.base_offset)
+            .collect();
+        assert_eq!(one, vec![0]);
+        // A retry of producer 1's first batch is a duplicate there; its next batch is new.
+        assert_eq!(
+            before.check(&header(1, 0, 0, 2, 99)),
+            SequenceCheck::Duplicate {
+                base_offset: 0,
+                timestamp: 1
+            }
+        );
+        assert_eq!(before.check(&header(1, 0, 2, 2, 99)), SequenceCheck::Accept);
+        let rebuilt = ProducerState::from_entries(before.entries().map(|(id, e)| (id, e.clone())));
+        assert_eq!(rebuilt, before);
+        assert!(s.before(0).is_empty());
     }
 }

@@ -42,7 +42,7 @@ use crate::log::config::LogConfig;
 use crate::log::{AppendInfo, Log, LogError};
 pub use registry::Partitions;
 pub use replica::Role;
-pub use tiers::{Read, RemoteLog, TierStats, TimeLookup};
+pub use tiers::{Read, RemoteLog, RemoteProducers, TierStats, TimeLookup};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use super::leader::{IsrChange, LeaderState};
 use super::{offsets_of, Offsets, Partition};
 use crate::error::{ApiError, ErrorCode};
+use crate::log::producer_state::ProducerState;
 use crate::log::{AppendInfo, LogError};
 
 /// This broker's part in a partition, from the metadata state.
@@ -344,14 +345,27 @@ impl Partition {
     }
 
     /// A follower of `from` empties its log to start at `offset` (where the leader says it
-    /// should start). `Ok(false)`, and nothing changed, if it no longer follows `from`.
-    pub fn reset_to(&self, offset: i64, from: (u64, i32)) -> Result<bool, LogError> {
+    /// should start), knowing of the batches below it what `producers` says. `Ok(false)`, and
+    /// nothing changed, if it no longer follows `from`.
+    pub fn reset_to(
+        &self,
+        offset: i64,
+        from: (u64, i32),
+        producers: ProducerState,
+    ) -> Result<bool, LogError> {
         let role = self.role();
         if !follows(&role, from) {
             return Ok(false);
         }
-        self.log().reset_to(offset, self.clock.now_ms())?;
+        self.log()
+            .reset_to(offset, self.clock.now_ms(), producers)?;
         Ok(true)
+    }
+
+    /// The producer state as of `offset` (see [`ProducerState::before`]): what the
+    /// offloader stores beside a segment ending there.
+    pub fn producers_before(&self, offset: i64) -> ProducerState {
+        self.log().producers_before(offset)
     }
 
     /// OffsetForLeaderEpoch: the largest epoch ≤ `epoch` and the offset where it ends.

@@ -73,6 +73,19 @@ impl RemoteLog {
     }
 }
 
+/// Where a follower joining a tiered partition at `offset` learns what the batches below it
+/// told of their producers: the remote tier, from the index object of the segment ending
+/// there. A trait here, beneath both, so replication asks without importing the tier.
+pub trait RemoteProducers: Send + Sync {
+    /// The producer state as of `offset`, if a remote segment ends exactly there and carries
+    /// it; `None` otherwise (the replica then learns producers only from the batches it copies).
+    fn producers_before<'a>(
+        &'a self,
+        p: &'a Partition,
+        offset: i64,
+    ) -> futures::future::BoxFuture<'a, Option<crate::log::producer_state::ProducerState>>;
+}
+
 /// Where a fetch's bytes come from.
 #[derive(Debug)]
 pub enum Read {

@@ -12,7 +12,9 @@
 //! KIP-1023), starts its log there and fetches only the tail; older offsets are served from
 //! the remote tier by whichever replica leads. The leader-epoch history it needs begins with
 //! the first batch it copies, which is what Kafka's OffsetForLeaderEpoch rule answers from
-//! (an epoch older than any it knows ends where its first known epoch starts).
+//! (an epoch older than any it knows ends where its first known epoch starts); the producer
+//! state as of its start comes with the remote segment ending there
+//! ([`RemoteProducers`]), so retries of batches it never copied are still duplicates.
 //!
 //! Invariants (DESIGN.md §Invariant 6):
 //! - Before the first fetch at a leader epoch, the follower truncates: it asks the leader
@@ -41,7 +43,7 @@ use tokio::sync::watch;
 use crate::error::ErrorCode;
 use crate::log::LogError;
 use crate::node::Node;
-use crate::partition::{Partition, TopicPartition};
+use crate::partition::{Partition, RemoteProducers, TopicPartition};
 use crate::protocol::client::{Client, ClientError};
 
 /// Why a round with the leader ended early; the fetcher reconnects and starts again.
@@ -81,13 +83,15 @@ type FetcherKey = (u64, bool);
 /// The fetcher tasks, two per leader broker (data topics, internal topics).
 pub struct Fetchers {
     node: Arc<Node>,
+    remote: Arc<dyn RemoteProducers>,
     by_leader: std::sync::Mutex<HashMap<FetcherKey, watch::Sender<Vec<Assignment>>>>,
 }
 
 impl Fetchers {
-    pub fn new(node: Arc<Node>) -> Fetchers {
+    pub fn new(node: Arc<Node>, remote: Arc<dyn RemoteProducers>) -> Fetchers {
         Fetchers {
             node,
+            remote,
             by_leader: Default::default(),
         }
     }
@@ -121,7 +125,7 @@ impl Fetchers {
                 }
                 None => {
                     let (tx, rx) = watch::channel(parts);
-                    tokio::spawn(run(self.node.clone(), key.0, rx));
+                    tokio::spawn(run(self.node.clone(), self.remote.clone(), key.0, rx));
                     fetchers.insert(key, tx);
                 }
             }
@@ -142,7 +146,12 @@ fn topic_name(name: &str) -> TopicName {
 }
 
 /// One leader's fetch loop.
-async fn run(node: Arc<Node>, leader: u64, mut assigned: watch::Receiver<Vec<Assignment>>) {
+async fn run(
+    node: Arc<Node>,
+    remote: Arc<dyn RemoteProducers>,
+    leader: u64,
+    mut assigned: watch::Receiver<Vec<Assignment>>,
+) {
     let me = node.config.node_id;
     let client = format!("strata-replica-{me}");
     let mut conn: Option<Client> = None;
@@ -192,7 +201,7 @@ async fn run(node: Arc<Node>, leader: u64, mut assigned: watch::Receiver<Vec<Ass
             }
         }
         let c = conn.as_mut().expect("connected above");
-        let result = round(&node, c, leader, &parts, &mut truncated).await;
+        let result = round(&node, &*remote, c, leader, &parts, &mut truncated).await;
         match result {
             Ok(Some(pause)) => wait(&mut assigned, pause).await,
             Ok(None) => {}
@@ -214,6 +223,7 @@ async fn wait(assigned: &mut watch::Receiver<Vec<Assignment>>, pause: Duration) 
 /// (partitions waiting for new metadata).
 async fn round(
     node: &Arc<Node>,
+    remote: &dyn RemoteProducers,
     conn: &mut Client,
     leader: u64,
     parts: &[Assignment],
@@ -225,7 +235,7 @@ async fn round(
         if truncated.get(&a.partition.tp) == Some(&a.leader_epoch) {
             continue;
         }
-        match truncate(conn, me, leader, a).await? {
+        match truncate(conn, remote, me, leader, a).await? {
             true => {
                 truncated.insert(a.partition.tp.clone(), a.leader_epoch);
             }
@@ -314,7 +324,8 @@ async fn round(
                     // again at its local log start.
                     let start = list_offset(conn, me, a, EARLIEST_LOCAL).await?;
                     tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, start, "follower out of the leader's local range: restarting at its local log start");
-                    p.reset_to(start, (leader, a.leader_epoch))?;
+                    let producers = remote.producers_before(p, start).await.unwrap_or_default();
+                    p.reset_to(start, (leader, a.leader_epoch), producers)?;
                 }
                 code => {
                     tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, code, "replica fetch refused; waiting for new metadata");
@@ -331,6 +342,7 @@ async fn round(
 /// when the leader refused (not the leader, or another epoch): wait for metadata.
 async fn truncate(
     conn: &mut Client,
+    remote: &dyn RemoteProducers,
     me: i32,
     leader: u64,
     a: &Assignment,
@@ -348,9 +360,11 @@ async fn truncate(
             Err(e) => return Err(e),
         };
         if start > log_end {
+            let producers = remote.producers_before(p, start).await;
             tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, log_end, start,
+                producers = producers.as_ref().map(|s| s.len()),
                 "joining a tiered partition at the first offset not in the object store; older offsets are served from the remote tier");
-            return Ok(p.reset_to(start, from)?);
+            return Ok(p.reset_to(start, from, producers.unwrap_or_default())?);
         }
     }
     if epoch < 0 {

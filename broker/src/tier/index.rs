@@ -5,23 +5,41 @@
 //! so the offloader derives its own index from the batches it uploads:
 //!
 //! ```text
-//! magic "STRIDX01" | base_offset i64 | last_offset i64 | max_timestamp i64
+//! magic "STRIDX02" | base_offset i64 | last_offset i64 | max_timestamp i64
 //! | offset_of_max_timestamp i64 | log_size u64 | entries u32
 //! | entries × (relative_offset u32, position u32, max_timestamp_before i64)
+//! | producers u32 | producers × (producer_id i64, epoch i16, batches u8,
+//! |                               batches × (first_seq i32, last_seq i32, base_offset i64,
+//! |                                          timestamp i64))
 //! | crc32c u32 of everything before it
 //! ```
 //! big-endian. An entry is written for the first batch and then every [`INTERVAL`] bytes;
 //! `max_timestamp_before` is the largest timestamp of all batches before its position, so a
 //! search for timestamp `ts` may start at the last entry whose value is below `ts`.
 //!
+//! The producer section is the idempotent-producer state as of the segment's end (Kafka
+//! uploads a producer snapshot with each segment for the same reason): a replica that joins
+//! the partition at that offset, copying only the tail, takes it so duplicate detection works
+//! for retries of batches it never copied. `STRIDX01` objects (written before the section
+//! existed) are still read; they have no producer state.
+//!
 //! Invariants: entries are strictly increasing in offset and position and point at batch
-//! starts; an index whose CRC does not check is never used (the read fails instead).
+//! starts; an index whose CRC does not check is never used (the read fails instead); counts
+//! in an object are checked against its length before anything is read or allocated.
+
+use std::collections::VecDeque;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::log::batch::{self, BatchHeader};
+use crate::log::producer_state::{BatchMeta, ProducerEntry, ProducerState};
 
-const MAGIC: &[u8; 8] = b"STRIDX01";
+const MAGIC: &[u8; 8] = b"STRIDX02";
+/// The first format, without the producer section.
+const MAGIC_V1: &[u8; 8] = b"STRIDX01";
+/// A producer's fixed part (id, epoch, batch count) and one batch of it.
+const PRODUCER: usize = 8 + 2 + 1;
+const PRODUCER_BATCH: usize = 4 + 4 + 8 + 8;
 const HEADER: usize = 8 + 8 * 5 + 4;
 const ENTRY: usize = 16;
 /// Bytes of log between index entries: a lookup reads at most this much before its batch,
@@ -42,9 +60,14 @@ pub struct Summary {
     pub index: Bytes,
 }
 
-/// Walks every batch of a closed segment, checking each one's CRC, and builds its index.
-/// A segment that does not parse or check is refused: it must not reach the object store.
-pub fn summarize(log: &[u8], base_offset: i64) -> Result<Summary, String> {
+/// Walks every batch of a closed segment, checking each one's CRC, and builds its index with
+/// `producers` (the producer state as of the segment's end). A segment that does not parse or
+/// check is refused: it must not reach the object store.
+pub fn summarize(
+    log: &[u8],
+    base_offset: i64,
+    producers: &ProducerState,
+) -> Result<Summary, String> {
     let mut entries = BytesMut::new();
     let mut count = 0u32;
     let mut pos = 0usize;
@@ -97,6 +120,7 @@ pub fn summarize(log: &[u8], base_offset: i64) -> Result<Summary, String> {
     out.put_u64(log.len() as u64);
     out.put_u32(count);
     out.put_slice(&entries);
+    put_producers(&mut out, producers);
     let index_crc = crc32c::crc32c(&out);
     out.put_u32(index_crc);
     Ok(Summary {
@@ -110,11 +134,30 @@ pub fn summarize(log: &[u8], base_offset: i64) -> Result<Summary, String> {
     })
 }
 
+fn put_producers(out: &mut BytesMut, producers: &ProducerState) {
+    let mut entries: Vec<(i64, &ProducerEntry)> = producers.entries().collect();
+    entries.sort_by_key(|(id, _)| *id);
+    out.put_u32(entries.len() as u32);
+    for (id, e) in entries {
+        out.put_i64(id);
+        out.put_i16(e.epoch);
+        out.put_u8(e.batches.len() as u8);
+        for b in &e.batches {
+            out.put_i32(b.first_seq);
+            out.put_i32(b.last_seq);
+            out.put_i64(b.base_offset);
+            out.put_i64(b.timestamp);
+        }
+    }
+}
+
 /// A checked index object.
 #[derive(Debug, Clone)]
 pub struct RemoteIndex {
     bytes: Bytes,
     count: usize,
+    /// Where the producer section begins and ends (`None`: a `STRIDX01` object).
+    producers: Option<(usize, usize)>,
     pub base_offset: i64,
     pub last_offset: i64,
     pub offset_of_max_timestamp: i64,
@@ -131,15 +174,33 @@ fn be_i64(b: &[u8]) -> i64 {
 impl RemoteIndex {
     /// Parses and checks an index object against the segment it should describe.
     pub fn parse(bytes: Bytes, base_offset: i64, log_size: u64) -> Result<RemoteIndex, String> {
-        if bytes.len() < HEADER + 4 || &bytes[..8] != MAGIC {
+        if bytes.len() < HEADER + 4 {
             return Err("not a Strata remote index".into());
         }
+        let v1 = match &bytes[..8] {
+            m if m == MAGIC => false,
+            m if m == MAGIC_V1 => true,
+            _ => return Err("not a Strata remote index".into()),
+        };
         let body = bytes.len() - 4;
         if crc32c::crc32c(&bytes[..body]) != be_u32(&bytes[body..]) {
             return Err("remote index CRC mismatch".into());
         }
         let count = be_u32(&bytes[HEADER - 4..]) as usize;
-        if HEADER + count * ENTRY != body || count == 0 {
+        let entries_end = count
+            .checked_mul(ENTRY)
+            .and_then(|n| n.checked_add(HEADER))
+            .filter(|end| *end <= body);
+        let producers = match entries_end {
+            Some(end) if v1 && end == body => None,
+            Some(end) if !v1 && end + 4 <= body => Some((end, body)),
+            _ => None,
+        };
+        if count == 0
+            || entries_end.is_none()
+            || (!v1 && producers.is_none())
+            || (v1 && entries_end != Some(body))
+        {
             return Err(format!(
                 "remote index of {} bytes cannot hold {count} entries",
                 bytes.len()
@@ -152,6 +213,7 @@ impl RemoteIndex {
             log_size: be_i64(&bytes[40..]) as u64,
             bytes,
             count,
+            producers,
         };
         if index.base_offset != base_offset || index.log_size != log_size {
             return Err(format!(
@@ -160,6 +222,59 @@ impl RemoteIndex {
             ));
         }
         Ok(index)
+    }
+
+    /// The producer state as of the segment's end; `Ok(None)` for an object written before
+    /// the index carried it. Every count is checked against the bytes that hold it.
+    pub fn producers(&self) -> Result<Option<ProducerState>, String> {
+        let Some((start, end)) = self.producers else {
+            return Ok(None);
+        };
+        let b = &self.bytes[start..end];
+        let n = be_u32(b) as usize;
+        let mut pos = 4;
+        let mut entries = Vec::new();
+        for _ in 0..n {
+            if pos + PRODUCER > b.len() {
+                return Err(format!(
+                    "producer section ends inside producer {}",
+                    entries.len()
+                ));
+            }
+            let id = be_i64(&b[pos..]);
+            let epoch = i16::from_be_bytes([b[pos + 8], b[pos + 9]]);
+            let batches = b[pos + 10] as usize;
+            pos += PRODUCER;
+            if pos + batches * PRODUCER_BATCH > b.len() {
+                return Err(format!(
+                    "producer {id}'s {batches} batches run past the section"
+                ));
+            }
+            let mut list = VecDeque::new();
+            for _ in 0..batches {
+                list.push_back(BatchMeta {
+                    first_seq: be_u32(&b[pos..]) as i32,
+                    last_seq: be_u32(&b[pos + 4..]) as i32,
+                    base_offset: be_i64(&b[pos + 8..]),
+                    timestamp: be_i64(&b[pos + 16..]),
+                });
+                pos += PRODUCER_BATCH;
+            }
+            entries.push((
+                id,
+                ProducerEntry {
+                    epoch,
+                    batches: list,
+                },
+            ));
+        }
+        if pos != b.len() {
+            return Err(format!(
+                "{} bytes after the producer section",
+                b.len() - pos
+            ));
+        }
+        Ok(Some(ProducerState::from_entries(entries)))
     }
 
     fn entry(&self, i: usize) -> (i64, u64, i64) {
@@ -219,7 +334,7 @@ mod tests {
     #[test]
     fn an_index_finds_every_batch_by_offset_and_timestamp() {
         let log = segment(100, 3000, 0);
-        let s = summarize(&log, 100).unwrap();
+        let s = summarize(&log, 100, &ProducerState::default()).unwrap();
         assert_eq!(s.last_offset, 100 + 3000 * 5 - 1);
         assert_eq!(s.crc32c, crc32c::crc32c(&log));
         assert_eq!(s.max_timestamp, 1000 + 2999 * 10 + 4);
@@ -249,7 +364,7 @@ mod tests {
     #[test]
     fn damaged_segments_and_indexes_are_refused() {
         let mut log = segment(0, 10, 0);
-        let s = summarize(&log, 0).unwrap();
+        let s = summarize(&log, 0, &ProducerState::default()).unwrap();
         let mut bad = s.index.to_vec();
         bad[HEADER + 2] ^= 1;
         assert!(RemoteIndex::parse(Bytes::from(bad), 0, log.len() as u64)
@@ -259,8 +374,49 @@ mod tests {
         assert!(RemoteIndex::parse(s.index.slice(..20), 0, log.len() as u64).is_err());
         let n = log.len();
         log[n - 3] ^= 0xff;
-        assert!(summarize(&log, 0).unwrap_err().contains("CRC"));
-        assert!(summarize(&log[..n - 3], 0).is_err(), "truncated");
-        assert!(summarize(&[], 0).is_err());
+        assert!(summarize(&log, 0, &ProducerState::default())
+            .unwrap_err()
+            .contains("CRC"));
+        assert!(
+            summarize(&log[..n - 3], 0, &ProducerState::default()).is_err(),
+            "truncated"
+        );
+        assert!(summarize(&[], 0, &ProducerState::default()).is_err());
+    }
+
+    #[test]
+    fn the_producer_state_round_trips_and_a_damaged_section_is_an_error() {
+        let log = segment(0, 10, 0);
+        let mut state = ProducerState::default();
+        let mut h = BatchHeader::parse(&batch(3, 5)).unwrap();
+        h.producer_id = 77;
+        h.producer_epoch = 2;
+        h.base_sequence = 10;
+        h.base_offset = 40;
+        state.record(&h, 123);
+        let s = summarize(&log, 0, &state).unwrap();
+        let idx = RemoteIndex::parse(s.index.clone(), 0, log.len() as u64).unwrap();
+        assert_eq!(idx.producers().unwrap(), Some(state.clone()));
+        // Same lookups as without the section.
+        assert_eq!(idx.position_for_offset(0), 0);
+
+        // A version-1 object (no section) still reads, with no producer state.
+        let plain = summarize(&log, 0, &ProducerState::default()).unwrap().index;
+        let mut v1 = plain[..plain.len() - 8].to_vec();
+        v1[..8].copy_from_slice(MAGIC_V1);
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_be_bytes());
+        let idx = RemoteIndex::parse(Bytes::from(v1), 0, log.len() as u64).unwrap();
+        assert_eq!(idx.producers().unwrap(), None);
+
+        // A producer count larger than the section: an error, not an allocation.
+        let mut bad = s.index.to_vec();
+        let section = HEADER + idx.count * ENTRY;
+        bad[section..section + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+        let n = bad.len();
+        let crc = crc32c::crc32c(&bad[..n - 4]);
+        bad[n - 4..].copy_from_slice(&crc.to_be_bytes());
+        let idx = RemoteIndex::parse(Bytes::from(bad), 0, log.len() as u64).unwrap();
+        assert!(idx.producers().is_err());
     }
 }

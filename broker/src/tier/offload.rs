@@ -220,7 +220,9 @@ async fn upload_segment(
     };
     let base = seg.base_offset;
     let walk = bytes.clone();
-    let summary = tokio::task::spawn_blocking(move || index::summarize(&walk, base))
+    // The producer state as of the segment's end travels with it (see `index`).
+    let producers = p.producers_before(seg.next_offset);
+    let summary = tokio::task::spawn_blocking(move || index::summarize(&walk, base, &producers))
         .await
         .map_err(|e| TierError::Corrupt(e.to_string()))?
         .map_err(|e| {

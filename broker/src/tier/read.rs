@@ -22,7 +22,8 @@ use uuid::Uuid;
 use super::index::{RemoteIndex, INTERVAL};
 use super::{Tier, TierError};
 use crate::log::batch::{self, BatchHeader, HEADER_LEN};
-use crate::partition::{Partition, RemoteLog, TopicPartition};
+use crate::log::producer_state::ProducerState;
+use crate::partition::{Partition, RemoteLog, RemoteProducers, TopicPartition};
 
 /// A remote segment as the reader addresses it.
 pub struct RemoteSource<'a> {
@@ -183,6 +184,35 @@ impl<'a> Cursor<'a> {
         }
         self.pos += len;
         Ok(Some((header, bytes)))
+    }
+}
+
+impl RemoteProducers for Tier {
+    fn producers_before<'a>(
+        &'a self,
+        p: &'a Partition,
+        offset: i64,
+    ) -> futures::future::BoxFuture<'a, Option<ProducerState>> {
+        Box::pin(async move {
+            let remote = p.remote();
+            let segment = remote
+                .segments
+                .iter()
+                .find(|s| s.last_offset + 1 == offset)?;
+            let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, segment);
+            let found = match self.index(&src).await {
+                Ok(index) => index.producers().map_err(TierError::Corrupt),
+                Err(e) => Err(e),
+            };
+            match found {
+                Ok(state) => state,
+                Err(e) => {
+                    tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, offset, error = %e,
+                        "cannot read the producer state stored with the remote segment; the replica learns producers from the batches it copies");
+                    None
+                }
+            }
+        })
     }
 }
 
