@@ -43,6 +43,7 @@ pub mod replication;
 pub mod serve;
 pub mod server;
 pub mod session;
+pub mod throttle;
 pub mod tier;
 pub mod topic_config;
 

@@ -305,7 +305,9 @@ fn a_tiered_partition_moves_to_a_new_broker_copying_only_what_is_not_offloaded()
 
 #[test]
 fn an_untiered_partition_moves_by_copying_its_whole_log_and_may_change_its_replication_factor() {
-    let mut cluster = Cluster::start(3, 3, FAST);
+    // Moves are throttled to 1 MB/s per receiving broker: the 3 MB log takes several rounds.
+    let env = [FAST, &[("STRATA_REPLICA_MOVE_MAX_BYTES_PER_SECOND", "1000000")][..]].concat();
+    let mut cluster = Cluster::start(3, 3, &env);
     cluster.wait_controller();
     let topic = unique_topic("move-full");
     cluster.create_replicated_topic(&topic, 1, TopicReplication::Variable(&[&[1]]), &[]);
@@ -322,7 +324,7 @@ fn an_untiered_partition_moves_by_copying_its_whole_log_and_may_change_its_repli
     ok(&reassign::alter(&mut conn, &[(&topic, 0, Some(&[2, 3]))], true).unwrap());
     wait_moved(&mut cluster, &mut conn, &topic, &[2, 3]);
     let n = load.finish();
-    // Both new replicas copied the whole log from offset 0.
+    // Both new replicas copied the whole log from offset 0, through the move budget.
     for id in [2, 3] {
         let fetched = cluster
             .member(id)
@@ -331,6 +333,14 @@ fn an_untiered_partition_moves_by_copying_its_whole_log_and_may_change_its_repli
             fetched >= 1_500.0 * VALUE_LEN as f64,
             "broker {id} fetched {fetched} B"
         );
+        let moved = cluster
+            .member(id)
+            .metric("strata_reassignment_fetched_bytes_total");
+        assert!(moved >= 1_500.0 * VALUE_LEN as f64, "broker {id} moved {moved} B");
+        let throttled = cluster
+            .member(id)
+            .metric("strata_reassignment_throttled_total");
+        assert!(throttled > 0.0, "broker {id}: the budget never held a move back");
         let mut c = KafkaConn::connect(&cluster.member(id).kafka_addr).unwrap();
         let (_, _, _, replicas) =
             reassign::describe_log_dirs(&mut c, Some((&topic, &[0]))).unwrap();

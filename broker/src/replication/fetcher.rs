@@ -40,6 +40,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
+use super::moves::{MoveBudget, MoveMetrics};
 use crate::error::ErrorCode;
 use crate::log::LogError;
 use crate::node::Node;
@@ -67,6 +68,9 @@ const PARTITION_MAX_BYTES: i32 = 1 << 20;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause after a failure before trying the leader again.
 const RETRY: Duration = Duration::from_millis(200);
+/// Pause of a round that left moving replicas out for lack of budget, so the fetcher does not
+/// spin while the budget refills.
+const THROTTLE_PAUSE: Duration = Duration::from_millis(50);
 /// Largest response accepted.
 const MAX_RESPONSE: usize = 256 << 20;
 
@@ -75,6 +79,15 @@ const MAX_RESPONSE: usize = 256 << 20;
 pub struct Assignment {
     pub partition: Arc<Partition>,
     pub leader_epoch: i32,
+    /// This replica is being added by a reassignment: its fetches draw on the move budget.
+    pub moving: bool,
+}
+
+/// The move budget and metrics, shared by every fetcher task.
+#[derive(Clone)]
+struct Moves {
+    budget: Arc<MoveBudget>,
+    metrics: Arc<MoveMetrics>,
 }
 
 /// Which fetcher a partition goes to: its leader, and whether its topic is internal.
@@ -84,14 +97,22 @@ type FetcherKey = (u64, bool);
 pub struct Fetchers {
     node: Arc<Node>,
     remote: Arc<dyn RemoteProducers>,
+    moves: Moves,
     by_leader: std::sync::Mutex<HashMap<FetcherKey, watch::Sender<Vec<Assignment>>>>,
 }
 
 impl Fetchers {
     pub fn new(node: Arc<Node>, remote: Arc<dyn RemoteProducers>) -> Fetchers {
+        let moves = Moves {
+            budget: Arc::new(MoveBudget::new(
+                node.config.replica_move_max_bytes_per_second,
+            )),
+            metrics: MoveMetrics::register(&node),
+        };
         Fetchers {
             node,
             remote,
+            moves,
             by_leader: Default::default(),
         }
     }
@@ -100,15 +121,21 @@ impl Fetchers {
     /// starting fetchers for new leaders.
     pub fn sync(&self) {
         let mut wanted: HashMap<FetcherKey, Vec<Assignment>> = HashMap::new();
+        let state = self.node.metadata.state();
+        let me = self.node.config.node_id;
         for p in self.node.partitions.all() {
             if let Some((leader, leader_epoch)) = p.following() {
                 let internal = p.tp.topic.starts_with("__");
+                let moving = state
+                    .partition(&p.tp.topic, p.tp.partition)
+                    .is_some_and(|i| i.adding.contains(&me));
                 wanted
                     .entry((leader, internal))
                     .or_default()
                     .push(Assignment {
                         partition: p,
                         leader_epoch,
+                        moving,
                     });
             }
         }
@@ -125,7 +152,13 @@ impl Fetchers {
                 }
                 None => {
                     let (tx, rx) = watch::channel(parts);
-                    tokio::spawn(run(self.node.clone(), self.remote.clone(), key.0, rx));
+                    tokio::spawn(run(
+                        self.node.clone(),
+                        self.remote.clone(),
+                        self.moves.clone(),
+                        key.0,
+                        rx,
+                    ));
                     fetchers.insert(key, tx);
                 }
             }
@@ -149,6 +182,7 @@ fn topic_name(name: &str) -> TopicName {
 async fn run(
     node: Arc<Node>,
     remote: Arc<dyn RemoteProducers>,
+    moves: Moves,
     leader: u64,
     mut assigned: watch::Receiver<Vec<Assignment>>,
 ) {
@@ -201,7 +235,7 @@ async fn run(
             }
         }
         let c = conn.as_mut().expect("connected above");
-        let result = round(&node, &*remote, c, leader, &parts, &mut truncated).await;
+        let result = round(&node, &*remote, &moves, c, leader, &parts, &mut truncated).await;
         match result {
             Ok(Some(pause)) => wait(&mut assigned, pause).await,
             Ok(None) => {}
@@ -224,6 +258,7 @@ async fn wait(assigned: &mut watch::Receiver<Vec<Assignment>>, pause: Duration) 
 async fn round(
     node: &Arc<Node>,
     remote: &dyn RemoteProducers,
+    moves: &Moves,
     conn: &mut Client,
     leader: u64,
     parts: &[Assignment],
@@ -250,7 +285,21 @@ async fn round(
         return Ok(Some(RETRY));
     }
     let mut topics: Vec<FetchTopic> = Vec::new();
+    // What the move budget granted each moving replica this round.
+    let mut grants: HashMap<(&str, i32), u64> = HashMap::new();
+    let mut throttled = false;
     for a in &ready {
+        let mut max_bytes = PARTITION_MAX_BYTES;
+        if a.moving {
+            let granted = moves.budget.grant(PARTITION_MAX_BYTES as u64);
+            if granted == 0 {
+                moves.metrics.throttled.inc();
+                throttled = true;
+                continue;
+            }
+            grants.insert((&a.partition.tp.topic, a.partition.tp.partition), granted);
+            max_bytes = granted as i32;
+        }
         let (_, log_end) = a.partition.latest_epoch_and_end();
         let fp = FetchPartition::default()
             .with_partition(a.partition.tp.partition)
@@ -258,7 +307,7 @@ async fn round(
             .with_fetch_offset(log_end)
             .with_last_fetched_epoch(-1)
             .with_log_start_offset(-1)
-            .with_partition_max_bytes(PARTITION_MAX_BYTES);
+            .with_partition_max_bytes(max_bytes);
         match topics
             .iter_mut()
             .find(|t| t.topic.0.as_str() == a.partition.tp.topic)
@@ -270,6 +319,10 @@ async fn round(
                     .with_partitions(vec![fp]),
             ),
         }
+    }
+    if topics.is_empty() {
+        // Only moving replicas, and the budget is spent: wait for it to refill.
+        return Ok(Some(THROTTLE_PAUSE));
     }
     let req = FetchRequest::default()
         .with_replica_id(BrokerId(me))
@@ -299,6 +352,11 @@ async fn round(
                 continue;
             };
             let p = &a.partition;
+            if let Some(granted) = grants.get(&(t.topic.0.as_str(), pd.partition_index)) {
+                let received = pd.records.as_ref().map_or(0, |r| r.len() as u64);
+                moves.budget.settle(*granted, received);
+                moves.metrics.fetched_bytes.inc_by(received);
+            }
             match pd.error_code {
                 0 => {
                     let records = pd.records.unwrap_or_default();
@@ -335,7 +393,11 @@ async fn round(
             }
         }
     }
-    Ok(stale.then_some(RETRY))
+    Ok(if stale {
+        Some(RETRY)
+    } else {
+        throttled.then_some(THROTTLE_PAUSE)
+    })
 }
 
 /// Truncates the follower's log to where the leader says its newest epoch ends. `Ok(false)`

@@ -9,6 +9,7 @@
 //! before fetching again.
 
 pub mod fetcher;
+pub mod moves;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -126,7 +126,7 @@ pub struct Tier {
     /// Ids of uploads in progress: the orphan sweep must not take their objects.
     uploading: Mutex<HashSet<Uuid>>,
     upload_slots: tokio::sync::Semaphore,
-    throttle: offload::Throttle,
+    throttle: crate::throttle::Throttle,
     orphan_grace: Duration,
     /// Bytes the cache reads ahead after each remote read.
     readahead_bytes: u64,
@@ -175,7 +175,7 @@ impl Tier {
             metrics: tier_metrics,
             uploading: Mutex::new(HashSet::new()),
             upload_slots: tokio::sync::Semaphore::new(cfg.remote_log_upload_concurrency),
-            throttle: offload::Throttle::new(cfg.remote_log_upload_max_bytes_per_second),
+            throttle: crate::throttle::Throttle::new(cfg.remote_log_upload_max_bytes_per_second),
             orphan_grace: Duration::from_millis(cfg.remote_log_orphan_grace_ms),
             readahead_bytes: cfg.remote_cache_block_bytes
                 * cfg.remote_cache_readahead_blocks as u64,

@@ -33,34 +33,6 @@ const WARN_SEGMENTS: u64 = 10;
 /// How often objects no record names are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
-/// Paces uploads to a byte rate: each upload reserves its share of time after the previous.
-pub struct Throttle {
-    bytes_per_second: u64,
-    next_free: std::sync::Mutex<Instant>,
-}
-
-impl Throttle {
-    pub fn new(bytes_per_second: u64) -> Throttle {
-        Throttle {
-            bytes_per_second,
-            next_free: std::sync::Mutex::new(Instant::now()),
-        }
-    }
-
-    async fn acquire(&self, bytes: u64) {
-        if self.bytes_per_second == 0 {
-            return;
-        }
-        let start = {
-            let mut next = self.next_free.lock().unwrap_or_else(|p| p.into_inner());
-            let start = (*next).max(Instant::now());
-            *next = start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_second as f64);
-            start
-        };
-        tokio::time::sleep_until(start.into()).await;
-    }
-}
-
 struct Backoff {
     until: Instant,
     delay: Duration,
