@@ -42,6 +42,7 @@ pub enum ErrorCode {
     UnknownLeaderEpoch = 75,
     StaleBrokerEpoch = 77,
     InvalidUpdateVersion = 95,
+    BrokerIdNotRegistered = 102,
     UnknownServerError = -1,
     InvalidRecord = 87,
     UnknownTopicId = 100,

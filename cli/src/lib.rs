@@ -9,13 +9,16 @@
 //!   rebalance times and offset-commit throughput — [`perf`];
 //! - `strata group list|describe|delete|reset-offsets` — consumer groups — [`group`];
 //! - `strata cluster status|add-voter|remove-voter` — the controller, quorum, brokers and
-//!   unhealthy partitions, over the admin HTTP port — [`cluster`].
+//!   unhealthy partitions, over the admin HTTP port; `strata cluster reassign|balance` —
+//!   replica moves with Kafka's reassignment APIs — [`cluster`];
+//! - `strata broker drain|remove` — taking a broker out of service — [`broker`].
 //!
 //! Every command takes `-b/--bootstrap-server` (env `STRATA_BOOTSTRAP`), repeated
 //! `-X key=value` librdkafka properties and `--request-timeout-ms`.
 
 use clap::Subcommand;
 
+pub mod broker;
 pub mod cluster;
 pub mod common;
 pub mod consume;
@@ -41,9 +44,13 @@ pub enum ClientCommand {
     /// List, describe (members, lag) and delete consumer groups; reset their offsets.
     #[command(subcommand)]
     Group(group::GroupCommand),
-    /// Cluster health (controller, quorum, brokers, unhealthy partitions) and voter changes.
+    /// Cluster health (controller, quorum, brokers, unhealthy partitions), voter changes,
+    /// replica reassignment and balancing.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Drain a broker of its replicas and leaderships; unregister a stopped one.
+    #[command(subcommand)]
+    Broker(broker::BrokerCommand),
 }
 
 impl ClientCommand {
@@ -55,6 +62,7 @@ impl ClientCommand {
             ClientCommand::Perf(cmd) => cmd.conn(),
             ClientCommand::Group(cmd) => Some(cmd.conn()),
             ClientCommand::Cluster(_) => None,
+            ClientCommand::Broker(cmd) => Some(cmd.conn()),
         }
     }
 }
@@ -88,6 +96,7 @@ pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Consume(args) => consume::run(args),
         ClientCommand::Perf(cmd) => perf::run(cmd),
         ClientCommand::Group(cmd) => group::run(cmd),
+        ClientCommand::Broker(cmd) => broker::run(cmd),
         ClientCommand::Cluster(cmd) => {
             if !cluster::run(cmd)? {
                 // Unhealthy: distinct from an error (1), for scripts that wait for health.

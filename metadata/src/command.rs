@@ -117,6 +117,9 @@ pub enum Command {
         partition: i32,
         target: Option<Vec<NodeId>>,
     },
+    /// Forgets a broker (Kafka's UnregisterBroker): accepted only while it is fenced (stopped)
+    /// and holds no replica, so no partition loses a replica it counts on.
+    UnregisterBroker { node_id: NodeId },
 }
 
 /// The outcome of applying one [`Command`] (or a raft-internal entry, which yields `Ok`).
@@ -154,6 +157,8 @@ pub enum CommandResult {
     InvalidRemoteSegment(String),
     /// A cancel (`ReassignPartition` without a target) for a partition that is not moving.
     NoReassignmentInProgress,
+    /// `UnregisterBroker` of a broker that is running or still holds replicas: why.
+    BrokerInUse(String),
 }
 
 impl CommandResult {

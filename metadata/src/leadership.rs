@@ -51,6 +51,40 @@ impl ClusterState {
         CommandResult::BrokerRegistered { epoch }
     }
 
+    /// Forgets a fenced broker that no partition names any more.
+    pub(crate) fn unregister_broker(&mut self, node_id: NodeId) -> CommandResult {
+        let Some(b) = self.brokers.get(&node_id) else {
+            return CommandResult::UnknownBroker;
+        };
+        if !b.fenced {
+            return CommandResult::BrokerInUse(format!(
+                "broker {node_id} is running: stop it first"
+            ));
+        }
+        let held: Vec<String> = self
+            .topics
+            .values()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.replicas.contains(&node_id))
+                    .map(move |(i, _)| format!("{}-{i}", t.name))
+            })
+            .collect();
+        if !held.is_empty() {
+            let shown: Vec<&str> = held.iter().take(5).map(String::as_str).collect();
+            return CommandResult::BrokerInUse(format!(
+                "broker {node_id} still holds {} replicas ({}{}): drain it first (strata broker drain {node_id})",
+                held.len(),
+                shown.join(", "),
+                if held.len() > shown.len() { ", ..." } else { "" }
+            ));
+        }
+        self.brokers.remove(&node_id);
+        CommandResult::Ok
+    }
+
     pub(crate) fn fence_broker(&mut self, node_id: NodeId, epoch: i64) -> CommandResult {
         match self.check_epoch(node_id, epoch) {
             Err(refused) => refused,
@@ -672,5 +706,38 @@ mod tests {
         });
         assert_eq!(state, before);
         assert!(state.unclean_candidates().is_empty());
+    }
+
+    #[test]
+    fn only_a_stopped_broker_holding_nothing_is_unregistered() {
+        let (mut state, epochs) = live_cluster(&[1, 2, 3]);
+        topic(&mut state, vec![vec![1, 2]]);
+        let before = state.clone();
+        assert!(matches!(
+            state.apply(&Command::UnregisterBroker { node_id: 3 }),
+            CommandResult::BrokerInUse(m) if m.contains("running")
+        ));
+        state.apply(&Command::FenceBroker {
+            node_id: 2,
+            epoch: epochs[&2],
+        });
+        assert!(matches!(
+            state.apply(&Command::UnregisterBroker { node_id: 2 }),
+            CommandResult::BrokerInUse(m) if m.contains("t-0") && m.contains("drain")
+        ));
+        assert_eq!(
+            state.apply(&Command::UnregisterBroker { node_id: 9 }),
+            CommandResult::UnknownBroker
+        );
+        state.apply(&Command::FenceBroker {
+            node_id: 3,
+            epoch: epochs[&3],
+        });
+        assert_eq!(
+            state.apply(&Command::UnregisterBroker { node_id: 3 }),
+            CommandResult::Ok
+        );
+        assert!(!state.brokers.contains_key(&3));
+        assert_eq!(before.brokers.len(), 3);
     }
 }

@@ -306,6 +306,7 @@ impl ClusterState {
                 partition,
                 target,
             } => self.reassign(topic, *partition, target.as_deref()),
+            Command::UnregisterBroker { node_id } => self.unregister_broker(*node_id),
         }
     }
 

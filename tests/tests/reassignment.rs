@@ -306,7 +306,11 @@ fn a_tiered_partition_moves_to_a_new_broker_copying_only_what_is_not_offloaded()
 #[test]
 fn an_untiered_partition_moves_by_copying_its_whole_log_and_may_change_its_replication_factor() {
     // Moves are throttled to 1 MB/s per receiving broker: the 3 MB log takes several rounds.
-    let env = [FAST, &[("STRATA_REPLICA_MOVE_MAX_BYTES_PER_SECOND", "1000000")][..]].concat();
+    let env = [
+        FAST,
+        &[("STRATA_REPLICA_MOVE_MAX_BYTES_PER_SECOND", "1000000")][..],
+    ]
+    .concat();
     let mut cluster = Cluster::start(3, 3, &env);
     cluster.wait_controller();
     let topic = unique_topic("move-full");
@@ -336,11 +340,17 @@ fn an_untiered_partition_moves_by_copying_its_whole_log_and_may_change_its_repli
         let moved = cluster
             .member(id)
             .metric("strata_reassignment_fetched_bytes_total");
-        assert!(moved >= 1_500.0 * VALUE_LEN as f64, "broker {id} moved {moved} B");
+        assert!(
+            moved >= 1_500.0 * VALUE_LEN as f64,
+            "broker {id} moved {moved} B"
+        );
         let throttled = cluster
             .member(id)
             .metric("strata_reassignment_throttled_total");
-        assert!(throttled > 0.0, "broker {id}: the budget never held a move back");
+        assert!(
+            throttled > 0.0,
+            "broker {id}: the budget never held a move back"
+        );
         let mut c = KafkaConn::connect(&cluster.member(id).kafka_addr).unwrap();
         let (_, _, _, replicas) =
             reassign::describe_log_dirs(&mut c, Some((&topic, &[0]))).unwrap();

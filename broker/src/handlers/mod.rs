@@ -31,6 +31,7 @@ mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
+mod unregister_broker;
 
 use std::sync::Arc;
 
@@ -117,6 +118,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Op
         }
         RequestKind::OffsetDelete(r) => {
             ResponseKind::OffsetDelete(offset_delete::handle(broker, r).await)
+        }
+        RequestKind::UnregisterBroker(r) => {
+            ResponseKind::UnregisterBroker(unregister_broker::handle(broker, r).await)
         }
         RequestKind::DescribeLogDirs(r) => {
             ResponseKind::DescribeLogDirs(describe_log_dirs::handle(broker, r))

@@ -166,6 +166,7 @@ impl Node {
                 format!("partition epoch is now {current}"),
             )),
             CommandResult::InvalidIsr(m) => Err(ApiError::new(ErrorCode::InvalidRequest, m)),
+            CommandResult::BrokerInUse(m) => Err(ApiError::new(ErrorCode::InvalidRequest, m)),
             CommandResult::NoReassignmentInProgress => Err(ApiError::new(
                 ErrorCode::NoReassignmentInProgress,
                 "no reassignment is in progress for this partition",

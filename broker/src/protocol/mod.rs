@@ -236,6 +236,7 @@ mod tests {
             ApiKey::ListPartitionReassignments => {
                 RequestKind::ListPartitionReassignments(Default::default())
             }
+            ApiKey::UnregisterBroker => RequestKind::UnregisterBroker(Default::default()),
             other => panic!("{other:?} is not supported"),
         }
     }

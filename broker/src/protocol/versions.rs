@@ -69,6 +69,7 @@ pub const SUPPORTED: &[Api] = &[
         0,
         0,
     ),
+    api(ApiKey::UnregisterBroker, "UnregisterBroker", 0, 0),
 ];
 
 fn find(key: ApiKey) -> Option<&'static Api> {
