@@ -80,6 +80,41 @@ pub fn place(
         .collect())
 }
 
+/// Replicas to add to a partition held by `current` so it has `rf`: the least loaded of
+/// `brokers` (by `load`, replicas per broker) that it does not use, a rack it does not use
+/// first when every broker has a rack. Fewer when there are not enough brokers.
+pub fn grow(
+    brokers: &[Candidate],
+    load: &BTreeMap<u64, usize>,
+    current: &[u64],
+    rf: usize,
+) -> Vec<u64> {
+    let racked = brokers.iter().all(|b| b.rack.is_some());
+    let mut racks: BTreeSet<Option<&str>> = current
+        .iter()
+        .filter_map(|r| brokers.iter().find(|b| b.id == *r))
+        .map(|b| b.rack.as_deref())
+        .collect();
+    let mut chosen: Vec<u64> = Vec::new();
+    while current.len() + chosen.len() < rf {
+        let mut candidates: Vec<&Candidate> = brokers
+            .iter()
+            .filter(|b| !current.contains(&b.id) && !chosen.contains(&b.id))
+            .collect();
+        candidates.sort_by_key(|b| (load.get(&b.id).copied().unwrap_or(0), b.id));
+        let pick = candidates
+            .iter()
+            .find(|b| !racked || !racks.contains(&b.rack.as_deref()))
+            .or_else(|| candidates.first());
+        let Some(b) = pick else {
+            break;
+        };
+        racks.insert(b.rack.as_deref());
+        chosen.push(b.id);
+    }
+    chosen
+}
+
 /// The brokers ordered so consecutive ones are in different racks: the first of every rack
 /// (racks in name order, brokers in id order), then the second of every rack, and so on.
 fn rack_alternated(brokers: &[Candidate]) -> Vec<Candidate> {
@@ -188,5 +223,22 @@ mod tests {
             })
         );
         assert!(place(&bs, 0, 0, 1, 0).is_err());
+    }
+
+    #[test]
+    fn growing_a_partition_adds_the_least_loaded_brokers_in_new_racks_first() {
+        let brokers: Vec<Candidate> = [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c")]
+            .iter()
+            .map(|(id, rack)| Candidate {
+                id: *id,
+                rack: Some(rack.to_string()),
+            })
+            .collect();
+        let load = BTreeMap::from([(2, 0), (3, 5), (4, 1), (5, 9)]);
+        // Held by 1 (rack a): the next go to racks b and c, least loaded first.
+        assert_eq!(grow(&brokers, &load, &[1], 3), vec![4, 5]);
+        assert_eq!(grow(&brokers, &load, &[1, 4], 2), Vec::<u64>::new());
+        // More than the brokers can hold: as many as there are.
+        assert_eq!(grow(&brokers, &load, &[1], 9).len(), 4);
     }
 }

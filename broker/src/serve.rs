@@ -380,6 +380,9 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
 
 /// Retention every `log_retention_check_interval_ms`; segment.ms rolls, flush.ms flushes and
 /// group session expiry every 100 ms; consumer lag every `lag_sample_interval_ms`.
+/// How often the controller checks that internal topics have their replication factor.
+const GROW_EVERY: Duration = Duration::from_secs(1);
+
 async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let node = &broker.node;
@@ -388,6 +391,7 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
     let lag_every = Duration::from_millis(node.config.lag_sample_interval_ms);
     let mut last_lag = std::time::Instant::now();
     let mut flusher: Option<tokio::task::JoinHandle<()>> = None;
+    let mut last_grow = std::time::Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {},
@@ -417,6 +421,10 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
         broker.groups.follow_leadership().await;
         broker.groups.tick();
         crate::replication::check_isr(node);
+        if last_grow.elapsed() >= GROW_EVERY && node.metadata.is_leader() {
+            last_grow = std::time::Instant::now();
+            node.grow_internal_topics().await;
+        }
         if last_lag.elapsed() >= lag_every {
             last_lag = std::time::Instant::now();
             broker.lag.sample(broker.groups.committed());

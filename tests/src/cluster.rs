@@ -44,6 +44,9 @@ pub struct Cluster {
     /// Member `i` has node id `i + 1`.
     pub nodes: Vec<Broker>,
     kafka: Vec<String>,
+    /// What a member added later is started with.
+    voter_list: String,
+    env: Vec<(String, String)>,
 }
 
 /// Failure detection and ISR shrinks in seconds rather than Kafka's defaults, so fault tests
@@ -144,7 +147,30 @@ impl Cluster {
         Cluster {
             kafka: (0..n).map(|i| known(i).0).collect(),
             nodes,
+            voter_list,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         }
+    }
+
+    /// Starts one more member (the next node id) as a learner with the cluster's settings,
+    /// as an operator adds a broker, and waits until it is ready; returns its node id.
+    pub fn add_member(&mut self) -> u64 {
+        let id = self.nodes.len() as u64 + 1;
+        let kafka = format!("127.0.0.1:{}", free_port());
+        let admin = format!("127.0.0.1:{}", free_port());
+        let raft = format!("127.0.0.1:{}", free_port());
+        let mut opts = BrokerOpts::new().member(id, &kafka, &admin, &raft, &self.voter_list);
+        for (k, v) in &self.env {
+            opts = opts.env(k, v);
+        }
+        let mut broker = Broker::launch(opts);
+        broker.wait_ready();
+        self.nodes.push(broker);
+        self.kafka.push(kafka);
+        id
     }
 
     /// Every member's Kafka address, comma-separated: a bootstrap list.

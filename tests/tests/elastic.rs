@@ -328,3 +328,59 @@ fn a_plan_in_kafkas_format_runs_and_bad_plans_are_refused() {
     assert_ne!(code, 0);
     assert!(err.contains("reassignment JSON"), "{err}");
 }
+
+#[test]
+fn internal_topics_grow_to_their_replication_factor_as_brokers_join() {
+    let mut cluster = Cluster::start(1, 1, FAST);
+    let topic = unique_topic("grow");
+    cluster.create_replicated_topic(&topic, 1, TopicReplication::Fixed(1), &[]);
+    // A group commits while the cluster is one broker: __consumer_offsets gets one replica.
+    // `commit` returns what the group had committed before, then what it has now.
+    let commit = |cluster: &mut Cluster, offset: i64| {
+        use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+        let mut cfg = cluster.consumer_config();
+        cfg.set("group.id", "grower");
+        let c: BaseConsumer = cfg.create().unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition(&topic, 0);
+        let read = |c: &BaseConsumer, tpl: &rdkafka::TopicPartitionList| {
+            let got = c
+                .committed_offsets(tpl.clone(), Duration::from_secs(10))
+                .unwrap();
+            got.find_partition(&topic, 0).unwrap().offset()
+        };
+        let before = read(&c, &tpl);
+        tpl.set_all_offsets(rdkafka::Offset::Offset(offset))
+            .unwrap();
+        c.commit(&tpl, CommitMode::Sync).unwrap();
+        (before, read(&c, &tpl))
+    };
+    assert_eq!(commit(&mut cluster, 7).1, rdkafka::Offset::Offset(7));
+    assert!(cluster
+        .replicas("__consumer_offsets")
+        .iter()
+        .all(|r| r.len() == 1));
+
+    // Two brokers join: every offsets partition grows to three replicas, in sync.
+    cluster.add_member();
+    cluster.add_member();
+    wait_for(
+        "__consumer_offsets at three replicas",
+        Duration::from_secs(120),
+        || {
+            let r = cluster.replicas("__consumer_offsets");
+            r.len() == 50 && r.iter().all(|r| r.len() == 3)
+        },
+    );
+    cluster.wait_topic_healthy("__consumer_offsets");
+    // What the group committed before is still there, and its commits carry on.
+    assert_eq!(
+        commit(&mut cluster, 9),
+        (rdkafka::Offset::Offset(7), rdkafka::Offset::Offset(9))
+    );
+    let (replicas, _) = counts(&mut cluster, &["__consumer_offsets"]);
+    assert_eq!(
+        replicas.values().copied().collect::<Vec<_>>(),
+        vec![50, 50, 50]
+    );
+}

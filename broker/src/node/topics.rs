@@ -10,6 +10,9 @@ use super::Node;
 use crate::error::{ApiError, ErrorCode};
 use crate::topic_config;
 
+/// Internal-topic partitions growing to their replication factor at once.
+const GROW_MOVES: usize = 10;
+
 /// Kafka's legal topic names: 1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
 fn validate_topic_name(name: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
@@ -155,6 +158,75 @@ impl Node {
         let brokers = self.metadata.state().brokers.len();
         let voters = self.metadata.status().voters.len();
         (self.config.offsets_topic_replication_factor as usize).min(brokers.max(voters).max(1))
+    }
+
+    /// On the controller: internal topics created when the cluster was smaller (a single
+    /// broker, say) grow to `offsets_topic_replication_factor` as brokers join, by
+    /// reassignment (new replicas copy the log and join the ISR like any move). At most
+    /// [`GROW_MOVES`] partitions move at once.
+    pub async fn grow_internal_topics(&self) {
+        let state = self.metadata.state();
+        let live: Vec<crate::placement::Candidate> = state
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .map(|b| crate::placement::Candidate {
+                id: b.node_id,
+                rack: b.rack.clone(),
+            })
+            .collect();
+        let wanted = (self.config.offsets_topic_replication_factor as usize).min(live.len());
+        let internal = || state.topics.values().filter(|t| t.name.starts_with("__"));
+        let moving = internal()
+            .flat_map(|t| &t.partitions)
+            .filter(|p| p.is_moving())
+            .count();
+        let mut room = GROW_MOVES.saturating_sub(moving);
+        if room == 0 {
+            return;
+        }
+        let mut load: BTreeMap<u64, usize> = BTreeMap::new();
+        for p in state.topics.values().flat_map(|t| &t.partitions) {
+            for r in &p.replicas {
+                *load.entry(*r).or_default() += 1;
+            }
+        }
+        for t in internal() {
+            for (i, p) in t.partitions.iter().enumerate() {
+                if room == 0 {
+                    return;
+                }
+                if p.is_moving() || p.replication_factor() >= wanted {
+                    continue;
+                }
+                let added = crate::placement::grow(&live, &load, &p.replicas, wanted);
+                if added.is_empty() {
+                    continue;
+                }
+                for b in &added {
+                    *load.entry(*b).or_default() += 1;
+                }
+                let target: Vec<u64> = p.replicas.iter().chain(added.iter()).copied().collect();
+                match self
+                    .apply(Command::ReassignPartition {
+                        topic: t.name.clone(),
+                        partition: i as i32,
+                        target: Some(target.clone()),
+                    })
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(topic = %t.name, partition = i, replicas = ?target,
+                            "growing an internal topic to its replication factor");
+                        room -= 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %t.name, partition = i, error = %e, "cannot grow an internal topic");
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Creates an internal topic (names starting with `__`) with broker-chosen configs, which
