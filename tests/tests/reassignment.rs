@@ -551,3 +551,72 @@ fn a_retry_of_a_batch_the_new_replica_never_copied_is_still_answered_as_a_duplic
         .unwrap();
     assert_eq!(gap.error_code, OUT_OF_ORDER_SEQUENCE_NUMBER, "{gap:?}");
 }
+
+#[test]
+fn a_move_survives_sigkill_of_the_destination_the_controller_and_the_leader() {
+    // Moves throttled to 400 kB/s: the 3 MB log takes long enough to kill things mid-move.
+    let env = [
+        FAST,
+        &[("STRATA_REPLICA_MOVE_MAX_BYTES_PER_SECOND", "400000")][..],
+    ]
+    .concat();
+    let mut cluster = Cluster::start(4, 3, &env);
+    cluster.wait_controller();
+    let topic = unique_topic("move-kill");
+    cluster.create_replicated_topic(
+        &topic,
+        1,
+        TopicReplication::Variable(&[&[1, 2, 3]]),
+        &[("min.insync.replicas", "2")],
+    );
+    let ts0 = now_ms() - 3_600_000;
+    let load = Load::start(&mut cluster, &topic, 6_000, ts0);
+    wait_for("3 MB acknowledged", CLUSTER_TIMEOUT, || {
+        load.acked() >= 3_000
+    });
+    let mut conn = KafkaConn::connect(&cluster.member(2).kafka_addr).unwrap();
+    ok(&reassign::alter(&mut conn, &[(&topic, 0, Some(&[4, 2, 3]))], false).unwrap());
+    let moving = vec![(topic.clone(), 0, vec![4, 2, 3, 1], vec![4], vec![1])];
+    let copied = |c: &Cluster| {
+        c.member(4)
+            .metric("strata_reassignment_fetched_bytes_total")
+    };
+    wait_for("broker 4 copying", CLUSTER_TIMEOUT, || {
+        copied(&cluster) > 0.0
+    });
+
+    // The destination dies mid-copy and comes back: the move goes on from what it has.
+    cluster.node(4).kill9();
+    assert_eq!(reassign::list(&mut conn, None).unwrap(), moving);
+    cluster.node(4).restart();
+    wait_for("broker 4 copying again", CLUSTER_TIMEOUT, || {
+        copied(&cluster) > 0.0
+    });
+
+    // The controller dies: the move is in the quorum, so the next controller has it.
+    let controller = cluster.wait_controller();
+    cluster.node(controller).kill9();
+    let next = cluster.wait_controller();
+    assert_ne!(next, controller);
+    let via = [1, 2, 3].into_iter().find(|b| *b != controller).unwrap();
+    let mut conn = KafkaConn::connect(&cluster.member(via).kafka_addr).unwrap();
+    let listed = reassign::list(&mut conn, None).unwrap();
+    assert!(
+        listed.is_empty() || listed == moving,
+        "the move is in progress or done, never something else: {listed:?}"
+    );
+    cluster.node(controller).restart();
+
+    // The partition's leader dies: a new one from the ISR serves the copy.
+    let leader = cluster.leaders(&topic)[0].expect("a leader");
+    cluster.node(leader).kill9();
+    wait_for("a new leader", CLUSTER_TIMEOUT, || {
+        cluster.leaders(&topic)[0].is_some_and(|l| l != leader)
+    });
+    cluster.node(leader).restart();
+
+    let mut conn = KafkaConn::connect(&cluster.member(4).kafka_addr).unwrap();
+    wait_moved(&mut cluster, &mut conn, &topic, &[4, 2, 3]);
+    let n = load.finish();
+    check_all(cluster.member(4), &topic, n, ts0);
+}
