@@ -390,6 +390,26 @@ def run(binary, keep):
         finally:
             admin.close()
 
+    def kafkapython_reassignments():
+        admin = kp_admin()
+        try:
+            tp0, tp1 = KpTopicPartition(kp_topic, 0), KpTopicPartition(kp_topic, 1)
+            # Broker 9 does not exist: refused with INVALID_REPLICA_ASSIGNMENT; the same
+            # replica (a one-node cluster) is accepted and completes at once.
+            res = admin.alter_partition_reassignments({tp0: [9], tp1: [1]})
+            check(res.get(tp0) is not None and res[tp0].errno == 39,
+                  f"unknown broker: {res}")
+            check(tp1 in res and res[tp1] is None, f"same replicas: {res}")
+            ongoing = admin.list_partition_reassignments()
+            check(ongoing == {}, f"nothing moving: {ongoing}")
+            dirs = admin.describe_log_dirs()
+            found = [p for b in dirs for d in b["log_dirs"] for t in d["topics"]
+                     if t["name"] == kp_topic for p in t["partitions"]]
+            check(len(found) == 2 and all(p["partition_size"] > 0 for p in found),
+                  f"DescribeLogDirs: {dirs}")
+        finally:
+            admin.close()
+
     step("kafka-python: create topic (KafkaAdminClient.create_topics)", kafkapython_create_topic)
     step("kafka-python: produce 200 keyed records with headers (gzip)", kafkapython_produce)
     step("kafka-python: consume and compare per partition", kafkapython_consume)
@@ -397,6 +417,8 @@ def run(binary, keep):
     step("confluent-kafka: read back kafka-python's records", confluent_reads_kafkapython)
     step("kafka-python: list offsets (end_offsets, beginning_offsets, offsets_for_times)", kafkapython_list_offsets)
     step("kafka-python: describe configs", kafkapython_describe_configs)
+    step("kafka-python: reassignments and log dirs (alter/list_partition_reassignments, describe_log_dirs)",
+         kafkapython_reassignments)
 
     # ---------------------------------------------------------------- kcat
     def kcat(*args, stdin=None, timeout=60):

@@ -74,6 +74,7 @@ struct ClusterMetrics {
     offline_partitions: Gauge,
     under_replicated_partitions: Gauge,
     leader_partitions: Gauge,
+    reassigning_partitions: Gauge,
     isr_changes: Family<IsrChangeLabels, Counter>,
     unclean_elections: Gauge,
     replicated_bytes: Counter,
@@ -127,6 +128,11 @@ impl ClusterMetrics {
             self.leader_partitions.clone(),
         );
         registry.register(
+            "reassigning_partitions",
+            "Partitions being reassigned (reported by the active controller only, 0 elsewhere)",
+            self.reassigning_partitions.clone(),
+        );
+        registry.register(
             "isr_changes",
             "ISR shrinks and expands this broker committed as a leader, by change (rate: per second, Kafka's IsrShrinksPerSec and IsrExpandsPerSec)",
             self.isr_changes.clone(),
@@ -166,10 +172,13 @@ impl ClusterMetrics {
                 state: "fenced".into(),
             })
             .set(fenced);
-        let (mut offline, mut under, mut led) = (0, 0, 0);
+        let (mut offline, mut under, mut led, mut moving) = (0, 0, 0, 0);
         for p in state.topics.values().flat_map(|t| &t.partitions) {
             if p.leader.is_none() {
                 offline += 1;
+            }
+            if p.is_moving() {
+                moving += 1;
             }
             if p.leader == Some(me) {
                 led += 1;
@@ -182,6 +191,8 @@ impl ClusterMetrics {
             .set(if controller { offline } else { 0 });
         self.under_replicated_partitions.set(under);
         self.leader_partitions.set(led);
+        self.reassigning_partitions
+            .set(if controller { moving } else { 0 });
     }
 }
 
@@ -249,6 +260,7 @@ impl Metrics {
                 offline_partitions: Gauge::default(),
                 under_replicated_partitions: Gauge::default(),
                 leader_partitions: Gauge::default(),
+                reassigning_partitions: Gauge::default(),
                 isr_changes: Family::default(),
                 unclean_elections: Gauge::default(),
                 replicated_bytes: Counter::default(),

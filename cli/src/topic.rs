@@ -246,6 +246,18 @@ fn describe(runtime: &tokio::runtime::Runtime, args: DescribeArgs) -> anyhow::Re
         partitions.len(),
         replication
     ))?;
+    // Moves in progress (ListPartitionReassignments): shown per partition. A broker without
+    // the API shows none.
+    let moving: std::collections::HashMap<i32, crate::cluster::kafka::Ongoing> = runtime
+        .block_on(async {
+            let mut c = crate::cluster::kafka::connect(&conn.bootstrap_server).await?;
+            crate::cluster::kafka::ongoing(&mut c).await
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|o| o.topic == args.name)
+        .map(|o| (o.partition, o))
+        .collect();
     let mut failed_watermarks = 0;
     for p in partitions {
         let watermarks = match client.fetch_watermarks(&args.name, p.id(), conn.request_timeout()) {
@@ -259,8 +271,15 @@ fn describe(runtime: &tokio::runtime::Runtime, args: DescribeArgs) -> anyhow::Re
             .error()
             .map(|e| format!(" error=\"{}\"", rdkafka::error::RDKafkaErrorCode::from(e)))
             .unwrap_or_default();
+        let reassigning = moving.get(&p.id()).map_or(String::new(), |o| {
+            format!(
+                " adding={} removing={}",
+                crate::cluster::reassign::list(&o.adding),
+                crate::cluster::reassign::list(&o.removing)
+            )
+        });
         emit(format_args!(
-            "partition={} leader={} replicas={} isr={} {watermarks}{error}",
+            "partition={} leader={} replicas={} isr={}{reassigning} {watermarks}{error}",
             p.id(),
             p.leader(),
             join(p.replicas()),

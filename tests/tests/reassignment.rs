@@ -391,6 +391,24 @@ fn a_move_to_a_dead_broker_waits_can_be_cancelled_and_resumes_when_it_is_back() 
             "via broker {via}"
         );
     }
+    // Operators see it: `strata topic describe`, `strata cluster status` and /metrics.
+    let out = std::process::Command::new(strata_tests::strata_bin())
+        .args(["topic", "describe", &topic, "-b", &cluster.bootstrap()])
+        .args(["--admin-addr", &cluster.member(1).admin_addr])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("replicas=1,3,2") && text.contains("adding=3 removing=2"),
+        "{text}"
+    );
+    let controller = cluster.wait_controller();
+    assert_eq!(
+        cluster
+            .member(controller)
+            .metric("strata_reassigning_partitions"),
+        1.0
+    );
     // Cancelled: back to the original replicas, and nothing left to cancel.
     ok(&reassign::alter(&mut conn, &[(&topic, 0, None)], false).unwrap());
     assert!(reassign::list(&mut conn, None).unwrap().is_empty());
