@@ -10,7 +10,8 @@
 #   3. produce latency (acks=all, RATE records/s of 1 KiB for 20 s) on the 4 nodes, without a
 #      move and while `strata cluster balance` moves replicas back onto the drained node.
 # Env: SIZES (default "1 8"), FULL_SIZES (default "1 8"), PARTITIONS (48), DRAIN_MB (480),
-# RATE (5000).
+# RATE (5000), THROTTLE (replica_move_max_bytes_per_second for steps 2 and 3; default 0: none),
+# KEEP (set: keep the last cluster's data and logs).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -39,7 +40,7 @@ new_cluster() { # nodes voters
 }
 end_cluster() {
     scripts/cluster.sh stop >/dev/null 2>&1 || true
-    rm -rf "$CLUSTER_DIR"
+    if [ -n "${KEEP:-}" ]; then echo "kept $CLUSTER_DIR"; else rm -rf "$CLUSTER_DIR"; fi
 }
 trap end_cluster EXIT
 
@@ -77,7 +78,8 @@ echo "== 1. one partition moved: tiered (copies the tail) and untiered (copies e
 for g in $SIZES; do move_one "$g" true; done
 for g in $FULL_SIZES; do move_one "$g" false; done
 
-echo "== 2. drain of a broker holding replicas of $PARTITIONS partitions (RF 3, $DRAIN_MB MiB)"
+echo "== 2. drain of a broker holding replicas of $PARTITIONS partitions (RF 3, $DRAIN_MB MiB), move throttle ${THROTTLE:-0} B/s"
+export STRATA_REPLICA_MOVE_MAX_BYTES_PER_SECOND="${THROTTLE:-0}"
 new_cluster 4 3
 "$BIN" topic create drain -b "$B4" --partitions "$PARTITIONS" --replication-factor 3 \
     --config min.insync.replicas=2 >/dev/null

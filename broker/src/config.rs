@@ -37,6 +37,12 @@ pub struct BrokerConfig {
     /// they are preferred for.
     pub auto_leader_rebalance_enable: bool,
     pub leader_imbalance_check_interval_ms: u64,
+    /// The controller's automatic balancer (see `node/balancer.rs`): spreads replicas and
+    /// leaders over live brokers, and moves the replicas of a broker fenced for
+    /// `auto_balance_broker_down_ms`; every `auto_balance_interval_ms`.
+    pub auto_balance_enable: bool,
+    pub auto_balance_interval_ms: u64,
+    pub auto_balance_broker_down_ms: u64,
     pub leader_imbalance_per_broker_percentage: u32,
     pub rack: Option<String>,
     pub cluster_id: String,
@@ -152,6 +158,9 @@ impl Default for BrokerConfig {
             replica_lag_time_max_ms: 10_000,
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval_ms: 300_000,
+            auto_balance_enable: false,
+            auto_balance_interval_ms: 30_000,
+            auto_balance_broker_down_ms: 600_000,
             leader_imbalance_per_broker_percentage: 10,
             rack: None,
             cluster_id: "strata".into(),

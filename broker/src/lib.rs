@@ -26,6 +26,7 @@
 //! - [`clock`] — wall-clock milliseconds, injectable.
 
 pub mod admin;
+pub mod balance;
 pub mod broker;
 pub mod cleaner;
 pub mod clock;

@@ -392,6 +392,9 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
     let mut last_lag = std::time::Instant::now();
     let mut flusher: Option<tokio::task::JoinHandle<()>> = None;
     let mut last_grow = std::time::Instant::now();
+    let mut last_balance = std::time::Instant::now();
+    let balance_every = Duration::from_millis(node.config.auto_balance_interval_ms.max(100));
+    let mut auto_balance = crate::node::AutoBalance::default();
     loop {
         tokio::select! {
             _ = tick.tick() => {},
@@ -424,6 +427,10 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
         if last_grow.elapsed() >= GROW_EVERY && node.metadata.is_leader() {
             last_grow = std::time::Instant::now();
             node.grow_internal_topics().await;
+        }
+        if last_balance.elapsed() >= balance_every {
+            last_balance = std::time::Instant::now();
+            node.auto_balance(&mut auto_balance).await;
         }
         if last_lag.elapsed() >= lag_every {
             last_lag = std::time::Instant::now();

@@ -384,3 +384,54 @@ fn internal_topics_grow_to_their_replication_factor_as_brokers_join() {
         vec![50, 50, 50]
     );
 }
+
+#[test]
+fn the_automatic_balancer_fills_a_broker_that_joined_and_replaces_one_that_died() {
+    let env = [
+        FAST,
+        &[
+            ("STRATA_AUTO_BALANCE_ENABLE", "true"),
+            ("STRATA_AUTO_BALANCE_INTERVAL_MS", "500"),
+            ("STRATA_AUTO_BALANCE_BROKER_DOWN_MS", "3000"),
+        ][..],
+    ]
+    .concat();
+    let mut cluster = Cluster::start(3, 3, &env);
+    cluster.wait_controller();
+    let topic = unique_topic("auto");
+    cluster.create_replicated_topic(&topic, 8, TopicReplication::Fixed(2), &[]);
+    let load = Load::start(&mut cluster, &topic);
+
+    // A fourth broker joins: it gets its share without anyone asking.
+    let joined = cluster.add_member();
+    let all = [1, 2, 3, joined];
+    wait_for(
+        "replicas spread onto the new broker",
+        Duration::from_secs(60),
+        || {
+            let (replicas, _) = counts(&mut cluster, &[&topic]);
+            replicas.get(&joined).is_some_and(|n| *n > 0) && spread(&replicas, &all) <= 1
+        },
+    );
+    cluster.wait_topic_healthy(&topic);
+
+    // Broker 2 dies for good: its replicas are re-created on the live brokers.
+    cluster.node(2).kill9();
+    wait_for(
+        "broker 2's replicas replaced",
+        Duration::from_secs(60),
+        || {
+            let r = cluster.replicas(&topic);
+            r.len() == 8 && r.iter().all(|r| r.len() == 2 && !r.contains(&2))
+        },
+    );
+    cluster.wait_topic_healthy(&topic);
+    let acked = load.finish();
+    for (p, n) in acked {
+        assert_eq!(
+            cluster.member(1).watermarks(&topic, p).1,
+            n,
+            "partition {p}"
+        );
+    }
+}

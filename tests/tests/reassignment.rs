@@ -26,6 +26,7 @@ const INVALID_REPLICATION_FACTOR: i16 = 38;
 const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 
 fn value(i: usize) -> Vec<u8> {
     let mut v = format!("r{i}:").into_bytes();
@@ -285,6 +286,34 @@ fn a_tiered_partition_moves_to_a_new_broker_copying_only_what_is_not_offloaded()
             .join(format!("{topic}-0"))
             .exists()
     });
+
+    // A producer still writing to the old leader is told where the partition went (KIP-951):
+    // the new leader and epoch, and its address, without a metadata round trip.
+    let mut old = KafkaConn::connect(&cluster.member(1).kafka_addr).unwrap();
+    let req = KafkaConn::produce_request(
+        &topic,
+        0,
+        encode_batch(
+            &[RawRecord::new("x", "y", now_ms())],
+            Compression::None,
+            None,
+        ),
+        5_000,
+    );
+    let resp = old.request(11, &req).unwrap();
+    let part = &resp.responses[0].partition_responses[0];
+    assert_eq!(part.error_code, NOT_LEADER_OR_FOLLOWER, "{part:?}");
+    assert_eq!(part.current_leader.leader_id.0, 4, "{part:?}");
+    assert!(part.current_leader.leader_epoch >= 1, "{part:?}");
+    assert_eq!(resp.node_endpoints.len(), 1, "{resp:?}");
+    assert_eq!(
+        format!(
+            "{}:{}",
+            resp.node_endpoints[0].host.as_str(),
+            resp.node_endpoints[0].port
+        ),
+        cluster.member(4).kafka_addr
+    );
 
     // Every acknowledged record, from offset 0, through the new leader: history from the
     // object store, the tail from its disk.

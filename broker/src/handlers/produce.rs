@@ -1,18 +1,26 @@
 use std::sync::Arc;
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 
 /// Appends each partition's batches. With acks=0 the client expects no response at all.
+///
+/// A partition refused because this broker does not lead it (any more) carries the current
+/// leader and epoch, and the response the leaders' addresses (KIP-951, v10+): the client
+/// redirects at once instead of waiting for a metadata refresh, which is what a leadership
+/// move (a reassignment, a balance, a failover) otherwise costs every producer.
 pub async fn handle(
     broker: &Arc<Broker>,
     req: ProduceRequest,
-    _version: i16,
+    version: i16,
 ) -> Option<ProduceResponse> {
+    let mut leaders_named: Vec<u64> = Vec::new();
     let acks = req.acks;
     let timeout = std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
     let mut responses = Vec::with_capacity(req.topic_data.len());
@@ -58,11 +66,31 @@ pub async fn handle(
                 Err(e) => {
                     broker.node.metrics.produce_error(e.code);
                     tracing::debug!(topic = %name, partition = p.index, error = %e, "produce refused");
-                    resp.with_error_code(e.code.code())
+                    let moved = matches!(
+                        e.code,
+                        ErrorCode::NotLeaderOrFollower | ErrorCode::FencedLeaderEpoch
+                    );
+                    let resp = resp
+                        .with_error_code(e.code.code())
                         .with_base_offset(-1)
                         .with_log_append_time_ms(-1)
                         .with_log_start_offset(-1)
-                        .with_error_message(Some(str_bytes(e.message)))
+                        .with_error_message(Some(str_bytes(e.message)));
+                    match broker.node.metadata.state().partition(&name, p.index) {
+                        Some(info) if moved && version >= 10 => {
+                            if let Some(l) = info.leader {
+                                if !leaders_named.contains(&l) {
+                                    leaders_named.push(l);
+                                }
+                            }
+                            resp.with_current_leader(
+                                LeaderIdAndEpoch::default()
+                                    .with_leader_id(BrokerId(info.leader.map_or(-1, |l| l as i32)))
+                                    .with_leader_epoch(info.leader_epoch),
+                            )
+                        }
+                        _ => resp,
+                    }
                 }
             });
         }
@@ -75,7 +103,24 @@ pub async fn handle(
     if acks == 0 {
         return None;
     }
-    Some(ProduceResponse::default().with_responses(responses))
+    let state = broker.node.metadata.state();
+    let node_endpoints = leaders_named
+        .iter()
+        .filter_map(|id| state.brokers.get(id))
+        .filter(|b| !b.fenced)
+        .map(|b| {
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(b.node_id as i32))
+                .with_host(str_bytes(b.host.clone()))
+                .with_port(i32::from(b.port))
+                .with_rack(b.rack.clone().map(str_bytes))
+        })
+        .collect();
+    Some(
+        ProduceResponse::default()
+            .with_responses(responses)
+            .with_node_endpoints(node_endpoints),
+    )
 }
 
 /// Appends one partition's batches; with acks=all, waits until the ISR holds them.

@@ -2,13 +2,17 @@
 //! metadata quorum handle, the hosted partitions, the metrics registry and the clock, and the
 //! operations on them that several subsystems need: bringing partitions in line with the
 //! metadata state, finding the partition a request may be served from, proposing commands
-//! ([`Node::apply`]), topic creation ([`topics`]) and producer ids.
+//! ([`Node::apply`]), topic creation ([`topics`]), producer ids, and on the controller node
+//! the growth of internal topics and the automatic balancer ([`balancer`]).
 //!
 //! Every subsystem (groups, consumer lag, the tier, replication, the cleaner, the session with
 //! the controller) takes an `Arc<Node>`; none of them imports the [`crate::broker::Broker`]
 //! that holds them, and this module imports no subsystem.
 
+mod balancer;
 mod topics;
+
+pub use balancer::AutoBalance;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

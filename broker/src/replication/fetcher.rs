@@ -68,6 +68,9 @@ const PARTITION_MAX_BYTES: i32 = 1 << 20;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause after a failure before trying the leader again.
 const RETRY: Duration = Duration::from_millis(200);
+/// Bytes the moving replicas of one fetch round may ask for together: a round also carries
+/// the in-sync partitions of the same leader, whose acks=all writes wait for it.
+const MOVE_ROUND_BYTES: i32 = 1 << 20;
 /// Pause of a round that left moving replicas out for lack of budget, so the fetcher does not
 /// spin while the budget refills.
 const THROTTLE_PAUSE: Duration = Duration::from_millis(50);
@@ -79,7 +82,8 @@ const MAX_RESPONSE: usize = 256 << 20;
 pub struct Assignment {
     pub partition: Arc<Partition>,
     pub leader_epoch: i32,
-    /// This replica is being added by a reassignment: its fetches draw on the move budget.
+    /// This replica is being added by a reassignment and is not in sync yet: its fetches draw
+    /// on the move budget.
     pub moving: bool,
 }
 
@@ -126,9 +130,11 @@ impl Fetchers {
         for p in self.node.partitions.all() {
             if let Some((leader, leader_epoch)) = p.following() {
                 let internal = p.tp.topic.starts_with("__");
+                // Throttled while catching up only: once in the ISR (a move adding two replicas
+                // completes when both are), acks=all writes wait for it, as in Kafka.
                 let moving = state
                     .partition(&p.tp.topic, p.tp.partition)
-                    .is_some_and(|i| i.adding.contains(&me));
+                    .is_some_and(|i| i.adding.contains(&me) && !i.isr.contains(&me));
                 wanted
                     .entry((leader, internal))
                     .or_default()
@@ -287,16 +293,23 @@ async fn round(
     let mut topics: Vec<FetchTopic> = Vec::new();
     // What the move budget granted each moving replica this round.
     let mut grants: HashMap<(&str, i32), u64> = HashMap::new();
-    let mut throttled = false;
+    // Moving replicas share at most MOVE_ROUND_BYTES of each round, so a round carrying a
+    // move stays short for the in-sync partitions in it.
+    let mut move_room = MOVE_ROUND_BYTES;
     for a in &ready {
         let mut max_bytes = PARTITION_MAX_BYTES;
         if a.moving {
-            let granted = moves.budget.grant(PARTITION_MAX_BYTES as u64);
-            if granted == 0 {
-                moves.metrics.throttled.inc();
-                throttled = true;
+            if move_room == 0 {
                 continue;
             }
+            let granted = moves
+                .budget
+                .grant(PARTITION_MAX_BYTES.min(move_room) as u64);
+            if granted == 0 {
+                moves.metrics.throttled.inc();
+                continue;
+            }
+            move_room -= granted as i32;
             grants.insert((&a.partition.tp.topic, a.partition.tp.partition), granted);
             max_bytes = granted as i32;
         }
@@ -393,11 +406,9 @@ async fn round(
             }
         }
     }
-    Ok(if stale {
-        Some(RETRY)
-    } else {
-        throttled.then_some(THROTTLE_PAUSE)
-    })
+    // A round that fetched in-sync partitions goes on at once even if moving ones sat out:
+    // pausing would delay the ISR (and every acks=all write) for the move budget's sake.
+    Ok(stale.then_some(RETRY))
 }
 
 /// Truncates the follower's log to where the leader says its newest epoch ends. `Ok(false)`

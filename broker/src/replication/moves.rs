@@ -1,7 +1,9 @@
 //! Replicas being added by a reassignment: the byte budget their fetches share, and the
 //! metrics of moves in progress on this broker.
 //!
-//! A moving replica is fetched in the same rounds as the in-sync ones, but each round it may
+//! A moving replica (added by a reassignment and not in the ISR yet; once in sync, acks=all
+//! writes wait for it, so it is never held back) is fetched in the same rounds as the in-sync
+//! ones, but each round it may
 //! ask for no more bytes than the budget grants (`replica_move_max_bytes_per_second`, a token
 //! bucket holding at most one second of bytes), and a replica the budget cannot serve sits the
 //! round out. The round itself never waits for the budget, so live ISR replication is never

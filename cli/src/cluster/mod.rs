@@ -3,7 +3,8 @@
 //! the admin HTTP port, since Kafka's protocol has no view of the metadata quorum.
 //!
 //! `strata cluster reassign|balance` move replicas with Kafka's reassignment APIs
-//! ([`reassign`], [`plan`], [`kafka`]); `strata broker drain` uses the same executor.
+//! ([`reassign`], [`plan`] — the broker's `balance` — and [`kafka`]); `strata broker drain`
+//! uses the same executor.
 //!
 //! `status` prints one line per fact, `key=value` separated by spaces, for people and for
 //! `grep`: the controller and quorum, each broker, then every partition that is not healthy.
@@ -17,8 +18,11 @@ use serde::Deserialize;
 use super::common::{admin_request, emit, ConnectArgs};
 
 pub mod kafka;
-pub mod plan;
 pub mod reassign;
+
+/// The planner is the broker's, so the controller's automatic balancer and these commands
+/// plan alike.
+pub use strata_broker::balance as plan;
 
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {

@@ -1,4 +1,6 @@
 //! Reassignment plans, computed from what the cluster holds (pure: tested without brokers).
+//! The `strata cluster balance` and `strata broker drain` commands and the controller's
+//! automatic balancer (`auto_balance_enable`) plan with it. Broker ids are Kafka's (`i32`).
 //!
 //! - [`balance`]: replica counts per live broker within one of each other, then preferred
 //!   leaders (first replicas) likewise, rack-aware, with as few moves as the greedy steps find;
