@@ -300,7 +300,10 @@ impl TrackingProducer {
                     );
                     std::thread::sleep(Duration::from_millis(2));
                 }
-                Err((e, _)) => panic!("enqueue record {index}: {e}"),
+                Err((e, _)) => panic!(
+                    "enqueue record {index}: {e} (fatal error: {:?})",
+                    self.inner.client().fatal_error()
+                ),
             }
         }
     }

@@ -13,6 +13,10 @@
 //!   previous fetch (under steady load a follower is always a little behind "now", but it
 //!   keeps reaching where the leader was one fetch ago).
 //! - At most one ISR change is in flight: the next is computed from the state it commits.
+//! - While an expansion is in flight, the high watermark counts the joining follower too (the
+//!   "maximal ISR", as Kafka's KIP-497 leader does): the quorum may commit the expansion and,
+//!   completing a reassignment, make that follower leader at once, so nothing it lacks may be
+//!   acknowledged meanwhile.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -60,6 +64,8 @@ pub struct LeaderState {
     followers: HashMap<u64, Progress>,
     /// An ISR change was proposed and has not been seen in the metadata yet.
     change_in_flight: bool,
+    /// The follower an in-flight expansion adds: it counts for the high watermark already.
+    joining: Option<u64>,
 }
 
 impl LeaderState {
@@ -87,6 +93,7 @@ impl LeaderState {
             epoch_start: log_end,
             followers,
             change_in_flight: false,
+            joining: None,
         }
     }
 
@@ -94,6 +101,7 @@ impl LeaderState {
     pub fn update(&mut self, partition_epoch: i32, replicas: Vec<u64>, isr: Vec<u64>) {
         if partition_epoch != self.partition_epoch {
             self.change_in_flight = false;
+            self.joining = None;
         }
         self.partition_epoch = partition_epoch;
         self.isr = isr;
@@ -113,7 +121,7 @@ impl LeaderState {
     /// The high watermark the ISR allows, given this leader's log end; never below `current`.
     pub fn high_watermark(&self, leader_log_end: i64, current: i64) -> i64 {
         let mut hw = leader_log_end;
-        for r in &self.isr {
+        for r in self.isr.iter().chain(self.joining.iter()) {
             if *r == self.me {
                 continue;
             }
@@ -150,6 +158,7 @@ impl LeaderState {
         if qualifies && !self.change_in_flight {
             let mut isr = self.isr.clone();
             isr.push(follower);
+            self.joining = Some(follower);
             return Some(self.propose(isr));
         }
         None
@@ -196,6 +205,7 @@ impl LeaderState {
     /// The proposal failed (not committed): the next fetch or tick may propose again.
     pub fn change_failed(&mut self) {
         self.change_in_flight = false;
+        self.joining = None;
     }
 
     /// Followers' log ends (-1: unknown), for metrics and status.
@@ -306,5 +316,25 @@ mod tests {
             .shrink(t0 + Duration::from_secs(30), lag)
             .expect("both out");
         assert_eq!(change.isr, vec![1]);
+    }
+
+    #[test]
+    fn a_joining_follower_holds_the_high_watermark_while_its_expansion_is_in_flight() {
+        let now = Instant::now();
+        let mut s = leader(&[1, 2], 100, now);
+        s.fetched(2, 100, 100, 100, now);
+        // Follower 3 reaches the high watermark: its expansion is proposed.
+        let change = s.fetched(3, 100, 100, 100, now).expect("expansion");
+        assert_eq!(change.isr, vec![1, 2, 3]);
+        // The leader appends and 2 follows, but 3 has not: nothing past 100 is committed,
+        // since the quorum may make 3 leader as it commits the expansion.
+        s.fetched(2, 150, 150, 100, now);
+        assert_eq!(s.high_watermark(150, 100), 100);
+        s.fetched(3, 150, 150, 100, now);
+        assert_eq!(s.high_watermark(150, 100), 150);
+        // A failed proposal drops it from the count again.
+        s.change_failed();
+        s.fetched(2, 170, 170, 150, now);
+        assert_eq!(s.high_watermark(170, 150), 170);
     }
 }
