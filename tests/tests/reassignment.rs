@@ -410,8 +410,13 @@ fn a_move_to_a_dead_broker_waits_can_be_cancelled_and_resumes_when_it_is_back() 
     cluster.node(3).kill9();
     let mut conn = KafkaConn::connect(&cluster.member(1).kafka_addr).unwrap();
     ok(&reassign::alter(&mut conn, &[(&topic, 0, Some(&[1, 3]))], false).unwrap());
-    // Broker 3 cannot catch up: the move stays in progress, visible to every broker.
-    std::thread::sleep(Duration::from_millis(1000));
+    // Broker 3 cannot catch up: once the controller has fenced it, the move is still in
+    // progress, visible to every broker.
+    cluster.wait_all("broker 3 fenced", |v| {
+        v["brokers"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|b| b["id"] == 3 && b["state"] == "fenced"))
+    });
     for via in [1, 2] {
         let mut c = KafkaConn::connect(&cluster.member(via).kafka_addr).unwrap();
         assert_eq!(
