@@ -123,6 +123,14 @@ impl Planner<'_> {
     }
 }
 
+/// The broker with the most replicas (or leaders) in `counts`, the lowest id on a tie.
+fn busiest(counts: &BTreeMap<i32, usize>) -> Option<(i32, usize)> {
+    counts
+        .iter()
+        .max_by_key(|(b, n)| (**n, std::cmp::Reverse(**b)))
+        .map(|(b, n)| (*b, *n))
+}
+
 /// Moves every replica off broker `drained` (not in `brokers`, the live brokers it may go
 /// to). A partition whose other replicas already use every live broker cannot move: `Err`
 /// names it, and nothing is planned.
@@ -175,10 +183,7 @@ pub fn balance(brokers: &[Broker], partitions: &[Partition]) -> Vec<Move> {
     let limit = partitions.iter().map(|p| p.replicas.len()).sum::<usize>() + 1;
     for _ in 0..limit {
         let counts = planner.counts(false);
-        let Some((&hi, &max)) = counts
-            .iter()
-            .max_by_key(|(b, n)| (**n, std::cmp::Reverse(**b)))
-        else {
+        let Some((hi, max)) = busiest(&counts) else {
             break;
         };
         let mut moved = false;
@@ -213,10 +218,7 @@ pub fn balance(brokers: &[Broker], partitions: &[Partition]) -> Vec<Move> {
     // Preferred leaders: swap the first replica with another of the same partition.
     for _ in 0..limit {
         let counts = planner.counts(true);
-        let Some((&hi, &max)) = counts
-            .iter()
-            .max_by_key(|(b, n)| (**n, std::cmp::Reverse(**b)))
-        else {
+        let Some((hi, max)) = busiest(&counts) else {
             break;
         };
         let mut moved = false;
