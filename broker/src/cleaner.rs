@@ -146,10 +146,11 @@ fn pass(
 ) -> bool {
     let mut dirty: Vec<_> = node
         .partitions
+        .hosted()
         .all()
-        .into_iter()
+        .iter()
         .filter(|p| !uncleanable.contains(&p.tp))
-        .map(|p| (p.dirty_ratio(), p))
+        .map(|p| (p.dirty_ratio(), p.clone()))
         .filter(|(ratio, _)| *ratio > 0.0)
         .collect();
     dirty.sort_by(|a, b| b.0.total_cmp(&a.0));

@@ -229,7 +229,7 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
     node.sync_partitions()
         .map_err(failed("cannot open partitions"))?;
     tracing::info!(
-        partitions = node.partitions.all().len(),
+        partitions = node.partitions.hosted().all().len(),
         ms = opened.elapsed().as_millis() as u64,
         "partitions opened"
     );
@@ -436,7 +436,7 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             last_lag = std::time::Instant::now();
             broker.lag.sample(broker.groups.committed());
         }
-        for p in node.partitions.all() {
+        for p in node.partitions.hosted().all() {
             if let Err(e) = p.housekeeping(now, retention) {
                 tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "housekeeping failed");
             }
@@ -444,9 +444,9 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
         // Fsyncs of rolled segments block for as long as the disk takes: off the runtime, one
         // batch at a time.
         if flusher.as_ref().is_none_or(|f| f.is_finished()) {
-            let partitions = node.partitions.all();
+            let partitions = node.partitions.hosted();
             flusher = Some(tokio::task::spawn_blocking(move || {
-                for p in partitions {
+                for p in partitions.all() {
                     if let Err(e) = p.flush_rolled() {
                         tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "fsync of a rolled segment failed; will retry");
                     }

@@ -104,13 +104,14 @@ impl ClusterState {
                 if let Some(b) = self.brokers.get_mut(&node_id) {
                     b.fenced = false;
                 }
-                for p in self.partitions_mut() {
-                    if p.leader.is_none() && p.isr.contains(&node_id) {
+                self.change_partitions(
+                    |p| p.leader.is_none() && p.isr.contains(&node_id),
+                    |p| {
                         p.leader = Some(node_id);
                         p.leader_epoch += 1;
                         p.partition_epoch += 1;
-                    }
-                }
+                    },
+                );
                 CommandResult::Ok
             }
         }
@@ -127,8 +128,7 @@ impl ClusterState {
         (leader_epoch, partition_epoch): (i32, i32),
         isr: &[NodeId],
     ) -> CommandResult {
-        let brokers = self.brokers.clone();
-        let p = match self.partition_mut(topic_id, partition) {
+        let p = match self.partition_ref(topic_id, partition) {
             Ok(p) => p,
             Err(e) => return e,
         };
@@ -150,7 +150,7 @@ impl ClusterState {
                     p.replicas
                 ));
             }
-            if !p.isr.contains(r) && brokers.get(r).is_none_or(|b| b.fenced) {
+            if !p.isr.contains(r) && self.brokers.get(r).is_none_or(|b| b.fenced) {
                 return CommandResult::InvalidIsr(format!("broker {r} is fenced"));
             }
         }
@@ -164,20 +164,25 @@ impl ClusterState {
             .copied()
             .filter(|r| isr.contains(r))
             .collect();
-        if p.isr != isr {
-            p.isr = isr;
-            p.partition_epoch += 1;
+        let mut next = p.clone();
+        if next.isr != isr {
+            next.isr = isr;
+            next.partition_epoch += 1;
         }
         // The last adding replica in sync completes a reassignment.
-        p.try_complete_reassignment(&brokers);
+        next.try_complete_reassignment(&self.brokers);
+        if next != *p {
+            if let Ok(p) = self.partition_mut(topic_id, partition) {
+                *p = next;
+            }
+        }
         CommandResult::Ok
     }
 
     /// Unclean election: an offline partition is led by its first live replica, alone in the
     /// ISR. A partition with a leader, or without a live replica, is left as it is.
     pub(crate) fn elect_unclean(&mut self, topic_id: &uuid::Uuid, partition: i32) -> CommandResult {
-        let brokers = self.brokers.clone();
-        let p = match self.partition_mut(topic_id, partition) {
+        let p = match self.partition_ref(topic_id, partition) {
             Ok(p) => p,
             Err(e) => return e,
         };
@@ -188,9 +193,12 @@ impl ClusterState {
             .replicas
             .iter()
             .copied()
-            .find(|r| brokers.get(r).is_some_and(|b| !b.fenced))
+            .find(|r| self.brokers.get(r).is_some_and(|b| !b.fenced))
         else {
             return CommandResult::InvalidIsr("no live replica to elect".to_string());
+        };
+        let Ok(p) = self.partition_mut(topic_id, partition) else {
+            return CommandResult::UnknownPartition;
         };
         p.leader = Some(new);
         p.isr = vec![new];
@@ -203,12 +211,14 @@ impl ClusterState {
     /// Makes each listed partition's preferred replica its leader where it is live, in the ISR
     /// and not leading already; the others are left as they are.
     pub(crate) fn elect_preferred(&mut self, partitions: &[(uuid::Uuid, i32)]) -> CommandResult {
-        let brokers = self.brokers.clone();
         for (topic_id, partition) in partitions {
-            let Ok(p) = self.partition_mut(topic_id, *partition) else {
+            let electable = self
+                .partition_ref(topic_id, *partition)
+                .is_ok_and(|p| p.preferred_leader_electable(&self.brokers));
+            if !electable {
                 continue;
-            };
-            if p.preferred_leader_electable(&brokers) {
+            }
+            if let Ok(p) = self.partition_mut(topic_id, *partition) {
                 p.leader = p.replicas.first().copied();
                 p.leader_epoch += 1;
                 p.partition_epoch += 1;
@@ -286,27 +296,19 @@ impl ClusterState {
             b.fenced = true;
         }
         let brokers = self.brokers.clone();
-        for p in self.partitions_mut() {
-            let mut changed = false;
-            if p.isr.len() > 1 && p.isr.contains(&node_id) {
-                p.isr.retain(|r| *r != node_id);
-                changed = true;
-            }
-            if p.leader == Some(node_id) {
-                p.leader = elect_from_isr(p, &brokers);
-                p.leader_epoch += 1;
-                changed = true;
-            }
-            if changed {
+        self.change_partitions(
+            |p| (p.isr.len() > 1 && p.isr.contains(&node_id)) || p.leader == Some(node_id),
+            |p| {
+                if p.isr.len() > 1 && p.isr.contains(&node_id) {
+                    p.isr.retain(|r| *r != node_id);
+                }
+                if p.leader == Some(node_id) {
+                    p.leader = elect_from_isr(p, &brokers);
+                    p.leader_epoch += 1;
+                }
                 p.partition_epoch += 1;
-            }
-        }
-    }
-
-    fn partitions_mut(&mut self) -> impl Iterator<Item = &mut PartitionInfo> {
-        self.topics
-            .values_mut()
-            .flat_map(|t| t.partitions.iter_mut())
+            },
+        );
     }
 }
 

@@ -61,11 +61,14 @@ impl ClusterState {
         } else if !moving {
             return CommandResult::NoReassignmentInProgress;
         }
+        if target.is_some_and(|t| !moving && p.original_replicas() == t) {
+            return CommandResult::Ok;
+        }
         let brokers = self.brokers.clone();
         let Some(p) = self
-            .topics
-            .get_mut(topic)
+            .topic_mut(topic)
             .and_then(|t| t.partitions.get_mut(partition as usize))
+            .map(std::sync::Arc::make_mut)
         else {
             return CommandResult::UnknownPartition;
         };
@@ -73,9 +76,6 @@ impl ClusterState {
             None => p.cancel_reassignment(&brokers),
             Some(target) => {
                 let original = p.original_replicas();
-                if !moving && original == target {
-                    return CommandResult::Ok;
-                }
                 let adding: Vec<NodeId> = target
                     .iter()
                     .copied()

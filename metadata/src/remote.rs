@@ -14,6 +14,8 @@
 //! - deletion is two steps: `Deleting` takes a segment out of the readable remote log before
 //!   its objects are deleted, and only then is the record dropped.
 
+use std::sync::Arc;
+
 use crate::command::{CommandResult, RemoteSegment, RemoteSegmentState};
 use crate::state::{ClusterState, PartitionInfo};
 
@@ -40,19 +42,39 @@ impl PartitionInfo {
 }
 
 impl ClusterState {
+    /// The partition, to read before deciding whether to change it.
+    pub(crate) fn partition_ref(
+        &self,
+        topic_id: &uuid::Uuid,
+        partition: i32,
+    ) -> Result<&PartitionInfo, CommandResult> {
+        let topic = self
+            .topic_by_id(topic_id)
+            .ok_or(CommandResult::UnknownTopic)?;
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| topic.partitions.get(p))
+            .map(|p| &**p)
+            .ok_or(CommandResult::UnknownPartition)
+    }
+
+    /// The partition, to change: it and its topic are copied first if an earlier state
+    /// shares them, so call it only once the change is decided.
     pub(crate) fn partition_mut(
         &mut self,
         topic_id: &uuid::Uuid,
         partition: i32,
     ) -> Result<&mut PartitionInfo, CommandResult> {
-        let topic = self
-            .topics
-            .values_mut()
-            .find(|t| &t.topic_id == topic_id)
+        self.partition_ref(topic_id, partition)?;
+        let name = self
+            .topic_by_id(topic_id)
+            .map(|t| t.name.clone())
             .ok_or(CommandResult::UnknownTopic)?;
+        let topic = self.topic_mut(&name).ok_or(CommandResult::UnknownTopic)?;
         usize::try_from(partition)
             .ok()
             .and_then(|p| topic.partitions.get_mut(p))
+            .map(Arc::make_mut)
             .ok_or(CommandResult::UnknownPartition)
     }
 
@@ -62,7 +84,7 @@ impl ClusterState {
         partition: i32,
         segment: &RemoteSegment,
     ) -> CommandResult {
-        let p = match self.partition_mut(topic_id, partition) {
+        let p = match self.partition_ref(topic_id, partition) {
             Ok(p) => p,
             Err(r) => return r,
         };
@@ -97,8 +119,13 @@ impl ClusterState {
                 ));
             }
         }
-        p.remote.push(segment.clone());
-        CommandResult::Ok
+        match self.partition_mut(topic_id, partition) {
+            Ok(p) => {
+                p.remote.push(segment.clone());
+                CommandResult::Ok
+            }
+            Err(r) => r,
+        }
     }
 
     pub(crate) fn mark_remote_deleting(
@@ -107,6 +134,17 @@ impl ClusterState {
         partition: i32,
         before_offset: i64,
     ) -> CommandResult {
+        let unchanged = |p: &PartitionInfo| {
+            p.log_start_floor >= before_offset
+                && p.remote.iter().all(|s| {
+                    s.last_offset >= before_offset || s.state == RemoteSegmentState::Deleting
+                })
+        };
+        match self.partition_ref(topic_id, partition) {
+            Ok(p) if unchanged(p) => return CommandResult::Ok,
+            Ok(_) => {}
+            Err(r) => return r,
+        }
         match self.partition_mut(topic_id, partition) {
             Ok(p) => {
                 p.log_start_floor = p.log_start_floor.max(before_offset);
@@ -129,10 +167,16 @@ impl ClusterState {
         partition: i32,
         ids: &[uuid::Uuid],
     ) -> CommandResult {
+        let dropped =
+            |s: &RemoteSegment| s.state == RemoteSegmentState::Deleting && ids.contains(&s.id);
+        match self.partition_ref(topic_id, partition) {
+            Ok(p) if !p.remote.iter().any(dropped) => return CommandResult::Ok,
+            Ok(_) => {}
+            Err(r) => return r,
+        }
         match self.partition_mut(topic_id, partition) {
             Ok(p) => {
-                p.remote
-                    .retain(|s| !(s.state == RemoteSegmentState::Deleting && ids.contains(&s.id)));
+                p.remote.retain(|s| !dropped(s));
                 CommandResult::Ok
             }
             Err(r) => r,
@@ -212,7 +256,8 @@ mod tests {
                 CommandResult::InvalidRemoteSegment(_)
             ));
         }
-        state.topics.get_mut("t").unwrap().partitions[0].leader_epoch = 3;
+        Arc::make_mut(&mut Arc::make_mut(state.topics.get_mut("t").unwrap()).partitions[0])
+            .leader_epoch = 3;
         assert_eq!(
             commit(&mut state, id, &segment(200, 299)),
             CommandResult::FencedLeaderEpoch { current: 3 }
@@ -247,7 +292,8 @@ mod tests {
             CommandResult::Ok
         );
         // Past deleted records (DeleteRecords raised the floor) a gap is no gap.
-        state.topics.get_mut("t").unwrap().partitions[0].log_start_floor = 450;
+        Arc::make_mut(&mut Arc::make_mut(state.topics.get_mut("t").unwrap()).partitions[0])
+            .log_start_floor = 450;
         assert_eq!(
             commit(&mut state, id, &segment(450, 499)),
             CommandResult::Ok

@@ -13,8 +13,16 @@
 //! - Leader epochs and partition epochs only increase (invariant 6 of the design); see
 //!   [`crate::leadership`] for the commands that move them.
 //! - Broker epochs are unique: each registration gets one above every epoch issued before.
+//! - Topics and partitions are shared between successive states (`Arc`): a command copies
+//!   only the topics and partitions it changes, so applying one costs what it changes, not
+//!   the size of the cluster, and a reader may tell an unchanged topic or partition from a
+//!   changed one by pointer ([`Arc::ptr_eq`]). A command that changes nothing (rejected, or a
+//!   no-op) copies nothing.
+//! - `topic_ids` indexes `topics` by topic id exactly (kept by the only two commands that add
+//!   or remove topics, and rebuilt when a state is decoded).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -29,11 +37,15 @@ const MAX_PARTITIONS: usize = i32::MAX as usize;
 
 /// The whole cluster metadata: the state machine replicated by the raft quorum.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(from = "StoredState")]
 pub struct ClusterState {
     /// Registered brokers by node id.
     pub brokers: BTreeMap<NodeId, BrokerInfo>,
     /// Topics by name.
-    pub topics: BTreeMap<String, TopicInfo>,
+    pub topics: BTreeMap<String, Arc<TopicInfo>>,
+    /// Topic names by topic id.
+    #[serde(skip)]
+    topic_ids: BTreeMap<uuid::Uuid, String>,
     /// The first producer id of the next block [`Command::AllocateProducerIds`] hands out.
     /// [`ClusterState::default`] sets it to [`FIRST_PRODUCER_ID`].
     pub next_producer_id: i64,
@@ -51,9 +63,39 @@ impl Default for ClusterState {
         ClusterState {
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
+            topic_ids: BTreeMap::new(),
             next_producer_id: FIRST_PRODUCER_ID,
             broker_epochs_issued: 0,
             unclean_leader_elections: 0,
+        }
+    }
+}
+
+/// [`ClusterState`] as encoded: everything but the index, which is rebuilt from the topics.
+#[derive(Deserialize)]
+struct StoredState {
+    brokers: BTreeMap<NodeId, BrokerInfo>,
+    topics: BTreeMap<String, Arc<TopicInfo>>,
+    next_producer_id: i64,
+    #[serde(default)]
+    broker_epochs_issued: i64,
+    #[serde(default)]
+    unclean_leader_elections: u64,
+}
+
+impl From<StoredState> for ClusterState {
+    fn from(s: StoredState) -> ClusterState {
+        ClusterState {
+            topic_ids: s
+                .topics
+                .values()
+                .map(|t| (t.topic_id, t.name.clone()))
+                .collect(),
+            brokers: s.brokers,
+            topics: s.topics,
+            next_producer_id: s.next_producer_id,
+            broker_epochs_issued: s.broker_epochs_issued,
+            unclean_leader_elections: s.unclean_leader_elections,
         }
     }
 }
@@ -82,7 +124,7 @@ pub struct TopicInfo {
     pub name: String,
     pub topic_id: uuid::Uuid,
     /// Partition `i` is `partitions[i]`.
-    pub partitions: Vec<PartitionInfo>,
+    pub partitions: Vec<Arc<PartitionInfo>>,
     /// Topic-level config overrides (Kafka names); absent keys take the broker default.
     pub configs: BTreeMap<String, String>,
 }
@@ -140,18 +182,42 @@ impl PartitionInfo {
 impl ClusterState {
     /// The topic named `name`.
     pub fn topic(&self, name: &str) -> Option<&TopicInfo> {
-        self.topics.get(name)
+        self.topics.get(name).map(|t| &**t)
     }
 
     /// Partition `partition` of the topic named `topic` (`None`: no such topic or partition).
     pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionInfo> {
         let i = usize::try_from(partition).ok()?;
-        self.topic(topic)?.partitions.get(i)
+        self.topic(topic)?.partitions.get(i).map(|p| &**p)
     }
 
-    /// The topic whose id is `id` (a linear scan; topic counts are small).
+    /// The topic whose id is `id`.
     pub fn topic_by_id(&self, id: &uuid::Uuid) -> Option<&TopicInfo> {
-        self.topics.values().find(|t| &t.topic_id == id)
+        self.topics.get(self.topic_ids.get(id)?).map(|t| &**t)
+    }
+
+    /// The topic named `name`, to change: copied first if an earlier state shares it.
+    pub(crate) fn topic_mut(&mut self, name: &str) -> Option<&mut TopicInfo> {
+        self.topics.get_mut(name).map(Arc::make_mut)
+    }
+
+    /// Applies `change` to every partition for which `wants` holds, copying only those (and
+    /// their topics): the others stay shared with earlier states.
+    pub(crate) fn change_partitions(
+        &mut self,
+        wants: impl Fn(&PartitionInfo) -> bool,
+        mut change: impl FnMut(&mut PartitionInfo),
+    ) {
+        for topic in self.topics.values_mut() {
+            if !topic.partitions.iter().any(|p| wants(p)) {
+                continue;
+            }
+            for p in Arc::make_mut(topic).partitions.iter_mut() {
+                if wants(p) {
+                    change(Arc::make_mut(p));
+                }
+            }
+        }
     }
 
     /// Applies `cmd`, returning what happened. Pure and deterministic; a rejected command
@@ -191,7 +257,7 @@ impl ClusterState {
                 replicas,
                 configs,
             } => {
-                if self.topics.contains_key(name) || self.topic_by_id(topic_id).is_some() {
+                if self.topics.contains_key(name) || self.topic_ids.contains_key(topic_id) {
                     return CommandResult::TopicAlreadyExists;
                 }
                 if replicas.is_empty() {
@@ -210,20 +276,24 @@ impl ClusterState {
                 }
                 self.topics.insert(
                     name.clone(),
-                    TopicInfo {
+                    Arc::new(TopicInfo {
                         name: name.clone(),
                         topic_id: *topic_id,
                         partitions: replicas
                             .iter()
-                            .map(|r| PartitionInfo::new(r.clone(), &self.brokers))
+                            .map(|r| Arc::new(PartitionInfo::new(r.clone(), &self.brokers)))
                             .collect(),
                         configs: configs.clone(),
-                    },
+                    }),
                 );
+                self.topic_ids.insert(*topic_id, name.clone());
                 CommandResult::Ok
             }
             Command::DeleteTopic { name } => match self.topics.remove(name) {
-                Some(_) => CommandResult::Ok,
+                Some(t) => {
+                    self.topic_ids.remove(&t.topic_id);
+                    CommandResult::Ok
+                }
                 None => CommandResult::UnknownTopic,
             },
             Command::CreatePartitions { name, new_replicas } => {
@@ -242,27 +312,23 @@ impl ClusterState {
                         new_replicas.len()
                     ));
                 }
-                let replication_factor = topic
-                    .partitions
-                    .first()
-                    .map(PartitionInfo::replication_factor);
+                let replication_factor = topic.partitions.first().map(|p| p.replication_factor());
                 if let Err(reason) =
                     self.check_assignment(new_replicas, existing, replication_factor)
                 {
                     return CommandResult::InvalidReplicaAssignment(reason);
                 }
-                let brokers = &self.brokers;
-                if let Some(topic) = self.topics.get_mut(name) {
-                    topic.partitions.extend(
-                        new_replicas
-                            .iter()
-                            .map(|r| PartitionInfo::new(r.clone(), brokers)),
-                    );
+                let new: Vec<Arc<PartitionInfo>> = new_replicas
+                    .iter()
+                    .map(|r| Arc::new(PartitionInfo::new(r.clone(), &self.brokers)))
+                    .collect();
+                if let Some(topic) = self.topic_mut(name) {
+                    topic.partitions.extend(new);
                 }
                 CommandResult::Ok
             }
             Command::AlterTopicConfig { name, set, delete } => {
-                let Some(topic) = self.topics.get_mut(name) else {
+                let Some(topic) = self.topic_mut(name) else {
                     return CommandResult::UnknownTopic;
                 };
                 for (key, value) in set {
@@ -458,7 +524,7 @@ mod tests {
         assert_eq!(topic.configs, configs);
         assert_eq!(topic.partitions.len(), 3);
         assert_eq!(
-            topic.partitions[1],
+            *topic.partitions[1],
             PartitionInfo {
                 replicas: vec![2, 3],
                 leader: Some(2),
@@ -727,5 +793,115 @@ mod tests {
         let json = serde_json::to_string(&a).expect("serialize");
         let back: ClusterState = serde_json::from_str(&json).expect("deserialize");
         assert_eq!(back, a);
+    }
+
+    /// Two topics, `a` (partitions 0 and 1) and `b`, on brokers 1 and 2.
+    fn two_topics() -> ClusterState {
+        let mut state = cluster_with_brokers(&[1, 2]);
+        assert!(state
+            .apply(&create_topic("a", vec![vec![1, 2], vec![2, 1]]))
+            .is_ok());
+        assert!(state.apply(&create_topic("b", vec![vec![1, 2]])).is_ok());
+        state
+    }
+
+    fn shrink_isr(state: &ClusterState, topic: &str, partition: i32, epoch: i32) -> Command {
+        let t = state.topic(topic).expect("topic");
+        let p = &t.partitions[partition as usize];
+        Command::AlterPartition {
+            topic_id: t.topic_id,
+            partition,
+            leader: p.leader.expect("leader"),
+            leader_epoch: epoch,
+            partition_epoch: p.partition_epoch,
+            isr: vec![p.leader.expect("leader")],
+        }
+    }
+
+    #[test]
+    fn a_command_copies_only_the_topic_and_partition_it_changes() {
+        let before = two_topics();
+        let mut after = before.clone();
+        let cmd = shrink_isr(&after, "a", 1, 0);
+        assert_eq!(after.apply(&cmd), CommandResult::Ok);
+        assert_eq!(after.topics["a"].partitions[1].isr, vec![2]);
+        assert!(!Arc::ptr_eq(&before.topics["a"], &after.topics["a"]));
+        assert!(!Arc::ptr_eq(
+            &before.topics["a"].partitions[1],
+            &after.topics["a"].partitions[1]
+        ));
+        assert!(Arc::ptr_eq(
+            &before.topics["a"].partitions[0],
+            &after.topics["a"].partitions[0]
+        ));
+        assert!(Arc::ptr_eq(&before.topics["b"], &after.topics["b"]));
+    }
+
+    #[test]
+    fn a_rejected_or_idle_command_copies_nothing() {
+        let before = two_topics();
+        let mut after = before.clone();
+        let stale = shrink_isr(&after, "a", 0, 7);
+        assert!(matches!(
+            after.apply(&stale),
+            CommandResult::FencedLeaderEpoch { .. }
+        ));
+        // Every partition is led by its preferred replica already: nothing to elect.
+        let everything: Vec<(uuid::Uuid, i32)> = after
+            .topics
+            .values()
+            .flat_map(|t| (0..t.partitions.len() as i32).map(move |i| (t.topic_id, i)))
+            .collect();
+        let elect = Command::ElectPreferredLeaders {
+            partitions: everything,
+        };
+        assert_eq!(after.apply(&elect), CommandResult::Ok);
+        for (name, topic) in &after.topics {
+            assert!(
+                Arc::ptr_eq(topic, &before.topics[name]),
+                "{name} was copied"
+            );
+        }
+    }
+
+    #[test]
+    fn fencing_copies_exactly_the_partitions_it_touches() {
+        let mut before = cluster_with_brokers(&[1, 2, 3]);
+        assert!(before
+            .apply(&create_topic("on12", vec![vec![1, 2]]))
+            .is_ok());
+        assert!(before
+            .apply(&create_topic("on23", vec![vec![2, 3]]))
+            .is_ok());
+        let mut after = before.clone();
+        let epoch = after.brokers[&1].epoch;
+        assert_eq!(
+            after.apply(&Command::FenceBroker { node_id: 1, epoch }),
+            CommandResult::Ok
+        );
+        assert_eq!(after.topics["on12"].partitions[0].leader, Some(2));
+        assert!(!Arc::ptr_eq(&before.topics["on12"], &after.topics["on12"]));
+        assert!(Arc::ptr_eq(&before.topics["on23"], &after.topics["on23"]));
+    }
+
+    #[test]
+    fn topics_are_found_by_id_after_create_delete_and_decode() {
+        let mut state = two_topics();
+        let a = state.topics["a"].topic_id;
+        let b = state.topics["b"].topic_id;
+        assert_eq!(state.topic_by_id(&a).map(|t| t.name.as_str()), Some("a"));
+        let json = serde_json::to_vec(&state).expect("encode");
+        let decoded: ClusterState = serde_json::from_slice(&json).expect("decode");
+        assert_eq!(decoded, state);
+        assert_eq!(decoded.topic_by_id(&b).map(|t| t.name.as_str()), Some("b"));
+        assert_eq!(
+            state.apply(&Command::DeleteTopic {
+                name: "a".to_string()
+            }),
+            CommandResult::Ok
+        );
+        assert!(state.topic_by_id(&a).is_none());
+        // The index is not part of the encoding.
+        assert!(!String::from_utf8_lossy(&json).contains("topic_ids"));
     }
 }

@@ -74,8 +74,9 @@ fn partitions_json(topic: Option<&str>, broker: &Broker) -> String {
     let stats: Vec<_> = broker
         .node
         .partitions
+        .hosted()
         .all()
-        .into_iter()
+        .iter()
         .filter(|p| topic.is_none_or(|t| t == p.tp.topic))
         .map(|p| p.tier_stats())
         .collect();

@@ -22,7 +22,7 @@ pub fn handle(broker: &Arc<Broker>, req: DescribeLogDirsRequest) -> DescribeLogD
             .collect()
     });
     let mut topics: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
-    for p in broker.node.partitions.all() {
+    for p in broker.node.partitions.hosted().all() {
         if let Some(w) = &wanted {
             if !w
                 .get(&p.tp.topic)

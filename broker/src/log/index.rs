@@ -65,13 +65,13 @@ impl OffsetIndex {
                 .is_none_or(|e| (e.position as u64) < segment_len)
     }
 
-    pub fn write_to(&self, path: &Path) -> std::io::Result<()> {
+    pub fn write_to(&self, path: &Path, durability: Durability) -> std::io::Result<()> {
         let mut buf = Vec::with_capacity(self.entries.len() * 8);
         for e in &self.entries {
             buf.extend_from_slice(&e.relative_offset.to_be_bytes());
             buf.extend_from_slice(&e.position.to_be_bytes());
         }
-        write_file_atomically(path, &buf)
+        durability.write(path, &buf)
     }
 
     /// `None` when the file is missing or malformed: the caller rebuilds.
@@ -122,13 +122,13 @@ impl TimeIndex {
         })
     }
 
-    pub fn write_to(&self, path: &Path) -> std::io::Result<()> {
+    pub fn write_to(&self, path: &Path, durability: Durability) -> std::io::Result<()> {
         let mut buf = Vec::with_capacity(self.entries.len() * 12);
         for e in &self.entries {
             buf.extend_from_slice(&e.timestamp.to_be_bytes());
             buf.extend_from_slice(&e.relative_offset.to_be_bytes());
         }
-        write_file_atomically(path, &buf)
+        durability.write(path, &buf)
     }
 
     pub fn read_from(path: &Path) -> Option<TimeIndex> {
@@ -151,16 +151,68 @@ impl TimeIndex {
 /// Writes `data` to a temporary file, fsyncs it and renames it over `path`, so a crash leaves
 /// either the old file or the new one.
 pub fn write_file_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!(
-        "{}.tmp",
-        path.extension().and_then(|e| e.to_str()).unwrap_or("")
-    ));
+    let tmp = tmp_path(path);
     {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
     }
     std::fs::rename(&tmp, path)
+}
+
+/// Whether a file write is fsynced before it returns, or left for one [`sync_filesystem`]
+/// after many (a clean shutdown of thousands of logs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    Synced,
+    /// Written without an fsync, and not at all when the file already holds exactly these
+    /// bytes: the caller's later sync covers it either way, and an idle partition's close
+    /// then creates no file (each replaced file costs the file system an inode).
+    Unsynced,
+}
+
+impl Durability {
+    pub fn write(self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        match self {
+            Durability::Synced => write_file_atomically(path, data),
+            Durability::Unsynced => {
+                if std::fs::read(path).is_ok_and(|on_disk| on_disk == data) {
+                    return Ok(());
+                }
+                write_file_unsynced(path, data)
+            }
+        }
+    }
+}
+
+/// [`write_file_atomically`] without the fsync: the rename still replaces the file whole, but
+/// a crash may leave it empty; for files the caller makes durable in bulk
+/// ([`sync_filesystem`]) or can rebuild.
+fn write_file_unsynced(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let tmp = tmp_path(path);
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Where a file is written before its rename: `<name>.<ext>.tmp`, which opening a log removes.
+fn tmp_path(path: &Path) -> std::path::PathBuf {
+    path.with_extension(format!(
+        "{}.tmp",
+        path.extension().and_then(|e| e.to_str()).unwrap_or("")
+    ))
+}
+
+/// Flushes every file of the file system holding `path` (syncfs(2)): one call instead of an
+/// fsync per file when thousands were written together.
+pub fn sync_filesystem(path: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let dir = std::fs::File::open(path)?;
+    // SAFETY: the descriptor is open for the duration of the call.
+    if unsafe { libc::syncfs(dir.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// A checkpoint file: one decimal offset.
@@ -205,7 +257,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("0.index");
         let i = index(&[(0, 0), (3, 100)]);
-        i.write_to(&p).unwrap();
+        i.write_to(&p, Durability::Synced).unwrap();
         let back = OffsetIndex::read_from(&p).unwrap();
         assert_eq!(back.entries, i.entries);
         std::fs::write(&p, [1, 2, 3]).unwrap();
@@ -225,7 +277,7 @@ mod tests {
             timestamp: 9,
             relative_offset: 2,
         });
-        ti.write_to(&t).unwrap();
+        ti.write_to(&t, Durability::Synced).unwrap();
         assert_eq!(TimeIndex::read_from(&t).unwrap().entries.len(), 2);
     }
 

@@ -44,7 +44,7 @@ use bytes::Bytes;
 use batch::BatchHeader;
 use config::{LogConfig, TimestampType};
 pub use error::LogError;
-use index::write_checkpoint;
+use index::{write_checkpoint, Durability};
 use leader_epoch::LeaderEpochCache;
 use producer_state::{ProducerState, SequenceCheck};
 pub use recovery::RecoveryReport;
@@ -266,8 +266,8 @@ impl Log {
                 self.latest_epoch()
             );
             if self.epochs.assign(leader_epoch, base_offset) {
-                // Durable before the batch: the file never lacks an epoch the log holds.
-                self.epochs.save(&self.dir)?;
+                // Written before the batch; durable with it (see `leader_epoch`).
+                self.epochs.save(&self.dir, Durability::Unsynced)?;
             }
             let stored;
             let body: &Bytes = if self.config.timestamp_type == TimestampType::LogAppendTime {
@@ -373,7 +373,7 @@ impl Log {
                 self.latest_epoch()
             );
             if self.epochs.assign(header.leader_epoch, header.base_offset) {
-                self.epochs.save(&self.dir)?;
+                self.epochs.save(&self.dir, Durability::Unsynced)?;
             }
             let mut prefix = [0u8; 16];
             prefix.copy_from_slice(&bytes[..16]);
@@ -446,13 +446,13 @@ impl Log {
         self.high_watermark = offset;
         write_checkpoint(&self.dir.join(LOG_START), offset)?;
         self.epochs = LeaderEpochCache::default();
-        self.epochs.save(&self.dir)?;
+        self.epochs.save(&self.dir, Durability::Synced)?;
         self.after_truncation()?;
         // What the batches below the new start told of their producers (see
         // `ProducerState::before`): the snapshot covers the empty log up to `offset`.
         self.producers = producers;
         self.producers
-            .save(&self.dir.join(PRODUCER_STATE), offset)?;
+            .save(&self.dir.join(PRODUCER_STATE), offset, Durability::Synced)?;
         tracing::info!(dir = %self.dir.display(), offset, producers = self.producers.len(), "reset log");
         Ok(offset)
     }
@@ -470,7 +470,7 @@ impl Log {
         write_checkpoint(&self.dir.join(RECOVERY_POINT), self.recovery_point)?;
         self.unflushed_rolls.retain(|(e, _)| *e <= end);
         if self.epochs.truncate_from_end(end) {
-            self.epochs.save(&self.dir)?;
+            self.epochs.save(&self.dir, Durability::Synced)?;
         }
         // The producer snapshot may describe batches that are gone.
         let _ = std::fs::remove_file(self.dir.join(PRODUCER_STATE));
@@ -482,7 +482,7 @@ impl Log {
     /// Records that `epoch` starts at the log end (a new leader taking over).
     pub fn assign_epoch(&mut self, epoch: i32) -> Result<(), LogError> {
         if self.epochs.assign(epoch, self.log_end_offset()) {
-            self.epochs.save(&self.dir)?;
+            self.epochs.save(&self.dir, Durability::Unsynced)?;
         }
         Ok(())
     }
@@ -514,7 +514,8 @@ impl Log {
         let file = self.active().seal_unflushed()?;
         let seg = Segment::create(&self.dir, end, self.config.index_interval_bytes, now_ms)?;
         self.segments.insert(end, seg);
-        self.producers.save(&self.dir.join(PRODUCER_STATE), end)?;
+        self.producers
+            .save(&self.dir.join(PRODUCER_STATE), end, Durability::Synced)?;
         self.unflushed_rolls.push((end, file));
         tracing::debug!(dir = %self.dir.display(), base = end, "rolled segment");
         Ok(())
@@ -536,6 +537,9 @@ impl Log {
         if up_to > self.recovery_point
             && self.unflushed_rolls.first().is_none_or(|(e, _)| *e > up_to)
         {
+            // The epochs of the batches below the new recovery point are durable first: an
+            // unclean open rescans (and re-learns epochs from) only what lies above it.
+            self.epochs.save(&self.dir, Durability::Synced)?;
             self.recovery_point = up_to;
             write_checkpoint(&self.dir.join(RECOVERY_POINT), up_to)?;
         }

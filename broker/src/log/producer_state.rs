@@ -15,6 +15,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::batch::BatchHeader;
+use super::index::Durability;
 
 /// Batches remembered per producer for duplicate detection (Kafka's
 /// `max.in.flight.requests.per.connection` limit for idempotence is 5).
@@ -198,14 +199,14 @@ impl ProducerState {
         self.producers.is_empty()
     }
 
-    pub fn save(&self, path: &Path, offset: i64) -> std::io::Result<()> {
+    pub fn save(&self, path: &Path, offset: i64, durability: Durability) -> std::io::Result<()> {
         let snap = Snapshot {
             version: 1,
             offset,
             state: self.clone(),
         };
         let data = serde_json::to_vec(&snap).map_err(std::io::Error::other)?;
-        super::index::write_file_atomically(path, &data)
+        durability.write(path, &data)
     }
 
     /// The snapshot and the offset it covers up to, or `None` if missing or unreadable.
@@ -291,7 +292,7 @@ mod tests {
         let p = dir.path().join("producer-state.json");
         let mut s = ProducerState::default();
         s.record(&header(1, 0, 0, 1, 0), 5);
-        s.save(&p, 10).unwrap();
+        s.save(&p, 10, Durability::Synced).unwrap();
         let (back, off) = ProducerState::load(&p).unwrap();
         assert_eq!(off, 10);
         assert_eq!(back, s);

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use memmap2::{Mmap, MmapOptions};
 
 use super::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
-use super::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use super::index::{Durability, OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
 use super::LogError;
 
 pub fn log_path(dir: &Path, base_offset: i64) -> PathBuf {
@@ -407,9 +407,10 @@ impl Segment {
     }
 
     /// Persists both indexes (at roll and at clean shutdown).
-    pub fn write_indexes(&self) -> Result<(), LogError> {
-        self.index.write_to(&self.index_path())?;
-        self.time_index.write_to(&self.time_index_path())?;
+    pub fn write_indexes(&self, durability: Durability) -> Result<(), LogError> {
+        self.index.write_to(&self.index_path(), durability)?;
+        self.time_index
+            .write_to(&self.time_index_path(), durability)?;
         Ok(())
     }
 
@@ -424,7 +425,7 @@ impl Segment {
     pub fn seal_unflushed(&mut self) -> Result<std::fs::File, LogError> {
         let handle = self.file.try_clone()?;
         self.unflushed_messages = 0;
-        self.write_indexes()?;
+        self.write_indexes(Durability::Synced)?;
         self.map = None;
         self.mapped = 0;
         Ok(handle)

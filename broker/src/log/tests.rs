@@ -452,3 +452,23 @@ fn a_rolled_segment_is_trusted_after_a_crash_only_once_its_fsync_is_done() {
     assert_eq!(report.rescanned_segments, 1);
     assert_eq!(log.log_end_offset(), 30);
 }
+
+#[test]
+fn an_unclean_open_relearns_epochs_a_lost_checkpoint_write_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), 1 << 20);
+    log.assign_epoch(1).unwrap();
+    log.append(&validated(batch(2, 0)), 1, 0).unwrap();
+    let before = std::fs::read(dir.path().join(leader_epoch::FILE)).unwrap();
+    log.assign_epoch(4).unwrap();
+    log.append(&validated(batch(3, 0)), 4, 0).unwrap();
+    drop(log);
+    // The checkpoint write of epoch 4 never reached the disk (it is not fsynced on its own),
+    // and the process died: no clean marker, the segment above the recovery point.
+    std::fs::write(dir.path().join(leader_epoch::FILE), before).unwrap();
+    let (log, report) = Log::open(dir.path(), LogConfig::for_tests(1 << 20), 0).unwrap();
+    assert!(!report.clean);
+    assert_eq!(log.latest_epoch(), 4);
+    assert_eq!(log.end_offset_for_epoch(1), (1, 2));
+    assert_eq!(log.epoch_for_offset(2), 4);
+}

@@ -47,7 +47,7 @@ impl PartitionMetrics {
             family.clear();
         }
         self.follower_lag.clear();
-        for p in partitions.all() {
+        for p in partitions.hosted().all() {
             let (o, size, segments) = p.stats();
             let labels = PartitionLabels {
                 topic: p.tp.topic.clone(),

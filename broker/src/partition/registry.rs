@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
-use strata_metadata::ClusterState;
+use strata_metadata::{ClusterState, PartitionInfo};
 use uuid::Uuid;
 
 use super::{Partition, RemoteLog, Role, TopicPartition};
@@ -17,7 +17,7 @@ use crate::log::config::LogConfig;
 use crate::log::{Log, LogError};
 use crate::topic_config;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, PartialEq)]
 struct PartitionMeta {
     version: u8,
     topic: String,
@@ -30,10 +30,62 @@ pub struct Partitions {
     data_dir: PathBuf,
     node_id: u64,
     config: BrokerConfig,
-    map: RwLock<HashMap<TopicPartition, Arc<Partition>>>,
-    /// Serialises `sync` so two callers never open the same log twice.
-    sync_lock: Mutex<()>,
+    /// Replaced whole (copy on write) when the hosted set changes, so readers take it with
+    /// one reference count and look partitions up without a lock or an allocation.
+    hosted: RwLock<Arc<Hosted>>,
+    /// Serialises `sync` so two callers never open the same log twice; holds the state the
+    /// last successful sync applied, which the next one compares against.
+    synced: Mutex<Option<Arc<ClusterState>>>,
     clock: Clock,
+}
+
+/// The hosted partitions at one instant.
+#[derive(Default)]
+pub struct Hosted {
+    /// By topic name: partition `i` at index `i`, `None` where it is not hosted here.
+    topics: HashMap<String, Vec<Option<Arc<Partition>>>>,
+    /// Every hosted partition, by topic and partition.
+    all: Vec<Arc<Partition>>,
+}
+
+impl Hosted {
+    /// The hosted partitions of `topic`, indexed by partition number.
+    pub fn topic(&self, topic: &str) -> Option<&[Option<Arc<Partition>>]> {
+        self.topics.get(topic).map(Vec::as_slice)
+    }
+
+    pub fn get(&self, topic: &str, partition: i32) -> Option<&Arc<Partition>> {
+        let i = usize::try_from(partition).ok()?;
+        self.topics.get(topic)?.get(i)?.as_ref()
+    }
+
+    /// Every hosted partition, by topic and partition.
+    pub fn all(&self) -> &[Arc<Partition>] {
+        &self.all
+    }
+
+    fn from_map(map: HashMap<TopicPartition, Arc<Partition>>) -> Hosted {
+        let mut all: Vec<Arc<Partition>> = map.into_values().collect();
+        all.sort_by(|a, b| a.tp.cmp(&b.tp));
+        let mut topics: HashMap<String, Vec<Option<Arc<Partition>>>> = HashMap::new();
+        for p in &all {
+            let slots = topics.entry(p.tp.topic.clone()).or_default();
+            let i = p.tp.partition as usize;
+            if slots.len() <= i {
+                slots.resize(i + 1, None);
+            }
+            slots[i] = Some(p.clone());
+        }
+        Hosted { topics, all }
+    }
+}
+
+/// What the state wants of a partition whose entry changed since the last sync.
+struct Change<'a> {
+    tp: TopicPartition,
+    topic_id: Uuid,
+    /// `None`: not hosted here (any more).
+    wanted: Option<(LogConfig, &'a PartitionInfo)>,
 }
 
 impl Partitions {
@@ -42,34 +94,22 @@ impl Partitions {
             data_dir: config.data_dir.clone(),
             node_id: config.node_id,
             config: config.clone(),
-            map: RwLock::new(HashMap::new()),
-            sync_lock: Mutex::new(()),
+            hosted: RwLock::new(Arc::new(Hosted::default())),
+            synced: Mutex::new(None),
             clock,
         }
     }
 
-    pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
-        let tp = TopicPartition {
-            topic: topic.to_string(),
-            partition,
-        };
-        self.map
+    /// The hosted partitions now: one reference count, no lock held afterwards.
+    pub fn hosted(&self) -> Arc<Hosted> {
+        self.hosted
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&tp)
-            .cloned()
+            .clone()
     }
 
-    pub fn all(&self) -> Vec<Arc<Partition>> {
-        let mut v: Vec<_> = self
-            .map
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        v.sort_by(|a, b| a.tp.cmp(&b.tp));
-        v
+    pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        self.hosted().get(topic, partition).cloned()
     }
 
     fn dir_of(&self, tp: &TopicPartition) -> PathBuf {
@@ -79,62 +119,159 @@ impl Partitions {
     /// Opens, reconfigures and deletes logs so that this broker hosts exactly the partitions the
     /// state assigns to it. Idempotent; called on every metadata change.
     ///
+    /// Only what changed since the last sync is looked at: topics and partitions the new state
+    /// shares with the last one applied (the same `Arc`, see `ClusterState`) are skipped, so a
+    /// change to one partition costs one partition, not every partition hosted. The first sync
+    /// after start also removes directories the state does not know.
+    ///
     /// `state` is read under the sync lock: a caller that read an older state and then
     /// waited for the lock would otherwise apply it after a newer one, and delete the logs of
     /// a topic created in between.
     pub fn sync(&self, state: impl FnOnce() -> Arc<ClusterState>) -> Result<(), LogError> {
-        let _guard = self.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut synced = self.synced.lock().unwrap_or_else(|p| p.into_inner());
         let state = state();
-        let mut wanted: HashMap<TopicPartition, (Uuid, LogConfig, RemoteLog, i32)> = HashMap::new();
+        let started = std::time::Instant::now();
+        let changes = self.changes(synced.as_deref(), &state);
+        let changed = changes.len();
+        let mut map: HashMap<TopicPartition, Arc<Partition>> = self
+            .hosted()
+            .all
+            .iter()
+            .map(|p| (p.tp.clone(), p.clone()))
+            .collect();
+        let mut membership_changed = false;
+        let result = self.apply(
+            &state,
+            synced.is_none(),
+            changes,
+            &mut map,
+            &mut membership_changed,
+        );
+        // What was opened or deleted is published even when a later step failed.
+        if membership_changed {
+            *self.hosted.write().unwrap_or_else(|p| p.into_inner()) =
+                Arc::new(Hosted::from_map(map));
+        }
+        if result.is_ok() {
+            *synced = Some(state);
+        }
+        let hosted = self.hosted().all().len();
+        let ms = started.elapsed().as_millis() as u64;
+        if membership_changed || ms >= 100 {
+            tracing::info!(
+                changed,
+                hosted,
+                ms,
+                "applied a metadata change to the hosted partitions"
+            );
+        } else {
+            tracing::debug!(
+                changed,
+                hosted,
+                ms,
+                "applied a metadata change to the hosted partitions"
+            );
+        }
+        result
+    }
+
+    /// The partitions whose entry in `state` differs from `last` (all of them when there is
+    /// no `last`), and the hosted partitions whose topic is gone or was re-created.
+    fn changes<'a>(&self, last: Option<&ClusterState>, state: &'a ClusterState) -> Vec<Change<'a>> {
+        let mut changes = Vec::new();
         for topic in state.topics.values() {
+            let before = last.and_then(|l| l.topics.get(&topic.name));
+            if before.is_some_and(|b| Arc::ptr_eq(b, topic)) {
+                continue;
+            }
+            // Same topic, same configs: only partitions whose entry changed need a look.
+            let same =
+                before.filter(|b| b.topic_id == topic.topic_id && b.configs == topic.configs);
             let log_config = topic_config::log_config(&self.config, &topic.configs);
             for (i, p) in topic.partitions.iter().enumerate() {
-                if p.replicas.contains(&self.node_id) {
-                    let tp = TopicPartition {
+                if same
+                    .and_then(|b| b.partitions.get(i))
+                    .is_some_and(|b| Arc::ptr_eq(b, p))
+                {
+                    continue;
+                }
+                changes.push(Change {
+                    tp: TopicPartition {
                         topic: topic.name.clone(),
                         partition: i as i32,
-                    };
-                    wanted.insert(
-                        tp,
-                        (
-                            topic.topic_id,
-                            log_config.clone(),
-                            RemoteLog::of(p),
-                            p.leader_epoch,
-                        ),
-                    );
+                    },
+                    topic_id: topic.topic_id,
+                    wanted: p
+                        .replicas
+                        .contains(&self.node_id)
+                        .then(|| (log_config.clone(), &**p)),
+                });
+            }
+        }
+        for p in &self.hosted().all {
+            if state
+                .topic(&p.tp.topic)
+                .is_none_or(|t| t.topic_id != p.topic_id)
+            {
+                changes.push(Change {
+                    tp: p.tp.clone(),
+                    topic_id: p.topic_id,
+                    wanted: None,
+                });
+            }
+        }
+        changes
+    }
+
+    fn apply(
+        &self,
+        state: &ClusterState,
+        first: bool,
+        changes: Vec<Change<'_>>,
+        map: &mut HashMap<TopicPartition, Arc<Partition>>,
+        membership_changed: &mut bool,
+    ) -> Result<(), LogError> {
+        // Drop partitions no longer wanted (moved away, topic deleted, or re-created with a
+        // new id) before opening anything in their place.
+        for c in &changes {
+            let doomed = map
+                .get(&c.tp)
+                .is_some_and(|p| c.wanted.is_none() || p.topic_id != c.topic_id);
+            if doomed {
+                if let Some(p) = map.remove(&c.tp) {
+                    *membership_changed = true;
+                    self.delete(p)?;
                 }
             }
         }
-        // Drop partitions no longer wanted (topic deleted, or re-created with a new id).
-        let doomed: Vec<Arc<Partition>> = {
-            let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
-            let gone: Vec<TopicPartition> = map
-                .iter()
-                .filter(|(tp, p)| wanted.get(*tp).is_none_or(|(id, ..)| *id != p.topic_id))
-                .map(|(tp, _)| tp.clone())
-                .collect();
-            gone.iter().filter_map(|tp| map.remove(tp)).collect()
-        };
-        for p in doomed {
-            tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, "deleting partition");
-            p.deleted.store(true, Ordering::Release);
-            p.stop_hosting();
-            // A clean checks the flag under the log lock before its swap; taking the lock here
-            // waits out a swap in progress.
-            drop(p.log());
-            p.wake();
-            let dir = self.dir_of(&p.tp);
-            drop(p);
-            remove_dir_if_exists(&dir)?;
+        if first {
+            self.delete_stray_dirs(state)?;
         }
-        self.delete_stray_dirs(&wanted)?;
-        for (tp, (topic_id, log_config, remote, leader_epoch)) in wanted {
-            if let Some(existing) = self.get(&tp.topic, tp.partition) {
-                existing.leader_epoch.store(leader_epoch, Ordering::Release);
-                if let Some(info) = state.partition(&tp.topic, tp.partition) {
-                    existing.set_role(self.node_id, info);
-                }
+        let mut created = false;
+        let result = self.open_or_update(changes, map, membership_changed, &mut created);
+        if created {
+            crate::log::index::sync_filesystem(&self.data_dir)?;
+        }
+        result
+    }
+
+    fn open_or_update(
+        &self,
+        changes: Vec<Change<'_>>,
+        map: &mut HashMap<TopicPartition, Arc<Partition>>,
+        membership_changed: &mut bool,
+        created: &mut bool,
+    ) -> Result<(), LogError> {
+        for c in changes {
+            let Some((log_config, info)) = c.wanted else {
+                continue;
+            };
+            if let Some(existing) = map.get(&c.tp) {
+                existing
+                    .leader_epoch
+                    .store(info.leader_epoch, Ordering::Release);
+                existing.set_role(self.node_id, info);
+                let remote = RemoteLog::of(info);
                 {
                     let mut current = existing.remote.write().unwrap_or_else(|p| p.into_inner());
                     if **current != remote {
@@ -147,53 +284,83 @@ impl Partitions {
                 }
                 continue;
             }
-            let dir = self.dir_of(&tp);
-            std::fs::create_dir_all(&dir)?;
-            let meta = PartitionMeta {
-                version: 1,
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                topic_id,
-            };
-            crate::log::index::write_file_atomically(
-                &dir.join("partition.json"),
-                &serde_json::to_vec(&meta).map_err(std::io::Error::other)?,
-            )?;
-            let (log, report) = Log::open(&dir, log_config, self.clock.now_ms())?;
-            if !report.clean && report.segments > 0 {
-                tracing::warn!(topic = %tp.topic, partition = tp.partition, rescanned = report.rescanned_segments,
-                    truncated_bytes = report.truncated_bytes, "recovered partition after unclean shutdown");
-            }
-            let partition = Arc::new(Partition {
-                tp: tp.clone(),
-                topic_id,
-                log: Mutex::new(log),
-                remote: RwLock::new(Arc::new(remote)),
-                waiters: Mutex::new(Vec::new()),
-                deleted: AtomicBool::new(false),
-                leader_epoch: AtomicI32::new(leader_epoch),
-                replica: Mutex::new(Role::Offline),
-                hw: tokio::sync::watch::channel(-1).0,
-                leader_hw: AtomicI64::new(-1),
-                clock: self.clock.clone(),
-            });
-            if let Some(info) = state.partition(&tp.topic, tp.partition) {
-                partition.set_role(self.node_id, info);
-            }
-            self.map
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(tp, partition);
+            let partition = self.open(&c.tp, c.topic_id, log_config, info, created)?;
+            map.insert(c.tp, partition);
+            *membership_changed = true;
         }
         Ok(())
     }
 
+    fn delete(&self, p: Arc<Partition>) -> Result<(), LogError> {
+        tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, "deleting partition");
+        p.deleted.store(true, Ordering::Release);
+        p.stop_hosting();
+        // A clean checks the flag under the log lock before its swap; taking the lock here
+        // waits out a swap in progress.
+        drop(p.log());
+        p.wake();
+        let dir = self.dir_of(&p.tp);
+        drop(p);
+        remove_dir_if_exists(&dir)
+    }
+
+    /// Opens (creating if new) the log of a partition to host; sets `created` when a new
+    /// directory needs the file-system sync that makes it durable.
+    fn open(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        log_config: LogConfig,
+        info: &PartitionInfo,
+        created: &mut bool,
+    ) -> Result<Arc<Partition>, LogError> {
+        let dir = self.dir_of(tp);
+        std::fs::create_dir_all(&dir)?;
+        let meta = PartitionMeta {
+            version: 1,
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            topic_id,
+        };
+        let meta_path = dir.join("partition.json");
+        let on_disk = std::fs::read(&meta_path)
+            .ok()
+            .and_then(|d| serde_json::from_slice::<PartitionMeta>(&d).ok());
+        if on_disk.as_ref() != Some(&meta) {
+            // Written in place, without an fsync: only this open reads it, and the caller
+            // syncs the file system once for every partition it created. A torn or lost file
+            // makes the directory unknown (never deleted as a stray) until written again here.
+            std::fs::write(
+                &meta_path,
+                serde_json::to_vec(&meta).map_err(std::io::Error::other)?,
+            )?;
+            *created = true;
+        }
+        let (log, report) = Log::open(&dir, log_config, self.clock.now_ms())?;
+        if !report.clean && report.segments > 0 {
+            tracing::warn!(topic = %tp.topic, partition = tp.partition, rescanned = report.rescanned_segments,
+                truncated_bytes = report.truncated_bytes, "recovered partition after unclean shutdown");
+        }
+        let partition = Arc::new(Partition {
+            tp: tp.clone(),
+            topic_id,
+            log: Mutex::new(log),
+            remote: RwLock::new(Arc::new(RemoteLog::of(info))),
+            waiters: Mutex::new(Vec::new()),
+            deleted: AtomicBool::new(false),
+            leader_epoch: AtomicI32::new(info.leader_epoch),
+            replica: Mutex::new(Role::Offline),
+            hw: tokio::sync::watch::channel(-1).0,
+            leader_hw: AtomicI64::new(-1),
+            clock: self.clock.clone(),
+        });
+        partition.set_role(self.node_id, info);
+        Ok(partition)
+    }
+
     /// Removes partition directories on disk that the state does not know (or knows under
     /// another topic id): leftovers of topics deleted while this broker was down.
-    fn delete_stray_dirs(
-        &self,
-        wanted: &HashMap<TopicPartition, (Uuid, LogConfig, RemoteLog, i32)>,
-    ) -> Result<(), LogError> {
+    fn delete_stray_dirs(&self, state: &ClusterState) -> Result<(), LogError> {
         let Ok(entries) = std::fs::read_dir(&self.data_dir) else {
             return Ok(());
         };
@@ -205,11 +372,12 @@ impl Partitions {
             let Ok(meta) = serde_json::from_slice::<PartitionMeta>(&data) else {
                 continue;
             };
-            let tp = TopicPartition {
-                topic: meta.topic,
-                partition: meta.partition,
-            };
-            if wanted.get(&tp).is_none_or(|(id, ..)| *id != meta.topic_id) {
+            let wanted = state
+                .topic(&meta.topic)
+                .filter(|t| t.topic_id == meta.topic_id)
+                .and_then(|t| t.partitions.get(usize::try_from(meta.partition).ok()?))
+                .is_some_and(|p| p.replicas.contains(&self.node_id));
+            if !wanted {
                 tracing::info!(dir = %entry.path().display(), "deleting partition directory of a deleted topic");
                 remove_dir_if_exists(&entry.path())?;
             }
@@ -217,13 +385,39 @@ impl Partitions {
         Ok(())
     }
 
-    /// Clean shutdown of every log.
+    /// Clean shutdown of every log: each writes what its next open reads, one file-system
+    /// sync makes all of it durable, then each leaves its clean marker and a second sync
+    /// makes the markers durable. A log that failed the first half gets no marker, so its next
+    /// open recovers it.
     pub fn close_all(&self) {
-        for p in self.all() {
-            if let Err(e) = p.log().close() {
-                tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "failed to close log cleanly");
+        let hosted = self.hosted();
+        let closed: Vec<&Arc<Partition>> = hosted
+            .all()
+            .iter()
+            .filter(|p| match p.log().close_unsynced() {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "failed to close log cleanly");
+                    false
+                }
+            })
+            .collect();
+        let synced = |what: &str| match crate::log::index::sync_filesystem(&self.data_dir) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot sync the data directory's file system {what}: the next start recovers every log");
+                false
+            }
+        };
+        if !synced("after closing the logs") {
+            return;
+        }
+        for p in closed {
+            if let Err(e) = p.log().mark_clean() {
+                tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "failed to mark the log clean");
             }
         }
+        synced("after marking the logs clean");
     }
 }
 

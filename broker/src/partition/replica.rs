@@ -107,7 +107,9 @@ impl Partition {
                             }
                             log.log_end_offset()
                         };
-                        tracing::info!(topic = %self.tp.topic, partition = self.tp.partition,
+                        // Debug: a broker taking over thousands of partitions would log each.
+                        // `Partitions::sync` reports the count.
+                        tracing::debug!(topic = %self.tp.topic, partition = self.tp.partition,
                             leader_epoch = info.leader_epoch, log_end, isr = ?info.isr, "leading partition");
                         *role = Role::Leader(LeaderState::new(
                             me,

@@ -127,7 +127,7 @@ impl Fetchers {
         let mut wanted: HashMap<FetcherKey, Vec<Assignment>> = HashMap::new();
         let state = self.node.metadata.state();
         let me = self.node.config.node_id;
-        for p in self.node.partitions.all() {
+        for p in self.node.partitions.hosted().all() {
             if let Some((leader, leader_epoch)) = p.following() {
                 let internal = p.tp.topic.starts_with("__");
                 // Throttled while catching up only: once in the ISR (a move adding two replicas
@@ -139,7 +139,7 @@ impl Fetchers {
                     .entry((leader, internal))
                     .or_default()
                     .push(Assignment {
-                        partition: p,
+                        partition: p.clone(),
                         leader_epoch,
                         moving,
                     });

@@ -62,11 +62,11 @@ pub fn follower_fetched(node: &Arc<Node>, p: &Arc<Partition>, follower: u64, off
 /// `replica_lag_time_max_ms` (called by housekeeping).
 pub fn check_isr(node: &Arc<Node>) {
     let max_lag = Duration::from_millis(node.config.replica_lag_time_max_ms);
-    for p in node.partitions.all() {
+    for p in node.partitions.hosted().all() {
         if let Some(change) = p.isr_shrink(max_lag) {
             tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, isr = ?change.isr,
                 "followers fell behind for replica_lag_time_max_ms: shrinking the ISR");
-            propose_isr(node, &p, change);
+            propose_isr(node, p, change);
         }
     }
 }

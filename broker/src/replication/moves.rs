@@ -126,7 +126,7 @@ impl MoveMetrics {
         self.lag.clear();
         let state = node.metadata.state();
         let me = node.config.node_id;
-        for p in node.partitions.all() {
+        for p in node.partitions.hosted().all() {
             let adding = state
                 .partition(&p.tp.topic, p.tp.partition)
                 .is_some_and(|i| i.adding.contains(&me));

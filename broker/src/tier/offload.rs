@@ -90,7 +90,7 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
         let me = node.config.node_id;
         let (mut lag_segments, mut lag_bytes, mut remote_segments, mut remote_bytes) =
             (0u64, 0u64, 0u64, 0u64);
-        for p in node.partitions.all() {
+        for p in node.partitions.hosted().all() {
             let Some(info) = state
                 .topic_by_id(&p.topic_id)
                 .and_then(|t| t.partitions.get(p.tp.partition as usize))
@@ -116,7 +116,7 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
                 .iter()
                 .any(|s| s.state == RemoteSegmentState::Deleting);
             let expirable =
-                super::expiry::expired_before(&p, &remote, node.clock.now_ms()).is_some();
+                super::expiry::expired_before(p, &remote, node.clock.now_ms()).is_some();
             if (pending.is_empty() && !has_deleting && !expirable)
                 || tasks.contains_key(&p.tp)
                 || backoff.get(&p.tp).is_some_and(|b| Instant::now() < b.until)

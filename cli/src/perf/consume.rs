@@ -1,4 +1,5 @@
-//! `strata perf consume`: every partition read from the beginning by one group-less consumer;
+//! `strata perf consume`: every partition read from the beginning by one consumer, group-less
+//! (assigned every partition) or, with `--group`, as the one member of a new consumer group;
 //! and the assigned consumer `perf e2e` shares.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,15 +12,24 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{with_progress, IntervalRate};
+use super::broker_cpu::{BrokerCpu, BrokerCpuArgs};
+use super::{ms, topic_names, unique_group, with_progress, IntervalRate};
 use crate::common::{emit, mib_per_sec, per_sec, topic_partitions, ConnectArgs, ErrorReporter};
 
 #[derive(Args, Debug)]
 pub struct PerfConsumeArgs {
     #[command(flatten)]
     pub conn: ConnectArgs,
-    /// Topic to consume.
+    /// Topic to consume (with `--topics K`: `TOPIC-0` .. `TOPIC-<K-1>`).
     pub topic: String,
+    /// Consume this many topics named after TOPIC.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub topics: u32,
+    /// Join a new consumer group (subscribe, committing offsets as librdkafka does by
+    /// default) instead of assigning every partition; throughput counts from the first
+    /// record, and the time to it is reported as `join_ms`.
+    #[arg(long)]
+    pub group: bool,
     /// Number of records to consume.
     #[arg(short = 'n', long)]
     pub records: u64,
@@ -35,13 +45,15 @@ pub struct PerfConsumeArgs {
     /// Give up after this long without receiving a record.
     #[arg(long, default_value_t = 10_000, value_name = "MS")]
     pub timeout_ms: u64,
+    #[command(flatten)]
+    pub broker: BrokerCpuArgs,
 }
 
 /// A group-less consumer assigned to every partition of `topic`, each at the offset
 /// `offset_of` gives it.
 pub(super) fn assigned_consumer(
     conn: &ConnectArgs,
-    topic: &str,
+    topics: &[String],
     extra: &[(&str, &str)],
     offset_of: impl Fn(&BaseConsumer, i32) -> anyhow::Result<Offset>,
 ) -> anyhow::Result<BaseConsumer> {
@@ -59,14 +71,37 @@ pub(super) fn assigned_consumer(
         .client_config(&defaults)
         .create()
         .context("creating consumer")?;
-    let partitions = topic_partitions(conn, consumer.client(), topic)?;
-    let mut tpl = TopicPartitionList::with_capacity(partitions.len());
-    for p in partitions {
-        let offset = offset_of(&consumer, p)?;
-        tpl.add_partition_offset(topic, p, offset)
-            .with_context(|| format!("partition {p}"))?;
+    let mut tpl = TopicPartitionList::new();
+    for topic in topics {
+        for p in topic_partitions(conn, consumer.client(), topic)? {
+            let offset = offset_of(&consumer, p)?;
+            tpl.add_partition_offset(topic, p, offset)
+                .with_context(|| format!("{topic} partition {p}"))?;
+        }
     }
     consumer.assign(&tpl).context("assigning partitions")?;
+    Ok(consumer)
+}
+
+/// The one member of a new consumer group subscribed to `topics`, reading from the beginning.
+fn group_consumer(
+    conn: &ConnectArgs,
+    topics: &[String],
+    extra: &[(&str, &str)],
+) -> anyhow::Result<BaseConsumer> {
+    let group = unique_group("perf-consume");
+    let mut settings = vec![
+        ("group.id", group.as_str()),
+        ("auto.offset.reset", "earliest"),
+        ("fetch.queue.backoff.ms", "10"),
+    ];
+    settings.extend_from_slice(extra);
+    let consumer: BaseConsumer = conn
+        .client_config(&settings)
+        .create()
+        .context("creating consumer")?;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&names).context("subscribing")?;
     Ok(consumer)
 }
 
@@ -81,15 +116,22 @@ pub(super) fn run(args: PerfConsumeArgs) -> anyhow::Result<()> {
     if let Some(b) = &partition_max {
         extra.push(("max.partition.fetch.bytes", b.as_str()));
     }
-    let consumer = assigned_consumer(conn, &args.topic, &extra, |_, _| Ok(Offset::Beginning))?;
+    let topics = topic_names(&args.topic, args.topics)?;
+    let consumer = if args.group {
+        group_consumer(conn, &topics, &extra)?
+    } else {
+        assigned_consumer(conn, &topics, &extra, |_, _| Ok(Offset::Beginning))?
+    };
+    let broker = BrokerCpu::start(&args.broker)?;
 
     let idle_limit = Duration::from_millis(args.timeout_ms);
     let count = AtomicU64::new(0);
     let mut bytes: u64 = 0;
     let mut errors = ErrorReporter::default();
     let mut interval = IntervalRate::new();
-    let start = Instant::now();
+    let mut start = Instant::now();
     let mut end = start;
+    let mut join = None;
     with_progress(
         || {
             let n = count.load(Ordering::Relaxed);
@@ -104,6 +146,10 @@ pub(super) fn run(args: PerfConsumeArgs) -> anyhow::Result<()> {
             while n < args.records {
                 match consumer.poll(Duration::from_millis(100)) {
                     Some(Ok(msg)) => {
+                        if args.group && join.is_none() {
+                            join = Some(start.elapsed());
+                            start = Instant::now();
+                        }
                         n += 1;
                         bytes += (msg.payload_len() + msg.key().map_or(0, <[u8]>::len)) as u64;
                         count.store(n, Ordering::Relaxed);
@@ -121,10 +167,17 @@ pub(super) fn run(args: PerfConsumeArgs) -> anyhow::Result<()> {
         },
     );
     let records = count.load(Ordering::Relaxed);
-    let seconds = end.duration_since(start).as_secs_f64();
+    let seconds = end.saturating_duration_since(start).as_secs_f64();
+    let join = join
+        .map(|j| format!(" join_ms={}", ms(j)))
+        .unwrap_or_default();
+    let broker = match &broker {
+        Some(b) => b.fields(bytes)?,
+        None => String::new(),
+    };
     emit(format_args!(
         "consume records={records} bytes={bytes} seconds={seconds:.2} records_per_sec={:.0} \
-         mb_per_sec={:.1}",
+         mb_per_sec={:.1}{join}{broker}",
         per_sec(records, seconds),
         mib_per_sec(bytes, seconds),
     ))?;

@@ -49,6 +49,10 @@ pub struct PerfE2eArgs {
     /// Give up after this long without receiving a record once all were sent.
     #[arg(long, default_value_t = 10_000, value_name = "MS")]
     pub timeout_ms: u64,
+    /// Send record i to partition i % N over all N partitions, so every partition carries
+    /// traffic (librdkafka's sticky partitioner fills one partition at a time).
+    #[arg(long)]
+    pub round_robin: bool,
 }
 
 /// The e2e payload header: run id and send time.
@@ -77,12 +81,17 @@ pub(super) fn run(args: PerfE2eArgs) -> anyhow::Result<()> {
     }
     // Tail position pinned explicitly at the high watermark, so records produced after
     // assignment cannot be skipped by a late "end" resolution.
-    let consumer = assigned_consumer(conn, &args.topic, &[], |c, p| {
+    let consumer = assigned_consumer(conn, std::slice::from_ref(&args.topic), &[], |c, p| {
         let (_, high) = c
             .fetch_watermarks(&args.topic, p, conn.request_timeout())
             .with_context(|| format!("watermarks of partition {p}"))?;
         Ok(Offset::Offset(high))
     })?;
+    let spread = if args.round_robin {
+        u32::try_from(consumer.assignment().context("assignment")?.count())?
+    } else {
+        0
+    };
     let origin = Instant::now();
     let producer: ThreadedProducer<LatencyRecorder> =
         producer_config(conn, args.acks, args.linger_ms, None, Compression::None)
@@ -143,14 +152,18 @@ pub(super) fn run(args: PerfE2eArgs) -> anyhow::Result<()> {
                 });
 
                 let mut payload = make_payload(args.record_size);
+                let partitions = u64::from(spread);
                 let start = Instant::now();
                 let send_result = (|| -> anyhow::Result<()> {
                     for i in 0..args.records {
                         pace(start, i, args.rate);
                         let now = ctx.now_nanos();
                         encode_e2e_header(&mut payload, run_id, now);
-                        let record = BaseRecord::with_opaque_to(&args.topic, now as usize)
+                        let mut record = BaseRecord::with_opaque_to(&args.topic, now as usize)
                             .payload(&payload[..]);
+                        if partitions > 0 {
+                            record = record.partition((i % partitions) as i32);
+                        }
                         send_retrying(&producer, record)?;
                         sent.store(i + 1, Ordering::Relaxed);
                     }

@@ -33,6 +33,7 @@ use super::common::{
     ConnectArgs,
 };
 
+mod broker_cpu;
 mod commit;
 mod consume;
 mod e2e;
@@ -128,32 +129,68 @@ fn ensure_topic(
     partitions: Option<i32>,
     default: i32,
 ) -> anyhow::Result<i32> {
+    ensure_topics(conn, &[topic.to_string()], partitions, default)
+}
+
+/// [`ensure_topic`] for several topics in one CreateTopics request; returns the partition
+/// count of the first (they are created alike).
+fn ensure_topics(
+    conn: &ConnectArgs,
+    topics: &[String],
+    partitions: Option<i32>,
+    default: i32,
+) -> anyhow::Result<i32> {
     if partitions.is_some_and(|p| p < 1) {
         bail!("--partitions must be at least 1");
     }
     let admin = admin_client(conn)?;
     let runtime = current_thread_runtime()?;
     let wanted = partitions.unwrap_or(default);
-    let new = NewTopic::new(topic, wanted, TopicReplication::Fixed(-1));
+    let new: Vec<NewTopic> = topics
+        .iter()
+        .map(|t| NewTopic::new(t, wanted, TopicReplication::Fixed(-1)))
+        .collect();
+    let started = Instant::now();
     let results = block_on(
         &runtime,
         conn,
-        "create topic",
-        admin.create_topics([&new], &admin_options(conn)),
+        "create topics",
+        admin.create_topics(&new, &admin_options(conn)),
     )?
-    .with_context(|| format!("creating topic `{topic}`"))?;
+    .context("creating topics")?;
+    let mut created = 0;
     for result in results {
         match result {
-            Ok(_) => eprintln!("created topic {topic} with {wanted} partitions"),
+            Ok(_) => created += 1,
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((name, code)) => bail!("cannot create topic `{name}`: {code}"),
         }
     }
-    let have = topic_partitions(conn, admin.inner(), topic)?.len() as i32;
-    if partitions.is_some_and(|p| p != have) {
-        bail!("topic `{topic}` already exists with {have} partitions, not {wanted}");
+    if created > 0 {
+        eprintln!(
+            "created {created} topic(s) with {wanted} partitions in {} ms",
+            started.elapsed().as_millis()
+        );
     }
-    Ok(have)
+    let mut first = None;
+    for topic in topics {
+        let have = topic_partitions(conn, admin.inner(), topic)?.len() as i32;
+        if partitions.is_some_and(|p| p != have) {
+            bail!("topic `{topic}` already exists with {have} partitions, not {wanted}");
+        }
+        first.get_or_insert(have);
+    }
+    first.ok_or_else(|| anyhow::anyhow!("no topic named"))
+}
+
+/// The topics a run over `count` topics named after `topic` uses: `topic` itself for one,
+/// `topic-0` .. `topic-<count-1>` for more.
+fn topic_names(topic: &str, count: u32) -> anyhow::Result<Vec<String>> {
+    match count {
+        0 => bail!("--topics must be at least 1"),
+        1 => Ok(vec![topic.to_string()]),
+        n => Ok((0..n).map(|i| format!("{topic}-{i}")).collect()),
+    }
 }
 
 /// A group id no one else uses: `<prefix>-<pid>-<unix nanos>`.
@@ -233,5 +270,12 @@ mod tests {
     fn milliseconds_have_one_decimal() {
         assert_eq!(ms(Duration::from_micros(1_234_567)), "1234.6");
         assert_eq!(ms(Duration::ZERO), "0.0");
+    }
+
+    #[test]
+    fn one_topic_keeps_its_name_and_several_are_numbered() {
+        assert_eq!(topic_names("t", 1).unwrap(), vec!["t"]);
+        assert_eq!(topic_names("t", 3).unwrap(), vec!["t-0", "t-1", "t-2"]);
+        assert!(topic_names("t", 0).is_err());
     }
 }

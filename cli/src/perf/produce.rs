@@ -13,7 +13,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 
-use super::{nanos_since, with_progress, IntervalRate};
+use super::broker_cpu::{BrokerCpu, BrokerCpuArgs};
+use super::{ensure_topics, nanos_since, topic_names, with_progress, IntervalRate};
 use crate::common::{
     emit, latency_histogram, mib_per_sec, per_sec, percentile_fields, topic_partitions, Acks,
     Compression, ConnectArgs,
@@ -27,8 +28,15 @@ pub(super) const MESSAGE_TIMEOUT_MS: u64 = 60_000;
 pub struct PerfProduceArgs {
     #[command(flatten)]
     pub conn: ConnectArgs,
-    /// Topic to produce to.
+    /// Topic to produce to (with `--topics K`: `TOPIC-0` .. `TOPIC-<K-1>`, in turn).
     pub topic: String,
+    /// Produce to this many topics named after TOPIC.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub topics: u32,
+    /// Create missing topics with this many partitions (replication factor: the broker's
+    /// default); an existing topic with another count is an error.
+    #[arg(long, value_name = "N")]
+    pub partitions: Option<i32>,
     /// Number of records to send.
     #[arg(short = 'n', long)]
     pub records: u64,
@@ -54,6 +62,8 @@ pub struct PerfProduceArgs {
     /// instead of letting librdkafka's sticky partitioner choose.
     #[arg(long, value_name = "N")]
     pub partitions_hint: Option<u32>,
+    #[command(flatten)]
+    pub broker: BrokerCpuArgs,
 }
 
 /// Producer context recording send-to-delivery latency. The delivery opaque is the send
@@ -204,7 +214,11 @@ pub(super) fn run(args: PerfProduceArgs) -> anyhow::Result<()> {
     )
     .create_with_context(LatencyRecorder::new(origin)?)
     .context("creating producer")?;
-    let partitions = topic_partitions(conn, producer.client(), &args.topic)?;
+    let topics = topic_names(&args.topic, args.topics)?;
+    if args.partitions.is_some() {
+        ensure_topics(conn, &topics, args.partitions, 1)?;
+    }
+    let partitions = topic_partitions(conn, producer.client(), &topics[0])?;
     if let Some(hint) = args.partitions_hint {
         if hint as usize > partitions.len() {
             bail!(
@@ -213,6 +227,7 @@ pub(super) fn run(args: PerfProduceArgs) -> anyhow::Result<()> {
             );
         }
     }
+    let broker = BrokerCpu::start(&args.broker)?;
 
     let payload = make_payload(args.record_size);
     let ctx = producer.context().clone();
@@ -233,10 +248,11 @@ pub(super) fn run(args: PerfProduceArgs) -> anyhow::Result<()> {
             for i in 0..args.records {
                 pace(start, i, args.rate);
                 let opaque = ctx.now_nanos() as usize;
-                let mut record =
-                    BaseRecord::with_opaque_to(&args.topic, opaque).payload(&payload[..]);
+                let k = u64::from(args.topics);
+                let topic = &topics[(i % k) as usize];
+                let mut record = BaseRecord::with_opaque_to(topic, opaque).payload(&payload[..]);
                 if let Some(hint) = args.partitions_hint {
-                    record = record.partition((i % u64::from(hint)) as i32);
+                    record = record.partition((i / k % u64::from(hint)) as i32);
                 }
                 send_retrying(&producer, record)?;
                 sent.store(i + 1, Ordering::Relaxed);
@@ -250,9 +266,13 @@ pub(super) fn run(args: PerfProduceArgs) -> anyhow::Result<()> {
     let acked = ctx.acked.load(Ordering::Relaxed);
     let failed = ctx.failed.load(Ordering::Relaxed);
     let bytes = acked * args.record_size as u64;
+    let broker = match &broker {
+        Some(b) => b.fields(bytes)?,
+        None => String::new(),
+    };
     emit(format_args!(
         "produce records={acked} bytes={bytes} seconds={seconds:.2} records_per_sec={:.0} \
-         mb_per_sec={:.1} {} errors={failed}",
+         mb_per_sec={:.1} {} errors={failed}{broker}",
         per_sec(acked, seconds),
         mib_per_sec(bytes, seconds),
         percentile_fields(&ctx.histogram()),

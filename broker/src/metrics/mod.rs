@@ -18,6 +18,8 @@ use prometheus_client::registry::Registry;
 
 use crate::error::ErrorCode;
 
+mod process;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiLabels {
     api: String,
@@ -269,6 +271,9 @@ impl Metrics {
             on_scrape: Mutex::new(Vec::new()),
         };
         m.cluster.register(&mut registry);
+        let process = process::ProcessMetrics::default();
+        process.register(&mut registry);
+        m.on_scrape(move || process.update());
         registry.register(
             "requests",
             "Kafka requests handled, by API",

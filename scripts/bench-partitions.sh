@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Partition scale on one broker (release build, loopback), as recorded in docs/benchmarks.md:
+# for each partition count N (default "1 1000 10000"), one topic of N partitions on a fresh
+# data directory:
+#   - topic creation time (the CreateTopics call, as `strata topic create` sees it);
+#   - idle broker CPU (share of one core over IDLE_S seconds), RSS and open descriptors, empty
+#     and again after the traffic below;
+#   - produce RECORDS records of SIZE bytes (librdkafka's default sticky partitioner) and
+#     consume them all as the one member of a new consumer group: client throughput and the
+#     broker's CPU seconds per GB (read from its /metrics, `--broker-admin`);
+#   - restart time to READY after SIGTERM (clean) and after SIGKILL.
+# Env: COUNTS ("1 1000 10000"), RECORDS (500000), SIZE (1024), IDLE_S (10), STRATA (a strata
+# binary to measure instead of building this checkout's, e.g. an older build for an A/B run).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+COUNTS="${COUNTS:-1 1000 10000}"
+RECORDS="${RECORDS:-500000}"
+SIZE="${SIZE:-1024}"
+IDLE_S="${IDLE_S:-10}"
+if [ -n "${STRATA:-}" ]; then
+    BIN="$STRATA"
+else
+    cargo build --release -p strata-cli --bin strata >&2
+    BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/strata"
+fi
+TICKS=$(getconf CLK_TCK)
+WORK="$(mktemp -d /tmp/strata-bench-partitions.XXXXXX)"
+PID=
+cleanup() {
+    [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# Starts the broker on $DATA; sets PID, KAFKA, ADMIN and READY_MS (start to READY).
+start() {
+    local t0 out
+    out="$WORK/out.$RANDOM"
+    t0=$(date +%s%N)
+    "$BIN" serve --data-dir "$DATA" --kafka-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
+        --raft-addr 127.0.0.1:0 >"$out" 2>>"$WORK/broker.log" &
+    PID=$!
+    for _ in $(seq 1 1200); do grep -q READY "$out" && break; sleep 0.05; done
+    grep -q READY "$out" || { echo "broker did not start" >&2; tail -20 "$WORK/broker.log" >&2; exit 1; }
+    READY_MS=$(( ($(date +%s%N) - t0) / 1000000 ))
+    KAFKA=$(sed -n 's/^READY kafka=\([^ ]*\) .*/\1/p' "$out")
+    ADMIN=$(sed -n 's/^READY .*admin=\([^ ]*\) .*/\1/p' "$out")
+}
+cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
+resources() {
+    local rss fds
+    rss=$(awk '/VmRSS/ {print $2}' "/proc/$PID/status")
+    fds=$(ls "/proc/$PID/fd" | wc -l)
+    echo "  RSS $((rss / 1024)) MB, open descriptors $fds"
+}
+idle() {
+    local before after
+    sleep 2
+    before=$(cpu)
+    sleep "$IDLE_S"
+    after=$(cpu)
+    awk -v t=$((after - before)) -v hz="$TICKS" -v s="$IDLE_S" \
+        'BEGIN { printf "  idle CPU: %.2f%% of a core\n", t / hz / s * 100 }'
+}
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+for n in $COUNTS; do
+    echo "== $n partitions"
+    DATA="$WORK/data-$n"
+    start
+    t0=$(date +%s%N)
+    "$BIN" topic create scale -b "$KAFKA" --partitions "$n" --request-timeout-ms 120000 -X socket.timeout.ms=120000 >/dev/null
+    echo "  topic creation: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+    idle
+    resources
+    line=$("$BIN" perf produce scale -b "$KAFKA" -n "$RECORDS" -s "$SIZE" --broker-admin "$ADMIN" 2>/dev/null)
+    echo "  $line"
+    line=$("$BIN" perf consume scale -b "$KAFKA" -n "$RECORDS" --group --broker-admin "$ADMIN" 2>/dev/null)
+    echo "  $line"
+    idle
+    resources
+    kill -TERM "$PID"; wait "$PID" 2>/dev/null || true
+    start
+    echo "  restart after SIGTERM: $READY_MS ms to READY"
+    kill -9 "$PID"; wait "$PID" 2>/dev/null || true
+    start
+    echo "  restart after SIGKILL: $READY_MS ms to READY"
+    resources
+    kill -9 "$PID"; wait "$PID" 2>/dev/null || true
+    PID=
+    rm -rf "$DATA"
+done
