@@ -11,6 +11,8 @@
 #   - restart time to READY after SIGTERM (clean) and after SIGKILL.
 # Env: COUNTS ("1 1000 10000"), RECORDS (500000), SIZE (1024), IDLE_S (10), STRATA (a strata
 # binary to measure instead of building this checkout's, e.g. an older build for an A/B run).
+# BENCH_DIR (where the data directories go, default /tmp: put it on the disk to measure; a
+# fresh file system gives repeatable creation and restart times, see docs/benchmarks.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 COUNTS="${COUNTS:-1 1000 10000}"
@@ -24,7 +26,7 @@ else
     BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/strata"
 fi
 TICKS=$(getconf CLK_TCK)
-WORK="$(mktemp -d /tmp/strata-bench-partitions.XXXXXX)"
+WORK="$(mktemp -d "${BENCH_DIR:-/tmp}/strata-bench-partitions.XXXXXX")"
 PID=
 cleanup() {
     [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null
@@ -75,7 +77,7 @@ for n in $COUNTS; do
     resources
     line=$("$BIN" perf produce scale -b "$KAFKA" -n "$RECORDS" -s "$SIZE" --broker-admin "$ADMIN" 2>/dev/null)
     echo "  $line"
-    line=$("$BIN" perf consume scale -b "$KAFKA" -n "$RECORDS" --group --broker-admin "$ADMIN" 2>/dev/null)
+    line=$("$BIN" perf consume scale -b "$KAFKA" -n "$RECORDS" --group --timeout-ms 30000 --broker-admin "$ADMIN" 2>/dev/null)
     echo "  $line"
     idle
     resources

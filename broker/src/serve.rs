@@ -378,16 +378,26 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
     }
 }
 
-/// Retention every `log_retention_check_interval_ms`; segment.ms rolls, flush.ms flushes and
-/// group session expiry every 100 ms; consumer lag every `lag_sample_interval_ms`.
+/// Housekeeping ticks every 100 ms. Per tick it visits the partitions whose writes left work
+/// due (flush.ms flushes, fsyncs of rolled segments) and a slice of the sweep that visits
+/// every partition once per `log_retention_check_interval_ms` (retention, segment.ms rolls of
+/// idle segments) — see `partition::activity`; the ISR check runs every half
+/// `replica_lag_time_max_ms`, as Kafka's does; group session expiry every tick; consumer lag
+/// every `lag_sample_interval_ms`.
+const TICK: Duration = Duration::from_millis(100);
+
 /// How often the controller checks that internal topics have their replication factor.
 const GROW_EVERY: Duration = Duration::from_secs(1);
 
 async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(TICK);
     let node = &broker.node;
     let retention_every = node.config.log_retention_check_interval_ms.max(100);
+    let ticks_per_sweep = retention_every / TICK.as_millis() as u64;
+    let mut sweep = crate::partition::Sweep::new();
     let mut last_retention = 0i64;
+    let isr_every = Duration::from_millis(node.config.replica_lag_time_max_ms / 2).max(TICK);
+    let mut last_isr = std::time::Instant::now();
     let lag_every = Duration::from_millis(node.config.lag_sample_interval_ms);
     let mut last_lag = std::time::Instant::now();
     let mut flusher: Option<tokio::task::JoinHandle<()>> = None;
@@ -423,7 +433,10 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
         // Retries a failed group load; a no-op when nothing changed.
         broker.groups.follow_leadership().await;
         broker.groups.tick();
-        crate::replication::check_isr(node);
+        if last_isr.elapsed() >= isr_every {
+            last_isr = std::time::Instant::now();
+            crate::replication::check_isr(node);
+        }
         if last_grow.elapsed() >= GROW_EVERY && node.metadata.is_leader() {
             last_grow = std::time::Instant::now();
             node.grow_internal_topics().await;
@@ -436,22 +449,38 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             last_lag = std::time::Instant::now();
             broker.lag.sample(broker.groups.committed());
         }
-        for p in node.partitions.hosted().all() {
-            if let Err(e) = p.housekeeping(now, retention) {
+        let hosted = node.partitions.hosted();
+        for p in sweep.next(hosted.all(), ticks_per_sweep) {
+            if let Err(e) = p.sweep(now) {
                 tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "housekeeping failed");
             }
         }
+        let written = node.partitions.activity().take();
+        for p in &written {
+            match p.flush_due(now) {
+                Ok(false) => {}
+                Ok(true) => p.revisit(),
+                Err(e) => {
+                    tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "flush failed; will retry");
+                    p.revisit();
+                }
+            }
+        }
         // Fsyncs of rolled segments block for as long as the disk takes: off the runtime, one
-        // batch at a time.
+        // batch at a time; partitions written meanwhile wait for the next.
         if flusher.as_ref().is_none_or(|f| f.is_finished()) {
-            let partitions = node.partitions.hosted();
             flusher = Some(tokio::task::spawn_blocking(move || {
-                for p in partitions.all() {
+                for p in written {
                     if let Err(e) = p.flush_rolled() {
                         tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "fsync of a rolled segment failed; will retry");
+                        p.revisit();
                     }
                 }
             }));
+        } else {
+            for p in written {
+                p.revisit();
+            }
         }
     }
 }

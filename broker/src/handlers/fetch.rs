@@ -2,6 +2,11 @@
 //! or, below the local log start, checked batches from the remote tier's cache.
 //! With `min_bytes` unmet the request waits (up to `max_wait_ms`) for an append to any of its
 //! partitions to wake it: appends notify, nothing polls.
+//!
+//! A fetch names every partition it wants (librdkafka sends no fetch sessions), so what it
+//! costs per partition is kept to what a partition with nothing new needs: topics are looked
+//! up once per request, partitions by index (no allocation, no map lookup), and waiters are
+//! registered only by a fetch about to wait, at most once per partition.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +44,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     };
     let replica = u64::try_from(replica_id).ok();
     let state = broker.node.metadata.state();
+    let hosted = broker.node.partitions.hosted();
     let mut wanted = Vec::with_capacity(req.topics.len());
     for t in &req.topics {
         // v13+ names topics by id only.
@@ -52,48 +58,50 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         } else {
             ErrorCode::UnknownTopicOrPartition
         };
-        let name = info
-            .map(|i| i.name.clone())
-            .unwrap_or_else(|| t.topic.0.as_str().to_string());
+        let name = info.map_or(t.topic.0.as_str(), |i| i.name.as_str());
+        // Looked up once per topic; each partition is then an index.
+        let slots = info.and_then(|i| hosted.topic(&i.name)).unwrap_or_default();
         let partitions = t
             .partitions
             .iter()
             .map(|p| {
-                let (part, err) = match &info {
-                    None => (
-                        None,
-                        Some(ApiError::new(
-                            missing,
-                            format!("unknown {name}-{}", p.partition),
-                        )),
-                    ),
-                    Some(_) => {
-                        match broker.node.leader_partition(
-                            &name,
+                let result = match info {
+                    None => Err(ApiError::new(
+                        missing,
+                        format!("unknown {name}-{}", p.partition),
+                    )),
+                    Some(i) => {
+                        let index = usize::try_from(p.partition).ok();
+                        broker.node.check_leader(
+                            name,
                             p.partition,
+                            index.and_then(|x| i.partitions.get(x)).map(|x| &**x),
+                            index.and_then(|x| slots.get(x)).and_then(Option::as_ref),
                             p.current_leader_epoch,
-                        ) {
-                            Ok(part) => (Some(part), None),
-                            Err(e) => (None, Some(e)),
-                        }
+                        )
                     }
+                };
+                let (partition, error) = match result {
+                    Ok(part) => (Some(part), None),
+                    Err(e) => (None, Some(e)),
                 };
                 WantedPartition {
                     index: p.partition,
                     offset: p.fetch_offset,
                     max_bytes: p.partition_max_bytes.max(0) as usize,
-                    partition: part,
-                    error: err,
+                    partition,
+                    error,
                 }
             })
             .collect();
         wanted.push(Wanted {
-            topic: TopicName(str_bytes(name)),
+            topic: TopicName(str_bytes(name.to_string())),
             topic_id: t.topic_id,
             partitions,
         });
     }
     drop(state);
+    drop(hosted);
 
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let min_bytes = req.min_bytes.max(0) as usize;
@@ -103,19 +111,26 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         req.max_bytes as usize
     };
     let notify = Arc::new(Notify::new());
+    // Whether every partition holds `notify` in its waiter list since the last wake-up.
+    let mut watching = false;
     loop {
-        // Watch before reading, so an append between the read and the wait is not missed.
-        for w in &wanted {
-            for wp in &w.partitions {
-                if let Some(p) = &wp.partition {
-                    p.watch(&notify);
-                }
-            }
-        }
         let (resp, bytes, errors) = read_all(broker, &wanted, max_bytes, replica).await;
         if bytes >= min_bytes || errors || Instant::now() >= deadline {
             broker.node.metrics.fetched(bytes as u64);
             return resp.with_session_id(0);
+        }
+        if !watching {
+            // Only a fetch about to wait registers, and then reads once more, so an append
+            // between the read above and the registration is not missed.
+            for w in &wanted {
+                for wp in &w.partitions {
+                    if let Some(p) = &wp.partition {
+                        p.watch(&notify);
+                    }
+                }
+            }
+            watching = true;
+            continue;
         }
         if tokio::time::timeout_at(deadline.into(), notify.notified())
             .await
@@ -125,6 +140,8 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
             broker.node.metrics.fetched(bytes as u64);
             return resp.with_session_id(0);
         }
+        // The partition that woke us dropped its registration; the others keep theirs.
+        watching = false;
     }
 }
 

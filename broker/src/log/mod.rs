@@ -687,6 +687,12 @@ impl Log {
         Ok(())
     }
 
+    /// Records appended and not yet flushed while `flush.ms` is finite: a time-based flush is
+    /// still to come.
+    pub fn has_unflushed_records(&mut self) -> bool {
+        self.config.flush_ms < i64::MAX && self.active().unflushed_messages() > 0
+    }
+
     pub fn flush(&mut self, now_ms: i64) -> Result<(), LogError> {
         self.active().flush()?;
         self.last_flush_ms = now_ms;

@@ -89,7 +89,28 @@ impl Node {
         current_leader_epoch: i32,
     ) -> Result<Arc<Partition>, ApiError> {
         let state = self.metadata.state();
-        let info = state.partition(topic, partition).ok_or_else(|| {
+        let hosted = self.partitions.hosted();
+        self.check_leader(
+            topic,
+            partition,
+            state.partition(topic, partition),
+            hosted.get(topic, partition),
+            current_leader_epoch,
+        )
+    }
+
+    /// [`Node::leader_partition`] for a caller that looked the partition up already (in the
+    /// metadata state and among the hosted partitions): a fetch naming thousands of
+    /// partitions resolves each topic once. Allocates only to describe an error.
+    pub fn check_leader(
+        &self,
+        topic: &str,
+        partition: i32,
+        info: Option<&strata_metadata::PartitionInfo>,
+        hosted: Option<&Arc<Partition>>,
+        current_leader_epoch: i32,
+    ) -> Result<Arc<Partition>, ApiError> {
+        let info = info.ok_or_else(|| {
             ApiError::new(
                 ErrorCode::UnknownTopicOrPartition,
                 format!("unknown partition {topic}-{partition}"),
@@ -126,7 +147,7 @@ impl Node {
             return Err(not_leader());
         }
         // Led here but not opened yet: the metadata change is being applied.
-        self.partitions.get(topic, partition).ok_or_else(not_leader)
+        hosted.cloned().ok_or_else(not_leader)
     }
 
     /// Proposes a command and turns a rejection into the Kafka error for it.

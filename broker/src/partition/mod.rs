@@ -22,6 +22,7 @@
 //!   (or the local one's, whichever is lower, never below the quorum's floor), and an offset
 //!   below the local start is answered from the remote segment holding it ([`Read::Remote`]).
 
+mod activity;
 pub mod leader;
 pub mod metrics;
 mod registry;
@@ -40,7 +41,8 @@ use crate::clock::Clock;
 use crate::log::cleaning::CleanStats;
 use crate::log::config::LogConfig;
 use crate::log::{AppendInfo, Log, LogError};
-pub use registry::Partitions;
+pub use activity::{Activity, Sweep};
+pub use registry::{Hosted, Partitions};
 pub use replica::Role;
 pub use tiers::{Read, RemoteLog, RemoteProducers, TierStats, TimeLookup};
 
@@ -77,6 +79,12 @@ pub struct Partition {
     leader_hw: AtomicI64,
     /// Record timestamps of appends and the clock retention and compaction measure against.
     clock: Clock,
+    /// This partition, for queueing itself in `activity`.
+    me: Weak<Partition>,
+    /// Where the partition queues itself when a write leaves housekeeping due.
+    activity: Arc<Activity>,
+    /// Queued in `activity` (see there).
+    queued: AtomicBool,
 }
 
 impl Partition {
@@ -103,6 +111,7 @@ impl Partition {
         let epoch = self.leader_epoch.load(Ordering::Acquire);
         let info = self.log().append(&batches, epoch, self.clock.now_ms())?;
         if !info.duplicate {
+            self.activity.mark(self);
             self.wake();
         }
         self.advance_hw();
@@ -118,11 +127,15 @@ impl Partition {
         }
     }
 
-    /// Registers a fetch that waits for the next append.
+    /// Registers a fetch that waits for the next append (once: a fetch registered already
+    /// is not added again).
     pub fn watch(&self, notify: &Arc<Notify>) {
         let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         waiters.retain(|w| w.strong_count() > 0);
-        waiters.push(Arc::downgrade(notify));
+        let me = Arc::downgrade(notify);
+        if !waiters.iter().any(|w| w.ptr_eq(&me)) {
+            waiters.push(me);
+        }
     }
 
     pub fn offsets(&self) -> Offsets {
@@ -199,14 +212,35 @@ impl Partition {
         )
     }
 
-    /// Periodic work: retention, time-based roll, time-based flush.
-    pub fn housekeeping(&self, now: i64, retention: bool) -> Result<(), LogError> {
-        if retention {
-            self.enforce_retention(now)?;
+    /// Time-driven work, once per sweep (see [`activity`]): retention, the time-based roll of
+    /// an idle active segment, a due time-based flush.
+    pub fn sweep(&self, now: i64) -> Result<(), LogError> {
+        self.enforce_retention(now)?;
+        let rolled = {
+            let mut log = self.log();
+            let segments = log.segment_count();
+            log.roll_if_old(now)?;
+            log.flush_if_due(now)?;
+            log.segment_count() != segments
+        };
+        if rolled {
+            self.activity.mark(self);
         }
+        Ok(())
+    }
+
+    /// Write-driven work, for a partition that queued itself (see [`activity`]): a due
+    /// time-based flush. Returns whether it must be visited again (records still unflushed
+    /// under a finite `flush.ms`).
+    pub fn flush_due(&self, now: i64) -> Result<bool, LogError> {
         let mut log = self.log();
-        log.roll_if_old(now)?;
-        log.flush_if_due(now)
+        log.flush_if_due(now)?;
+        Ok(log.has_unflushed_records())
+    }
+
+    /// Queues this partition for another write-driven visit.
+    pub fn revisit(&self) {
+        self.activity.mark(self);
     }
 
     /// Fsyncs the segments rolled since the last call, outside the log lock, then moves the

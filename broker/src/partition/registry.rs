@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use strata_metadata::{ClusterState, PartitionInfo};
 use uuid::Uuid;
 
-use super::{Partition, RemoteLog, Role, TopicPartition};
+use super::{Activity, Partition, RemoteLog, Role, TopicPartition};
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
 use crate::log::config::LogConfig;
@@ -36,6 +36,7 @@ pub struct Partitions {
     /// Serialises `sync` so two callers never open the same log twice; holds the state the
     /// last successful sync applied, which the next one compares against.
     synced: Mutex<Option<Arc<ClusterState>>>,
+    activity: Arc<Activity>,
     clock: Clock,
 }
 
@@ -96,8 +97,14 @@ impl Partitions {
             config: config.clone(),
             hosted: RwLock::new(Arc::new(Hosted::default())),
             synced: Mutex::new(None),
+            activity: Arc::default(),
             clock,
         }
+    }
+
+    /// The partitions whose writes left housekeeping due.
+    pub fn activity(&self) -> &Activity {
+        &self.activity
     }
 
     /// The hosted partitions now: one reference count, no lock held afterwards.
@@ -341,7 +348,7 @@ impl Partitions {
             tracing::warn!(topic = %tp.topic, partition = tp.partition, rescanned = report.rescanned_segments,
                 truncated_bytes = report.truncated_bytes, "recovered partition after unclean shutdown");
         }
-        let partition = Arc::new(Partition {
+        let partition = Arc::new_cyclic(|me| Partition {
             tp: tp.clone(),
             topic_id,
             log: Mutex::new(log),
@@ -353,6 +360,9 @@ impl Partitions {
             hw: tokio::sync::watch::channel(-1).0,
             leader_hw: AtomicI64::new(-1),
             clock: self.clock.clone(),
+            me: me.clone(),
+            activity: self.activity.clone(),
+            queued: AtomicBool::new(false),
         });
         partition.set_role(self.node_id, info);
         Ok(partition)

@@ -300,6 +300,9 @@ impl Partition {
         } else {
             log.append_replicated(&batches, self.clock.now_ms())?
         };
+        if n > 0 {
+            self.activity.mark(self);
+        }
         self.leader_hw.store(leader_hw, Ordering::Release);
         let hw = leader_hw.min(log.log_end_offset());
         if hw > log.high_watermark() {

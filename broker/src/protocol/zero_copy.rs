@@ -26,6 +26,10 @@ pub struct ChunkedBuf {
     /// Bytes in `chunks`.
     base: usize,
     registered: Vec<Bytes>,
+    /// Registered records before this index were written already: the encoder writes them in
+    /// the order they were registered, so the next one is found at once, not by a scan of
+    /// all (a response over thousands of partitions would otherwise scan quadratically).
+    next: usize,
 }
 
 impl ChunkedBuf {
@@ -75,12 +79,12 @@ unsafe impl BufMut for ChunkedBuf {
 
     fn put_slice(&mut self, src: &[u8]) {
         if src.len() >= MIN_ZERO_COPY {
-            if let Some(b) = self
-                .registered
+            if let Some(i) = self.registered[self.next..]
                 .iter()
-                .find(|b| b.as_ptr() == src.as_ptr() && b.len() == src.len())
+                .position(|b| b.as_ptr() == src.as_ptr() && b.len() == src.len())
             {
-                let b = b.clone();
+                let b = self.registered[self.next + i].clone();
+                self.next += i + 1;
                 if !self.current.is_empty() {
                     let head = self.current.split().freeze();
                     self.base += head.len();

@@ -91,13 +91,16 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
         let (mut lag_segments, mut lag_bytes, mut remote_segments, mut remote_bytes) =
             (0u64, 0u64, 0u64, 0u64);
         for p in node.partitions.hosted().all() {
+            if !p.is_tiered() {
+                continue;
+            }
             let Some(info) = state
                 .topic_by_id(&p.topic_id)
                 .and_then(|t| t.partitions.get(p.tp.partition as usize))
             else {
                 continue;
             };
-            if info.leader != Some(me) || !p.is_tiered() {
+            if info.leader != Some(me) {
                 continue;
             }
             // Local retention of tiered logs runs at this task's pace, so offloaded segments
