@@ -1,7 +1,9 @@
-//! The offloader: every `remote_log_manager_task_interval_ms` it looks at the partitions this
-//! broker leads and, for each, applies local retention, uploads the closed segments the remote
-//! log does not have yet, in offset order, then expires remote segments past retention
-//! ([`super::expiry`]).
+//! The offloader: every `remote_log_manager_task_interval_ms` it looks at a tenth of the
+//! partitions this broker hosts (a sweep: each is visited once per ten ticks, so an idle
+//! broker's tick costs a tenth of its partitions, not all of them) and, for each it leads,
+//! applies local retention, uploads the closed segments the remote log does not have yet, in
+//! offset order, then expires remote segments past retention ([`super::expiry`]). The backlog
+//! gauges are published once per round.
 //!
 //! One task per partition at a time (a partition's segments must commit in order); at most
 //! `remote_log_upload_concurrency` segments upload at once across partitions, paced by
@@ -30,6 +32,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const WARN_EVERY: Duration = Duration::from_secs(60);
 /// Backlog (closed segments not offloaded) that earns a warning.
 const WARN_SEGMENTS: u64 = 10;
+/// Ticks over which every hosted partition is visited once.
+const TICKS_PER_ROUND: u64 = 10;
 /// How often objects no record names are looked for.
 const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
@@ -48,6 +52,10 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
     // The first sweep runs soon after start: that is when a crash's leftovers are found.
     let mut last_sweep = Instant::now() - SWEEP_EVERY + Duration::from_secs(5).min(every * 5);
     let mut sweep: Option<JoinHandle<()>> = None;
+    let mut round = crate::partition::Sweep::new();
+    let mut visited = 0usize;
+    // Over the round so far: segments and bytes waiting for upload, segments and bytes remote.
+    let mut backlog = (0u64, 0u64, 0u64, 0u64);
     loop {
         tokio::select! {
             _ = tick.tick() => {},
@@ -88,9 +96,10 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
 
         let state = node.metadata.state();
         let me = node.config.node_id;
-        let (mut lag_segments, mut lag_bytes, mut remote_segments, mut remote_bytes) =
-            (0u64, 0u64, 0u64, 0u64);
-        for p in node.partitions.hosted().all() {
+        let hosted = node.partitions.hosted();
+        let slice = round.next(hosted.all(), TICKS_PER_ROUND);
+        visited += slice.len();
+        for p in slice {
             if !p.is_tiered() {
                 continue;
             }
@@ -109,11 +118,11 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
                 tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "local retention failed");
             }
             let remote = p.remote();
-            remote_segments += remote.segments.len() as u64;
-            remote_bytes += remote.bytes();
+            backlog.2 += remote.segments.len() as u64;
+            backlog.3 += remote.bytes();
             let pending = p.offload_candidates(remote.end);
-            lag_segments += pending.len() as u64;
-            lag_bytes += pending.iter().map(|s| s.size).sum::<u64>();
+            backlog.0 += pending.len() as u64;
+            backlog.1 += pending.iter().map(|s| s.size).sum::<u64>();
             let has_deleting = info
                 .remote
                 .iter()
@@ -138,6 +147,12 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
                 )),
             );
         }
+        if visited < hosted.all().len() {
+            continue;
+        }
+        // A round is complete: every partition was counted once.
+        let (lag_segments, lag_bytes, remote_segments, remote_bytes) = std::mem::take(&mut backlog);
+        visited = 0;
         tier.metrics
             .set_backlog(lag_segments, lag_bytes, remote_segments, remote_bytes);
         if lag_segments >= WARN_SEGMENTS && last_warning.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
