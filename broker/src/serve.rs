@@ -314,9 +314,9 @@ fn count_panics(counter: prometheus_client::metrics::counter::Counter) {
     }));
 }
 
-/// Each connection is a file descriptor: raise the soft limit towards the hard one so that
-/// `max_connections` (plus segments, the raft port and the object store's sockets) fit,
-/// as Kafka's packaging does with `LimitNOFILE`.
+/// Each connection and each segment file is a file descriptor (10,000 partitions hold about
+/// 10,300): raise the soft limit to the hard one, as Go's runtime does for every server and
+/// Kafka's packaging does with `LimitNOFILE`; warn when `max_connections` cannot fit.
 fn raise_fd_limit(max_connections: usize) {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -326,7 +326,7 @@ fn raise_fd_limit(max_connections: usize) {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return;
     }
-    let want = (max_connections as libc::rlim_t + 4096).min(lim.rlim_max);
+    let want = lim.rlim_max;
     if lim.rlim_cur < want {
         let before = lim.rlim_cur;
         lim.rlim_cur = want;

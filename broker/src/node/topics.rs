@@ -2,6 +2,7 @@
 //! replicas, creating topics and partitions through the quorum, and auto-creation.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use strata_metadata::{Command, TopicInfo};
 use uuid::Uuid;
@@ -320,8 +321,9 @@ impl Node {
         &self,
         name: &str,
         allow: bool,
-    ) -> Result<Option<TopicInfo>, ApiError> {
-        if let Some(t) = self.metadata.state().topic(name) {
+    ) -> Result<Option<Arc<TopicInfo>>, ApiError> {
+        // Shared, not copied: a topic of 10,000 partitions is one reference count.
+        if let Some(t) = self.metadata.state().topics.get(name) {
             return Ok(Some(t.clone()));
         }
         if !(allow && self.config.auto_create_topics_enable) {
@@ -333,11 +335,11 @@ impl Node {
         {
             Ok(t) => {
                 tracing::info!(topic = name, "auto-created topic");
-                Ok(Some(t))
+                Ok(Some(Arc::new(t)))
             }
             // Another request created it first.
             Err(e) if e.code == ErrorCode::TopicAlreadyExists => {
-                Ok(self.metadata.state().topic(name).cloned())
+                Ok(self.metadata.state().topics.get(name).cloned())
             }
             Err(e) => Err(e),
         }
