@@ -167,6 +167,7 @@ impl LagTracker {
         let mut out = Vec::new();
         let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
         let mut seen = std::collections::HashSet::new();
+        let mut retention: std::collections::HashMap<String, i64> = Default::default();
         for (group, topic, partition, committed) in committed {
             let Some(part) = node.partitions.get(&topic, partition) else {
                 continue;
@@ -197,10 +198,14 @@ impl LagTracker {
                 .collect();
             let trend = slope(&points);
             let drain_seconds = (trend < 0.0 && records > 0).then(|| records as f64 / -trend);
-            let retention_ms = state
-                .topic(&topic)
-                .map(|t| topic_config::log_config(&node.config, &t.configs).retention_ms)
-                .unwrap_or(-1);
+            // Once per topic, not per partition: a group over 10,000 partitions of one topic
+            // resolves its configs once per sample.
+            let retention_ms = *retention.entry(topic.clone()).or_insert_with(|| {
+                state
+                    .topic(&topic)
+                    .map(|t| topic_config::log_config(&node.config, &t.configs).retention_ms)
+                    .unwrap_or(-1)
+            });
             let retention_risk = retention_ms > 0 && seconds * 1000.0 > retention_ms as f64 / 2.0;
             let mut at_risk = self.at_risk.lock().unwrap_or_else(|p| p.into_inner());
             if retention_risk && at_risk.insert(key.clone()) {

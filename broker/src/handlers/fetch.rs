@@ -170,6 +170,18 @@ async fn read(
     }
 }
 
+/// Whether a fetch from `offset` has nothing to read: a consumer at the high watermark, a
+/// follower at the log end (read from the published offsets; a write racing this check is
+/// seen by the read after the fetch registers to wait, or wakes it).
+fn caught_up(p: &Partition, offset: i64, replica: Option<u64>) -> bool {
+    let o = p.published_offsets();
+    let end = match replica {
+        None => o.high_watermark,
+        Some(_) => o.log_end,
+    };
+    offset == end && offset >= o.log_start
+}
+
 /// One pass over the requested partitions. Returns the response, the bytes in it, and whether
 /// any partition had an error (which answers the fetch at once).
 async fn read_all(
@@ -198,6 +210,13 @@ async fn read_all(
                 .with_log_start_offset(-1);
             let result = match (part, err) {
                 (_, Some(e)) => Err(e.clone()),
+                (Some(p), None) if caught_up(p, *offset, replica) => {
+                    // Nothing new: answered from the published offsets, without the log lock.
+                    if let Some(follower) = replica {
+                        crate::replication::follower_fetched(&broker.node, p, follower, *offset);
+                    }
+                    Ok((bytes::Bytes::new(), p.published_offsets()))
+                }
                 (Some(p), None) => {
                     // After the first non-empty partition, stay within the request's max_bytes.
                     let budget = if total == 0 {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use strata_metadata::{ClusterState, PartitionInfo};
 use uuid::Uuid;
 
-use super::{Activity, Partition, RemoteLog, Role, TopicPartition};
+use super::{Activity, Partition, Published, RemoteLog, Role, TopicPartition};
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
 use crate::log::config::LogConfig;
@@ -279,11 +279,8 @@ impl Partitions {
                     .store(info.leader_epoch, Ordering::Release);
                 existing.set_role(self.node_id, info);
                 let remote = RemoteLog::of(info);
-                {
-                    let mut current = existing.remote.write().unwrap_or_else(|p| p.into_inner());
-                    if **current != remote {
-                        *current = Arc::new(remote);
-                    }
+                if *existing.remote() != remote {
+                    existing.set_remote(remote);
                 }
                 let mut log = existing.log();
                 if *log.config() != log_config {
@@ -348,11 +345,14 @@ impl Partitions {
             tracing::warn!(topic = %tp.topic, partition = tp.partition, rescanned = report.rescanned_segments,
                 truncated_bytes = report.truncated_bytes, "recovered partition after unclean shutdown");
         }
+        let remote = RemoteLog::of(info);
+        let published = Published::new(&remote);
+        published.log(&log);
         let partition = Arc::new_cyclic(|me| Partition {
             tp: tp.clone(),
             topic_id,
             log: Mutex::new(log),
-            remote: RwLock::new(Arc::new(RemoteLog::of(info))),
+            remote: RwLock::new(Arc::new(remote)),
             waiters: Mutex::new(Vec::new()),
             deleted: AtomicBool::new(false),
             leader_epoch: AtomicI32::new(info.leader_epoch),
@@ -363,6 +363,7 @@ impl Partitions {
             me: me.clone(),
             activity: self.activity.clone(),
             queued: AtomicBool::new(false),
+            published,
         });
         partition.set_role(self.node_id, info);
         Ok(partition)
