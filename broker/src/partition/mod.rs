@@ -9,7 +9,9 @@
 //!   is left to offload, tier stats;
 //! - [`registry`] — the hosted partitions ([`Partitions`]), opened, configured and deleted to
 //!   match the metadata state machine, which is the only source of topics and partitions;
-//! - [`metrics`] — per-partition gauges.
+//! - [`metrics`] — per-partition gauges;
+//! - [`activity`] — which partitions have housekeeping due (written since their last visit),
+//!   and the sweep that visits each partition once per retention check interval.
 //!
 //! Invariants:
 //! - a partition directory `<data>/<topic>-<n>` belongs to exactly one topic id (recorded in its
@@ -17,7 +19,11 @@
 //!   topic deleted and re-created under the same name never sees the old records;
 //! - appends to one partition are serialised by its log mutex; readers take the same mutex only
 //!   to slice mapped bytes, never across an await;
-//! - every append that adds records wakes the fetches waiting on that partition;
+//! - every append that adds records wakes the fetches waiting on that partition, after the
+//!   partition's published offsets show it (they are published on every release of the log
+//!   lock, [`Partition::published_offsets`]);
+//! - every append or roll queues the partition for its write-driven housekeeping
+//!   ([`activity`]);
 //! - a tiered partition's log is one log over two tiers: its start is the remote log's start
 //!   (or the local one's, whichever is lower, never below the quorum's floor), and an offset
 //!   below the local start is answered from the remote segment holding it ([`Read::Remote`]).
