@@ -198,3 +198,64 @@ fn perf_commit_reports_commits_that_reach_the_group() {
         .sum();
     assert_eq!(total as f64, commits, "{f:?}");
 }
+
+#[test]
+fn perf_produce_and_group_consume_over_many_topics_report_the_broker_cpu() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("perf-wide");
+    let admin = broker.admin_addr.as_str();
+    let out = strata(
+        &broker,
+        &[
+            "perf",
+            "produce",
+            &topic,
+            "--topics",
+            "3",
+            "--partitions",
+            "20",
+            "-n",
+            "3000",
+            "-s",
+            "64",
+            "--broker-admin",
+            admin,
+        ],
+        Duration::from_secs(120),
+    );
+    let produced = summary(&out, "produce");
+    assert_eq!(num(&produced, "records"), 3000.0);
+    assert_eq!(num(&produced, "errors"), 0.0);
+    assert!(num(&produced, "broker_cpu_s") >= 0.0);
+    assert!(num(&produced, "broker_cpu_s_per_gb") >= 0.0);
+    for i in 0..3 {
+        assert_eq!(
+            (0..20)
+                .map(|p| broker.watermarks(&format!("{topic}-{i}"), p).1)
+                .sum::<i64>(),
+            1000,
+            "topic {topic}-{i} holds a third of the records"
+        );
+    }
+    let out = strata(
+        &broker,
+        &[
+            "perf",
+            "consume",
+            &topic,
+            "--topics",
+            "3",
+            "--group",
+            "-n",
+            "3000",
+            "--broker-admin",
+            admin,
+        ],
+        Duration::from_secs(120),
+    );
+    let consumed = summary(&out, "consume");
+    assert_eq!(num(&consumed, "records"), 3000.0);
+    assert_eq!(num(&consumed, "bytes"), 3000.0 * 64.0);
+    assert!(num(&consumed, "join_ms") > 0.0);
+    assert!(num(&consumed, "broker_cpu_s_per_gb") >= 0.0);
+}
