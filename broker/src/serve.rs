@@ -394,7 +394,7 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
     let node = &broker.node;
     let retention_every = node.config.log_retention_check_interval_ms.max(100);
     let ticks_per_sweep = retention_every / TICK.as_millis() as u64;
-    let mut sweep = crate::partition::Sweep::new();
+    let mut sweep = crate::partition::Sweep::default();
     let mut last_retention = 0i64;
     let isr_every = Duration::from_millis(node.config.replica_lag_time_max_ms / 2).max(TICK);
     let mut last_isr = std::time::Instant::now();

@@ -50,16 +50,13 @@ impl Activity {
 }
 
 /// A cursor over the hosted partitions that visits each once per `period` of ticks.
+#[derive(Default)]
 pub struct Sweep {
     /// The last partition visited; the next slice starts after it.
     last: Option<TopicPartition>,
 }
 
 impl Sweep {
-    pub fn new() -> Sweep {
-        Sweep { last: None }
-    }
-
     /// The next slice of `all` (sorted by topic and partition): `ceil(len / ticks_per_round)`
     /// partitions after the last one visited, wrapping around. Partitions added or removed
     /// between calls shift nothing: the cursor is a key, not an index.
@@ -91,12 +88,6 @@ impl Sweep {
     }
 }
 
-impl Default for Sweep {
-    fn default() -> Self {
-        Sweep::new()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,7 +112,7 @@ mod tests {
     #[test]
     fn a_round_of_ticks_visits_every_partition_once() {
         let all = tps(10);
-        let mut sweep = Sweep::new();
+        let mut sweep = Sweep::default();
         let mut seen: Vec<i32> = (0..4).flat_map(|_| visit(&mut sweep, &all, 4)).collect();
         // ceil(10 / 4) = 3 per tick: 12 visits, the first two partitions twice.
         assert_eq!(seen.len(), 12);
@@ -134,7 +125,7 @@ mod tests {
     #[test]
     fn the_cursor_survives_partitions_coming_and_going() {
         let all = tps(6);
-        let mut sweep = Sweep::new();
+        let mut sweep = Sweep::default();
         assert_eq!(visit(&mut sweep, &all, 3), vec![0, 1]);
         // Partition 1 (the last visited) and 0 are gone: go on after where 1 was.
         let fewer: Vec<TopicPartition> = all[2..].to_vec();

@@ -215,18 +215,29 @@ impl Partitions {
                 });
             }
         }
-        for p in &self.hosted().all {
-            if state
-                .topic(&p.tp.topic)
-                .is_none_or(|t| t.topic_id != p.topic_id)
-            {
-                changes.push(Change {
-                    tp: p.tp.clone(),
-                    topic_id: p.topic_id,
-                    wanted: None,
-                });
-            }
-        }
+        // Hosted partitions of topics gone (or re-created under a new id) since the last sync:
+        // found through the topics of the last state, not a pass over every partition.
+        let hosted = self.hosted();
+        let gone = |name: &str, id: Uuid| state.topic(name).is_none_or(|t| t.topic_id != id);
+        let doomed: Vec<&Arc<Partition>> = match last {
+            None => hosted
+                .all()
+                .iter()
+                .filter(|p| gone(&p.tp.topic, p.topic_id))
+                .collect(),
+            Some(l) => l
+                .topics
+                .values()
+                .filter(|t| gone(&t.name, t.topic_id))
+                .flat_map(|t| hosted.topic(&t.name).unwrap_or_default().iter().flatten())
+                .filter(|p| gone(&p.tp.topic, p.topic_id))
+                .collect(),
+        };
+        changes.extend(doomed.into_iter().map(|p| Change {
+            tp: p.tp.clone(),
+            topic_id: p.topic_id,
+            wanted: None,
+        }));
         changes
     }
 

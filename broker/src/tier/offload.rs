@@ -52,7 +52,7 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
     // The first sweep runs soon after start: that is when a crash's leftovers are found.
     let mut last_sweep = Instant::now() - SWEEP_EVERY + Duration::from_secs(5).min(every * 5);
     let mut sweep: Option<JoinHandle<()>> = None;
-    let mut round = crate::partition::Sweep::new();
+    let mut round = crate::partition::Sweep::default();
     let mut visited = 0usize;
     // Over the round so far: segments and bytes waiting for upload, segments and bytes remote.
     let mut backlog = (0u64, 0u64, 0u64, 0u64);
