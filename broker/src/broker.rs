@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::fetch_session::FetchSessions;
 use crate::group::lag::LagTracker;
 use crate::group::Coordinator;
 use crate::node::Node;
@@ -20,11 +21,17 @@ pub struct Broker {
     pub tier: Arc<Tier>,
     /// The follower side of replication.
     pub fetchers: Fetchers,
+    /// Incremental fetch sessions of consumers and followers.
+    pub fetch_sessions: FetchSessions,
 }
 
 impl Broker {
     pub fn new(node: Arc<Node>, tier: Arc<Tier>) -> Broker {
+        let fetch_sessions =
+            FetchSessions::new(node.config.max_incremental_fetch_session_cache_slots);
+        fetch_sessions.register_metrics(&node);
         Broker {
+            fetch_sessions,
             groups: Coordinator::new(node.clone()),
             lag: LagTracker::new(node.clone()),
             fetchers: Fetchers::new(node.clone(), tier.clone()),

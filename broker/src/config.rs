@@ -127,6 +127,9 @@ pub struct BrokerConfig {
     /// Bytes per second all replicas being added to this broker by reassignments may fetch
     /// together (0: no bound); in-sync replicas are never held back by it.
     pub replica_move_max_bytes_per_second: u64,
+    /// Incremental fetch sessions (KIP-227) the broker keeps at once (0: none; every fetch is
+    /// answered in full).
+    pub max_incremental_fetch_session_cache_slots: usize,
     /// An object no remote-segment record names is deleted once it is this old (a crash
     /// mid-upload leaves such objects).
     pub remote_log_orphan_grace_ms: u64,
@@ -214,6 +217,7 @@ impl Default for BrokerConfig {
             remote_log_upload_concurrency: 4,
             remote_log_upload_max_bytes_per_second: 0,
             replica_move_max_bytes_per_second: 0,
+            max_incremental_fetch_session_cache_slots: 1000,
             remote_log_orphan_grace_ms: 600_000,
             remote_cache_block_bytes: 1 << 20,
             remote_cache_memory_bytes: 256 << 20,

@@ -11,7 +11,8 @@
 //! - subsystems, each on an `Arc<`[`node::Node`]`>` and never importing `broker`:
 //!   [`group`] (the group coordinator and consumer lag), [`replication`] (followers fetching
 //!   from leaders, ISR proposals), [`tier`] (offload, remote reads, remote retention),
-//!   [`cleaner`] (compaction thread), [`session`] (registration and heartbeats);
+//!   [`cleaner`] (compaction thread), [`session`] (registration and heartbeats),
+//!   [`fetch_session`] (incremental fetch sessions, KIP-227);
 //! - [`node`] — the shared core: settings, metadata handle, partitions, metrics, clock; topic
 //!   operations, leader lookup, producer ids;
 //! - [`partition`] — a hosted partition: log operations, replica state, its view across
@@ -32,6 +33,7 @@ pub mod cleaner;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod fetch_session;
 pub mod group;
 pub mod handlers;
 pub mod log;

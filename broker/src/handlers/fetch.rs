@@ -11,26 +11,31 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use indexmap::IndexMap;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use strata_metadata::ClusterState;
 use tokio::sync::Notify;
 
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
-use crate::partition::{Offsets, Partition, Read};
+use crate::fetch_session::{Answer, Cached, Context, TopicKey};
+use crate::partition::{Hosted, Offsets, Partition, Read};
 
+/// The partitions of one topic a fetch reads.
 struct Wanted {
+    key: TopicKey,
     topic: TopicName,
     topic_id: uuid::Uuid,
     partitions: Vec<WantedPartition>,
 }
 
-/// One requested partition: where to read, and the partition or why there is none.
+/// One requested partition: what was asked (and, in a session, last answered), and the
+/// partition or why there is none.
 struct WantedPartition {
     index: i32,
-    offset: i64,
-    max_bytes: usize,
+    asked: Cached,
     partition: Option<Arc<Partition>>,
     error: Option<ApiError>,
 }
@@ -43,65 +48,56 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         req.replica_id.0
     };
     let replica = u64::try_from(replica_id).ok();
-    let state = broker.node.metadata.state();
-    let hosted = broker.node.partitions.hosted();
-    let mut wanted = Vec::with_capacity(req.topics.len());
-    for t in &req.topics {
-        // v13+ names topics by id only.
-        let info = if version >= 13 {
-            state.topic_by_id(&t.topic_id)
-        } else {
-            state.topic(t.topic.0.as_str())
-        };
-        let missing = if version >= 13 {
-            ErrorCode::UnknownTopicId
-        } else {
-            ErrorCode::UnknownTopicOrPartition
-        };
-        let name = info.map_or(t.topic.0.as_str(), |i| i.name.as_str());
-        // Looked up once per topic; each partition is then an index.
-        let slots = info.and_then(|i| hosted.topic(&i.name)).unwrap_or_default();
-        let partitions = t
-            .partitions
-            .iter()
-            .map(|p| {
-                let result = match info {
-                    None => Err(ApiError::new(
-                        missing,
-                        format!("unknown {name}-{}", p.partition),
-                    )),
-                    Some(i) => {
-                        let index = usize::try_from(p.partition).ok();
-                        broker.node.check_leader(
-                            name,
-                            p.partition,
-                            index.and_then(|x| i.partitions.get(x)).map(|x| &**x),
-                            index.and_then(|x| slots.get(x)).and_then(Option::as_ref),
-                            p.current_leader_epoch,
-                        )
-                    }
-                };
-                let (partition, error) = match result {
-                    Ok(part) => (Some(part), None),
-                    Err(e) => (None, Some(e)),
-                };
-                WantedPartition {
-                    index: p.partition,
-                    offset: p.fetch_offset,
-                    max_bytes: p.partition_max_bytes.max(0) as usize,
-                    partition,
-                    error,
+    let context = match broker.fetch_sessions.context(&req, version, Instant::now()) {
+        Ok(c) => c,
+        Err(code) => {
+            return FetchResponse::default()
+                .with_error_code(code.code())
+                .with_session_id(0)
+        }
+    };
+    let resolver = Resolver {
+        broker,
+        state: broker.node.metadata.state(),
+        hosted: broker.node.partitions.hosted(),
+    };
+    let wanted = match &context {
+        Context::Incremental(session) => {
+            let s = session.lock().unwrap_or_else(|p| p.into_inner());
+            let mut wanted: Vec<Wanted> = Vec::new();
+            let mut run: Vec<(i32, Cached)> = Vec::new();
+            let mut order = s.in_fetch_order().peekable();
+            // Consecutive partitions of one topic are resolved together.
+            while let Some(((key, index), cached)) = order.next() {
+                run.push((*index, *cached));
+                if order.peek().is_none_or(|((next, _), _)| next != key) {
+                    wanted.push(resolver.topic(key.clone(), run.drain(..)));
                 }
+            }
+            wanted
+        }
+        Context::Sessionless | Context::New => req
+            .topics
+            .iter()
+            .map(|t| {
+                let key = TopicKey::of(version, &t.topic, t.topic_id);
+                resolver.topic(
+                    key,
+                    t.partitions.iter().map(|p| {
+                        (
+                            p.partition,
+                            Cached::asked(
+                                p.fetch_offset,
+                                p.partition_max_bytes,
+                                p.current_leader_epoch,
+                            ),
+                        )
+                    }),
+                )
             })
-            .collect();
-        wanted.push(Wanted {
-            topic: TopicName(str_bytes(name.to_string())),
-            topic_id: t.topic_id,
-            partitions,
-        });
-    }
-    drop(state);
-    drop(hosted);
+            .collect(),
+    };
+    drop(resolver);
 
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let min_bytes = req.min_bytes.max(0) as usize;
@@ -111,13 +107,13 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         req.max_bytes as usize
     };
     let notify = Arc::new(Notify::new());
+    let incremental = matches!(context, Context::Incremental(_));
     // Whether every partition holds `notify` in its waiter list since the last wake-up.
     let mut watching = false;
-    loop {
-        let (resp, bytes, errors) = read_all(broker, &wanted, max_bytes, replica).await;
-        if bytes >= min_bytes || errors || Instant::now() >= deadline {
-            broker.node.metrics.fetched(bytes as u64);
-            return resp.with_session_id(0);
+    let reply = loop {
+        let reply = read_all(broker, &wanted, max_bytes, replica, incremental).await;
+        if reply.bytes >= min_bytes || reply.errors || Instant::now() >= deadline {
+            break reply;
         }
         if !watching {
             // Only a fetch about to wait registers, and then reads once more, so an append
@@ -136,12 +132,106 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
             .await
             .is_err()
         {
-            let (resp, bytes, _) = read_all(broker, &wanted, max_bytes, replica).await;
-            broker.node.metrics.fetched(bytes as u64);
-            return resp.with_session_id(0);
+            break read_all(broker, &wanted, max_bytes, replica, incremental).await;
         }
         // The partition that woke us dropped its registration; the others keep theirs.
         watching = false;
+    };
+    broker.node.metrics.fetched(reply.bytes as u64);
+    let session_id = match context {
+        Context::Sessionless => 0,
+        Context::New => {
+            let partitions: IndexMap<(TopicKey, i32), Cached> = reply
+                .answers
+                .iter()
+                .map(|(w, i, a)| {
+                    let wp = &wanted[*w].partitions[*i];
+                    ((wanted[*w].key.clone(), wp.index), wp.asked.told(a))
+                })
+                .collect();
+            broker
+                .fetch_sessions
+                .create(replica.is_some(), version, partitions, Instant::now())
+        }
+        Context::Incremental(session) => {
+            let mut s = session.lock().unwrap_or_else(|p| p.into_inner());
+            let keys: Vec<((TopicKey, i32), &Answer)> = reply
+                .answers
+                .iter()
+                .map(|(w, i, a)| ((wanted[*w].key.clone(), wanted[*w].partitions[*i].index), a))
+                .collect();
+            s.answered(keys.iter().map(|(k, a)| (k, **a)));
+            s.id()
+        }
+    };
+    reply.response.with_session_id(session_id)
+}
+
+/// Looks partitions up in one metadata state and one set of hosted partitions.
+struct Resolver<'a> {
+    broker: &'a Arc<Broker>,
+    state: Arc<ClusterState>,
+    hosted: Arc<Hosted>,
+}
+
+impl Resolver<'_> {
+    /// One topic's partitions, each checked: this broker leads it at the epoch asked.
+    fn topic(&self, key: TopicKey, asked: impl Iterator<Item = (i32, Cached)>) -> Wanted {
+        let (info, missing) = match &key {
+            TopicKey::Id(id) => (self.state.topic_by_id(id), ErrorCode::UnknownTopicId),
+            TopicKey::Name(n) => (
+                self.state.topic(n.0.as_str()),
+                ErrorCode::UnknownTopicOrPartition,
+            ),
+        };
+        let name = match (&key, info) {
+            (_, Some(i)) => i.name.as_str(),
+            (TopicKey::Name(n), None) => n.0.as_str(),
+            (TopicKey::Id(_), None) => "",
+        };
+        // Looked up once per topic; each partition is then an index.
+        let slots = info
+            .and_then(|i| self.hosted.topic(&i.name))
+            .unwrap_or_default();
+        let partitions = asked
+            .map(|(index, asked)| {
+                let result = match info {
+                    None => Err(ApiError::new(missing, format!("unknown {name}-{index}"))),
+                    Some(i) => {
+                        let at = usize::try_from(index).ok();
+                        self.broker.node.check_leader(
+                            name,
+                            index,
+                            at.and_then(|x| i.partitions.get(x)).map(|x| &**x),
+                            at.and_then(|x| slots.get(x)).and_then(Option::as_ref),
+                            asked.current_leader_epoch,
+                        )
+                    }
+                };
+                let (partition, error) = match result {
+                    Ok(part) => (Some(part), None),
+                    Err(e) => (None, Some(e)),
+                };
+                WantedPartition {
+                    index,
+                    asked,
+                    partition,
+                    error,
+                }
+            })
+            .collect();
+        let topic_id = match (&key, info) {
+            (TopicKey::Id(id), _) => *id,
+            (_, Some(i)) => i.topic_id,
+            _ => uuid::Uuid::nil(),
+        };
+        let topic = TopicName(str_bytes(name.to_string()));
+        Wanted {
+            key,
+            topic,
+            topic_id,
+            partitions,
+        }
     }
 }
 
@@ -182,53 +272,66 @@ fn caught_up(p: &Partition, offset: i64, replica: Option<u64>) -> bool {
     offset == end && offset >= o.log_start
 }
 
-/// One pass over the requested partitions. Returns the response, the bytes in it, and whether
-/// any partition had an error (which answers the fetch at once).
+/// One pass's answer.
+struct Reply {
+    response: FetchResponse,
+    /// Record bytes in it.
+    bytes: usize,
+    /// Whether a partition had an error (which answers the fetch at once).
+    errors: bool,
+    /// What each partition in the response said, by its place in the wanted list (for the
+    /// session).
+    answers: Vec<(usize, usize, Answer)>,
+}
+
+/// One pass over the requested partitions. An incremental fetch answers only the partitions
+/// with news for its client.
 async fn read_all(
     broker: &Arc<Broker>,
     wanted: &[Wanted],
     max_bytes: usize,
     replica: Option<u64>,
-) -> (FetchResponse, usize, bool) {
+    incremental: bool,
+) -> Reply {
     let mut total = 0usize;
     let mut errors = false;
-    let mut topics = Vec::with_capacity(wanted.len());
-    for w in wanted {
-        let mut partitions = Vec::with_capacity(w.partitions.len());
-        for WantedPartition {
-            index,
-            offset,
-            max_bytes: partition_max,
-            partition: part,
-            error: err,
-        } in &w.partitions
+    let mut answers = Vec::new();
+    let mut topics = Vec::with_capacity(if incremental { 0 } else { wanted.len() });
+    for (w_at, w) in wanted.iter().enumerate() {
+        let mut partitions = Vec::with_capacity(if incremental { 0 } else { w.partitions.len() });
+        for (
+            p_at,
+            WantedPartition {
+                index,
+                asked,
+                partition: part,
+                error: err,
+            },
+        ) in w.partitions.iter().enumerate()
         {
-            let mut data = PartitionData::default()
-                .with_partition_index(*index)
-                .with_high_watermark(-1)
-                .with_last_stable_offset(-1)
-                .with_log_start_offset(-1);
+            let offset = asked.fetch_offset;
+            let partition_max = asked.max_bytes.max(0) as usize;
             let result = match (part, err) {
                 (_, Some(e)) => Err(e.clone()),
-                (Some(p), None) if caught_up(p, *offset, replica) => {
+                (Some(p), None) if caught_up(p, offset, replica) => {
                     // Nothing new: answered from the published offsets, without the log lock.
                     if let Some(follower) = replica {
-                        crate::replication::follower_fetched(&broker.node, p, follower, *offset);
+                        crate::replication::follower_fetched(&broker.node, p, follower, offset);
                     }
                     Ok((bytes::Bytes::new(), p.published_offsets()))
                 }
                 (Some(p), None) => {
                     // After the first non-empty partition, stay within the request's max_bytes.
                     let budget = if total == 0 {
-                        *partition_max
+                        partition_max
                     } else {
-                        (*partition_max).min(max_bytes.saturating_sub(total))
+                        partition_max.min(max_bytes.saturating_sub(total))
                     };
                     if budget == 0 && total > 0 {
                         let o = p.offsets();
                         Ok((bytes::Bytes::new(), o))
                     } else {
-                        read(broker, p.clone(), *offset, budget.max(1), replica).await
+                        read(broker, p.clone(), offset, budget.max(1), replica).await
                     }
                 }
                 (None, None) => Err(ApiError::new(
@@ -236,23 +339,46 @@ async fn read_all(
                     "unknown partition",
                 )),
             };
-            match result {
+            let answer = match &result {
+                Ok((records, offsets)) => Answer {
+                    records: records.len(),
+                    high_watermark: offsets.high_watermark,
+                    log_start: offsets.log_start,
+                    error: false,
+                },
+                Err(_) => Answer {
+                    records: 0,
+                    high_watermark: -1,
+                    log_start: -1,
+                    error: true,
+                },
+            };
+            if incremental && !answer.is_news(asked) {
+                continue;
+            }
+            answers.push((w_at, p_at, answer));
+            let data = PartitionData::default().with_partition_index(*index);
+            let data = match result {
                 Ok((records, offsets)) => {
                     total += records.len();
-                    data = data
-                        .with_high_watermark(offsets.high_watermark)
+                    data.with_high_watermark(offsets.high_watermark)
                         .with_last_stable_offset(offsets.high_watermark)
                         .with_log_start_offset(offsets.log_start)
-                        .with_records(Some(records));
+                        .with_records(Some(records))
                 }
                 Err(e) => {
                     errors = true;
-                    data = data
-                        .with_error_code(e.code.code())
-                        .with_records(Some(bytes::Bytes::new()));
+                    data.with_error_code(e.code.code())
+                        .with_high_watermark(-1)
+                        .with_last_stable_offset(-1)
+                        .with_log_start_offset(-1)
+                        .with_records(Some(bytes::Bytes::new()))
                 }
-            }
+            };
             partitions.push(data);
+        }
+        if partitions.is_empty() && incremental {
+            continue;
         }
         topics.push(
             FetchableTopicResponse::default()
@@ -261,9 +387,10 @@ async fn read_all(
                 .with_partitions(partitions),
         );
     }
-    (
-        FetchResponse::default().with_responses(topics),
-        total,
+    Reply {
+        response: FetchResponse::default().with_responses(topics),
+        bytes: total,
         errors,
-    )
+        answers,
+    }
 }
