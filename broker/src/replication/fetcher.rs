@@ -29,7 +29,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
@@ -40,6 +39,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
+use super::leader_session::{Asked, LeaderSession};
 use super::moves::{MoveBudget, MoveMetrics};
 use crate::error::ErrorCode;
 use crate::log::LogError;
@@ -195,27 +195,36 @@ async fn run(
     let me = node.config.node_id;
     let client = format!("strata-replica-{me}");
     let mut conn: Option<Client> = None;
-    // The epoch each partition was truncated for.
-    let mut truncated: HashMap<TopicPartition, i32> = HashMap::new();
+    // Kept across reconnections: a session outlives the connection that opened it.
+    let mut with = WithLeader::default();
+    let mut parts: Vec<Assignment> = Vec::new();
+    // Whether to read the assignment again though `has_changed` says no: a wait saw the
+    // change.
+    let mut refresh = true;
     loop {
         // `Fetchers::stop` dropped the sender: shut down, whatever is assigned.
-        if assigned.has_changed().is_err() {
-            return;
+        match assigned.has_changed() {
+            Err(_) => return,
+            Ok(changed) if changed || refresh => {
+                refresh = false;
+                parts = assigned.borrow_and_update().clone();
+                // Truncation holds only for the epoch it was done at.
+                let epochs: HashMap<&TopicPartition, i32> = parts
+                    .iter()
+                    .map(|a| (&a.partition.tp, a.leader_epoch))
+                    .collect();
+                with.truncated.retain(|tp, e| epochs.get(tp) == Some(e));
+            }
+            Ok(_) => {}
         }
-        let parts: Vec<Assignment> = assigned.borrow_and_update().clone();
         if parts.is_empty() {
             conn = None;
-            truncated.clear();
             if assigned.changed().await.is_err() {
                 return;
             }
+            refresh = true;
             continue;
         }
-        truncated.retain(|tp, e| {
-            parts
-                .iter()
-                .any(|a| a.partition.tp == *tp && a.leader_epoch == *e)
-        });
         if conn.is_none() {
             let addr = node
                 .metadata
@@ -229,34 +238,45 @@ async fn run(
                         Ok(c) => conn = Some(c),
                         Err(e) => {
                             tracing::debug!(leader, %addr, error = %e, "cannot reach the leader to fetch from");
-                            wait(&mut assigned, RETRY).await;
+                            refresh |= wait(&mut assigned, RETRY).await;
                             continue;
                         }
                     }
                 }
                 None => {
-                    wait(&mut assigned, RETRY).await;
+                    refresh |= wait(&mut assigned, RETRY).await;
                     continue;
                 }
             }
         }
         let c = conn.as_mut().expect("connected above");
-        let result = round(&node, &*remote, &moves, c, leader, &parts, &mut truncated).await;
+        let result = round(&node, &*remote, &moves, c, leader, &parts, &mut with).await;
         match result {
-            Ok(Some(pause)) => wait(&mut assigned, pause).await,
+            Ok(Some(pause)) => refresh |= wait(&mut assigned, pause).await,
             Ok(None) => {}
             Err(e) => {
                 tracing::warn!(leader, error = %e, "replica fetch failed; reconnecting");
                 conn = None;
-                wait(&mut assigned, RETRY).await;
+                refresh |= wait(&mut assigned, RETRY).await;
             }
         }
     }
 }
 
-/// Sleeps up to `pause`, or until the assignment changes.
-async fn wait(assigned: &mut watch::Receiver<Vec<Assignment>>, pause: Duration) {
-    let _ = tokio::time::timeout(pause, assigned.changed()).await;
+/// What a fetcher knows of its exchange with the leader.
+#[derive(Default)]
+struct WithLeader {
+    /// The epoch each partition was truncated for.
+    truncated: HashMap<TopicPartition, i32>,
+    session: LeaderSession,
+}
+
+/// Sleeps up to `pause`, or until the assignment changes; whether it did (the change is then
+/// marked seen, so the caller must read it).
+async fn wait(assigned: &mut watch::Receiver<Vec<Assignment>>, pause: Duration) -> bool {
+    tokio::time::timeout(pause, assigned.changed())
+        .await
+        .is_ok()
 }
 
 /// One round: truncate what needs it, then one Fetch. `Ok(Some(pause))` asks for a pause
@@ -268,8 +288,9 @@ async fn round(
     conn: &mut Client,
     leader: u64,
     parts: &[Assignment],
-    truncated: &mut HashMap<TopicPartition, i32>,
+    with: &mut WithLeader,
 ) -> Result<Option<Duration>, FetchError> {
+    let WithLeader { truncated, session } = with;
     let me = node.config.node_id as i32;
     let mut stale = false;
     for a in parts {
@@ -290,7 +311,7 @@ async fn round(
     if ready.is_empty() {
         return Ok(Some(RETRY));
     }
-    let mut topics: Vec<FetchTopic> = Vec::new();
+    let mut wanted: Vec<(&TopicPartition, Asked)> = Vec::with_capacity(ready.len());
     // What the move budget granted each moving replica this round.
     let mut grants: HashMap<(&str, i32), u64> = HashMap::new();
     // Moving replicas share at most MOVE_ROUND_BYTES of each round, so a round carrying a
@@ -314,39 +335,44 @@ async fn round(
             max_bytes = granted as i32;
         }
         let (_, log_end) = a.partition.latest_epoch_and_end();
-        let fp = FetchPartition::default()
-            .with_partition(a.partition.tp.partition)
-            .with_current_leader_epoch(a.leader_epoch)
-            .with_fetch_offset(log_end)
-            .with_last_fetched_epoch(-1)
-            .with_log_start_offset(-1)
-            .with_partition_max_bytes(max_bytes);
-        match topics
-            .iter_mut()
-            .find(|t| t.topic.0.as_str() == a.partition.tp.topic)
-        {
-            Some(t) => t.partitions.push(fp),
-            None => topics.push(
-                FetchTopic::default()
-                    .with_topic(topic_name(&a.partition.tp.topic))
-                    .with_partitions(vec![fp]),
-            ),
-        }
+        wanted.push((
+            &a.partition.tp,
+            Asked {
+                offset: log_end,
+                max_bytes,
+                leader_epoch: a.leader_epoch,
+            },
+        ));
     }
-    if topics.is_empty() {
+    if wanted.is_empty() {
         // Only moving replicas, and the budget is spent: wait for it to refill.
         return Ok(Some(THROTTLE_PAUSE));
     }
+    // A moving replica left out for lack of budget is forgotten by the session until its
+    // next grant, so the leader does not fetch it on its own.
+    let asked = session.request(&wanted);
     let req = FetchRequest::default()
         .with_replica_id(BrokerId(me))
         .with_max_wait_ms(FETCH_MAX_WAIT_MS)
         .with_min_bytes(1)
         .with_max_bytes(FETCH_MAX_BYTES)
         .with_isolation_level(0)
-        .with_session_id(0)
-        .with_session_epoch(-1)
-        .with_topics(topics);
-    let resp = conn.call(FETCH_VERSION, &req).await?;
+        .with_session_id(asked.session_id)
+        .with_session_epoch(asked.epoch)
+        .with_topics(asked.topics)
+        .with_forgotten_topics_data(asked.forgotten);
+    let resp = match conn.call(FETCH_VERSION, &req).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            session.lost();
+            return Err(e.into());
+        }
+    };
+    session.answered(resp.session_id, resp.error_code);
+    if resp.error_code != 0 {
+        // The session was refused (unknown, wrong epoch): the next round fetches in full.
+        return Ok(None);
+    }
     let by_tp: HashMap<(&str, i32), &Assignment> = ready
         .iter()
         .map(|a| {

@@ -9,6 +9,7 @@
 //! before fetching again.
 
 pub mod fetcher;
+mod leader_session;
 pub mod moves;
 
 use std::sync::Arc;
