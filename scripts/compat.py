@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 import traceback
+import urllib.request
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -410,6 +411,62 @@ def run(binary, keep):
         finally:
             admin.close()
 
+    def metric(name):
+        """Sum of a metric's samples in the broker's /metrics."""
+        body = urllib.request.urlopen(f"http://{broker.admin}/metrics", timeout=10).read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+                   if line.startswith(name + " ") or line.startswith(name + "{"))
+
+    def kafkapython_group_with_fetch_sessions():
+        # kafka-python fetches with incremental sessions (KIP-227), librdkafka does not: a group
+        # over 2,000 partitions reads every record exactly once through them. Half the records
+        # are there before it joins, half come while it reads; fetch_max_bytes keeps each
+        # response to a few hundred partitions, so most data comes in incremental fetches.
+        topic = topic_name("compat-sessions")
+        n_parts, n = 2000, 8000
+        fs = ck_admin().create_topics([NewTopic(topic, num_partitions=n_parts, replication_factor=1)])
+        fs[topic].result(60)
+        p = Producer({**ck_conf, "linger.ms": 20})
+
+        def produce(keys):
+            for i in keys:
+                p.produce(topic, key=str(i).encode(), value=f"value {i}".encode(), partition=i % n_parts)
+                p.poll(0)
+            check(p.flush(60) == 0, "records left unflushed")
+
+        produce(range(n // 2))
+        incremental_before = metric("strata_fetch_incremental_total")
+        c = kafka.KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=topic_name("compat-sessions"),
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                fetch_max_bytes=65536)
+        try:
+            seen = {}
+
+            def read_until(count):
+                deadline = time.monotonic() + 120
+                while len(seen) < count and time.monotonic() < deadline:
+                    for tp, recs in c.poll(timeout_ms=500).items():
+                        for r in recs:
+                            k = int(r.key)
+                            check(k not in seen, f"record {k} read twice (offsets {seen.get(k)} and {r.offset})")
+                            check(tp.partition == k % n_parts and r.offset == k // n_parts,
+                                  f"record {k} at {tp.partition}/{r.offset}")
+                            seen[k] = r.offset
+                check(len(seen) == count, f"the group read {len(seen)} of {count} records")
+
+            read_until(n // 2)
+            produce(range(n // 2, n))
+            read_until(n)
+            check(metric("strata_fetch_sessions") >= 1, "no fetch session open while consuming")
+            incremental = metric("strata_fetch_incremental_total") - incremental_before
+            check(incremental >= 4, f"only {incremental} of kafka-python's fetches were incremental")
+            extra = sum(len(v) for v in c.poll(timeout_ms=1000).values())
+            check(extra == 0, f"{extra} records after all {n}")
+            print(f"     {incremental:.0f} incremental fetches; "
+                  f"{metric('strata_fetch_session_errors_total'):.0f} session errors", flush=True)
+        finally:
+            c.close()
+
     step("kafka-python: create topic (KafkaAdminClient.create_topics)", kafkapython_create_topic)
     step("kafka-python: produce 200 keyed records with headers (gzip)", kafkapython_produce)
     step("kafka-python: consume and compare per partition", kafkapython_consume)
@@ -417,6 +474,8 @@ def run(binary, keep):
     step("confluent-kafka: read back kafka-python's records", confluent_reads_kafkapython)
     step("kafka-python: list offsets (end_offsets, beginning_offsets, offsets_for_times)", kafkapython_list_offsets)
     step("kafka-python: describe configs", kafkapython_describe_configs)
+    step("kafka-python: a group over 2,000 partitions with fetch sessions reads every record once",
+         kafkapython_group_with_fetch_sessions)
     step("kafka-python: reassignments and log dirs (alter/list_partition_reassignments, describe_log_dirs)",
          kafkapython_reassignments)
 

@@ -237,6 +237,7 @@ struct Metrics {
     partitions: Gauge,
     evictions: Counter,
     refused: Counter,
+    incremental: Counter,
 }
 
 /// The broker's fetch sessions.
@@ -274,6 +275,11 @@ impl FetchSessions {
                 "fetch_session_evictions",
                 "Fetch sessions evicted to make room for new ones",
                 m.evictions.clone(),
+            );
+            r.register(
+                "fetch_incremental",
+                "Incremental fetches served from a session",
+                m.incremental.clone(),
             );
             r.register(
                 "fetch_session_errors",
@@ -333,6 +339,7 @@ impl FetchSessions {
             return Ok(Context::Sessionless);
         }
         s.epoch = next_epoch(s.epoch);
+        self.metrics.incremental.inc();
         entry.last_used = now;
         entry.size = s.partitions.len();
         drop(s);
