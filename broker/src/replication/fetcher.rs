@@ -293,15 +293,17 @@ async fn round(
     let WithLeader { truncated, session } = with;
     let me = node.config.node_id as i32;
     let mut stale = false;
-    for a in parts {
-        if truncated.get(&a.partition.tp) == Some(&a.leader_epoch) {
-            continue;
-        }
-        match truncate(conn, remote, me, leader, a).await? {
-            true => {
+    let untruncated: Vec<&Assignment> = parts
+        .iter()
+        .filter(|a| truncated.get(&a.partition.tp) != Some(&a.leader_epoch))
+        .collect();
+    if !untruncated.is_empty() {
+        for (a, done) in truncate(conn, remote, me, leader, &untruncated).await? {
+            if done {
                 truncated.insert(a.partition.tp.clone(), a.leader_epoch);
+            } else {
+                stale = true;
             }
-            false => stale = true,
         }
     }
     let ready: Vec<&Assignment> = parts
@@ -437,72 +439,126 @@ async fn round(
     Ok(stale.then_some(RETRY))
 }
 
-/// Truncates the follower's log to where the leader says its newest epoch ends. `Ok(false)`
-/// when the leader refused (not the leader, or another epoch): wait for metadata.
-async fn truncate(
+/// Truncates each follower log in `parts` to where the leader says its newest epoch ends,
+/// with one OffsetForLeaderEpoch for all of them (a new leader of thousands of partitions is
+/// one round trip, not thousands). Returns each partition and whether it is done; not done when
+/// the leader refused (not the leader, or another epoch): wait for metadata.
+async fn truncate<'a>(
+    conn: &mut Client,
+    remote: &dyn RemoteProducers,
+    me: i32,
+    leader: u64,
+    parts: &[&'a Assignment],
+) -> Result<Vec<(&'a Assignment, bool)>, FetchError> {
+    let mut done = Vec::with_capacity(parts.len());
+    // Each partition to ask about, with its newest epoch and log end.
+    let mut ask: HashMap<(&str, i32), (&'a Assignment, i32, i64)> = HashMap::new();
+    for &a in parts {
+        let p = &a.partition;
+        let (epoch, log_end) = p.latest_epoch_and_end();
+        if p.is_tiered() && log_end < p.remote().end {
+            if let Some(joined) = join_tiered(conn, remote, me, leader, a, log_end).await? {
+                done.push((a, joined));
+                continue;
+            }
+        }
+        if epoch < 0 {
+            // Nothing written under any epoch: nothing to cut.
+            done.push((a, true));
+            continue;
+        }
+        ask.insert((&p.tp.topic, p.tp.partition), (a, epoch, log_end));
+    }
+    if ask.is_empty() {
+        return Ok(done);
+    }
+    let mut topics: Vec<OffsetForLeaderTopic> = Vec::new();
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    for ((topic, partition), (a, epoch, _)) in &ask {
+        let i = *at.entry(topic).or_insert_with(|| {
+            topics.push(OffsetForLeaderTopic::default().with_topic(topic_name(topic)));
+            topics.len() - 1
+        });
+        topics[i].partitions.push(
+            OffsetForLeaderPartition::default()
+                .with_partition(*partition)
+                .with_current_leader_epoch(a.leader_epoch)
+                .with_leader_epoch(*epoch),
+        );
+    }
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(me))
+        .with_topics(topics);
+    let resp = conn.call(OFFSET_FOR_EPOCH_VERSION, &req).await?;
+    let from_leader = |a: &Assignment| (leader, a.leader_epoch);
+    for t in &resp.topics {
+        for r in &t.partitions {
+            let Some((a, epoch, log_end)) = ask.remove(&(t.topic.0.as_str(), r.partition)) else {
+                continue;
+            };
+            let p = &a.partition;
+            if r.error_code != 0 {
+                tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, code = r.error_code, "OffsetForLeaderEpoch refused");
+                done.push((a, false));
+                continue;
+            }
+            // Kafka's rule: when the leader's answer is for an older epoch than ours, our own
+            // end of that epoch may be lower still.
+            let mut cut = r.end_offset;
+            if r.leader_epoch != epoch && r.leader_epoch >= 0 {
+                cut = cut.min(p.end_offset_for_epoch(r.leader_epoch).1);
+            }
+            if r.end_offset < 0 {
+                // The leader knows no epoch at or below ours: keep nothing of ours.
+                cut = -1;
+            }
+            if cut < log_end {
+                tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, epoch, log_end, cut = cut.max(0),
+                    leader_epoch = a.leader_epoch, "truncating the divergent suffix the new leader does not have");
+                // At or below the local log start this empties the log and starts it there.
+                done.push((a, p.truncate_to(cut.max(0), from_leader(a))?));
+            } else {
+                done.push((a, true));
+            }
+        }
+    }
+    // Partitions the answer left out are asked again next round.
+    done.extend(ask.into_values().map(|(a, _, _)| (a, false)));
+    Ok(done)
+}
+
+/// A follower of a tiered partition whose log ends below the remote log's end starts at the
+/// leader's first offset not yet uploaded, when that is past its own end. `Some(done)` when
+/// that settled the partition; `None` when the usual truncation applies.
+async fn join_tiered(
     conn: &mut Client,
     remote: &dyn RemoteProducers,
     me: i32,
     leader: u64,
     a: &Assignment,
-) -> Result<bool, FetchError> {
+    log_end: i64,
+) -> Result<Option<bool>, FetchError> {
     let p = &a.partition;
-    let from = (leader, a.leader_epoch);
-    let (epoch, log_end) = p.latest_epoch_and_end();
-    if p.is_tiered() && log_end < p.remote().end {
-        let start = match list_offset(conn, me, a, EARLIEST_PENDING_UPLOAD).await {
-            Ok(start) => start,
-            Err(FetchError::Client(ClientError::Refused(m))) => {
-                tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, refused = %m, "the leader did not say where uploads end");
-                return Ok(false);
-            }
-            Err(e) => return Err(e),
-        };
-        if start > log_end {
-            let producers = remote.producers_before(p, start).await;
-            tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, log_end, start,
-                producers = producers.as_ref().map(|s| s.len()),
-                "joining a tiered partition at the first offset not in the object store; older offsets are served from the remote tier");
-            return Ok(p.reset_to(start, from, producers.unwrap_or_default())?);
+    let start = match list_offset(conn, me, a, EARLIEST_PENDING_UPLOAD).await {
+        Ok(start) => start,
+        Err(FetchError::Client(ClientError::Refused(m))) => {
+            tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, refused = %m, "the leader did not say where uploads end");
+            return Ok(Some(false));
         }
-    }
-    if epoch < 0 {
-        // Nothing written under any epoch: nothing to cut.
-        return Ok(true);
-    }
-    let req = OffsetForLeaderEpochRequest::default()
-        .with_replica_id(BrokerId(me))
-        .with_topics(vec![OffsetForLeaderTopic::default()
-            .with_topic(topic_name(&p.tp.topic))
-            .with_partitions(vec![OffsetForLeaderPartition::default()
-                .with_partition(p.tp.partition)
-                .with_current_leader_epoch(a.leader_epoch)
-                .with_leader_epoch(epoch)])]);
-    let resp = conn.call(OFFSET_FOR_EPOCH_VERSION, &req).await?;
-    let Some(r) = resp.topics.first().and_then(|t| t.partitions.first()) else {
-        return Err(ClientError::Refused("empty OffsetForLeaderEpoch response".into()).into());
+        Err(e) => return Err(e),
     };
-    if r.error_code != 0 {
-        tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, code = r.error_code, "OffsetForLeaderEpoch refused");
-        return Ok(false);
+    if start <= log_end {
+        return Ok(None);
     }
-    // Kafka's rule: when the leader's answer is for an older epoch than ours, our own end
-    // of that epoch may be lower still.
-    let mut cut = r.end_offset;
-    if r.leader_epoch != epoch && r.leader_epoch >= 0 {
-        cut = cut.min(p.end_offset_for_epoch(r.leader_epoch).1);
-    }
-    if r.end_offset < 0 {
-        // The leader knows no epoch at or below ours: keep nothing of ours.
-        cut = -1;
-    }
-    if cut < log_end {
-        tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, epoch, log_end, cut = cut.max(0),
-            leader_epoch = a.leader_epoch, "truncating the divergent suffix the new leader does not have");
-        // At or below the local log start this empties the log and starts it there.
-        return Ok(p.truncate_to(cut.max(0), from)?);
-    }
-    Ok(true)
+    let producers = remote.producers_before(p, start).await;
+    tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, log_end, start,
+        producers = producers.as_ref().map(|s| s.len()),
+        "joining a tiered partition at the first offset not in the object store; older offsets are served from the remote tier");
+    Ok(Some(p.reset_to(
+        start,
+        (leader, a.leader_epoch),
+        producers.unwrap_or_default(),
+    )?))
 }
 
 /// ListOffsets EARLIEST_LOCAL: the leader's local log start.
