@@ -172,6 +172,14 @@ fn bad_session_metadata_gets_kafka_errors_and_disturbs_no_other_session() {
         .session_id;
     assert!(mine > 0 && theirs > 0 && mine != theirs);
 
+    // A full fetch naming more partitions than the cluster has is answered, without a session.
+    let many: Vec<(i32, i64)> = (0..5000).map(|p| (p, 0)).collect();
+    let resp = c
+        .request(FETCH_VERSION, &fetch(&topic, &many, 0, 0))
+        .unwrap();
+    assert_eq!((resp.error_code, resp.session_id), (0, 0));
+    assert_eq!(answered(&resp).len(), 5000);
+
     // An id the broker never gave.
     let unknown = if mine == 1 { 2 } else { 1 };
     let unknown = if unknown == theirs { 3 } else { unknown };

@@ -3,10 +3,12 @@
 //! With `min_bytes` unmet the request waits (up to `max_wait_ms`) for an append to any of its
 //! partitions to wake it: appends notify, nothing polls.
 //!
-//! A fetch names every partition it wants (librdkafka sends no fetch sessions), so what it
-//! costs per partition is kept to what a partition with nothing new needs: topics are looked
-//! up once per request, partitions by index (no allocation, no map lookup), and waiters are
-//! registered only by a fetch about to wait, at most once per partition.
+//! A client with an incremental fetch session ([`crate::fetch_session`]) names only what
+//! changed and hears only of partitions with news; librdkafka sends no sessions and names every
+//! partition in every fetch. Either way each partition read costs only what a partition with
+//! nothing new needs: topics are looked up once per request, partitions by index (no
+//! allocation, no map lookup), and waiters are registered only by a fetch about to wait, at
+//! most once per partition.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,48 +58,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
                 .with_session_id(0)
         }
     };
-    let resolver = Resolver {
-        broker,
-        state: broker.node.metadata.state(),
-        hosted: broker.node.partitions.hosted(),
-    };
-    let wanted = match &context {
-        Context::Incremental(session) => {
-            let s = session.lock().unwrap_or_else(|p| p.into_inner());
-            let mut wanted: Vec<Wanted> = Vec::new();
-            let mut run: Vec<(i32, Cached)> = Vec::new();
-            let mut order = s.in_fetch_order().peekable();
-            // Consecutive partitions of one topic are resolved together.
-            while let Some(((key, index), cached)) = order.next() {
-                run.push((*index, *cached));
-                if order.peek().is_none_or(|((next, _), _)| next != key) {
-                    wanted.push(resolver.topic(key.clone(), run.drain(..)));
-                }
-            }
-            wanted
-        }
-        Context::Sessionless | Context::New => req
-            .topics
-            .iter()
-            .map(|t| {
-                let key = TopicKey::of(version, &t.topic, t.topic_id);
-                resolver.topic(
-                    key,
-                    t.partitions.iter().map(|p| {
-                        (
-                            p.partition,
-                            Cached::asked(
-                                p.fetch_offset,
-                                p.partition_max_bytes,
-                                p.current_leader_epoch,
-                            ),
-                        )
-                    }),
-                )
-            })
-            .collect(),
-    };
-    drop(resolver);
+    let wanted = wanted(broker, &req, version, &context);
 
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let min_bytes = req.min_bytes.max(0) as usize;
@@ -138,33 +99,92 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         watching = false;
     };
     broker.node.metrics.fetched(reply.bytes as u64);
-    let session_id = match context {
+    let session_id = remember(broker, context, version, replica.is_some(), &wanted, &reply);
+    reply.response.with_session_id(session_id)
+}
+
+/// The partitions a fetch reads: those it names, or in an incremental fetch every partition of
+/// its session, from where the last fetch left off.
+fn wanted(
+    broker: &Arc<Broker>,
+    req: &FetchRequest,
+    version: i16,
+    context: &Context,
+) -> Vec<Wanted> {
+    let resolver = Resolver {
+        broker,
+        state: broker.node.metadata.state(),
+        hosted: broker.node.partitions.hosted(),
+    };
+    match context {
+        Context::Incremental(session) => {
+            let s = session.lock().unwrap_or_else(|p| p.into_inner());
+            let mut wanted: Vec<Wanted> = Vec::new();
+            let mut run: Vec<(i32, Cached)> = Vec::new();
+            let mut order = s.in_fetch_order().peekable();
+            // Consecutive partitions of one topic are resolved together.
+            while let Some(((key, index), cached)) = order.next() {
+                run.push((*index, *cached));
+                if order.peek().is_none_or(|((next, _), _)| next != key) {
+                    wanted.push(resolver.topic(key.clone(), run.drain(..)));
+                }
+            }
+            wanted
+        }
+        Context::Sessionless | Context::New => req
+            .topics
+            .iter()
+            .map(|t| {
+                let asked = t.partitions.iter().map(|p| {
+                    let c = Cached::asked(
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        p.current_leader_epoch,
+                    );
+                    (p.partition, c)
+                });
+                resolver.topic(TopicKey::of(version, &t.topic, t.topic_id), asked)
+            })
+            .collect(),
+    }
+}
+
+/// Keeps what the reply told the client in its session (opening one for a full fetch that
+/// asked); returns the session id for the response.
+fn remember(
+    broker: &Arc<Broker>,
+    context: Context,
+    version: i16,
+    follower: bool,
+    wanted: &[Wanted],
+    reply: &Reply,
+) -> i32 {
+    let key = |w: usize, i: usize| (wanted[w].key.clone(), wanted[w].partitions[i].index);
+    match context {
         Context::Sessionless => 0,
         Context::New => {
-            let partitions: IndexMap<(TopicKey, i32), Cached> = reply
-                .answers
-                .iter()
-                .map(|(w, i, a)| {
-                    let wp = &wanted[*w].partitions[*i];
-                    ((wanted[*w].key.clone(), wp.index), wp.asked.told(a))
-                })
+            let partitions: IndexMap<(TopicKey, i32), Cached> = (reply.answers.iter())
+                .map(|(w, i, a)| (key(*w, *i), wanted[*w].partitions[*i].asked.told(a)))
                 .collect();
-            broker
-                .fetch_sessions
-                .create(replica.is_some(), version, partitions, Instant::now())
+            // A session holds no more partitions than the cluster has: what a client can make
+            // the broker keep is bounded by the cluster, not by the size of its request.
+            let cluster: usize = (broker.node.metadata.state().topics.values())
+                .map(|t| t.partitions.len())
+                .sum();
+            if partitions.len() > cluster {
+                return 0;
+            }
+            (broker.fetch_sessions).create(follower, version, partitions, Instant::now())
         }
         Context::Incremental(session) => {
-            let mut s = session.lock().unwrap_or_else(|p| p.into_inner());
-            let keys: Vec<((TopicKey, i32), &Answer)> = reply
-                .answers
-                .iter()
-                .map(|(w, i, a)| ((wanted[*w].key.clone(), wanted[*w].partitions[*i].index), a))
+            let told: Vec<((TopicKey, i32), Answer)> = (reply.answers.iter())
+                .map(|(w, i, a)| (key(*w, *i), *a))
                 .collect();
-            s.answered(keys.iter().map(|(k, a)| (k, **a)));
+            let mut s = session.lock().unwrap_or_else(|p| p.into_inner());
+            s.answered(told.iter().map(|(k, a)| (k, *a)));
             s.id()
         }
-    };
-    reply.response.with_session_id(session_id)
+    }
 }
 
 /// Looks partitions up in one metadata state and one set of hosted partitions.
