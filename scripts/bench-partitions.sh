@@ -15,13 +15,13 @@
 #   - idle CPU of the three brokers (replication with no traffic: fetch sessions);
 #   - e2e latency (`strata perf e2e --round-robin`, acks=all) at E2E_RATE records/s (5000)
 #     spread over all N partitions for E2E_S seconds (60), and the brokers' CPU meanwhile.
-# Env: COUNTS ("1 1000 10000"), RECORDS (500000), SIZE (1024), IDLE_S (10), STRATA (a strata
+# Env: COUNTS ("1 1000 10000"; empty skips the one-broker runs), RECORDS (500000), SIZE (1024), IDLE_S (10), STRATA (a strata
 # binary to measure instead of building this checkout's, e.g. an older build for an A/B run).
 # BENCH_DIR (where the data directories go, default /tmp: put it on the disk to measure; a
 # fresh file system gives repeatable creation and restart times, see docs/benchmarks.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-COUNTS="${COUNTS:-1 1000 10000}"
+COUNTS="${COUNTS-1 1000 10000}"
 RECORDS="${RECORDS:-500000}"
 SIZE="${SIZE:-1024}"
 IDLE_S="${IDLE_S:-10}"
@@ -138,7 +138,8 @@ for n in $CLUSTER_COUNTS; do
     before=$(cluster_cpu); sleep "$IDLE_S"; after=$(cluster_cpu)
     echo "  idle CPU, three brokers together: $(cluster_share $((after - before)) "$IDLE_S")"
     before=$(cluster_cpu)
-    line=$("$BIN" perf e2e scale -b "$B" -n $((E2E_RATE * E2E_S)) -s 100 --acks all --rate "$E2E_RATE" --round-robin 2>/dev/null)
+    line=$("$BIN" perf e2e scale -b "$B" -n $((E2E_RATE * E2E_S)) -s 100 --acks all --rate "$E2E_RATE" \
+        --round-robin 2>"$WORK/e2e.err") || line="failed: $(grep -m1 -i error "$WORK/e2e.err")"
     after=$(cluster_cpu)
     echo "  e2e at $E2E_RATE records/s over all $n partitions: $line"
     echo "  CPU meanwhile, three brokers together: $(cluster_share $((after - before)) "$E2E_S")"
