@@ -133,6 +133,11 @@ impl LeaderState {
         hw.max(current)
     }
 
+    /// How far `follower` has fetched (None: not a follower here).
+    pub fn follower_end(&self, follower: u64) -> Option<i64> {
+        self.followers.get(&follower).map(|p| p.log_end)
+    }
+
     /// Records a follower's fetch from `offset` (it holds everything below). Returns an ISR
     /// expansion to propose, if this fetch qualifies the follower.
     pub fn fetched(

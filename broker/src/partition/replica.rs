@@ -168,7 +168,13 @@ impl Partition {
                 let log = self.log();
                 (log.log_end_offset(), log.high_watermark())
             };
-            s.fetched(follower, offset, log_end, hw, std::time::Instant::now())
+            let before = s.follower_end(follower);
+            let change = s.fetched(follower, offset, log_end, hw, std::time::Instant::now());
+            // The high watermark can move only if this follower's end did, or it is joining.
+            if before == Some(offset) && change.is_none() {
+                return None;
+            }
+            change
         };
         self.advance_hw();
         change
