@@ -130,6 +130,9 @@ pub struct BrokerConfig {
     /// Incremental fetch sessions (KIP-227) the broker keeps at once (0: none; every fetch is
     /// answered in full).
     pub max_incremental_fetch_session_cache_slots: usize,
+    /// Segment files held open at once (see `log/handles.rs`); a segment past it is reopened
+    /// when next used. 0: half the open-file limit `strata serve` runs with.
+    pub max_open_segment_files: usize,
     /// An object no remote-segment record names is deleted once it is this old (a crash
     /// mid-upload leaves such objects).
     pub remote_log_orphan_grace_ms: u64,
@@ -218,6 +221,7 @@ impl Default for BrokerConfig {
             remote_log_upload_max_bytes_per_second: 0,
             replica_move_max_bytes_per_second: 0,
             max_incremental_fetch_session_cache_slots: 1000,
+            max_open_segment_files: 0,
             remote_log_orphan_grace_ms: 600_000,
             remote_cache_block_bytes: 1 << 20,
             remote_cache_memory_bytes: 256 << 20,

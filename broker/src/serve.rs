@@ -169,7 +169,16 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
     let ready = Arc::new(AtomicBool::new(false));
     let metrics = Metrics::new();
     count_panics(metrics.panic_counter());
-    raise_fd_limit(cfg.max_connections);
+    let fd_limit = raise_fd_limit(cfg.max_connections);
+    crate::log::handles::set_capacity(match cfg.max_open_segment_files {
+        0 => (fd_limit / 2).max(64),
+        n => n,
+    });
+    tracing::info!(
+        files = crate::log::handles::capacity(),
+        fd_limit,
+        "segment files held open at most"
+    );
     // The object store is checked before anything else starts: a wrong bucket, endpoint or
     // credentials stop the broker with a clear message rather than failing every upload later.
     let store_config = cfg.object_store_config()?;
@@ -314,17 +323,17 @@ fn count_panics(counter: prometheus_client::metrics::counter::Counter) {
     }));
 }
 
-/// Each connection and each segment file is a file descriptor (10,000 partitions hold about
-/// 10,300): raise the soft limit to the hard one, as Go's runtime does for every server and
-/// Kafka's packaging does with `LimitNOFILE`; warn when `max_connections` cannot fit.
-fn raise_fd_limit(max_connections: usize) {
+/// Each connection and each open segment file is a file descriptor: raise the soft limit to the
+/// hard one, as Go's runtime does for every server and Kafka's packaging does with
+/// `LimitNOFILE`; warn when `max_connections` cannot fit. Returns the limit in force.
+fn raise_fd_limit(max_connections: usize) -> usize {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit/setrlimit only read and write the struct passed.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return;
+        return 1024;
     }
     let want = lim.rlim_max;
     if lim.rlim_cur < want {
@@ -344,6 +353,8 @@ fn raise_fd_limit(max_connections: usize) {
             "the open-file limit is below max_connections: connections past it will be refused"
         );
     }
+    // RLIM_INFINITY is u64::MAX: no limit worth more than a million descriptors.
+    lim.rlim_cur.min(1 << 20) as usize
 }
 
 async fn wait_for_signal() {

@@ -39,12 +39,16 @@ fn read_as_group(broker: &Broker, topic: &str, expected: usize) -> BTreeMap<(i32
 
 #[test]
 fn thousands_of_partitions_are_read_exactly_once_and_survive_kill_and_restart() {
-    let mut broker = Broker::start(BrokerOpts::new());
+    // Fewer open segment files than partitions: appends, reads and recovery go through
+    // files the cache evicted and reopens.
+    let mut broker =
+        Broker::start(BrokerOpts::new().env("STRATA_MAX_OPEN_SEGMENT_FILES", OPEN_FILES));
     let topic = unique_topic("scale");
     broker.create_topic(&topic, PARTITIONS, &[]).unwrap();
     let mut acked = broker.produce_to_each(&topic, PARTITIONS, 2, "before");
     assert_eq!(acked.len(), 2 * PARTITIONS as usize);
     assert_eq!(read_as_group(&broker, &topic, acked.len()), acked);
+    assert_files_bounded(&broker);
 
     // kill -9: nothing flushed but what the page cache holds; every acknowledged record is
     // still there, and the partitions take new writes.
@@ -60,6 +64,22 @@ fn thousands_of_partitions_are_read_exactly_once_and_survive_kill_and_restart() 
     for p in [0, PARTITIONS / 2, PARTITIONS - 1] {
         assert_eq!(broker.watermarks(&topic, p), (0, 3), "partition {p}");
     }
+    assert_files_bounded(&broker);
+}
+
+const OPEN_FILES: usize = 256;
+
+/// The broker holds at most `OPEN_FILES` segment files, far fewer descriptors than it has
+/// partitions, and got there by reopening evicted files.
+fn assert_files_bounded(broker: &Broker) {
+    let open = broker.metric("strata_open_segment_files");
+    assert!(open <= OPEN_FILES as f64, "{open} segment files open");
+    assert!(broker.metric("strata_segment_file_reopens_total") > 0.0);
+    let fds = broker.metric("strata_process_open_fds");
+    assert!(
+        fds < f64::from(PARTITIONS),
+        "{fds} descriptors for {PARTITIONS} partitions"
+    );
 }
 
 #[test]

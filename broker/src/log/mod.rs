@@ -28,6 +28,7 @@ pub mod cleaning;
 pub mod compact;
 pub mod config;
 mod error;
+pub mod handles;
 pub mod index;
 pub mod leader_epoch;
 pub mod producer_state;
@@ -592,7 +593,7 @@ impl Log {
             .map(|(b, _)| *b)
             .unwrap_or(offset);
         for seg in self.segments.range_mut(first..).map(|(_, s)| s) {
-            if let Some((pos, header)) = seg.find_batch(offset)? {
+            if let Some((pos, header)) = seg.find_batch(offset, capacity)? {
                 if header.last_offset() >= limit {
                     return Ok(Bytes::new());
                 }
@@ -675,6 +676,14 @@ impl Log {
             self.roll(now_ms)?;
         }
         Ok(())
+    }
+
+    /// Releases the mappings of segments not read since the last call (see
+    /// [`Segment::release_idle_map`]).
+    pub fn release_idle_maps(&mut self) {
+        for seg in self.segments.values_mut() {
+            seg.release_idle_map();
+        }
     }
 
     /// Flushes when `flush.ms` has passed since the last flush.

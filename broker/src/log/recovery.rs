@@ -172,7 +172,10 @@ impl Log {
             if seg.next_offset() <= from {
                 continue;
             }
-            let start = seg.find_batch(from)?.map(|(p, _)| p).unwrap_or(seg.size());
+            let start = seg
+                .find_batch(from, 0)?
+                .map(|(p, _)| p)
+                .unwrap_or(seg.size());
             for (_, h) in seg.headers_from(start)? {
                 if h.base_offset >= from && h.is_idempotent() {
                     self.producers.record(&h, h.max_timestamp);

@@ -12,6 +12,10 @@
 //! The active segment is mapped once with room for `capacity` bytes beyond the current end:
 //! Linux allows mapping past EOF, and pages become readable as the file grows. Readers only ever
 //! touch bytes below `size`, which are in the file.
+//!
+//! A segment holds no file descriptor of its own: [`handles`](super::handles) lends one, and
+//! reopens the file (in append mode) after evicting it. A mapping is released when the log's
+//! sweep finds it unread since the sweep before ([`Segment::release_idle_map`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -22,6 +26,7 @@ use bytes::Bytes;
 use memmap2::{Mmap, MmapOptions};
 
 use super::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+use super::handles;
 use super::index::{Durability, OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
 use super::LogError;
 
@@ -54,7 +59,8 @@ impl AsRef<[u8]> for MappedSlice {
 pub struct Segment {
     base_offset: i64,
     dir: PathBuf,
-    file: File,
+    /// The segment's entry in [`handles`].
+    handle: u64,
     size: u64,
     next_offset: i64,
     index: OffsetIndex,
@@ -68,7 +74,15 @@ pub struct Segment {
     map: Option<Arc<Mmap>>,
     /// Bytes the current mapping covers (may exceed `size` for the active segment).
     mapped: u64,
+    /// Read since the last [`Segment::release_idle_map`].
+    read_recently: bool,
     unflushed_messages: u64,
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        handles::forget(self.handle);
+    }
 }
 
 /// What a scan found while checking a segment's batches.
@@ -92,10 +106,12 @@ impl Segment {
             .read(true)
             .write(true)
             .open(&path)?;
+        let handle = handles::next_id();
+        handles::insert(handle, file);
         Ok(Segment {
             base_offset,
             dir: dir.to_path_buf(),
-            file,
+            handle,
             size: 0,
             next_offset: base_offset,
             index: OffsetIndex::default(),
@@ -107,6 +123,7 @@ impl Segment {
             created_ms: now_ms,
             map: None,
             mapped: 0,
+            read_recently: false,
             unflushed_messages: 0,
         })
     }
@@ -121,7 +138,8 @@ impl Segment {
         trust_index: bool,
     ) -> Result<(Segment, ScanResult), LogError> {
         let path = log_path(dir, base_offset);
-        let file = OpenOptions::new().read(true).append(true).open(&path)?;
+        let handle = handles::next_id();
+        let file = handles::insert(handle, open_for_append(&path)?);
         let meta = file.metadata()?;
         let created_ms = meta
             .modified()
@@ -132,7 +150,7 @@ impl Segment {
         let mut seg = Segment {
             base_offset,
             dir: dir.to_path_buf(),
-            file,
+            handle,
             size: meta.len(),
             next_offset: base_offset,
             index: OffsetIndex::default(),
@@ -144,6 +162,7 @@ impl Segment {
             created_ms,
             map: None,
             mapped: 0,
+            read_recently: false,
             unflushed_messages: 0,
         };
         let loaded = if trust_index {
@@ -174,8 +193,8 @@ impl Segment {
             None => seg.scan_from(0, true)?,
         };
         if scan.truncated_bytes > 0 {
-            seg.file.set_len(scan.valid_bytes)?;
-            seg.file.sync_all()?;
+            file.set_len(scan.valid_bytes)?;
+            file.sync_all()?;
             seg.size = scan.valid_bytes;
         }
         Ok((seg, scan))
@@ -230,14 +249,21 @@ impl Segment {
         })
     }
 
+    /// The segment's file, from the cache of open files (reopened if it was evicted).
+    fn file(&self) -> Result<Arc<File>, LogError> {
+        let path = log_path(&self.dir, self.base_offset);
+        Ok(handles::get(self.handle, || open_for_append(&path))?)
+    }
+
     fn map_whole_file(&mut self) -> Result<Option<Arc<Mmap>>, LogError> {
-        let len = self.file.metadata()?.len();
+        let file = self.file()?;
+        let len = file.metadata()?.len();
         if len == 0 {
             return Ok(None);
         }
         // SAFETY: segment files are only appended to by this process, never truncated below
         // a range a reader holds (see module invariants).
-        let map = unsafe { MmapOptions::new().len(len as usize).map(&self.file)? };
+        let map = unsafe { MmapOptions::new().len(len as usize).map(&*file)? };
         Ok(Some(Arc::new(map)))
     }
 
@@ -278,7 +304,7 @@ impl Segment {
             std::io::IoSlice::new(prefix),
             std::io::IoSlice::new(&body[16..]),
         ];
-        write_all_vectored(&mut self.file, &bufs)?;
+        write_all_vectored(&*self.file()?, &bufs)?;
         self.size += body.len() as u64;
         self.index_batch(header, position);
         self.next_offset = header.next_offset();
@@ -289,23 +315,30 @@ impl Segment {
     /// Makes the segment's mapping cover at least `size` bytes. The active segment maps
     /// `capacity` ahead so that appends rarely need a new mapping.
     fn ensure_mapped(&mut self, capacity: u64) -> Result<(), LogError> {
+        self.read_recently = true;
         if self.map.is_some() && self.mapped >= self.size {
             return Ok(());
         }
         let len = capacity.max(self.size).max(1);
         // SAFETY: see `map_whole_file`; bytes past EOF are never accessed.
-        let map = unsafe { MmapOptions::new().len(len as usize).map(&self.file)? };
+        let map = unsafe { MmapOptions::new().len(len as usize).map(&*self.file()?)? };
         self.map = Some(Arc::new(map));
         self.mapped = len;
         Ok(())
     }
 
     /// Position and header of the batch containing `offset` (or the first batch after it).
-    pub fn find_batch(&mut self, offset: i64) -> Result<Option<(u64, BatchHeader)>, LogError> {
+    /// `capacity` as for [`Segment::read_from`], which usually follows: mapping the active
+    /// segment ahead here spares that read (and the next ones) a new mapping.
+    pub fn find_batch(
+        &mut self,
+        offset: i64,
+        capacity: u64,
+    ) -> Result<Option<(u64, BatchHeader)>, LogError> {
         if offset >= self.next_offset || self.size == 0 {
             return Ok(None);
         }
-        self.ensure_mapped(0)?;
+        self.ensure_mapped(capacity)?;
         let rel = (offset.max(self.base_offset) - self.base_offset) as u32;
         let mut pos = self
             .index
@@ -400,7 +433,8 @@ impl Segment {
 
     pub fn flush(&mut self) -> Result<(), LogError> {
         if self.unflushed_messages > 0 {
-            self.file.sync_data()?;
+            // An fsync through any descriptor of the file syncs the file.
+            self.file()?.sync_data()?;
             self.unflushed_messages = 0;
         }
         Ok(())
@@ -423,12 +457,25 @@ impl Segment {
     /// [`seal`](Self::seal) without the fsync: returns a handle for the caller to fsync later,
     /// outside whatever lock it holds (a full segment's fsync can take hundreds of ms).
     pub fn seal_unflushed(&mut self) -> Result<std::fs::File, LogError> {
-        let handle = self.file.try_clone()?;
+        let handle = self.file()?.try_clone()?;
         self.unflushed_messages = 0;
         self.write_indexes(Durability::Synced)?;
         self.map = None;
         self.mapped = 0;
         Ok(handle)
+    }
+
+    /// Drops the mapping unless it was read since the last call: a segment nobody reads holds
+    /// no address space (readers' slices keep theirs). The next read maps it again.
+    pub fn release_idle_map(&mut self) {
+        if !std::mem::take(&mut self.read_recently) {
+            self.map = None;
+            self.mapped = 0;
+        }
+    }
+
+    pub fn is_mapped(&self) -> bool {
+        self.map.is_some()
     }
 
     /// The segment cut before the first batch ending at or after `offset` (a follower
@@ -513,7 +560,12 @@ impl Segment {
     }
 }
 
-fn write_all_vectored(file: &mut File, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<()> {
+/// A segment file opened for reading and appending: every write lands at its end.
+fn open_for_append(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().read(true).append(true).open(path)
+}
+
+fn write_all_vectored(mut file: &File, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<()> {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     let written = file.write_vectored(bufs)?;
     if written == total {

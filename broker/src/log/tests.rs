@@ -472,3 +472,64 @@ fn an_unclean_open_relearns_epochs_a_lost_checkpoint_write_left_out() {
     assert_eq!(log.end_offset_for_epoch(1), (1, 2));
     assert_eq!(log.epoch_for_offset(2), 4);
 }
+
+#[test]
+fn logs_outnumbering_the_open_file_cache_append_read_and_recover() {
+    // The cache is process-wide: the other tests running now only reopen more often, which
+    // must never change what they read.
+    handles::set_capacity(2);
+    let reopens = handles::reopen_counter().get();
+    let dirs: Vec<_> = (0..5).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut logs: Vec<Log> = dirs.iter().map(|d| open(d.path(), 300)).collect();
+    // Round-robin over the logs: each append finds its file evicted by the others, and the
+    // small segments roll (a sealed segment's file is reopened to be read).
+    for round in 0..12 {
+        for (i, log) in logs.iter_mut().enumerate() {
+            let info = log
+                .append(&validated(batch(2, (round * 10 + i) as i64)), 0, 0)
+                .unwrap();
+            assert_eq!(info.base_offset, round as i64 * 2);
+        }
+    }
+    for log in &mut logs {
+        assert!(log.segment_count() > 2, "segments rolled");
+        let headers = read_all(log, 0);
+        assert_eq!(headers.len(), 12);
+        assert_eq!(headers.last().unwrap().next_offset(), 24);
+        log.flush(0).unwrap();
+    }
+    assert!(
+        handles::reopen_counter().get() > reopens,
+        "evicted files were reopened"
+    );
+    // A clean close and a reopen (every segment reopened through the cache) keep every batch.
+    for log in &mut logs {
+        log.close().unwrap();
+    }
+    drop(logs);
+    for d in &dirs {
+        let mut log = open(d.path(), 300);
+        log.append(&validated(batch(1, 0)), 0, 0).unwrap();
+        let headers = read_all(&mut log, 0);
+        assert_eq!(headers.len(), 13);
+        assert_eq!(log.log_end_offset(), 25);
+    }
+    handles::set_capacity(4096);
+}
+
+#[test]
+fn a_mapping_unread_for_a_whole_sweep_is_released_and_mapped_again_when_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), 1 << 20);
+    log.append(&validated(batch(3, 0)), 0, 0).unwrap();
+    assert_eq!(read_all(&mut log, 0).len(), 1);
+    let active = |log: &Log| log.segments.values().next_back().unwrap().is_mapped();
+    log.release_idle_maps();
+    assert!(active(&log), "read since the last sweep: kept");
+    log.release_idle_maps();
+    assert!(!active(&log), "unread for a whole sweep: released");
+    log.append(&validated(batch(3, 0)), 0, 0).unwrap();
+    let headers = read_all(&mut log, 0);
+    assert_eq!(headers.len(), 2);
+    assert!(active(&log));
+}

@@ -106,6 +106,16 @@ pub fn register(metrics: &Metrics, partitions: &Arc<Partitions>) {
             m.segments.clone(),
         );
         registry.register(
+            "open_segment_files",
+            "Segment files held open by the cache of open files (at most max_open_segment_files)",
+            crate::log::handles::open_gauge(),
+        );
+        registry.register(
+            "segment_file_reopens",
+            "Segment files opened again after the cache of open files evicted them",
+            crate::log::handles::reopen_counter(),
+        );
+        registry.register(
             "follower_lag_records",
             "Per follower of a partition led here: the leader's log end minus the follower's (-1: not seen yet)",
             m.follower_lag.clone(),

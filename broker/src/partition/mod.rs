@@ -317,7 +317,8 @@ impl Partition {
     }
 
     /// Time-driven work, once per sweep (see [`activity`]): retention, the time-based roll of
-    /// an idle active segment, a due time-based flush.
+    /// an idle active segment, a due time-based flush, the release of mappings unread since
+    /// the last sweep.
     pub fn sweep(&self, now: i64) -> Result<(), LogError> {
         self.enforce_retention(now)?;
         let rolled = {
@@ -325,6 +326,7 @@ impl Partition {
             let segments = log.segment_count();
             log.roll_if_old(now)?;
             log.flush_if_due(now)?;
+            log.release_idle_maps();
             log.segment_count() != segments
         };
         if rolled {
