@@ -23,7 +23,7 @@ pub async fn handle(
     let mut leaders_named: Vec<u64> = Vec::new();
     let acks = req.acks;
     let timeout = std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
-    let mut responses = Vec::with_capacity(req.topic_data.len());
+    let mut topics = Vec::with_capacity(req.topic_data.len());
     for topic in req.topic_data {
         let name = topic.name.0.as_str().to_string();
         let info = if acks != 0 && acks != 1 && acks != -1 {
@@ -43,7 +43,7 @@ pub async fn handle(
             ))
         } else {
             match broker.node.topic_or_create(&name, true).await {
-                Ok(Some(t)) => Ok(t),
+                Ok(Some(_)) => Ok(()),
                 Ok(None) => Err(ApiError::new(
                     ErrorCode::UnknownTopicOrPartition,
                     format!("unknown topic '{name}'"),
@@ -51,12 +51,26 @@ pub async fn handle(
                 Err(e) => Err(e),
             }
         };
-        let mut partitions = Vec::with_capacity(topic.partition_data.len());
-        for p in topic.partition_data {
-            let result = match &info {
+        topics.push((topic.name, name, info, topic.partition_data));
+    }
+    // Every partition is appended before any waits for its ISR (each future appends at its
+    // first poll, in request order, then waits): the acks=all waits overlap, so a request
+    // naming N partitions waits one replication round, not N in a row.
+    let results = futures::future::join_all(topics.iter().flat_map(|(_, name, info, parts)| {
+        parts.iter().map(move |p| async move {
+            match info {
                 Err(e) => Err(e.clone()),
-                Ok(_) => append(broker, &name, p.index, p.records.as_ref(), acks, timeout).await,
-            };
+                Ok(()) => append(broker, name, p.index, p.records.as_ref(), acks, timeout).await,
+            }
+        })
+    }))
+    .await;
+    let mut results = results.into_iter();
+    let mut responses = Vec::with_capacity(topics.len());
+    for (topic_name, name, _, parts) in topics {
+        let mut partitions = Vec::with_capacity(parts.len());
+        for p in parts {
+            let result = results.next().expect("one result per partition");
             let resp = PartitionProduceResponse::default().with_index(p.index);
             partitions.push(match result {
                 Ok((base_offset, log_append_time, log_start)) => resp
@@ -96,7 +110,7 @@ pub async fn handle(
         }
         responses.push(
             TopicProduceResponse::default()
-                .with_name(topic.name)
+                .with_name(topic_name)
                 .with_partition_responses(partitions),
         );
     }
