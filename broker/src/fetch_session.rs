@@ -139,11 +139,26 @@ pub struct Session {
     /// Where the next fetch starts: after the last partition that returned records, so a
     /// response filled to `max_bytes` does not starve the partitions after it.
     start: usize,
+    /// A follower's session: when a fetch last reported every partition's position to the
+    /// leader's bookkeeping (see `handlers/fetch.rs`).
+    reported_all_at: Option<Instant>,
 }
 
 impl Session {
     pub fn id(&self) -> i32 {
         self.id
+    }
+
+    /// Whether a follower's fetch at `now` must report every partition's position (the first,
+    /// and then one every `every`), not only those it names; marks it done when so.
+    pub fn report_all_due(&mut self, now: Instant, every: Duration) -> bool {
+        let due = self
+            .reported_all_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= every);
+        if due {
+            self.reported_all_at = Some(now);
+        }
+        due
     }
 
     /// The partitions in the order this fetch reads them.
@@ -378,6 +393,7 @@ impl FetchSessions {
             topic_ids: version >= FIRST_TOPIC_ID_VERSION,
             partitions,
             start: 0,
+            reported_all_at: None,
         };
         sessions.insert(
             id,

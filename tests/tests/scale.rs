@@ -137,4 +137,38 @@ fn followers_replicate_thousands_of_partitions_and_the_isr_stays_full() {
         2 * PARTITIONS as usize,
         "a record read twice or lost"
     );
+
+    // Idle, every follower stays in every ISR though its incremental fetches name no
+    // partition: the leader counts it caught up from its periodic full report. Watched over
+    // three replica_lag_time_max_ms (2 s here) of the followers' long polls.
+    let shrinks = |cluster: &mut Cluster| -> f64 {
+        (1..=3)
+            .map(|n| {
+                cluster
+                    .node(n)
+                    .metric_labelled("strata_isr_changes_total", "change", "shrink")
+            })
+            .sum()
+    };
+    let incremental = |cluster: &mut Cluster| -> f64 {
+        (1..=3)
+            .map(|n| cluster.node(n).metric("strata_fetch_incremental_total"))
+            .sum()
+    };
+    let shrunk_before = shrinks(&mut cluster);
+    let started = std::time::Instant::now();
+    let fetched_before = incremental(&mut cluster);
+    wait_for(
+        "idle follower fetches over three lag limits",
+        Duration::from_secs(60),
+        || {
+            started.elapsed() > Duration::from_secs(6)
+                && incremental(&mut cluster) > fetched_before + 12.0
+        },
+    );
+    assert_eq!(
+        shrinks(&mut cluster),
+        shrunk_before,
+        "an idle follower left an ISR"
+    );
 }

@@ -10,6 +10,7 @@
 //! allocation, no map lookup), and waiters are registered only by a fetch about to wait, at
 //! most once per partition.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,9 @@ struct Wanted {
 struct WantedPartition {
     index: i32,
     asked: Cached,
+    /// Named by this request (every partition of a full fetch; in an incremental fetch, those
+    /// whose position or size changed).
+    named: bool,
     partition: Option<Arc<Partition>>,
     error: Option<ApiError>,
 }
@@ -59,6 +63,19 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         }
     };
     let wanted = wanted(broker, &req, version, &context);
+    // A follower's incremental fetch reports to the leader's bookkeeping only the partitions
+    // it names (their position moved); the others' positions are as reported before, and are
+    // reported again once per quarter `replica_lag_time_max_ms`, so that a caught-up follower
+    // of an idle partition still counts as caught up. At 10,000 partitions, reporting every
+    // partition on every fetch was most of a replication round's time.
+    let report_all = match (&context, replica) {
+        (Context::Incremental(s), Some(_)) => {
+            let every = Duration::from_millis(broker.node.config.replica_lag_time_max_ms / 4);
+            let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
+            s.report_all_due(Instant::now(), every)
+        }
+        _ => true,
+    };
 
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let min_bytes = req.min_bytes.max(0) as usize;
@@ -73,7 +90,8 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     let mut watching = false;
     let mut first = true;
     let reply = loop {
-        let reply = read_all(broker, &wanted, max_bytes, replica, incremental, first).await;
+        let report = first.then_some(report_all);
+        let reply = read_all(broker, &wanted, max_bytes, replica, incremental, report).await;
         first = false;
         if reply.bytes >= min_bytes || reply.errors || Instant::now() >= deadline {
             break reply;
@@ -95,7 +113,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
             .await
             .is_err()
         {
-            break read_all(broker, &wanted, max_bytes, replica, incremental, false).await;
+            break read_all(broker, &wanted, max_bytes, replica, incremental, None).await;
         }
         // The partition that woke us dropped its registration; the others keep theirs.
         watching = false;
@@ -120,13 +138,21 @@ fn wanted(
     };
     match context {
         Context::Incremental(session) => {
+            // What this request names (what changed): few, so the set is small.
+            let named: HashSet<(TopicKey, i32)> = (req.topics.iter())
+                .flat_map(|t| {
+                    let key = TopicKey::of(version, &t.topic, t.topic_id);
+                    t.partitions.iter().map(move |p| (key.clone(), p.partition))
+                })
+                .collect();
             let s = session.lock().unwrap_or_else(|p| p.into_inner());
             let mut wanted: Vec<Wanted> = Vec::new();
-            let mut run: Vec<(i32, Cached)> = Vec::new();
+            let mut run: Vec<(i32, Cached, bool)> = Vec::new();
             let mut order = s.in_fetch_order().peekable();
             // Consecutive partitions of one topic are resolved together.
             while let Some(((key, index), cached)) = order.next() {
-                run.push((*index, *cached));
+                let is_named = !named.is_empty() && named.contains(&(key.clone(), *index));
+                run.push((*index, *cached, is_named));
                 if order.peek().is_none_or(|((next, _), _)| next != key) {
                     wanted.push(resolver.topic(key.clone(), run.drain(..)));
                 }
@@ -143,7 +169,7 @@ fn wanted(
                         p.partition_max_bytes,
                         p.current_leader_epoch,
                     );
-                    (p.partition, c)
+                    (p.partition, c, true)
                 });
                 resolver.topic(TopicKey::of(version, &t.topic, t.topic_id), asked)
             })
@@ -198,7 +224,7 @@ struct Resolver<'a> {
 
 impl Resolver<'_> {
     /// One topic's partitions, each checked: this broker leads it at the epoch asked.
-    fn topic(&self, key: TopicKey, asked: impl Iterator<Item = (i32, Cached)>) -> Wanted {
+    fn topic(&self, key: TopicKey, asked: impl Iterator<Item = (i32, Cached, bool)>) -> Wanted {
         let (info, missing) = match &key {
             TopicKey::Id(id) => (self.state.topic_by_id(id), ErrorCode::UnknownTopicId),
             TopicKey::Name(n) => (
@@ -216,7 +242,7 @@ impl Resolver<'_> {
             .and_then(|i| self.hosted.topic(&i.name))
             .unwrap_or_default();
         let partitions = asked
-            .map(|(index, asked)| {
+            .map(|(index, asked, named)| {
                 let result = match info {
                     None => Err(ApiError::new(missing, format!("unknown {name}-{index}"))),
                     Some(i) => {
@@ -237,6 +263,7 @@ impl Resolver<'_> {
                 WantedPartition {
                     index,
                     asked,
+                    named,
                     partition,
                     error,
                 }
@@ -311,15 +338,16 @@ struct Reply {
 
 /// One pass over the requested partitions. An incremental fetch answers only the partitions
 /// with news for its client. A follower's position is reported to the leader's bookkeeping on
-/// the first pass only (`report`): the passes after a wait read from the same offsets, and at
-/// 10,000 partitions reporting each pass was most of an idle leader's CPU.
+/// the first pass only (`report` is `Some`): the passes after a wait read from the same
+/// offsets, and at 10,000 partitions reporting each pass was most of an idle leader's CPU. On
+/// that pass, `Some(false)` reports only the partitions the request names.
 async fn read_all(
     broker: &Arc<Broker>,
     wanted: &[Wanted],
     max_bytes: usize,
     replica: Option<u64>,
     incremental: bool,
-    report: bool,
+    report: Option<bool>,
 ) -> Reply {
     let mut total = 0usize;
     let mut errors = false;
@@ -332,11 +360,13 @@ async fn read_all(
             WantedPartition {
                 index,
                 asked,
+                named,
                 partition: part,
                 error: err,
             },
         ) in w.partitions.iter().enumerate()
         {
+            let report = report.is_some_and(|all| all || *named);
             let offset = asked.fetch_offset;
             let partition_max = asked.max_bytes.max(0) as usize;
             let result = match (part, err) {

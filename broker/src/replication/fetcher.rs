@@ -198,6 +198,9 @@ async fn run(
     // Kept across reconnections: a session outlives the connection that opened it.
     let mut with = WithLeader::default();
     let mut parts: Vec<Assignment> = Vec::new();
+    // Where each assigned partition is in `parts`, rebuilt with it: a round looks up the
+    // partitions its answer names, not every partition it follows.
+    let mut places: HashMap<(String, i32), usize> = HashMap::new();
     // Whether to read the assignment again though `has_changed` says no: a wait saw the
     // change.
     let mut refresh = true;
@@ -208,6 +211,9 @@ async fn run(
             Ok(changed) if changed || refresh => {
                 refresh = false;
                 parts = assigned.borrow_and_update().clone();
+                places = (parts.iter().enumerate())
+                    .map(|(i, a)| ((a.partition.tp.topic.clone(), a.partition.tp.partition), i))
+                    .collect();
                 // Truncation holds only for the epoch it was done at.
                 let epochs: HashMap<&TopicPartition, i32> = parts
                     .iter()
@@ -250,7 +256,10 @@ async fn run(
             }
         }
         let c = conn.as_mut().expect("connected above");
-        let result = round(&node, &*remote, &moves, c, leader, &parts, &mut with).await;
+        let result = round(
+            &node, &*remote, &moves, c, leader, &parts, &places, &mut with,
+        )
+        .await;
         match result {
             Ok(Some(pause)) => refresh |= wait(&mut assigned, pause).await,
             Ok(None) => {}
@@ -280,7 +289,12 @@ async fn wait(assigned: &mut watch::Receiver<Vec<Assignment>>, pause: Duration) 
 }
 
 /// One round: truncate what needs it, then one Fetch. `Ok(Some(pause))` asks for a pause
-/// (partitions waiting for new metadata).
+/// (partitions waiting for new metadata). `places` indexes `parts`.
+///
+/// At thousands of partitions what a round costs per partition followed is the replication
+/// latency of every acks=all write: one look-up of its truncation, its log end from the
+/// published offsets (no lock), and nothing else unless the leader's answer names it.
+#[allow(clippy::too_many_arguments)]
 async fn round(
     node: &Arc<Node>,
     remote: &dyn RemoteProducers,
@@ -288,28 +302,31 @@ async fn round(
     conn: &mut Client,
     leader: u64,
     parts: &[Assignment],
+    places: &HashMap<(String, i32), usize>,
     with: &mut WithLeader,
 ) -> Result<Option<Duration>, FetchError> {
     let WithLeader { truncated, session } = with;
     let me = node.config.node_id as i32;
     let mut stale = false;
-    let untruncated: Vec<&Assignment> = parts
-        .iter()
-        .filter(|a| truncated.get(&a.partition.tp) != Some(&a.leader_epoch))
-        .collect();
+    let mut ready: Vec<&Assignment> = Vec::with_capacity(parts.len());
+    let mut untruncated: Vec<&Assignment> = Vec::new();
+    for a in parts {
+        if truncated.get(&a.partition.tp) == Some(&a.leader_epoch) {
+            ready.push(a);
+        } else {
+            untruncated.push(a);
+        }
+    }
     if !untruncated.is_empty() {
         for (a, done) in truncate(conn, remote, me, leader, &untruncated).await? {
             if done {
                 truncated.insert(a.partition.tp.clone(), a.leader_epoch);
+                ready.push(a);
             } else {
                 stale = true;
             }
         }
     }
-    let ready: Vec<&Assignment> = parts
-        .iter()
-        .filter(|a| truncated.get(&a.partition.tp) == Some(&a.leader_epoch))
-        .collect();
     if ready.is_empty() {
         return Ok(Some(RETRY));
     }
@@ -336,7 +353,8 @@ async fn round(
             grants.insert((&a.partition.tp.topic, a.partition.tp.partition), granted);
             max_bytes = granted as i32;
         }
-        let (_, log_end) = a.partition.latest_epoch_and_end();
+        // This fetcher is the log's only writer, and every release of its lock publishes.
+        let log_end = a.partition.published_offsets().log_end;
         wanted.push((
             &a.partition.tp,
             Asked {
@@ -375,20 +393,13 @@ async fn round(
         // The session was refused (unknown, wrong epoch): the next round fetches in full.
         return Ok(None);
     }
-    let by_tp: HashMap<(&str, i32), &Assignment> = ready
-        .iter()
-        .map(|a| {
-            (
-                (a.partition.tp.topic.as_str(), a.partition.tp.partition),
-                *a,
-            )
-        })
-        .collect();
     for t in resp.responses {
+        let topic = t.topic.0.as_str().to_string();
         for pd in t.partitions {
-            let Some(a) = by_tp
-                .get(&(t.topic.0.as_str(), pd.partition_index))
-                .copied()
+            let Some(a) = places
+                .get(&(topic.clone(), pd.partition_index))
+                .map(|&i| &parts[i])
+                .filter(|a| truncated.get(&a.partition.tp) == Some(&a.leader_epoch))
             else {
                 continue;
             };

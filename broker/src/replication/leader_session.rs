@@ -59,12 +59,19 @@ impl LeaderSession {
     /// The next fetch of `wanted`: in full, or only what changed.
     pub fn request(&mut self, wanted: &[(&TopicPartition, Asked)]) -> Request {
         let full = self.id == 0 || self.epoch == INITIAL_EPOCH;
+        // Wanted partitions the session holds: when that is all it holds, none is forgotten
+        // (spares a set of every partition per round).
+        let mut known = 0;
         let changed: Vec<(TopicPartition, Asked)> = wanted
             .iter()
-            .filter(|(tp, asked)| full || self.sent.get(*tp) != Some(asked))
+            .filter(|(tp, asked)| {
+                let sent = self.sent.get(*tp);
+                known += usize::from(sent.is_some());
+                full || sent != Some(asked)
+            })
             .map(|(tp, asked)| ((*tp).clone(), *asked))
             .collect();
-        let forgotten: Vec<TopicPartition> = if full {
+        let forgotten: Vec<TopicPartition> = if full || known == self.sent.len() {
             Vec::new()
         } else {
             let keep: std::collections::HashSet<&TopicPartition> =
