@@ -1,18 +1,24 @@
 //! The Kafka listener: accepts connections, reads frames, answers requests in order.
 //!
-//! Per connection, a reader task decodes frames into a small bounded queue while the previous
-//! request is handled, and a processor handles requests strictly one at a time, writing each
-//! response before taking the next (Kafka's ordering guarantee: produce requests pipelined on
-//! one connection are appended in the order sent).
+//! Per connection, a reader task decodes frames into a small bounded queue while earlier
+//! requests are handled, and a processor handles them in the order they came. A produce is
+//! handled in two stages: its appends run at once, in request order (Kafka's ordering
+//! guarantee: produce requests pipelined on one connection are appended in the order sent);
+//! for acks=all, the wait for the ISR then runs while the processor takes the next produce, as
+//! Redpanda does. A client sending one partition per request (librdkafka, spreading records
+//! over many partitions) thus keeps several replication rounds in flight on one connection
+//! instead of one. Any other request waits until every earlier one has been answered, and
+//! responses are always written in request order.
 //!
 //! Invariants (DESIGN.md §Invariants 7, bad input):
 //! - a bad frame, a malformed request or a panic while handling one closes only its own
 //!   connection; every other connection carries on (a panic is caught at the request, counted
 //!   on `/metrics`, and never reaches the process);
-//! - memory per connection is bounded: at most [`PIPELINE_DEPTH`] decoded requests wait, the
-//!   read buffer, and one response being written; memory across connections is bounded by
-//!   `queued_max_request_bytes` (see [`frame`]), `max_connections` and
-//!   `max_connections_per_ip`;
+//! - memory per connection is bounded: at most [`PIPELINE_DEPTH`] decoded requests wait, at
+//!   most [`PIPELINE_DEPTH`] appended produces wait for their ISR (holding their outcomes, not
+//!   their records), the read buffer, and one response being written; memory across
+//!   connections is bounded by `queued_max_request_bytes` (see [`frame`]), `max_connections`
+//!   and `max_connections_per_ip`;
 //! - no connection is held forever by a client that does nothing: idle ones close after
 //!   `connections_max_idle_ms`, and a request must arrive, and its response be written, within
 //!   `socket_io_timeout_ms` (a client that pipelines without reading its responses stops
@@ -25,6 +31,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
+use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use tokio::io::AsyncWriteExt;
@@ -39,7 +47,8 @@ use crate::handlers;
 use crate::protocol::frame::{self, RequestBudget};
 use crate::protocol::{self, DecodeError, Request};
 
-/// Requests decoded ahead of the one being handled, per connection.
+/// Requests decoded ahead of the one being handled, and appended produces waiting for their
+/// ISR, per connection (each).
 const PIPELINE_DEPTH: usize = 8;
 
 /// Open connections per client address.
@@ -231,86 +240,184 @@ async fn connection(
         shutdown,
     ));
 
-    while let Some(item) = rx.recv().await {
-        let (out, budget_held) = match item {
-            Incoming::UnsupportedApiVersions(correlation_id) => {
-                let body = ResponseKind::ApiVersions(handlers::unsupported_version_response());
-                (
-                    protocol::encode_response(ApiKey::ApiVersions, 0, correlation_id, &body)?,
-                    None,
-                )
+    // Responses not yet written, oldest first; see the module's invariants.
+    let mut queue: FuturesOrdered<BoxFuture<'_, Result<Reply, ConnError>>> = FuturesOrdered::new();
+    let mut out = Writer {
+        writer: &mut writer,
+        broker,
+        activity: &activity,
+        io_timeout,
+    };
+    loop {
+        let item = tokio::select! {
+            biased;
+            Some(done) = queue.next(), if !queue.is_empty() => {
+                if !out.write(done?).await? {
+                    return Ok(());
+                }
+                continue;
             }
-            Incoming::Request(req, budget_held) => {
-                let api = req.api_key;
-                let version = req.header.request_api_version;
-                let correlation_id = req.header.correlation_id;
-                let span = tracing::debug_span!(
-                    "request",
-                    api = ?api,
-                    version,
-                    correlation_id,
-                    client_id = req.header.client_id.as_ref().map(|c| c.as_str()).unwrap_or(""),
-                );
-                let started = Instant::now();
-                let handled =
-                    AssertUnwindSafe(handlers::handle(broker, *req, &client_host).instrument(span))
-                        .catch_unwind()
-                        .await;
-                let response = match handled {
-                    Ok(r) => r,
-                    Err(_) => {
-                        // The panic hook counted and logged it; the client sees its connection
-                        // close, as for any request the broker cannot answer.
-                        broker.node.metrics.connection_closed_by_broker("panic");
-                        tracing::error!(
-                            ?api,
-                            version,
-                            correlation_id,
-                            "request handler panicked; closing its connection"
-                        );
-                        return Err(ConnError::Panicked(api));
-                    }
-                };
-                broker.node.metrics.request(
-                    crate::protocol::versions::name(api),
-                    started.elapsed().as_secs_f64(),
-                );
-                let Some(body) = response else {
-                    activity.answered();
-                    continue;
-                };
-                match protocol::encode_response(api, version, correlation_id, &body) {
-                    Ok(b) => (b, Some(budget_held)),
-                    Err(e) => {
-                        tracing::error!(?api, version, error = %e, "cannot encode response; closing connection");
-                        return Err(e.into());
-                    }
+            item = rx.recv(), if queue.len() < PIPELINE_DEPTH => item,
+        };
+        let Some(item) = item else { break };
+        let produce = matches!(&item, Incoming::Request(r, _) if r.api_key == ApiKey::Produce);
+        if produce && !queue.is_empty() {
+            broker.node.metrics.produce_pipelined();
+        }
+        if !produce {
+            // Only produces overlap: anything else is handled once every earlier request has
+            // been answered, as if the connection handled one request at a time.
+            while let Some(done) = queue.next().await {
+                if !out.write(done?).await? {
+                    return Ok(());
                 }
             }
-        };
-        broker
-            .node
-            .metrics
-            .sent(out.iter().map(|c| c.len() as u64).sum());
-        match tokio::time::timeout(io_timeout, write_chunks(&mut writer, out)).await {
-            Ok(Ok(())) => {}
-            // The client went away.
-            Ok(Err(_)) => return Ok(()),
-            Err(_) => {
-                broker
-                    .node
-                    .metrics
-                    .connection_closed_by_broker("write_timeout");
-                return Err(ConnError::WriteTimeout(io_timeout));
-            }
         }
-        drop(budget_held);
-        activity.answered();
+        match handle(broker, item, &client_host).await? {
+            Step::Reply(reply) if queue.is_empty() => {
+                if !out.write(reply).await? {
+                    return Ok(());
+                }
+            }
+            Step::Reply(reply) => queue.push_back(futures::future::ready(Ok(reply)).boxed()),
+            Step::Replicating(pending) => queue.push_back(pending),
+        }
+    }
+    while let Some(done) = queue.next().await {
+        if !out.write(done?).await? {
+            return Ok(());
+        }
     }
     writer.shutdown().await.ok();
     match reader_task.await {
         Ok(r) => r,
         Err(e) => Err(ConnError::Reader(e.to_string())),
+    }
+}
+
+/// A response ready to write: its encoded chunks (`None` when the request gets no answer) and
+/// the request budget it still holds, given back once written.
+struct Reply {
+    chunks: Option<Vec<bytes::Bytes>>,
+    budget: Option<OwnedSemaphorePermit>,
+}
+
+/// What handling one incoming request gave the processor.
+enum Step<'a> {
+    Reply(Reply),
+    /// An acks=all produce, appended: its response once the ISR holds the records.
+    Replicating(BoxFuture<'a, Result<Reply, ConnError>>),
+}
+
+/// Handles one request (stage one of a produce: its appends); the response, or for an acks=all
+/// produce the future of its response.
+async fn handle<'a>(
+    broker: &'a Arc<Broker>,
+    item: Incoming,
+    client_host: &str,
+) -> Result<Step<'a>, ConnError> {
+    let (req, budget) = match item {
+        Incoming::UnsupportedApiVersions(correlation_id) => {
+            let body = ResponseKind::ApiVersions(handlers::unsupported_version_response());
+            let chunks = protocol::encode_response(ApiKey::ApiVersions, 0, correlation_id, &body)?;
+            return Ok(Step::Reply(Reply {
+                chunks: Some(chunks),
+                budget: None,
+            }));
+        }
+        Incoming::Request(req, budget) => (req, budget),
+    };
+    let api = req.api_key;
+    let version = req.header.request_api_version;
+    let correlation_id = req.header.correlation_id;
+    let span = tracing::debug_span!(
+        "request",
+        api = ?api,
+        version,
+        correlation_id,
+        client_id = req.header.client_id.as_ref().map(|c| c.as_str()).unwrap_or(""),
+    );
+    let started = Instant::now();
+    let handled =
+        AssertUnwindSafe(handlers::handle(broker, *req, client_host).instrument(span.clone()))
+            .catch_unwind()
+            .await
+            .map_err(|_| panicked(broker, api, version, correlation_id))?;
+    let finish = move |body: Option<ResponseKind>, budget| {
+        broker.node.metrics.request(
+            crate::protocol::versions::name(api),
+            started.elapsed().as_secs_f64(),
+        );
+        let chunks = match body {
+            None => None,
+            Some(body) => Some(
+                protocol::encode_response(api, version, correlation_id, &body).inspect_err(
+                    |e| tracing::error!(?api, version, error = %e, "cannot encode response; closing connection"),
+                )?,
+            ),
+        };
+        Ok(Reply { chunks, budget })
+    };
+    match handled {
+        handlers::Handled::Now(body) => finish(body, Some(budget)).map(Step::Reply),
+        handlers::Handled::Replicating(appended) => {
+            // The request's bytes are in the log now: its share of the request budget goes
+            // back at once, so produces waiting for followers never hold the budget the
+            // followers' fetches need.
+            drop(budget);
+            Ok(Step::Replicating(
+                async move {
+                    let body = AssertUnwindSafe(appended.respond().instrument(span))
+                        .catch_unwind()
+                        .await
+                        .map_err(|_| panicked(broker, api, version, correlation_id))?;
+                    finish(Some(ResponseKind::Produce(body)), None)
+                }
+                .boxed(),
+            ))
+        }
+    }
+}
+
+/// A handler panicked: the panic hook counted and logged it; the client sees its connection
+/// close, as for any request the broker cannot answer.
+fn panicked(broker: &Broker, api: ApiKey, version: i16, correlation_id: i32) -> ConnError {
+    broker.node.metrics.connection_closed_by_broker("panic");
+    tracing::error!(
+        ?api,
+        version,
+        correlation_id,
+        "request handler panicked; closing its connection"
+    );
+    ConnError::Panicked(api)
+}
+
+/// The writing half of a connection.
+struct Writer<'a> {
+    writer: &'a mut tokio::net::tcp::OwnedWriteHalf,
+    broker: &'a Broker,
+    activity: &'a Activity,
+    io_timeout: Duration,
+}
+
+impl Writer<'_> {
+    /// Writes one response; `false` when the client went away.
+    async fn write(&mut self, reply: Reply) -> Result<bool, ConnError> {
+        if let Some(chunks) = reply.chunks {
+            let metrics = &self.broker.node.metrics;
+            metrics.sent(chunks.iter().map(|c| c.len() as u64).sum());
+            match tokio::time::timeout(self.io_timeout, write_chunks(self.writer, chunks)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Ok(false),
+                Err(_) => {
+                    metrics.connection_closed_by_broker("write_timeout");
+                    return Err(ConnError::WriteTimeout(self.io_timeout));
+                }
+            }
+        }
+        drop(reply.budget);
+        self.activity.answered();
+        Ok(true)
     }
 }
 

@@ -254,6 +254,13 @@ impl KafkaConn {
         partition: i32,
         timestamp: i64,
     ) -> Result<(i16, i64, i64)> {
+        let id = self.send_list_offset(topic, partition, timestamp)?;
+        self.list_offset_answer(id)
+    }
+
+    /// Sends a ListOffsets request for one partition without waiting; its answer comes with
+    /// [`KafkaConn::list_offset_answer`], after those of the requests sent before it.
+    pub fn send_list_offset(&mut self, topic: &str, partition: i32, timestamp: i64) -> Result<i32> {
         let req = ListOffsetsRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_topics(vec![ListOffsetsTopic::default()
@@ -261,7 +268,13 @@ impl KafkaConn {
                 .with_partitions(vec![ListOffsetsPartition::default()
                     .with_partition_index(partition)
                     .with_timestamp(timestamp)])]);
-        let resp = self.request(LIST_OFFSETS_VERSION, &req)?;
+        self.send_request(LIST_OFFSETS_VERSION, &req)
+    }
+
+    /// The (error code, offset, timestamp) answer to [`KafkaConn::send_list_offset`].
+    pub fn list_offset_answer(&mut self, correlation_id: i32) -> Result<(i16, i64, i64)> {
+        let resp =
+            self.recv_response::<ListOffsetsRequest>(LIST_OFFSETS_VERSION, correlation_id)?;
         let p = resp
             .topics
             .into_iter()

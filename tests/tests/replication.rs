@@ -9,12 +9,15 @@ use kafka_protocol::records::Compression;
 use rdkafka::admin::TopicReplication;
 use rdkafka::Offset;
 use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
+use strata_tests::raw::decode_records;
 use strata_tests::{
     block_on, encode_batch, now_ms, unique_topic, wait_for, wait_for_some, Cluster, KafkaConn,
     RawRecord, TrackingProducer,
 };
 
 const NOT_ENOUGH_REPLICAS: i16 = 19;
+const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
+const REQUEST_TIMED_OUT: i16 = 7;
 
 #[test]
 fn acks_all_records_survive_the_leader_being_killed_and_every_replica_converges() {
@@ -419,4 +422,125 @@ fn the_group_coordinator_moves_with_its_offsets_partition_and_keeps_every_acknow
     cluster.wait_topic_healthy("__consumer_offsets");
     assert_eq!(find_coordinator(&mut cluster, old, &group, None), new);
     assert_eq!(committed_total(&mut cluster, &group, &topic, 3), Some(900));
+}
+
+#[test]
+fn pipelined_acks_all_produces_on_one_connection_are_appended_and_answered_in_order() {
+    let mut cluster = Cluster::start(3, 3, FAST);
+    cluster.wait_controller();
+    let topic = unique_topic("pipelined");
+    const PARTITIONS: i32 = 8;
+    let on_node_1: Vec<&[i32]> = vec![&[1, 2, 3]; PARTITIONS as usize];
+    cluster.create_replicated_topic(
+        &topic,
+        PARTITIONS,
+        TopicReplication::Variable(&on_node_1),
+        &[("min.insync.replicas", "2")],
+    );
+    let addr = cluster.node(1).kafka_addr.clone();
+    let mut conn = KafkaConn::connect(&addr).unwrap();
+    let batch = |key: String| {
+        encode_batch(
+            &[RawRecord::new(key, "v", now_ms())],
+            Compression::None,
+            None,
+        )
+    };
+    // The leader may still be opening the partitions it was just given.
+    for p in 0..PARTITIONS {
+        wait_for("node 1 to take writes", CLUSTER_TIMEOUT, || {
+            conn.produce(&topic, p, batch(format!("warm-{p}")))
+                .expect("produce")
+                .error_code
+                == 0
+        });
+    }
+    let pipelined_before = cluster.node(1).metric("strata_produce_pipelined_total");
+
+    // One partition per request, as librdkafka sends them, all in flight on one connection,
+    // with a ListOffsets in the middle: it must see every record sent before it.
+    enum Sent {
+        Produce(i32, i32, String),
+        ListOffsets(i32, i64),
+    }
+    let mut sent = Vec::new();
+    let mut per_partition = vec![1i64; PARTITIONS as usize];
+    for i in 0..48 {
+        let p = i % PARTITIONS;
+        if i == 24 {
+            let id = conn.send_list_offset(&topic, 3, -1).unwrap();
+            sent.push(Sent::ListOffsets(id, per_partition[3]));
+        }
+        let key = format!("r{i}");
+        let req = KafkaConn::produce_request(&topic, p, batch(key.clone()), 10_000);
+        sent.push(Sent::Produce(conn.send_produce(&req).unwrap(), p, key));
+        per_partition[p as usize] += 1;
+    }
+    // Answers come in the order sent (recv checks each correlation id), and each partition's
+    // offsets in the order its requests were sent.
+    let mut next = vec![1i64; PARTITIONS as usize];
+    let mut keys = BTreeMap::new();
+    for s in sent {
+        match s {
+            Sent::Produce(id, p, key) => {
+                let a = conn.produce_answer(id, &topic, p).unwrap();
+                assert_eq!(a.error_code, 0, "{key}: {:?}", a.error_message);
+                assert_eq!(a.base_offset, next[p as usize], "{key} out of order");
+                next[p as usize] += 1;
+                keys.insert((p, a.base_offset), key);
+            }
+            Sent::ListOffsets(id, expected) => {
+                let (code, end, _) = conn.list_offset_answer(id).unwrap();
+                assert_eq!((code, end), (0, expected));
+            }
+        }
+    }
+    assert!(
+        cluster.node(1).metric("strata_produce_pipelined_total") > pipelined_before,
+        "no produce was appended while an earlier one waited for its ISR"
+    );
+    // Every record is where its answer said.
+    for p in 0..PARTITIONS {
+        let resp = conn.fetch(&topic, p, 0, 100).unwrap();
+        let records = resp.responses[0].partitions[0]
+            .records
+            .clone()
+            .expect("records");
+        let got: BTreeMap<i64, String> = decode_records(records)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.offset, String::from_utf8(r.key.unwrap()).unwrap()))
+            .collect();
+        for ((_, offset), key) in keys.range((p, 0)..(p + 1, 0)) {
+            assert_eq!(got.get(offset), Some(key), "{topic}-{p} offset {offset}");
+        }
+    }
+
+    // Both followers die: pipelined acks=all produces fail as the ISR says (timed out while
+    // the dead replicas are still in it, refused once it shrinks), still answered in order on
+    // the same connection.
+    cluster.node(2).kill9();
+    cluster.node(3).kill9();
+    let ids: Vec<_> = (0..PARTITIONS)
+        .map(|p| {
+            let req = KafkaConn::produce_request(&topic, p, batch(format!("late-{p}")), 1_000);
+            (conn.send_produce(&req).unwrap(), p)
+        })
+        .collect();
+    for (id, p) in ids {
+        let a = conn.produce_answer(id, &topic, p).unwrap();
+        assert!(
+            [
+                REQUEST_TIMED_OUT,
+                NOT_ENOUGH_REPLICAS,
+                NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            ]
+            .contains(&a.error_code),
+            "{topic}-{p}: {} {:?}",
+            a.error_code,
+            a.error_message
+        );
+    }
+    let (code, _, _) = conn.list_offset(&topic, 0, -1).unwrap();
+    assert_eq!(code, 0, "the connection still serves");
 }

@@ -42,14 +42,33 @@ use crate::broker::Broker;
 use crate::protocol::Request;
 
 pub use api_versions::unsupported_version_response;
+pub use produce::Appended;
 
-/// Handles one request. `None` means no response is sent (Produce with acks=0).
-pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Option<ResponseKind> {
+/// What handling a request gave.
+pub enum Handled {
+    /// The response; `None` when none is sent (Produce with acks=0).
+    Now(Option<ResponseKind>),
+    /// A produce appended with acks=all: its response once the ISR holds the records
+    /// ([`Appended::respond`]). The connection may handle its next produce meanwhile (see
+    /// `server.rs`).
+    Replicating(Appended),
+}
+
+/// Handles one request.
+pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Handled {
     let v = req.header.request_api_version;
-    Some(match req.body {
+    Handled::Now(Some(match req.body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, v)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(broker, r, v).await),
-        RequestKind::Produce(r) => ResponseKind::Produce(produce::handle(broker, r, v).await?),
+        RequestKind::Produce(r) => {
+            return match produce::append(broker, r, v).await {
+                None => Handled::Now(None),
+                Some(appended) if appended.waits() => Handled::Replicating(appended),
+                Some(appended) => {
+                    Handled::Now(Some(ResponseKind::Produce(appended.respond().await)))
+                }
+            }
+        }
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(broker, r, v).await),
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, r, v).await)
@@ -132,8 +151,8 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Op
             list_partition_reassignments::handle(broker, r),
         ),
         // The protocol layer only lets through the APIs listed in `protocol::versions`.
-        _ => return None,
-    })
+        _ => return Handled::Now(None),
+    }))
 }
 
 fn str_bytes(s: impl Into<String>) -> StrBytes {

@@ -5,22 +5,38 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 
+use kafka_protocol::messages::TopicName;
+
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
+use crate::log::AppendInfo;
+use crate::partition::{Committing, Partition};
 
-/// Appends each partition's batches. With acks=0 the client expects no response at all.
-///
-/// A partition refused because this broker does not lead it (any more) carries the current
-/// leader and epoch, and the response the leaders' addresses (KIP-951, v10+): the client
-/// redirects at once instead of waiting for a metadata refresh, which is what a leadership
-/// move (a reassignment, a balance, a failover) otherwise costs every producer.
-pub async fn handle(
-    broker: &Arc<Broker>,
-    req: ProduceRequest,
+/// A produce request after its appends: each partition's outcome, or (acks=all) what it still
+/// waits for. [`Appended::respond`] waits and builds the response.
+pub struct Appended {
+    broker: Arc<Broker>,
     version: i16,
-) -> Option<ProduceResponse> {
-    let mut leaders_named: Vec<u64> = Vec::new();
+    timeout: std::time::Duration,
+    topics: Vec<TopicOutcomes>,
+}
+
+/// One topic of a request: its name as sent and as a string, and each partition's outcome.
+type TopicOutcomes = (TopicName, String, Vec<(i32, Outcome)>);
+
+enum Outcome {
+    Done(Result<AppendInfo, ApiError>),
+    Replicating(Arc<Partition>, Committing),
+}
+
+/// The first stage of a produce: appends each partition's batches, in request order. `None`
+/// for acks=0, whose client expects no response at all.
+///
+/// The second stage ([`Appended::respond`]) may run while later requests of the same
+/// connection are appended (`server.rs`): the order of appends is the order of requests, and
+/// responses are still written in that order.
+pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Option<Appended> {
     let acks = req.acks;
     let timeout = std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
     let mut topics = Vec::with_capacity(req.topic_data.len());
@@ -51,35 +67,108 @@ pub async fn handle(
                 Err(e) => Err(e),
             }
         };
-        topics.push((topic.name, name, info, topic.partition_data));
+        // Every partition is appended before any waits for its ISR: the acks=all waits of a
+        // request overlap, so it waits one replication round, not one per partition.
+        let outcomes = (topic.partition_data.iter())
+            .map(|p| {
+                let outcome = match &info {
+                    Err(e) => Outcome::Done(Err(e.clone())),
+                    Ok(()) => append_partition(broker, &name, p.index, p.records.as_ref(), acks),
+                };
+                (p.index, outcome)
+            })
+            .collect();
+        topics.push((topic.name, name, outcomes));
     }
-    // Every partition is appended before any waits for its ISR (each future appends at its
-    // first poll, in request order, then waits): the acks=all waits overlap, so a request
-    // naming N partitions waits one replication round, not N in a row.
-    let results = futures::future::join_all(topics.iter().flat_map(|(_, name, info, parts)| {
-        parts.iter().map(move |p| async move {
-            match info {
-                Err(e) => Err(e.clone()),
-                Ok(()) => append(broker, name, p.index, p.records.as_ref(), acks, timeout).await,
+    (acks != 0).then(|| Appended {
+        broker: broker.clone(),
+        version,
+        timeout,
+        topics,
+    })
+}
+
+/// Appends one partition's batches: the outcome, or for acks=all what to wait for.
+fn append_partition(
+    broker: &Broker,
+    name: &str,
+    partition: i32,
+    records: Option<&bytes::Bytes>,
+    acks: i16,
+) -> Outcome {
+    let appended = (|| {
+        let p = broker.node.leader_partition(name, partition, -1)?;
+        let records =
+            records.ok_or_else(|| ApiError::new(ErrorCode::InvalidRecord, "null records"))?;
+        let (info, committing) = p.produce_append(records, acks, |info| {
+            if !info.duplicate {
+                broker.node.metrics.produced(name, info.records, info.bytes);
             }
-        })
-    }))
-    .await;
-    let mut results = results.into_iter();
-    let mut responses = Vec::with_capacity(topics.len());
-    for (topic_name, name, _, parts) in topics {
-        let mut partitions = Vec::with_capacity(parts.len());
-        for p in parts {
-            let result = results.next().expect("one result per partition");
-            let resp = PartitionProduceResponse::default().with_index(p.index);
-            partitions.push(match result {
+        })?;
+        Ok((p, info, committing))
+    })();
+    match appended {
+        Ok((p, _, Some(c))) => Outcome::Replicating(p, c),
+        Ok((_, info, None)) => Outcome::Done(Ok(info)),
+        Err(e) => Outcome::Done(Err(e)),
+    }
+}
+
+impl Appended {
+    /// Whether the response waits for replication (an acks=all append to some partition).
+    pub fn waits(&self) -> bool {
+        (self.topics.iter())
+            .flat_map(|(_, _, outcomes)| outcomes)
+            .any(|(_, o)| matches!(o, Outcome::Replicating(..)))
+    }
+
+    /// The second stage: waits for the ISR where acks=all asked, then the response.
+    ///
+    /// A partition refused because this broker does not lead it (any more) carries the
+    /// current leader and epoch, and the response the leaders' addresses (KIP-951, v10+): the
+    /// client redirects at once instead of waiting for a metadata refresh, which is what a
+    /// leadership move (a reassignment, a balance, a failover) otherwise costs every producer.
+    pub async fn respond(self) -> ProduceResponse {
+        let Appended {
+            broker,
+            version,
+            timeout,
+            topics,
+        } = self;
+        let mut shape = Vec::with_capacity(topics.len());
+        let mut waits = Vec::new();
+        for (topic_name, name, outcomes) in topics {
+            let mut indexes = Vec::with_capacity(outcomes.len());
+            for (index, outcome) in outcomes {
+                indexes.push(index);
+                waits.push(async move {
+                    match outcome {
+                        Outcome::Done(r) => r,
+                        Outcome::Replicating(p, c) => p.committed(c, timeout).await,
+                    }
+                });
+            }
+            shape.push((topic_name, name, indexes));
+        }
+        let mut results = futures::future::join_all(waits).await.into_iter();
+        let mut leaders_named: Vec<u64> = Vec::new();
+        let mut responses = Vec::with_capacity(shape.len());
+        for (topic_name, name, indexes) in shape {
+            let mut partitions = Vec::with_capacity(indexes.len());
+            for index in indexes {
+                let result = results
+                    .next()
+                    .expect("one result per partition")
+                    .map(|info| (info.base_offset, info.log_append_time, info.log_start));
+                let resp = PartitionProduceResponse::default().with_index(index);
+                partitions.push(match result {
                 Ok((base_offset, log_append_time, log_start)) => resp
                     .with_base_offset(base_offset)
                     .with_log_append_time_ms(log_append_time)
                     .with_log_start_offset(log_start),
                 Err(e) => {
                     broker.node.metrics.produce_error(e.code);
-                    tracing::debug!(topic = %name, partition = p.index, error = %e, "produce refused");
+                    tracing::debug!(topic = %name, partition = index, error = %e, "produce refused");
                     let moved = matches!(
                         e.code,
                         ErrorCode::NotLeaderOrFollower | ErrorCode::FencedLeaderEpoch
@@ -90,7 +179,7 @@ pub async fn handle(
                         .with_log_append_time_ms(-1)
                         .with_log_start_offset(-1)
                         .with_error_message(Some(str_bytes(e.message)));
-                    match broker.node.metadata.state().partition(&name, p.index) {
+                    match broker.node.metadata.state().partition(&name, index) {
                         Some(info) if moved && version >= 10 => {
                             if let Some(l) = info.leader {
                                 if !leaders_named.contains(&l) {
@@ -107,53 +196,28 @@ pub async fn handle(
                     }
                 }
             });
+            }
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(topic_name)
+                    .with_partition_responses(partitions),
+            );
         }
-        responses.push(
-            TopicProduceResponse::default()
-                .with_name(topic_name)
-                .with_partition_responses(partitions),
-        );
-    }
-    if acks == 0 {
-        return None;
-    }
-    let state = broker.node.metadata.state();
-    let node_endpoints = leaders_named
-        .iter()
-        .filter_map(|id| state.brokers.get(id))
-        .filter(|b| !b.fenced)
-        .map(|b| {
-            NodeEndpoint::default()
-                .with_node_id(BrokerId(b.node_id as i32))
-                .with_host(str_bytes(b.host.clone()))
-                .with_port(i32::from(b.port))
-                .with_rack(b.rack.clone().map(str_bytes))
-        })
-        .collect();
-    Some(
+        let state = broker.node.metadata.state();
+        let node_endpoints = leaders_named
+            .iter()
+            .filter_map(|id| state.brokers.get(id))
+            .filter(|b| !b.fenced)
+            .map(|b| {
+                NodeEndpoint::default()
+                    .with_node_id(BrokerId(b.node_id as i32))
+                    .with_host(str_bytes(b.host.clone()))
+                    .with_port(i32::from(b.port))
+                    .with_rack(b.rack.clone().map(str_bytes))
+            })
+            .collect();
         ProduceResponse::default()
             .with_responses(responses)
-            .with_node_endpoints(node_endpoints),
-    )
-}
-
-/// Appends one partition's batches; with acks=all, waits until the ISR holds them.
-async fn append(
-    broker: &Broker,
-    name: &str,
-    partition: i32,
-    records: Option<&bytes::Bytes>,
-    acks: i16,
-    timeout: std::time::Duration,
-) -> Result<(i64, i64, i64), ApiError> {
-    let p = broker.node.leader_partition(name, partition, -1)?;
-    let records = records.ok_or_else(|| ApiError::new(ErrorCode::InvalidRecord, "null records"))?;
-    let info = p
-        .produce(records, acks, timeout, |info| {
-            if !info.duplicate {
-                broker.node.metrics.produced(name, info.records, info.bytes);
-            }
-        })
-        .await?;
-    Ok((info.base_offset, info.log_append_time, info.log_start))
+            .with_node_endpoints(node_endpoints)
+    }
 }

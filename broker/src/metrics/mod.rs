@@ -213,6 +213,7 @@ pub struct Metrics {
     closed_connections: Family<ReasonLabels, Counter>,
     request_queue_bytes: Gauge,
     request_budget_waits: Counter,
+    produce_pipelined: Counter,
     panics: Counter,
     bad_requests: Family<ErrorLabels, Counter>,
     produced_records: Family<TopicLabels, Counter<u64, AtomicU64>>,
@@ -246,6 +247,7 @@ impl Metrics {
             closed_connections: Family::default(),
             request_queue_bytes: Gauge::default(),
             request_budget_waits: Counter::default(),
+            produce_pipelined: Counter::default(),
             panics: Counter::default(),
             bad_requests: Family::default(),
             produced_records: Family::default(),
@@ -318,6 +320,11 @@ impl Metrics {
             "request_budget_waits",
             "Requests whose reading paused because queued_max_request_bytes was reached",
             m.request_budget_waits.clone(),
+        );
+        registry.register(
+            "produce_pipelined",
+            "Produce requests appended while an earlier acks=all produce of the same connection still waited for its ISR",
+            m.produce_pipelined.clone(),
         );
         registry.register(
             "panics",
@@ -429,6 +436,10 @@ impl Metrics {
 
     pub fn request_waited_for_budget(&self) {
         self.request_budget_waits.inc();
+    }
+
+    pub fn produce_pipelined(&self) {
+        self.produce_pipelined.inc();
     }
 
     /// The counter a panic hook increments (see `serve::count_panics`).

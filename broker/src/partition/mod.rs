@@ -49,7 +49,7 @@ use crate::log::config::LogConfig;
 use crate::log::{AppendInfo, Log, LogError};
 pub use activity::{Activity, Sweep};
 pub use registry::{Hosted, Partitions};
-pub use replica::Role;
+pub use replica::{Committing, Role};
 pub use tiers::{Read, RemoteLog, RemoteProducers, TierStats, TimeLookup};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -25,20 +25,27 @@ pub enum Role {
     Offline,
 }
 
+/// An acks=all produce appended and not yet acknowledged: what [`Partition::committed`] waits
+/// for.
+pub struct Committing {
+    info: AppendInfo,
+    leader_epoch: i32,
+    min_isr: usize,
+}
+
 impl Partition {
-    /// A produce to this partition as its leader, with Kafka's `acks`: for acks=all, refuses
-    /// while the ISR is smaller than `min.insync.replicas`, and after the append (validating
-    /// the batches, see [`Partition::append`]; `appended` sees what was written) waits up to
-    /// `timeout` until the ISR holds the records.
-    pub async fn produce(
+    /// The first half of a produce to this partition as its leader, with Kafka's `acks`: for
+    /// acks=all, refuses while the ISR is smaller than `min.insync.replicas`; appends (validating
+    /// the batches, see [`Partition::append`]; `appended` sees what was written). Returns the
+    /// append, and for acks=all what [`Partition::committed`] must wait for before answering.
+    pub fn produce_append(
         &self,
         records: &Bytes,
         acks: i16,
-        timeout: Duration,
         appended: impl FnOnce(&AppendInfo),
-    ) -> Result<AppendInfo, ApiError> {
+    ) -> Result<(AppendInfo, Option<Committing>), ApiError> {
         let tp = &self.tp;
-        let epoch = self.current_leader_epoch();
+        let leader_epoch = self.current_leader_epoch();
         let min_isr = self.min_insync_replicas();
         if acks == -1 {
             let isr = self.isr_len().unwrap_or(0);
@@ -54,30 +61,44 @@ impl Partition {
         }
         let info = self.append(records)?;
         appended(&info);
-        if acks == -1 {
-            self.wait_committed(info.last_offset, epoch, timeout)
-                .await
-                .map_err(|code| {
-                    ApiError::new(
-                        code,
-                        format!(
-                            "{}-{}: offset {} not replicated to the ISR in time",
-                            tp.topic, tp.partition, info.last_offset
-                        ),
-                    )
-                })?;
-            let isr = self.isr_len().unwrap_or(0);
-            if isr < min_isr {
-                return Err(ApiError::new(
-                    ErrorCode::NotEnoughReplicasAfterAppend,
+        let committing = (acks == -1).then_some(Committing {
+            info,
+            leader_epoch,
+            min_isr,
+        });
+        Ok((info, committing))
+    }
+
+    /// The second half of an acks=all produce: waits up to `timeout` until the ISR holds the
+    /// records, and checks the ISR still meets `min.insync.replicas`.
+    pub async fn committed(
+        &self,
+        c: Committing,
+        timeout: Duration,
+    ) -> Result<AppendInfo, ApiError> {
+        let tp = &self.tp;
+        self.wait_committed(c.info.last_offset, c.leader_epoch, timeout)
+            .await
+            .map_err(|code| {
+                ApiError::new(
+                    code,
                     format!(
-                        "{}-{}: the ISR shrank to {isr} below min.insync.replicas {min_isr}",
-                        tp.topic, tp.partition
+                        "{}-{}: offset {} not replicated to the ISR in time",
+                        tp.topic, tp.partition, c.info.last_offset
                     ),
-                ));
-            }
+                )
+            })?;
+        let isr = self.isr_len().unwrap_or(0);
+        if isr < c.min_isr {
+            return Err(ApiError::new(
+                ErrorCode::NotEnoughReplicasAfterAppend,
+                format!(
+                    "{}-{}: the ISR shrank to {isr} below min.insync.replicas {}",
+                    tp.topic, tp.partition, c.min_isr
+                ),
+            ));
         }
-        Ok(info)
+        Ok(c.info)
     }
 
     fn role(&self) -> std::sync::MutexGuard<'_, Role> {
