@@ -39,6 +39,8 @@ use prometheus_client::metrics::gauge::Gauge;
 
 use crate::error::ErrorCode;
 use crate::node::Node;
+use crate::partition::{ChangeSet, Hosted};
+use strata_metadata::ClusterState;
 
 /// Epoch of a full fetch that asks for a new session.
 pub const INITIAL_EPOCH: i32 = 0;
@@ -142,6 +144,39 @@ pub struct Session {
     /// A follower's session: when a fetch last reported every partition's position to the
     /// leader's bookkeeping (see `handlers/fetch.rs`).
     reported_all_at: Option<Instant>,
+    /// Partitions were added or forgotten since the last [`Session::visit`]: places moved.
+    reshaped: bool,
+    /// What the last fetch read against, and the set its partitions mark when they change.
+    watch: Option<(View, Arc<ChangeSet>)>,
+}
+
+/// The metadata and hosted partitions a fetch resolved its partitions in. While both stay the
+/// same, a partition of a session can only change by waking (see [`ChangeSet`]).
+pub struct View {
+    pub state: Arc<ClusterState>,
+    pub hosted: Arc<Hosted>,
+}
+
+impl View {
+    fn same(&self, other: &View) -> bool {
+        Arc::ptr_eq(&self.state, &other.state) && Arc::ptr_eq(&self.hosted, &other.hosted)
+    }
+}
+
+impl std::fmt::Debug for View {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("View")
+    }
+}
+
+/// What one fetch of a session reads.
+pub struct Visit {
+    /// Places in the session, in fetch order.
+    pub places: Vec<usize>,
+    /// Whether that is every place; the fetch then subscribes each partition to `changes`
+    /// ([`crate::partition::Partition::subscribe`]) under its place.
+    pub all: bool,
+    pub changes: Arc<ChangeSet>,
 }
 
 impl Session {
@@ -161,13 +196,75 @@ impl Session {
         due
     }
 
-    /// The partitions in the order this fetch reads them.
-    pub fn in_fetch_order(&self) -> impl Iterator<Item = (&(TopicKey, i32), &Cached)> {
+    /// The places a fetch reads, in fetch order: every partition when `all` is asked, when the
+    /// session's partitions were added or forgotten, or when `view` is not what the last fetch
+    /// resolved in (a leadership moved, a partition was opened or deleted); else only those
+    /// marked changed since the last fetch and those the request `named`.
+    pub fn visit(&mut self, view: View, named: &[usize], all: bool) -> Visit {
         let n = self.partitions.len();
-        let start = if n == 0 { 0 } else { self.start % n };
-        (start..n)
-            .chain(0..start)
-            .filter_map(|i| self.partitions.get_index(i))
+        let changes = match &self.watch {
+            Some((_, set)) if !self.reshaped => set.clone(),
+            _ => ChangeSet::new(n),
+        };
+        let all = all
+            || self.reshaped
+            || self
+                .watch
+                .as_ref()
+                .is_none_or(|(seen, _)| !seen.same(&view));
+        self.reshaped = false;
+        self.watch = Some((view, changes.clone()));
+        let places = if all {
+            // Everything is read now: what was marked before is in this read.
+            changes.take();
+            let start = if n == 0 { 0 } else { self.start % n };
+            (start..n).chain(0..start).collect()
+        } else {
+            let mut places = changes.take();
+            places.extend(named.iter().copied().filter(|&p| p < n));
+            self.in_fetch_order(places)
+        };
+        Visit {
+            places,
+            all,
+            changes,
+        }
+    }
+
+    /// Places marked in `changes` since the visit that returned it, added to `places` in fetch
+    /// order; `false` when the session has another set since (the fetch answers with what it
+    /// has).
+    pub fn visit_more(&self, changes: &Arc<ChangeSet>, places: &mut Vec<usize>) -> bool {
+        if !matches!(&self.watch, Some((_, set)) if Arc::ptr_eq(set, changes)) || self.reshaped {
+            return false;
+        }
+        let n = self.partitions.len();
+        let more = changes.take();
+        let mut all = std::mem::take(places);
+        all.extend(more.into_iter().filter(|&p| p < n));
+        *places = self.in_fetch_order(all);
+        true
+    }
+
+    /// `places`, without repeats, in the order this session reads its partitions: from
+    /// `start` round to it.
+    fn in_fetch_order(&self, places: impl IntoIterator<Item = usize>) -> Vec<usize> {
+        let n = self.partitions.len().max(1);
+        let start = self.start % n;
+        let mut places: Vec<usize> = places.into_iter().collect();
+        places.sort_unstable_by_key(|&p| (p + n - start) % n);
+        places.dedup();
+        places
+    }
+
+    /// The place of a partition in the session.
+    pub fn place_of(&self, key: &(TopicKey, i32)) -> Option<usize> {
+        self.partitions.get_index_of(key)
+    }
+
+    /// The partition at `place`, and what the session holds of it.
+    pub fn at(&self, place: usize) -> Option<(&(TopicKey, i32), &Cached)> {
+        self.partitions.get_index(place)
     }
 
     /// Records what the client was told of each partition in the response.
@@ -192,7 +289,7 @@ impl Session {
         for t in &req.forgotten_topics_data {
             let topic = TopicKey::of(version, &t.topic, t.topic_id);
             for p in &t.partitions {
-                self.partitions.swap_remove(&(topic.clone(), *p));
+                self.reshaped |= self.partitions.swap_remove(&(topic.clone(), *p)).is_some();
             }
         }
         for t in &req.topics {
@@ -211,6 +308,7 @@ impl Session {
                     }
                     None => {
                         self.partitions.insert((topic.clone(), p.partition), asked);
+                        self.reshaped = true;
                     }
                 }
             }
@@ -394,6 +492,8 @@ impl FetchSessions {
             partitions,
             start: 0,
             reported_all_at: None,
+            reshaped: false,
+            watch: None,
         };
         sessions.insert(
             id,
@@ -525,6 +625,74 @@ mod tests {
             Ok(_) => panic!("not incremental"),
             Err(e) => panic!("refused: {e:?}"),
         }
+    }
+
+    fn view(state: &Arc<ClusterState>, hosted: &Arc<Hosted>) -> View {
+        View {
+            state: state.clone(),
+            hosted: hosted.clone(),
+        }
+    }
+
+    #[test]
+    fn a_visit_reads_what_changed_and_everything_when_places_or_metadata_moved() {
+        let c = FetchSessions::new(10);
+        let id = c.create(true, V, parts(6), Instant::now());
+        let (state, hosted) = (
+            Arc::new(ClusterState::default()),
+            Arc::new(Hosted::default()),
+        );
+        let s = incremental(&c, &fetch(id, 1));
+        let mut s = s.lock().unwrap();
+        // The first incremental fetch reads everything and subscribes it.
+        let v = s.visit(view(&state, &hosted), &[], false);
+        assert!(v.all);
+        assert_eq!(v.places, vec![0, 1, 2, 3, 4, 5]);
+        // Then only what was marked and what the request names, in fetch order, once each.
+        v.changes.mark(4);
+        v.changes.mark(1);
+        v.changes.mark(4);
+        let v = s.visit(view(&state, &hosted), &[3, 1], false);
+        assert!(!v.all);
+        assert_eq!(v.places, vec![1, 3, 4]);
+        let v2 = s.visit(view(&state, &hosted), &[], false);
+        assert!(v2.places.is_empty(), "marks are taken once");
+        assert!(Arc::ptr_eq(&v.changes, &v2.changes));
+        // A mark while the fetch waits is added to what it reads.
+        let mut places = v2.places;
+        v2.changes.mark(5);
+        assert!(s.visit_more(&v2.changes, &mut places));
+        assert_eq!(places, vec![5]);
+        // The rotation of the fetch order applies to a visit too.
+        s.start = 3;
+        v2.changes.mark(0);
+        v2.changes.mark(4);
+        assert_eq!(
+            s.visit(view(&state, &hosted), &[], false).places,
+            vec![4, 0]
+        );
+        s.start = 0;
+        // New metadata: everything once, with the same set.
+        let state2 = Arc::new(ClusterState::default());
+        let v3 = s.visit(view(&state2, &hosted), &[], false);
+        assert!(v3.all && v3.places.len() == 6);
+        assert!(Arc::ptr_eq(&v3.changes, &v2.changes));
+        assert!(!s.visit(view(&state2, &hosted), &[], false).all);
+        // Asked for (a follower's periodic report): everything.
+        assert!(s.visit(view(&state2, &hosted), &[], true).all);
+        // A partition forgotten: places moved, so a new set and everything once; the old set
+        // is no longer the session's, and a fetch waiting on it answers with what it has.
+        s.update(&forgetting(fetch(id, 2), "t", 2), V);
+        let v4 = s.visit(view(&state2, &hosted), &[], false);
+        assert!(v4.all && v4.places.len() == 5);
+        assert!(!Arc::ptr_eq(&v4.changes, &v3.changes));
+        assert!(!s.visit_more(&v3.changes, &mut Vec::new()));
+        // A place out of range (from a set made for more places) is never read.
+        v4.changes.mark(5);
+        assert!(s
+            .visit(view(&state2, &hosted), &[7], false)
+            .places
+            .is_empty());
     }
 
     #[test]
@@ -702,7 +870,9 @@ mod tests {
         );
         assert_eq!(s.partitions[&k1].high_watermark, 5);
         // The next fetch starts after the partition that returned records.
-        let order: Vec<i32> = s.in_fetch_order().map(|(k, _)| k.1).collect();
+        let order: Vec<i32> = (s.in_fetch_order(0..4).into_iter())
+            .map(|p| s.at(p).unwrap().0 .1)
+            .collect();
         assert_eq!(order, vec![2, 3, 0, 1]);
         // An error is remembered as high watermark -1: sent again once it clears.
         s.answered(

@@ -10,8 +10,7 @@
 //! allocation, no map lookup), and waiters are registered only by a fetch about to wait, at
 //! most once per partition.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
@@ -23,7 +22,7 @@ use tokio::sync::Notify;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
-use crate::fetch_session::{Answer, Cached, Context, TopicKey};
+use crate::fetch_session::{Answer, Cached, Context, Session, TopicKey, View, Visit};
 use crate::partition::{Hosted, Offsets, Partition, Read};
 
 /// The partitions of one topic a fetch reads.
@@ -42,6 +41,8 @@ struct WantedPartition {
     /// Named by this request (every partition of a full fetch; in an incremental fetch, those
     /// whose position or size changed).
     named: bool,
+    /// Its place in the fetch's session (incremental fetches).
+    place: Option<usize>,
     partition: Option<Arc<Partition>>,
     error: Option<ApiError>,
 }
@@ -62,7 +63,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
                 .with_session_id(0)
         }
     };
-    let wanted = wanted(broker, &req, version, &context);
+    let resolver = Resolver::new(broker);
     // A follower's incremental fetch reports to the leader's bookkeeping only the partitions
     // it names (their position moved); the others' positions are as reported before, and are
     // reported again once per quarter `replica_lag_time_max_ms`, so that a caught-up follower
@@ -75,6 +76,16 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
             s.report_all_due(Instant::now(), every)
         }
         _ => true,
+    };
+    // An incremental fetch reads the partitions of its session that changed since the last
+    // one (and those it names), and waits on one change set for all of them.
+    let mut visit = match &context {
+        Context::Incremental(s) => Some(visit(&resolver, &req, version, s, report_all)),
+        _ => None,
+    };
+    let mut wanted = match (&context, &visit) {
+        (Context::Incremental(s), Some(v)) => session_wanted(&resolver, s, v),
+        _ => full_wanted(&resolver, &req, version),
     };
 
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
@@ -95,6 +106,23 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         first = false;
         if reply.bytes >= min_bytes || reply.errors || Instant::now() >= deadline {
             break reply;
+        }
+        if let (Some(v), Context::Incremental(s)) = (&mut visit, &context) {
+            if tokio::time::timeout_at(deadline.into(), v.visit.changes.changed())
+                .await
+                .is_err()
+            {
+                break read_all(broker, &wanted, max_bytes, replica, incremental, None).await;
+            }
+            let more = s
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .visit_more(&v.visit.changes, &mut v.visit.places);
+            if !more {
+                break read_all(broker, &wanted, max_bytes, replica, incremental, None).await;
+            }
+            wanted = session_wanted(&resolver, s, v);
+            continue;
         }
         if !watching {
             // Only a fetch about to wait registers, and then reads once more, so an append
@@ -118,63 +146,103 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         // The partition that woke us dropped its registration; the others keep theirs.
         watching = false;
     };
+    // A partition left out for the response's size still has news: the next fetch reads it.
+    if let Some(v) = &visit {
+        for &(w, i) in &reply.behind {
+            if let Some(place) = wanted[w].partitions[i].place {
+                v.visit.changes.mark(place);
+            }
+        }
+    }
     broker.node.metrics.fetched(reply.bytes as u64);
     let session_id = remember(broker, context, version, replica.is_some(), &wanted, &reply);
     reply.response.with_session_id(session_id)
 }
 
-/// The partitions a fetch reads: those it names, or in an incremental fetch every partition of
-/// its session, from where the last fetch left off.
-fn wanted(
-    broker: &Arc<Broker>,
+/// An incremental fetch's visit of its session, with the places its request names.
+struct SessionVisit {
+    visit: Visit,
+    /// Sorted.
+    named: Vec<usize>,
+}
+
+/// Which places of its session an incremental fetch reads (see [`Session::visit`]).
+fn visit(
+    resolver: &Resolver<'_>,
     req: &FetchRequest,
     version: i16,
-    context: &Context,
-) -> Vec<Wanted> {
-    let resolver = Resolver {
-        broker,
-        state: broker.node.metadata.state(),
-        hosted: broker.node.partitions.hosted(),
+    session: &Mutex<Session>,
+    all: bool,
+) -> SessionVisit {
+    let mut s = session.lock().unwrap_or_else(|p| p.into_inner());
+    let mut named: Vec<usize> = (req.topics.iter())
+        .flat_map(|t| {
+            let key = TopicKey::of(version, &t.topic, t.topic_id);
+            let s = &s;
+            t.partitions
+                .iter()
+                .filter_map(move |p| s.place_of(&(key.clone(), p.partition)))
+        })
+        .collect();
+    named.sort_unstable();
+    let view = View {
+        state: resolver.state.clone(),
+        hosted: resolver.hosted.clone(),
     };
-    match context {
-        Context::Incremental(session) => {
-            // What this request names (what changed): few, so the set is small.
-            let named: HashSet<(TopicKey, i32)> = (req.topics.iter())
-                .flat_map(|t| {
-                    let key = TopicKey::of(version, &t.topic, t.topic_id);
-                    t.partitions.iter().map(move |p| (key.clone(), p.partition))
-                })
-                .collect();
-            let s = session.lock().unwrap_or_else(|p| p.into_inner());
-            let mut wanted: Vec<Wanted> = Vec::new();
-            let mut run: Vec<(i32, Cached, bool)> = Vec::new();
-            let mut order = s.in_fetch_order().peekable();
-            // Consecutive partitions of one topic are resolved together.
-            while let Some(((key, index), cached)) = order.next() {
-                let is_named = !named.is_empty() && named.contains(&(key.clone(), *index));
-                run.push((*index, *cached, is_named));
-                if order.peek().is_none_or(|((next, _), _)| next != key) {
-                    wanted.push(resolver.topic(key.clone(), run.drain(..)));
+    let visit = s.visit(view, &named, all);
+    SessionVisit { visit, named }
+}
+
+/// The partitions an incremental fetch reads: the places of its visit, from where the last
+/// fetch left off. On a visit of every place, each partition found is subscribed to the
+/// session's change set.
+fn session_wanted(
+    resolver: &Resolver<'_>,
+    session: &Mutex<Session>,
+    v: &SessionVisit,
+) -> Vec<Wanted> {
+    let s = session.lock().unwrap_or_else(|p| p.into_inner());
+    let mut wanted: Vec<Wanted> = Vec::new();
+    let mut run: Vec<(i32, Cached, bool, Option<usize>)> = Vec::new();
+    let mut order = (v.visit.places.iter())
+        .filter_map(|&place| Some((place, s.at(place)?)))
+        .peekable();
+    // Consecutive partitions of one topic are resolved together.
+    while let Some((place, ((key, index), cached))) = order.next() {
+        let named = v.named.binary_search(&place).is_ok();
+        run.push((*index, *cached, named, Some(place)));
+        if order.peek().is_none_or(|(_, ((next, _), _))| next != key) {
+            wanted.push(resolver.topic(key.clone(), run.drain(..)));
+        }
+    }
+    if v.visit.all {
+        for w in &wanted {
+            for wp in &w.partitions {
+                if let (Some(p), Some(place)) = (&wp.partition, wp.place) {
+                    p.subscribe(&v.visit.changes, place);
                 }
             }
-            wanted
         }
-        Context::Sessionless | Context::New => req
-            .topics
-            .iter()
-            .map(|t| {
-                let asked = t.partitions.iter().map(|p| {
-                    let c = Cached::asked(
-                        p.fetch_offset,
-                        p.partition_max_bytes,
-                        p.current_leader_epoch,
-                    );
-                    (p.partition, c, true)
-                });
-                resolver.topic(TopicKey::of(version, &t.topic, t.topic_id), asked)
-            })
-            .collect(),
     }
+    wanted
+}
+
+/// The partitions a full fetch reads: those it names.
+fn full_wanted(resolver: &Resolver<'_>, req: &FetchRequest, version: i16) -> Vec<Wanted> {
+    req.topics
+        .iter()
+        .map(|t| {
+            let asked = t.partitions.iter().map(|p| {
+                let c = Cached::asked(
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    p.current_leader_epoch,
+                );
+                (p.partition, c, true, None)
+            });
+            resolver.topic(TopicKey::of(version, &t.topic, t.topic_id), asked)
+        })
+        .collect()
 }
 
 /// Keeps what the reply told the client in its session (opening one for a full fetch that
@@ -222,9 +290,21 @@ struct Resolver<'a> {
     hosted: Arc<Hosted>,
 }
 
-impl Resolver<'_> {
+impl<'a> Resolver<'a> {
+    fn new(broker: &'a Arc<Broker>) -> Resolver<'a> {
+        Resolver {
+            broker,
+            state: broker.node.metadata.state(),
+            hosted: broker.node.partitions.hosted(),
+        }
+    }
+
     /// One topic's partitions, each checked: this broker leads it at the epoch asked.
-    fn topic(&self, key: TopicKey, asked: impl Iterator<Item = (i32, Cached, bool)>) -> Wanted {
+    fn topic(
+        &self,
+        key: TopicKey,
+        asked: impl Iterator<Item = (i32, Cached, bool, Option<usize>)>,
+    ) -> Wanted {
         let (info, missing) = match &key {
             TopicKey::Id(id) => (self.state.topic_by_id(id), ErrorCode::UnknownTopicId),
             TopicKey::Name(n) => (
@@ -242,7 +322,7 @@ impl Resolver<'_> {
             .and_then(|i| self.hosted.topic(&i.name))
             .unwrap_or_default();
         let partitions = asked
-            .map(|(index, asked, named)| {
+            .map(|(index, asked, named, place)| {
                 let result = match info {
                     None => Err(ApiError::new(missing, format!("unknown {name}-{index}"))),
                     Some(i) => {
@@ -264,6 +344,7 @@ impl Resolver<'_> {
                     index,
                     asked,
                     named,
+                    place,
                     partition,
                     error,
                 }
@@ -334,6 +415,8 @@ struct Reply {
     /// What each partition in the response said, by its place in the wanted list (for the
     /// session).
     answers: Vec<(usize, usize, Answer)>,
+    /// Partitions with records to read that the response left out for its size.
+    behind: Vec<(usize, usize)>,
 }
 
 /// One pass over the requested partitions. An incremental fetch answers only the partitions
@@ -352,6 +435,7 @@ async fn read_all(
     let mut total = 0usize;
     let mut errors = false;
     let mut answers = Vec::new();
+    let mut behind = Vec::new();
     let mut topics = Vec::with_capacity(if incremental { 0 } else { wanted.len() });
     for (w_at, w) in wanted.iter().enumerate() {
         let mut partitions = Vec::with_capacity(if incremental { 0 } else { w.partitions.len() });
@@ -363,6 +447,7 @@ async fn read_all(
                 named,
                 partition: part,
                 error: err,
+                ..
             },
         ) in w.partitions.iter().enumerate()
         {
@@ -386,6 +471,7 @@ async fn read_all(
                         partition_max.min(max_bytes.saturating_sub(total))
                     };
                     if budget == 0 && total > 0 {
+                        behind.push((w_at, p_at));
                         let o = p.offsets();
                         Ok((bytes::Bytes::new(), o))
                     } else {
@@ -450,5 +536,6 @@ async fn read_all(
         bytes: total,
         errors,
         answers,
+        behind,
     }
 }

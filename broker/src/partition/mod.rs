@@ -11,7 +11,8 @@
 //!   match the metadata state machine, which is the only source of topics and partitions;
 //! - [`metrics`] — per-partition gauges;
 //! - [`activity`] — which partitions have housekeeping due (written since their last visit),
-//!   and the sweep that visits each partition once per retention check interval.
+//!   and the sweep that visits each partition once per retention check interval;
+//! - [`changes`] — which of a fetch session's partitions woke since its last fetch.
 //!
 //! Invariants:
 //! - a partition directory `<data>/<topic>-<n>` belongs to exactly one topic id (recorded in its
@@ -19,8 +20,9 @@
 //!   topic deleted and re-created under the same name never sees the old records;
 //! - appends to one partition are serialised by its log mutex; readers take the same mutex only
 //!   to slice mapped bytes, never across an await;
-//! - every append that adds records wakes the fetches waiting on that partition, after the
-//!   partition's published offsets show it (they are published on every release of the log
+//! - every append that adds records (and every high watermark move) wakes the fetches waiting
+//!   on that partition and marks the sessions subscribed to it, after the partition's
+//!   published offsets show it (they are published on every release of the log
 //!   lock, [`Partition::published_offsets`]);
 //! - every append or roll queues the partition for its write-driven housekeeping
 //!   ([`activity`]);
@@ -29,6 +31,7 @@
 //!   below the local start is answered from the remote segment holding it ([`Read::Remote`]).
 
 mod activity;
+mod changes;
 pub mod leader;
 pub mod metrics;
 mod registry;
@@ -48,6 +51,7 @@ use crate::log::cleaning::CleanStats;
 use crate::log::config::LogConfig;
 use crate::log::{AppendInfo, Log, LogError};
 pub use activity::{Activity, Sweep};
+pub use changes::ChangeSet;
 pub use registry::{Hosted, Partitions};
 pub use replica::{Committing, Role};
 pub use tiers::{Read, RemoteLog, RemoteProducers, TierStats, TimeLookup};
@@ -71,7 +75,7 @@ pub struct Partition {
     pub topic_id: Uuid,
     log: Mutex<Log>,
     remote: RwLock<Arc<RemoteLog>>,
-    waiters: Mutex<Vec<Weak<Notify>>>,
+    waiters: Mutex<Waiters>,
     /// Set when the topic is deleted, so a clean in progress stops writing into the directory
     /// that is about to be removed.
     deleted: AtomicBool,
@@ -93,6 +97,15 @@ pub struct Partition {
     queued: AtomicBool,
     /// The offsets as of the last release of the log lock.
     published: Published,
+}
+
+/// Who waits for this partition to change.
+#[derive(Default)]
+struct Waiters {
+    /// Fetches waiting once, each dropped at the wake-up it waited for.
+    once: Vec<Weak<Notify>>,
+    /// Sessions subscribed until they go: each set and this partition's place in it.
+    subscribed: Vec<(Weak<ChangeSet>, usize)>,
 }
 
 /// A partition's offsets, published each time the log lock is released (and when the remote
@@ -223,23 +236,47 @@ impl Partition {
     }
 
     pub(super) fn wake(&self) {
-        let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|p| p.into_inner()));
-        for w in waiters {
+        let (once, subscribed) = {
+            let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+            let once = std::mem::take(&mut w.once);
+            w.subscribed.retain(|(set, _)| set.strong_count() > 0);
+            let subscribed: Vec<(Arc<ChangeSet>, usize)> = (w.subscribed.iter())
+                .filter_map(|(set, place)| Some((set.upgrade()?, *place)))
+                .collect();
+            (once, subscribed)
+        };
+        for w in once {
             if let Some(n) = w.upgrade() {
                 n.notify_one();
             }
+        }
+        for (set, place) in subscribed {
+            set.mark(place);
         }
     }
 
     /// Registers a fetch that waits for the next append (once: a fetch registered already
     /// is not added again).
     pub fn watch(&self, notify: &Arc<Notify>) {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        waiters.retain(|w| w.strong_count() > 0);
+        let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        w.once.retain(|w| w.strong_count() > 0);
         let me = Arc::downgrade(notify);
-        if !waiters.iter().any(|w| w.ptr_eq(&me)) {
-            waiters.push(me);
+        if !w.once.iter().any(|w| w.ptr_eq(&me)) {
+            w.once.push(me);
         }
+    }
+
+    /// Subscribes `set` to every wake-up of this partition, marking `place` (again a no-op:
+    /// a set holds one place per partition). Lasts as long as the set.
+    pub fn subscribe(&self, set: &Arc<ChangeSet>, place: usize) {
+        let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        let me = Arc::downgrade(set);
+        if (w.subscribed.iter()).any(|(s, p)| s.ptr_eq(&me) && *p == place) {
+            return;
+        }
+        w.subscribed
+            .retain(|(s, _)| s.strong_count() > 0 && !s.ptr_eq(&me));
+        w.subscribed.push((me, place));
     }
 
     pub fn offsets(&self) -> Offsets {
@@ -268,8 +305,12 @@ impl Partition {
     }
 
     pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
-        self.log()
-            .delete_records_before(offset, self.clock.now_ms())
+        let start = self
+            .log()
+            .delete_records_before(offset, self.clock.now_ms())?;
+        // The log start is news to the sessions reading this partition.
+        self.wake();
+        Ok(start)
     }
 
     /// One compaction pass if the log is dirty enough (see `log::cleaning`). The log lock is
@@ -371,8 +412,10 @@ impl Partition {
         let mut log = self.log();
         let view = log.config().remote_storage.then(|| remote.view());
         let deleted = log.enforce_retention(now, view)?;
+        drop(log);
         if deleted > 0 {
             tracing::info!(topic = %self.tp.topic, partition = self.tp.partition, deleted, "retention deleted segments");
+            self.wake();
         }
         Ok(())
     }

@@ -364,7 +364,7 @@ impl Partitions {
             topic_id,
             log: Mutex::new(log),
             remote: RwLock::new(Arc::new(remote)),
-            waiters: Mutex::new(Vec::new()),
+            waiters: Mutex::default(),
             deleted: AtomicBool::new(false),
             leader_epoch: AtomicI32::new(info.leader_epoch),
             replica: Mutex::new(Role::Offline),

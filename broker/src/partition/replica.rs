@@ -152,8 +152,10 @@ impl Partition {
                 None => *role = Role::Offline,
             }
         }
-        // Wakes acks=all waiters, which give up if this broker no longer leads.
+        // Wakes acks=all waiters, which give up if this broker no longer leads, and the
+        // sessions reading the partition, whose answer for it may change.
         self.hw.send_modify(|_| {});
+        self.wake();
         self.advance_hw();
     }
 

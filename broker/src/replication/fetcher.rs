@@ -210,16 +210,12 @@ async fn run(
             Err(_) => return,
             Ok(changed) if changed || refresh => {
                 refresh = false;
+                let before = std::mem::take(&mut parts);
                 parts = assigned.borrow_and_update().clone();
                 places = (parts.iter().enumerate())
                     .map(|(i, a)| ((a.partition.tp.topic.clone(), a.partition.tp.partition), i))
                     .collect();
-                // Truncation holds only for the epoch it was done at.
-                let epochs: HashMap<&TopicPartition, i32> = parts
-                    .iter()
-                    .map(|a| (&a.partition.tp, a.leader_epoch))
-                    .collect();
-                with.truncated.retain(|tp, e| epochs.get(tp) == Some(e));
+                with.reassigned(&before, &parts);
             }
             Ok(_) => {}
         }
@@ -272,12 +268,86 @@ async fn run(
     }
 }
 
-/// What a fetcher knows of its exchange with the leader.
+/// What a fetcher knows of its exchange with the leader, by place in its assignment.
+///
+/// Invariant: every place whose fetch position (truncated or not, log end, epoch, move grant)
+/// may differ from what the leader's session holds is in `dirty`, or `all_dirty` is set; so
+/// a round asks about those only, and a follower of 10,000 partitions pays for the ones that
+/// changed.
 #[derive(Default)]
 struct WithLeader {
-    /// The epoch each partition was truncated for.
-    truncated: HashMap<TopicPartition, i32>,
+    /// The leader epoch each place was truncated for.
+    truncated: Vec<Option<i32>>,
+    /// Places truncated for their current epoch.
+    ready: usize,
+    /// Places to truncate before fetching them.
+    untruncated: Vec<usize>,
+    /// Places of replicas being moved here: their fetches draw on the move budget, each round.
+    moving: Vec<usize>,
+    dirty: Vec<usize>,
+    is_dirty: Vec<bool>,
+    all_dirty: bool,
     session: LeaderSession,
+}
+
+impl WithLeader {
+    /// The assignment went from `before` to `parts`: truncations carry over for partitions
+    /// still followed at the epoch they were done at; every place is dirty.
+    fn reassigned(&mut self, before: &[Assignment], parts: &[Assignment]) {
+        let kept: HashMap<&TopicPartition, i32> = (before.iter().zip(&self.truncated))
+            .filter_map(|(a, t)| Some((&a.partition.tp, (*t)?)))
+            .collect();
+        self.truncated = (parts.iter())
+            .map(|a| {
+                kept.get(&a.partition.tp)
+                    .copied()
+                    .filter(|e| *e == a.leader_epoch)
+            })
+            .collect();
+        self.ready = self.truncated.iter().filter(|t| t.is_some()).count();
+        self.untruncated = (0..parts.len())
+            .filter(|&i| self.truncated[i].is_none())
+            .collect();
+        self.moving = (0..parts.len()).filter(|&i| parts[i].moving).collect();
+        self.dirty.clear();
+        self.is_dirty = vec![false; parts.len()];
+        self.all_dirty = true;
+    }
+
+    fn is_truncated(&self, place: usize, a: &Assignment) -> bool {
+        self.truncated.get(place).copied().flatten() == Some(a.leader_epoch)
+    }
+
+    fn set_truncated(&mut self, place: usize, a: &Assignment) {
+        if !self.is_truncated(place, a) {
+            self.truncated[place] = Some(a.leader_epoch);
+            self.ready += 1;
+        }
+        self.mark(place);
+    }
+
+    /// The place must be truncated again before it is fetched (a refusal, a failed append).
+    fn untruncate(&mut self, place: usize) {
+        if self.truncated[place].take().is_some() {
+            self.ready -= 1;
+            self.untruncated.push(place);
+        }
+        self.mark(place);
+    }
+
+    fn mark(&mut self, place: usize) {
+        if !std::mem::replace(&mut self.is_dirty[place], true) {
+            self.dirty.push(place);
+        }
+    }
+
+    fn take_dirty(&mut self) -> Vec<usize> {
+        let dirty = std::mem::take(&mut self.dirty);
+        for &p in &dirty {
+            self.is_dirty[p] = false;
+        }
+        dirty
+    }
 }
 
 /// Sleeps up to `pause`, or until the assignment changes; whether it did (the change is then
@@ -292,8 +362,8 @@ async fn wait(assigned: &mut watch::Receiver<Vec<Assignment>>, pause: Duration) 
 /// (partitions waiting for new metadata). `places` indexes `parts`.
 ///
 /// At thousands of partitions what a round costs per partition followed is the replication
-/// latency of every acks=all write: one look-up of its truncation, its log end from the
-/// published offsets (no lock), and nothing else unless the leader's answer names it.
+/// latency of every acks=all write: a round asks about the places whose position changed
+/// (`WithLeader`'s invariant), and looks up only the partitions the leader's answer names.
 #[allow(clippy::too_many_arguments)]
 async fn round(
     node: &Arc<Node>,
@@ -305,49 +375,51 @@ async fn round(
     places: &HashMap<(String, i32), usize>,
     with: &mut WithLeader,
 ) -> Result<Option<Duration>, FetchError> {
-    let WithLeader { truncated, session } = with;
     let me = node.config.node_id as i32;
     let mut stale = false;
-    let mut ready: Vec<&Assignment> = Vec::with_capacity(parts.len());
-    let mut untruncated: Vec<&Assignment> = Vec::new();
-    for a in parts {
-        if truncated.get(&a.partition.tp) == Some(&a.leader_epoch) {
-            ready.push(a);
-        } else {
-            untruncated.push(a);
-        }
-    }
-    if !untruncated.is_empty() {
-        for (a, done) in truncate(conn, remote, me, leader, &untruncated).await? {
+    if !with.untruncated.is_empty() {
+        let todo: Vec<(usize, &Assignment)> = std::mem::take(&mut with.untruncated)
+            .into_iter()
+            .filter(|&i| !with.is_truncated(i, &parts[i]))
+            .map(|i| (i, &parts[i]))
+            .collect();
+        for (place, done) in truncate(conn, remote, me, leader, &todo).await? {
             if done {
-                truncated.insert(a.partition.tp.clone(), a.leader_epoch);
-                ready.push(a);
+                with.set_truncated(place, &parts[place]);
             } else {
+                with.untruncated.push(place);
                 stale = true;
             }
         }
     }
-    if ready.is_empty() {
+    if with.ready == 0 {
         return Ok(Some(RETRY));
     }
-    let mut wanted: Vec<(&TopicPartition, Asked)> = Vec::with_capacity(ready.len());
     // What the move budget granted each moving replica this round.
     let mut grants: HashMap<(&str, i32), u64> = HashMap::new();
     // Moving replicas share at most MOVE_ROUND_BYTES of each round, so a round carrying a
     // move stays short for the in-sync partitions in it.
     let mut move_room = MOVE_ROUND_BYTES;
-    for a in &ready {
+    let full = with.all_dirty || with.session.needs_full();
+    let dirty = with.take_dirty();
+    let truncated = &with.truncated;
+    // What the next fetch wants of the partition at `place` (`None`: not fetched).
+    let mut want = |place: usize| -> Option<Asked> {
+        let a = &parts[place];
+        if truncated[place] != Some(a.leader_epoch) {
+            return None;
+        }
         let mut max_bytes = PARTITION_MAX_BYTES;
         if a.moving {
             if move_room == 0 {
-                continue;
+                return None;
             }
             let granted = moves
                 .budget
                 .grant(PARTITION_MAX_BYTES.min(move_room) as u64);
             if granted == 0 {
                 moves.metrics.throttled.inc();
-                continue;
+                return None;
             }
             move_room -= granted as i32;
             grants.insert((&a.partition.tp.topic, a.partition.tp.partition), granted);
@@ -355,22 +427,41 @@ async fn round(
         }
         // This fetcher is the log's only writer, and every release of its lock publishes.
         let log_end = a.partition.published_offsets().log_end;
-        wanted.push((
-            &a.partition.tp,
-            Asked {
-                offset: log_end,
-                max_bytes,
-                leader_epoch: a.leader_epoch,
-            },
-        ));
-    }
-    if wanted.is_empty() {
-        // Only moving replicas, and the budget is spent: wait for it to refill.
-        return Ok(Some(THROTTLE_PAUSE));
-    }
+        Some(Asked {
+            offset: log_end,
+            max_bytes,
+            leader_epoch: a.leader_epoch,
+        })
+    };
     // A moving replica left out for lack of budget is forgotten by the session until its
     // next grant, so the leader does not fetch it on its own.
-    let asked = session.request(&wanted);
+    let asked = if full {
+        let wanted: Vec<(&TopicPartition, Asked)> = (0..parts.len())
+            .filter_map(|i| Some((&parts[i].partition.tp, want(i)?)))
+            .collect();
+        if wanted.is_empty() {
+            // Only moving replicas, and the budget is spent: wait for it to refill.
+            with.all_dirty = true;
+            return Ok(Some(THROTTLE_PAUSE));
+        }
+        with.all_dirty = false;
+        with.session.request(&wanted)
+    } else {
+        let changes: Vec<(&TopicPartition, Option<Asked>)> = (dirty.iter().chain(&with.moving))
+            .map(|&i| (&parts[i].partition.tp, want(i)))
+            .collect();
+        let moving_ready = (with.moving.iter())
+            .filter(|&&i| with.truncated[i] == Some(parts[i].leader_epoch))
+            .count();
+        if with.ready == moving_ready && grants.is_empty() {
+            // Only moving replicas, and the budget is spent: wait for it to refill.
+            for &i in &dirty {
+                with.mark(i);
+            }
+            return Ok(Some(THROTTLE_PAUSE));
+        }
+        with.session.request_changed(&changes)
+    };
     let req = FetchRequest::default()
         .with_replica_id(BrokerId(me))
         .with_max_wait_ms(FETCH_MAX_WAIT_MS)
@@ -384,11 +475,11 @@ async fn round(
     let resp = match conn.call(FETCH_VERSION, &req).await {
         Ok(resp) => resp,
         Err(e) => {
-            session.lost();
+            with.session.lost();
             return Err(e.into());
         }
     };
-    session.answered(resp.session_id, resp.error_code);
+    with.session.answered(resp.session_id, resp.error_code);
     if resp.error_code != 0 {
         // The session was refused (unknown, wrong epoch): the next round fetches in full.
         return Ok(None);
@@ -396,10 +487,10 @@ async fn round(
     for t in resp.responses {
         let topic = t.topic.0.as_str().to_string();
         for pd in t.partitions {
-            let Some(a) = places
+            let Some((place, a)) = places
                 .get(&(topic.clone(), pd.partition_index))
-                .map(|&i| &parts[i])
-                .filter(|a| truncated.get(&a.partition.tp) == Some(&a.leader_epoch))
+                .map(|&i| (i, &parts[i]))
+                .filter(|(i, a)| with.is_truncated(*i, a))
             else {
                 continue;
             };
@@ -416,15 +507,16 @@ async fn round(
                     {
                         Err(e) => {
                             tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "appending replicated batches failed");
-                            truncated.remove(&p.tp);
+                            with.untruncate(place);
                             stale = true;
                         }
                         Ok(None) => {
                             tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, "leadership changed during the fetch; its answer is dropped");
-                            truncated.remove(&p.tp);
+                            with.untruncate(place);
                         }
                         Ok(Some(_)) if !records.is_empty() => {
                             node.metrics.replicated(records.len() as u64);
+                            with.mark(place);
                         }
                         Ok(Some(_)) => {}
                     }
@@ -436,10 +528,11 @@ async fn round(
                     tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, start, "follower out of the leader's local range: restarting at its local log start");
                     let producers = remote.producers_before(p, start).await.unwrap_or_default();
                     p.reset_to(start, (leader, a.leader_epoch), producers)?;
+                    with.mark(place);
                 }
                 code => {
                     tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, code, "replica fetch refused; waiting for new metadata");
-                    truncated.remove(&p.tp);
+                    with.untruncate(place);
                     stale = true;
                 }
             }
@@ -459,33 +552,33 @@ async fn truncate<'a>(
     remote: &dyn RemoteProducers,
     me: i32,
     leader: u64,
-    parts: &[&'a Assignment],
-) -> Result<Vec<(&'a Assignment, bool)>, FetchError> {
+    parts: &[(usize, &'a Assignment)],
+) -> Result<Vec<(usize, bool)>, FetchError> {
     let mut done = Vec::with_capacity(parts.len());
     // Each partition to ask about, with its newest epoch and log end.
-    let mut ask: HashMap<(&str, i32), (&'a Assignment, i32, i64)> = HashMap::new();
-    for &a in parts {
+    let mut ask: HashMap<(&str, i32), (usize, &'a Assignment, i32, i64)> = HashMap::new();
+    for &(place, a) in parts {
         let p = &a.partition;
         let (epoch, log_end) = p.latest_epoch_and_end();
         if p.is_tiered() && log_end < p.remote().end {
             if let Some(joined) = join_tiered(conn, remote, me, leader, a, log_end).await? {
-                done.push((a, joined));
+                done.push((place, joined));
                 continue;
             }
         }
         if epoch < 0 {
             // Nothing written under any epoch: nothing to cut.
-            done.push((a, true));
+            done.push((place, true));
             continue;
         }
-        ask.insert((&p.tp.topic, p.tp.partition), (a, epoch, log_end));
+        ask.insert((&p.tp.topic, p.tp.partition), (place, a, epoch, log_end));
     }
     if ask.is_empty() {
         return Ok(done);
     }
     let mut topics: Vec<OffsetForLeaderTopic> = Vec::new();
     let mut at: HashMap<&str, usize> = HashMap::new();
-    for ((topic, partition), (a, epoch, _)) in &ask {
+    for ((topic, partition), (_, a, epoch, _)) in &ask {
         let i = *at.entry(topic).or_insert_with(|| {
             topics.push(OffsetForLeaderTopic::default().with_topic(topic_name(topic)));
             topics.len() - 1
@@ -504,13 +597,14 @@ async fn truncate<'a>(
     let from_leader = |a: &Assignment| (leader, a.leader_epoch);
     for t in &resp.topics {
         for r in &t.partitions {
-            let Some((a, epoch, log_end)) = ask.remove(&(t.topic.0.as_str(), r.partition)) else {
+            let Some((place, a, epoch, log_end)) = ask.remove(&(t.topic.0.as_str(), r.partition))
+            else {
                 continue;
             };
             let p = &a.partition;
             if r.error_code != 0 {
                 tracing::debug!(topic = %p.tp.topic, partition = p.tp.partition, code = r.error_code, "OffsetForLeaderEpoch refused");
-                done.push((a, false));
+                done.push((place, false));
                 continue;
             }
             // Kafka's rule: when the leader's answer is for an older epoch than ours, our own
@@ -527,14 +621,14 @@ async fn truncate<'a>(
                 tracing::warn!(topic = %p.tp.topic, partition = p.tp.partition, epoch, log_end, cut = cut.max(0),
                     leader_epoch = a.leader_epoch, "truncating the divergent suffix the new leader does not have");
                 // At or below the local log start this empties the log and starts it there.
-                done.push((a, p.truncate_to(cut.max(0), from_leader(a))?));
+                done.push((place, p.truncate_to(cut.max(0), from_leader(a))?));
             } else {
-                done.push((a, true));
+                done.push((place, true));
             }
         }
     }
     // Partitions the answer left out are asked again next round.
-    done.extend(ask.into_values().map(|(a, _, _)| (a, false)));
+    done.extend(ask.into_values().map(|(place, ..)| (place, false)));
     Ok(done)
 }
 

@@ -56,9 +56,16 @@ pub struct LeaderSession {
 }
 
 impl LeaderSession {
-    /// The next fetch of `wanted`: in full, or only what changed.
+    /// Whether the next fetch must be a full one (no session yet, or it was lost or refused):
+    /// [`LeaderSession::request`] then, with every partition wanted.
+    pub fn needs_full(&self) -> bool {
+        self.id == 0 || self.epoch == INITIAL_EPOCH
+    }
+
+    /// The next fetch of `wanted` (every partition the follower fetches): in full, or only
+    /// what differs from what the leader's session holds.
     pub fn request(&mut self, wanted: &[(&TopicPartition, Asked)]) -> Request {
-        let full = self.id == 0 || self.epoch == INITIAL_EPOCH;
+        let full = self.needs_full();
         // Wanted partitions the session holds: when that is all it holds, none is forgotten
         // (spares a set of every partition per round).
         let mut known = 0;
@@ -82,6 +89,37 @@ impl LeaderSession {
                 .cloned()
                 .collect()
         };
+        self.send(full, changed, forgotten)
+    }
+
+    /// The next incremental fetch when only the partitions in `changes` may differ from what
+    /// the leader's session holds (each with what is wanted of it now, `None`: not fetched):
+    /// costs the changes, not the partitions followed. Must not be called when
+    /// [`LeaderSession::needs_full`].
+    pub fn request_changed(&mut self, changes: &[(&TopicPartition, Option<Asked>)]) -> Request {
+        debug_assert!(!self.needs_full());
+        let mut changed = Vec::new();
+        let mut forgotten = Vec::new();
+        for (tp, wanted) in changes {
+            match (self.sent.get(*tp), wanted) {
+                (sent, Some(asked)) if sent != Some(asked) => changed.push(((*tp).clone(), *asked)),
+                (Some(_), None) => forgotten.push((*tp).clone()),
+                _ => {}
+            }
+        }
+        changed.sort_by(|a, b| a.0.cmp(&b.0));
+        changed.dedup_by(|a, b| a.0 == b.0);
+        forgotten.sort();
+        forgotten.dedup();
+        self.send(false, changed, forgotten)
+    }
+
+    fn send(
+        &mut self,
+        full: bool,
+        changed: Vec<(TopicPartition, Asked)>,
+        forgotten: Vec<TopicPartition>,
+    ) -> Request {
         let request = Request {
             session_id: self.id,
             epoch: if full { INITIAL_EPOCH } else { self.epoch },
@@ -216,6 +254,43 @@ mod tests {
                     .map(|p| (t.topic.0.to_string(), p.partition, p.fetch_offset))
             })
             .collect()
+    }
+
+    #[test]
+    fn changes_alone_name_what_moved_and_forget_what_stopped() {
+        let (a, b, c) = (tp("t", 0), tp("t", 1), tp("u", 0));
+        let mut s = LeaderSession::default();
+        assert!(s.needs_full());
+        s.request(&[(&a, asked(0)), (&b, asked(0))]);
+        s.answered(5, 0);
+        assert!(!s.needs_full());
+        // a unchanged (named again with the same position), b moved, c new, a repeated.
+        let r = s.request_changed(&[
+            (&a, Some(asked(0))),
+            (&b, Some(asked(4))),
+            (&c, Some(asked(1))),
+            (&b, Some(asked(4))),
+        ]);
+        assert_eq!((r.session_id, r.epoch), (5, 1));
+        assert_eq!(
+            named(&r),
+            vec![("t".into(), 1, 4), ("u".into(), 0, 1)],
+            "only what differs, once"
+        );
+        assert!(r.forgotten.is_empty());
+        s.answered(5, 0);
+        // b no longer fetched: forgotten; a never-sent partition not fetched: nothing.
+        let r = s.request_changed(&[(&b, None), (&tp("v", 0), None)]);
+        assert!(named(&r).is_empty());
+        assert_eq!(r.forgotten.len(), 1);
+        assert_eq!(r.forgotten[0].partitions, vec![1]);
+        s.answered(5, 0);
+        // The session now holds a and c: a full diff agrees.
+        let r = s.request(&[(&a, asked(0)), (&c, asked(1))]);
+        assert!(named(&r).is_empty() && r.forgotten.is_empty());
+        // A refusal makes the next fetch a full one.
+        s.answered(5, 42);
+        assert!(s.needs_full());
     }
 
     #[test]
