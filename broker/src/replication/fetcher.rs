@@ -1,10 +1,12 @@
 //! The follower side: tasks fetch every partition this broker follows from each leader
 //! broker, with the Kafka Fetch API (replica id set), as Kafka's replica fetcher threads do.
 //! Each leader gets two: one for data topics and one for internal topics
-//! (`__consumer_offsets`). Every fetch round reads and answers every partition it names, so
-//! fifty idle offsets partitions in the data fetcher's rounds cost each produce's replication
-//! about a third more CPU (measured in docs/benchmarks.md); on their own they long-poll and
-//! wake only for commits.
+//! (`__consumer_offsets`): before fetch sessions every round read and answered every partition
+//! it named, and fifty idle offsets partitions in the data fetcher's rounds cost each
+//! produce's replication about a third more CPU (measured in docs/benchmarks.md); on their own
+//! they long-poll and wake only for commits. With sessions, a round asks the leader only about
+//! the partitions whose position changed, and the leader reads only those and the ones that
+//! woke (see [`WithLeader`] and `partition/changes.rs`).
 //!
 //! A follower of a tiered partition whose log ends below the remote log's end (a new replica,
 //! or one back after a long absence) does not copy what the object store holds: it asks the
