@@ -471,9 +471,11 @@ async fn read_all(
                         partition_max.min(max_bytes.saturating_sub(total))
                     };
                     if budget == 0 && total > 0 {
+                        // The response is full: this partition is answered from its published
+                        // offsets (a consumer reading 10,000 partitions from the beginning
+                        // names thousands of these per fetch; each took the log lock).
                         behind.push((w_at, p_at));
-                        let o = p.offsets();
-                        Ok((bytes::Bytes::new(), o))
+                        Ok((bytes::Bytes::new(), p.published_offsets()))
                     } else {
                         read(broker, p.clone(), offset, budget.max(1), replica, report).await
                     }
