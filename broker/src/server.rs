@@ -318,7 +318,7 @@ async fn handle<'a>(
 ) -> Result<Step<'a>, ConnError> {
     let (req, budget) = match item {
         Incoming::UnsupportedApiVersions(correlation_id) => {
-            let body = ResponseKind::ApiVersions(handlers::unsupported_version_response());
+            let body = ResponseKind::ApiVersions(handlers::unsupported_version_response()).into();
             let chunks = protocol::encode_response(ApiKey::ApiVersions, 0, correlation_id, &body)?;
             return Ok(Step::Reply(Reply {
                 chunks: Some(chunks),
@@ -343,7 +343,7 @@ async fn handle<'a>(
             .catch_unwind()
             .await
             .map_err(|_| panicked(broker, api, version, correlation_id))?;
-    let finish = move |body: Option<ResponseKind>, budget| {
+    let finish = move |body: Option<protocol::Response>, budget| {
         broker.node.metrics.request(
             crate::protocol::versions::name(api),
             started.elapsed().as_secs_f64(),
@@ -371,7 +371,7 @@ async fn handle<'a>(
                         .catch_unwind()
                         .await
                         .map_err(|_| panicked(broker, api, version, correlation_id))?;
-                    finish(Some(ResponseKind::Produce(body)), None)
+                    finish(Some(ResponseKind::Produce(body).into()), None)
                 }
                 .boxed(),
             ))

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::FetchRequest;
+use kafka_protocol::protocol::StrBytes;
 use strata_metadata::ClusterState;
 use tokio::sync::Notify;
 
@@ -24,11 +24,12 @@ use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::fetch_session::{Answer, Cached, Context, Session, TopicKey, View, Visit};
 use crate::partition::{Hosted, Offsets, Partition, Read};
+use crate::protocol::fetch_response::{self as wire, FetchResponse};
 
 /// The partitions of one topic a fetch reads.
 struct Wanted {
     key: TopicKey,
-    topic: TopicName,
+    topic: StrBytes,
     topic_id: uuid::Uuid,
     partitions: Vec<WantedPartition>,
 }
@@ -57,11 +58,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     let replica = u64::try_from(replica_id).ok();
     let context = match broker.fetch_sessions.context(&req, version, Instant::now()) {
         Ok(c) => c,
-        Err(code) => {
-            return FetchResponse::default()
-                .with_error_code(code.code())
-                .with_session_id(0)
-        }
+        Err(code) => return FetchResponse::error(code.code()),
     };
     let resolver = Resolver::new(broker);
     // A follower's incremental fetch reports to the leader's bookkeeping only the partitions
@@ -97,12 +94,18 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     };
     let notify = Arc::new(Notify::new());
     let incremental = matches!(context, Context::Incremental(_));
+    let pass = Pass {
+        max_bytes,
+        replica,
+        incremental,
+        sessionless: matches!(context, Context::Sessionless),
+    };
     // Whether every partition holds `notify` in its waiter list since the last wake-up.
     let mut watching = false;
     let mut first = true;
     let reply = loop {
         let report = first.then_some(report_all);
-        let reply = read_all(broker, &wanted, max_bytes, replica, incremental, report).await;
+        let reply = read_all(broker, &wanted, &pass, report).await;
         first = false;
         if reply.bytes >= min_bytes || reply.errors || Instant::now() >= deadline {
             break reply;
@@ -112,14 +115,14 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
                 .await
                 .is_err()
             {
-                break read_all(broker, &wanted, max_bytes, replica, incremental, None).await;
+                break read_all(broker, &wanted, &pass, None).await;
             }
             let more = s
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .visit_more(&v.visit.changes, &mut v.visit.places);
             if !more {
-                break read_all(broker, &wanted, max_bytes, replica, incremental, None).await;
+                break read_all(broker, &wanted, &pass, None).await;
             }
             wanted = session_wanted(&resolver, s, v);
             continue;
@@ -141,7 +144,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
             .await
             .is_err()
         {
-            break read_all(broker, &wanted, max_bytes, replica, incremental, None).await;
+            break read_all(broker, &wanted, &pass, None).await;
         }
         // The partition that woke us dropped its registration; the others keep theirs.
         watching = false;
@@ -156,7 +159,10 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     }
     broker.node.metrics.fetched(reply.bytes as u64);
     let session_id = remember(broker, context, version, replica.is_some(), &wanted, &reply);
-    reply.response.with_session_id(session_id)
+    FetchResponse {
+        session_id,
+        ..reply.response
+    }
 }
 
 /// An incremental fetch's visit of its session, with the places its request names.
@@ -355,7 +361,7 @@ impl<'a> Resolver<'a> {
             (_, Some(i)) => i.topic_id,
             _ => uuid::Uuid::nil(),
         };
-        let topic = TopicName(str_bytes(name.to_string()));
+        let topic = str_bytes(name.to_string());
         Wanted {
             key,
             topic,
@@ -419,6 +425,16 @@ struct Reply {
     behind: Vec<(usize, usize)>,
 }
 
+/// How a fetch reads: the same for each of its passes.
+struct Pass {
+    max_bytes: usize,
+    replica: Option<u64>,
+    /// Answers only the partitions with news.
+    incremental: bool,
+    /// Keeps no record of what each partition was told (there is no session to tell).
+    sessionless: bool,
+}
+
 /// One pass over the requested partitions. An incremental fetch answers only the partitions
 /// with news for its client. A follower's position is reported to the leader's bookkeeping on
 /// the first pass only (`report` is `Some`): the passes after a wait read from the same
@@ -427,11 +443,15 @@ struct Reply {
 async fn read_all(
     broker: &Arc<Broker>,
     wanted: &[Wanted],
-    max_bytes: usize,
-    replica: Option<u64>,
-    incremental: bool,
+    pass: &Pass,
     report: Option<bool>,
 ) -> Reply {
+    let Pass {
+        max_bytes,
+        replica,
+        incremental,
+        sessionless,
+    } = *pass;
     let mut total = 0usize;
     let mut errors = false;
     let mut answers = Vec::new();
@@ -455,7 +475,7 @@ async fn read_all(
             let offset = asked.fetch_offset;
             let partition_max = asked.max_bytes.max(0) as usize;
             let result = match (part, err) {
-                (_, Some(e)) => Err(e.clone()),
+                (_, Some(e)) => Err(e.code),
                 (Some(p), None) if caught_up(p, offset, replica) => {
                     // Nothing new: answered from the published offsets, without the log lock.
                     if let (Some(follower), true) = (replica, report) {
@@ -477,13 +497,11 @@ async fn read_all(
                         behind.push((w_at, p_at));
                         Ok((bytes::Bytes::new(), p.published_offsets()))
                     } else {
-                        read(broker, p.clone(), offset, budget.max(1), replica, report).await
+                        let read = read(broker, p.clone(), offset, budget.max(1), replica, report);
+                        read.await.map_err(|e| e.code)
                     }
                 }
-                (None, None) => Err(ApiError::new(
-                    ErrorCode::UnknownTopicOrPartition,
-                    "unknown partition",
-                )),
+                (None, None) => Err(ErrorCode::UnknownTopicOrPartition),
             };
             let answer = match &result {
                 Ok((records, offsets)) => Answer {
@@ -502,39 +520,49 @@ async fn read_all(
             if incremental && !answer.is_news(asked) {
                 continue;
             }
-            answers.push((w_at, p_at, answer));
-            let data = PartitionData::default().with_partition_index(*index);
-            let data = match result {
+            if !sessionless {
+                answers.push((w_at, p_at, answer));
+            }
+            partitions.push(match result {
                 Ok((records, offsets)) => {
                     total += records.len();
-                    data.with_high_watermark(offsets.high_watermark)
-                        .with_last_stable_offset(offsets.high_watermark)
-                        .with_log_start_offset(offsets.log_start)
-                        .with_records(Some(records))
+                    wire::Partition {
+                        index: *index,
+                        error_code: 0,
+                        high_watermark: offsets.high_watermark,
+                        last_stable_offset: offsets.high_watermark,
+                        log_start_offset: offsets.log_start,
+                        records,
+                    }
                 }
-                Err(e) => {
+                Err(code) => {
                     errors = true;
-                    data.with_error_code(e.code.code())
-                        .with_high_watermark(-1)
-                        .with_last_stable_offset(-1)
-                        .with_log_start_offset(-1)
-                        .with_records(Some(bytes::Bytes::new()))
+                    wire::Partition {
+                        index: *index,
+                        error_code: code.code(),
+                        high_watermark: -1,
+                        last_stable_offset: -1,
+                        log_start_offset: -1,
+                        records: bytes::Bytes::new(),
+                    }
                 }
-            };
-            partitions.push(data);
+            });
         }
         if partitions.is_empty() && incremental {
             continue;
         }
-        topics.push(
-            FetchableTopicResponse::default()
-                .with_topic(w.topic.clone())
-                .with_topic_id(w.topic_id)
-                .with_partitions(partitions),
-        );
+        topics.push(wire::Topic {
+            name: w.topic.clone(),
+            topic_id: w.topic_id,
+            partitions,
+        });
     }
     Reply {
-        response: FetchResponse::default().with_responses(topics),
+        response: FetchResponse {
+            error_code: 0,
+            session_id: 0,
+            topics,
+        },
         bytes: total,
         errors,
         answers,

@@ -39,7 +39,7 @@ use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
-use crate::protocol::Request;
+use crate::protocol::{Request, Response};
 
 pub use api_versions::unsupported_version_response;
 pub use produce::Appended;
@@ -47,7 +47,7 @@ pub use produce::Appended;
 /// What handling a request gave.
 pub enum Handled {
     /// The response; `None` when none is sent (Produce with acks=0).
-    Now(Option<ResponseKind>),
+    Now(Option<Response>),
     /// A produce appended with acks=all: its response once the ISR holds the records
     /// ([`Appended::respond`]). The connection may handle its next produce meanwhile (see
     /// `server.rs`).
@@ -57,7 +57,7 @@ pub enum Handled {
 /// Handles one request.
 pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Handled {
     let v = req.header.request_api_version;
-    Handled::Now(Some(match req.body {
+    let body = match req.body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, v)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(broker, r, v).await),
         RequestKind::Produce(r) => {
@@ -65,11 +65,15 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Ha
                 None => Handled::Now(None),
                 Some(appended) if appended.waits() => Handled::Replicating(appended),
                 Some(appended) => {
-                    Handled::Now(Some(ResponseKind::Produce(appended.respond().await)))
+                    let body = ResponseKind::Produce(appended.respond().await);
+                    Handled::Now(Some(body.into()))
                 }
             }
         }
-        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(broker, r, v).await),
+        RequestKind::Fetch(r) => {
+            let body = Response::Fetch(fetch::handle(broker, r, v).await);
+            return Handled::Now(Some(body));
+        }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(broker, r, v).await)
         }
@@ -152,7 +156,8 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Ha
         ),
         // The protocol layer only lets through the APIs listed in `protocol::versions`.
         _ => return Handled::Now(None),
-    }))
+    };
+    Handled::Now(Some(body.into()))
 }
 
 fn str_bytes(s: impl Into<String>) -> StrBytes {

@@ -5,9 +5,9 @@
 //! connection, never a panic.
 
 pub mod client;
+pub mod fetch_response;
 pub mod frame;
 pub mod versions;
-pub mod zero_copy;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
@@ -95,56 +95,53 @@ impl From<anyhow::Error> for EncodeError {
     }
 }
 
+/// A response body: Fetch responses are Strata's own (see [`fetch_response`]), the rest the
+/// codec's.
+// Moved once per request, as `ResponseKind` alone was: boxing the large variant would add an
+// allocation to every response for nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Response {
+    Kafka(ResponseKind),
+    Fetch(fetch_response::FetchResponse),
+}
+
+impl From<ResponseKind> for Response {
+    fn from(r: ResponseKind) -> Response {
+        Response::Kafka(r)
+    }
+}
+
 /// Encodes a response frame, length prefix included, as chunks for vectored writes: record
-/// batches in Fetch responses are referenced, not copied (see [`zero_copy`]).
+/// batches in Fetch responses are referenced, not copied.
 pub fn encode_response(
     api_key: ApiKey,
     version: i16,
     correlation_id: i32,
-    body: &ResponseKind,
+    body: &Response,
 ) -> Result<Vec<Bytes>, EncodeError> {
+    let body = match body {
+        Response::Fetch(r) => return r.encode(version, correlation_id),
+        Response::Kafka(body) => body,
+    };
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let header_version = api_key.response_header_version(version);
-    let body_size = match body {
-        ResponseKind::Fetch(r) => r.compute_size(version)?,
-        ResponseKind::Produce(r) => r.compute_size(version)?,
-        ResponseKind::Metadata(r) => r.compute_size(version)?,
-        // The rest are small: encode them straight after a length placeholder, then patch it.
-        other => {
-            let mut buf = BytesMut::with_capacity(256);
-            buf.put_i32(0);
-            header.encode(&mut buf, header_version)?;
-            other.encode(&mut buf, version)?;
-            let size = (buf.len() - 4) as i32;
-            buf[..4].copy_from_slice(&size.to_be_bytes());
-            return Ok(vec![buf.freeze()]);
-        }
+    // Produce and Metadata responses can be large (many partitions): sized first, so the
+    // buffer is allocated once. The rest are small and encoded into a guess.
+    let size = match body {
+        ResponseKind::Produce(r) => Some(r.compute_size(version)?),
+        ResponseKind::Metadata(r) => Some(r.compute_size(version)?),
+        _ => None,
     };
-    let size = header.compute_size(header_version)? + body_size;
-    let mut buf = zero_copy::ChunkedBuf::with_capacity(if matches!(body, ResponseKind::Fetch(_)) {
-        512
-    } else {
-        4 + size
+    let capacity = size.map_or(256, |s| {
+        4 + header.compute_size(header_version).unwrap_or(0) + s
     });
-    if let ResponseKind::Fetch(r) = body {
-        for t in &r.responses {
-            for p in &t.partitions {
-                if let Some(records) = &p.records {
-                    buf.register(records);
-                }
-            }
-        }
-    }
-    buf.put_slice(&(size as i32).to_be_bytes());
+    let mut buf = BytesMut::with_capacity(capacity);
+    buf.put_i32(0);
     header.encode(&mut buf, header_version)?;
-    match body {
-        ResponseKind::Fetch(r) => r.encode(&mut buf, version)?,
-        ResponseKind::Produce(r) => r.encode(&mut buf, version)?,
-        ResponseKind::Metadata(r) => r.encode(&mut buf, version)?,
-        _ => unreachable!("small responses returned above"),
-    }
-    debug_assert_eq!(buf.len(), 4 + size);
-    Ok(buf.into_chunks())
+    body.encode(&mut buf, version)?;
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(vec![buf.freeze()])
 }
 
 #[cfg(test)]
