@@ -1,4 +1,4 @@
-//! The admin HTTP listener: health, readiness and Prometheus metrics.
+//! The admin HTTP listener: health, readiness, Prometheus metrics and the process's usage.
 
 use std::time::Duration;
 
@@ -15,6 +15,19 @@ fn healthz_and_readyz_answer_200() {
     }
     let r = broker.admin_get("/metrics").unwrap();
     assert_eq!(r.status, 200);
+    // The process's usage without a scrape: what `strata perf --broker-admin` reads.
+    let r = broker.admin_get("/v1/process").unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let usage: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert!(
+        usage["cpu_seconds"].as_f64().is_some_and(|c| c > 0.0),
+        "{usage}"
+    );
+    assert!(
+        usage["open_fds"].as_u64().is_some_and(|n| n >= 3),
+        "{usage}"
+    );
+    assert!(usage["resident_bytes"].as_u64().is_some(), "{usage}");
 }
 
 fn request_count(samples: &[Sample], api: &str) -> f64 {

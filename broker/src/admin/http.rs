@@ -160,6 +160,9 @@ pub enum Route {
         remove: Vec<u64>,
     },
     Metrics,
+    /// The process's CPU seconds, memory and descriptors as JSON: what `/metrics` says of
+    /// them without rendering every partition's series.
+    Process,
     Healthz,
     Readyz,
     Partitions {
@@ -176,6 +179,7 @@ impl Route {
             "/v1/cluster" => Route::Cluster,
             "/v1/cluster/voters" => Self::voters(method, query),
             "/metrics" => Route::Metrics,
+            "/v1/process" => Route::Process,
             "/healthz" => Route::Healthz,
             "/readyz" => Route::Readyz,
             "/v1/partitions" => Route::Partitions {
@@ -186,7 +190,7 @@ impl Route {
             },
             _ => Route::Refused(
                 StatusCode::NOT_FOUND,
-                "not found: try /metrics, /healthz, /readyz, /v1/partitions[?topic=NAME], /v1/cluster\n"
+                "not found: try /metrics, /v1/process, /healthz, /readyz, /v1/partitions[?topic=NAME], /v1/cluster\n"
                     .to_string(),
             ),
         }
@@ -251,6 +255,11 @@ async fn respond(
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             broker.node.metrics.render(),
         ),
+        Route::Process => (
+            StatusCode::OK,
+            "application/json",
+            crate::metrics::usage_json(),
+        ),
         Route::Healthz => (StatusCode::OK, "text/plain", "ok\n".to_string()),
         Route::Partitions { topic } => (
             StatusCode::OK,
@@ -298,6 +307,7 @@ mod tests {
     #[test]
     fn routes_are_decided_from_method_and_uri() {
         assert_eq!(parse("GET", "/metrics"), Route::Metrics);
+        assert_eq!(parse("GET", "/v1/process"), Route::Process);
         assert_eq!(
             parse("GET", "/v1/partitions?x=1&topic=t"),
             Route::Partitions {

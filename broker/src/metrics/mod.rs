@@ -20,6 +20,8 @@ use crate::error::ErrorCode;
 
 mod process;
 
+pub use process::usage_json;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiLabels {
     api: String,

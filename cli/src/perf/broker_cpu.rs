@@ -1,6 +1,9 @@
-//! The broker's CPU seconds over a run, read from its `/metrics`
-//! (`strata_process_cpu_seconds`) before and after, so a perf summary can say what the
-//! broker spent per GB beside what the client saw (`--broker-admin`).
+//! The broker's CPU seconds over a run, read before and after from its admin endpoint, so a
+//! perf summary can say what the broker spent per GB beside what the client saw
+//! (`--broker-admin`). Read from `/v1/process`, which costs the broker nothing to answer;
+//! `/metrics` (`strata_process_cpu_seconds`) only for brokers without it (an A/B run against
+//! an older build), since a scrape at 10,000 partitions renders ~8 MB and its own cost would
+//! land in the run's figure.
 
 use clap::Args;
 
@@ -52,10 +55,20 @@ impl BrokerCpu {
 fn total(admins: &[String]) -> anyhow::Result<f64> {
     let mut sum = 0.0;
     for admin in admins {
-        let text = admin_request(admin, "GET", "/metrics")?;
-        sum += parse(&text).ok_or_else(|| anyhow::anyhow!("{admin}/metrics has no {METRIC}"))?;
+        sum += match admin_request(admin, "GET", "/v1/process") {
+            Ok(json) => from_process(&json)
+                .ok_or_else(|| anyhow::anyhow!("{admin}/v1/process has no cpu_seconds"))?,
+            Err(_) => {
+                let text = admin_request(admin, "GET", "/metrics")?;
+                parse(&text).ok_or_else(|| anyhow::anyhow!("{admin}/metrics has no {METRIC}"))?
+            }
+        };
     }
     Ok(sum)
+}
+
+fn from_process(json: &str) -> Option<f64> {
+    serde_json::from_str::<serde_json::Value>(json).ok()?["cpu_seconds"].as_f64()
 }
 
 fn parse(metrics: &str) -> Option<f64> {
@@ -75,5 +88,15 @@ mod tests {
                     strata_process_cpu_seconds_other 9\nstrata_process_cpu_seconds 12.5\n";
         assert_eq!(parse(text), Some(12.5));
         assert_eq!(parse("strata_requests 3\n"), None);
+    }
+
+    #[test]
+    fn the_process_endpoint_is_read() {
+        assert_eq!(
+            from_process(r#"{"cpu_seconds":1.5,"open_fds":7}"#),
+            Some(1.5)
+        );
+        assert_eq!(from_process(r#"{"cpu_seconds":null}"#), None);
+        assert_eq!(from_process("not json"), None);
     }
 }
