@@ -339,4 +339,21 @@ fn lag_grows_while_a_group_falls_behind_then_drains_to_zero_once_it_speeds_up() 
         "consumed {} of {produced} records yet the lag is zero",
         consumer.consumed()
     );
+
+    // A deleted group's series go with it (the sampler removes them; it does not rebuild
+    // every series at each sample).
+    drop(consumer);
+    let out = Command::new(strata_bin())
+        .args(["group", "delete", &group, "-b", &broker.kafka_addr])
+        .output()
+        .expect("run strata group delete");
+    assert!(
+        out.status.success(),
+        "strata group delete failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_some("the deleted group's lag series to go", WAIT, || {
+        lag_gauges(&broker, &group, &topic).is_none().then_some(())
+    });
 }

@@ -37,9 +37,20 @@ struct Lag {
     retention_risk: bool,
 }
 
+/// What the sampler remembers of one (group, topic, partition).
+#[derive(Default)]
+struct History {
+    /// `(when, lag in records)` over the last `lag_window_ms`.
+    points: VecDeque<(Instant, i64)>,
+    /// `(offset, timestamp)` of the oldest unconsumed record when last looked up: a group that
+    /// has not moved (a stopped consumer over thousands of partitions) costs no batch walk
+    /// per sample.
+    oldest: Option<(i64, i64)>,
+}
+
 pub struct LagTracker {
     node: Arc<Node>,
-    history: Mutex<HashMap<Key, VecDeque<(Instant, i64)>>>,
+    history: Mutex<HashMap<Key, History>>,
     at_risk: Mutex<std::collections::HashSet<Key>>,
     gauges: LagGauges,
 }
@@ -53,7 +64,8 @@ struct LagLabels {
 
 type LagGauge = Family<LagLabels, Gauge<f64, AtomicU64>>;
 
-/// `strata_consumer_lag_*`, replaced at every sample.
+/// `strata_consumer_lag_*`: set at every sample, series of partitions no longer sampled
+/// removed (not cleared and rebuilt, so a scrape never sees them empty).
 #[derive(Default)]
 struct LagGauges {
     records: LagGauge,
@@ -64,15 +76,26 @@ struct LagGauges {
 }
 
 impl LagGauges {
-    fn set(&self, lags: &[Lag]) {
-        for family in [
+    fn families(&self) -> [&LagGauge; 5] {
+        [
             &self.records,
             &self.seconds,
             &self.trend,
             &self.drain,
             &self.risk,
-        ] {
-            family.clear();
+        ]
+    }
+
+    fn set(&self, lags: &[Lag], gone: &[Key]) {
+        for (group, topic, partition) in gone {
+            let labels = LagLabels {
+                group: group.clone(),
+                topic: topic.clone(),
+                partition: partition.to_string(),
+            };
+            for family in self.families() {
+                family.remove(&labels);
+            }
         }
         for l in lags {
             let labels = LagLabels {
@@ -83,8 +106,13 @@ impl LagGauges {
             self.records.get_or_create(&labels).set(l.records as f64);
             self.seconds.get_or_create(&labels).set(l.seconds);
             self.trend.get_or_create(&labels).set(l.trend);
-            if let Some(d) = l.drain_seconds {
-                self.drain.get_or_create(&labels).set(d);
+            match l.drain_seconds {
+                Some(d) => {
+                    self.drain.get_or_create(&labels).set(d);
+                }
+                None => {
+                    self.drain.remove(&labels);
+                }
             }
             self.risk
                 .get_or_create(&labels)
@@ -154,11 +182,12 @@ impl LagTracker {
     /// Samples the lag of every committed offset, (group, topic, partition, offset), now and
     /// publishes it on `/metrics`.
     pub fn sample(&self, committed: Vec<(String, String, i32, i64)>) {
-        let lags = self.measure(committed);
-        self.gauges.set(&lags);
+        let (lags, gone) = self.measure(committed);
+        self.gauges.set(&lags, &gone);
     }
 
-    fn measure(&self, committed: Vec<(String, String, i32, i64)>) -> Vec<Lag> {
+    /// The lag of every committed offset, and the keys sampled last time but not now.
+    fn measure(&self, committed: Vec<(String, String, i32, i64)>) -> (Vec<Lag>, Vec<Key>) {
         let node = &self.node;
         let now = Instant::now();
         let wall = node.clock.now_ms();
@@ -173,28 +202,35 @@ impl LagTracker {
                 continue;
             };
             let o = part.offsets();
-            let records = (o.high_watermark - committed.max(o.log_start)).max(0);
+            let unread = committed.max(o.log_start);
+            let records = (o.high_watermark - unread).max(0);
+            let key = (group.clone(), topic.clone(), partition);
+            seen.insert(key.clone());
+            let h = history.entry(key.clone()).or_default();
             let seconds = if records == 0 {
                 0.0
             } else {
-                match part.timestamp_at(committed.max(o.log_start)) {
+                let ts = match h.oldest {
+                    Some((offset, ts)) if offset == unread => Some(ts),
+                    _ => part.timestamp_at(unread),
+                };
+                h.oldest = ts.map(|ts| (unread, ts));
+                match ts {
                     Some(ts) if ts >= 0 => ((wall - ts).max(0) as f64) / 1000.0,
                     _ => 0.0,
                 }
             };
-            let key = (group.clone(), topic.clone(), partition);
-            seen.insert(key.clone());
-            let h = history.entry(key.clone()).or_default();
-            h.push_back((now, records));
-            while h
+            let points = &mut h.points;
+            points.push_back((now, records));
+            while points
                 .front()
                 .is_some_and(|(t, _)| now.duration_since(*t) > window)
             {
-                h.pop_front();
+                points.pop_front();
             }
-            let points: Vec<(f64, f64)> = h
+            let points: Vec<(f64, f64)> = points
                 .iter()
-                .map(|(t, l)| (t.duration_since(h[0].0).as_secs_f64(), *l as f64))
+                .map(|(t, l)| (t.duration_since(points[0].0).as_secs_f64(), *l as f64))
                 .collect();
             let trend = slope(&points);
             let drain_seconds = (trend < 0.0 && records > 0).then(|| records as f64 / -trend);
@@ -225,8 +261,19 @@ impl LagTracker {
                 retention_risk,
             });
         }
-        history.retain(|k, _| seen.contains(k));
-        out
+        let gone = history
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect::<Vec<_>>();
+        for k in &gone {
+            history.remove(k);
+            self.at_risk
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(k);
+        }
+        (out, gone)
     }
 }
 
