@@ -46,12 +46,15 @@ struct History {
     /// has not moved (a stopped consumer over thousands of partitions) costs no batch walk
     /// per sample.
     oldest: Option<(i64, i64)>,
+    /// Flagged as at retention risk (and logged once) since the flag last cleared.
+    at_risk: bool,
+    /// The sample that last saw it: entries an older sample saw are gone.
+    sampled: Option<Instant>,
 }
 
 pub struct LagTracker {
     node: Arc<Node>,
     history: Mutex<HashMap<Key, History>>,
-    at_risk: Mutex<std::collections::HashSet<Key>>,
     gauges: LagGauges,
 }
 
@@ -174,7 +177,6 @@ impl LagTracker {
         LagTracker {
             node,
             history: Mutex::default(),
-            at_risk: Mutex::default(),
             gauges,
         }
     }
@@ -195,7 +197,6 @@ impl LagTracker {
         let state = node.metadata.state();
         let mut out = Vec::new();
         let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
-        let mut seen = std::collections::HashSet::new();
         let mut retention: std::collections::HashMap<String, i64> = Default::default();
         for (group, topic, partition, committed) in committed {
             let Some(part) = node.partitions.get(&topic, partition) else {
@@ -204,9 +205,10 @@ impl LagTracker {
             let o = part.offsets();
             let unread = committed.max(o.log_start);
             let records = (o.high_watermark - unread).max(0);
-            let key = (group.clone(), topic.clone(), partition);
-            seen.insert(key.clone());
-            let h = history.entry(key.clone()).or_default();
+            let h = history
+                .entry((group.clone(), topic.clone(), partition))
+                .or_default();
+            h.sampled = Some(now);
             let seconds = if records == 0 {
                 0.0
             } else {
@@ -243,13 +245,11 @@ impl LagTracker {
                     .unwrap_or(-1)
             });
             let retention_risk = retention_ms > 0 && seconds * 1000.0 > retention_ms as f64 / 2.0;
-            let mut at_risk = self.at_risk.lock().unwrap_or_else(|p| p.into_inner());
-            if retention_risk && at_risk.insert(key.clone()) {
+            if retention_risk && !h.at_risk {
                 tracing::warn!(group, topic, partition, lag_seconds = seconds, retention_ms,
                     "consumer lag exceeds half of retention.ms: records may be deleted before this group reads them");
-            } else if !retention_risk {
-                at_risk.remove(&key);
             }
+            h.at_risk = retention_risk;
             out.push(Lag {
                 group,
                 topic,
@@ -261,18 +261,14 @@ impl LagTracker {
                 retention_risk,
             });
         }
-        let gone = history
-            .keys()
-            .filter(|k| !seen.contains(*k))
-            .cloned()
-            .collect::<Vec<_>>();
-        for k in &gone {
-            history.remove(k);
-            self.at_risk
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(k);
-        }
+        let mut gone = Vec::new();
+        history.retain(|k, h| {
+            let kept = h.sampled == Some(now);
+            if !kept {
+                gone.push(k.clone());
+            }
+            kept
+        });
         (out, gone)
     }
 }
