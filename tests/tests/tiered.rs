@@ -610,7 +610,15 @@ fn in_a_cluster_only_the_leader_uploads_and_a_new_leader_resumes_with_no_gap() {
     // now run on another schedule than the leader's, so it cuts segments at other offsets.
     // Once the remote end lies inside one of its segments, the leader dies.
     cluster.node(2).kill9();
-    std::thread::sleep(Duration::from_millis(500));
+    let before = sent.load(Ordering::Relaxed);
+    wait_for(
+        "records produced while broker 2 is down",
+        CLUSTER_TIMEOUT,
+        || {
+            let now = sent.load(Ordering::Relaxed);
+            now >= before + 1000 || now >= MAX
+        },
+    );
     cluster.node(2).restart();
     cluster.wait_topic_healthy(&topic);
     let bases_of = |cluster: &Cluster, id: u64| -> Vec<i64> {
