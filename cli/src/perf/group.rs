@@ -12,8 +12,8 @@
 //! 2. **add** — one more member (N → N + 1) started, to stable;
 //! 3. **kill** — the oldest member killed with SIGKILL (no LeaveGroup), to stable with the N
 //!    survivors, split into the wait for the coordinator to notice (`kill_session_wait_ms`:
-//!    the group leaves Stable, seen by DescribeGroups polled every 10 ms or by a survivor's
-//!    report) and the rebalance after it.
+//!    the group leaves Stable, seen by DescribeGroups polled every 10 ms; when a survivor's
+//!    report comes first, the last poll that still saw Stable) and the rebalance after it.
 //!
 //! Times are taken when a member's report line arrives (its assignment changed), not when
 //! the coordinator's state is polled; the poll only confirms the members' view. `*_rebalances`
@@ -479,18 +479,26 @@ impl Run<'_> {
         }
     }
 
-    /// Waits until the coordinator leaves Stable after a member's death (or a survivor's
-    /// assignment changes, which can only follow it); returns when.
+    /// Waits until the coordinator leaves Stable after a member's death; returns when.
+    ///
+    /// A whole rebalance can fall between two polls, so a survivor's report of its new
+    /// assignment may arrive before any poll saw the group leave Stable. The coordinator
+    /// noticed after the last poll that still saw Stable, and that poll's start is the answer
+    /// then: the session wait is never over-counted, and the rebalance after it is never
+    /// measured as zero when the report is its only witness.
     fn wait_noticed(&mut self, phase: &str, since: Instant) -> anyhow::Result<Instant> {
         let deadline = self.phase_deadline();
         let mut next_progress = Instant::now() + Duration::from_secs(1);
+        let mut last_stable = since;
         loop {
-            if let Some(at) = self.fleet.pump(Duration::ZERO)? {
-                return Ok(at);
+            if self.fleet.pump(Duration::ZERO)?.is_some() {
+                return Ok(last_stable);
             }
+            let polled = Instant::now();
             if self.view()?.state != "Stable" {
-                return Ok(Instant::now());
+                return Ok(polled);
             }
+            last_stable = polled;
             let now = Instant::now();
             if now >= deadline {
                 return Err(self.timed_out(phase, since));
