@@ -33,6 +33,8 @@ pub enum ErrorCode {
     PolicyViolation = 44,
     OutOfOrderSequenceNumber = 45,
     InvalidProducerEpoch = 47,
+    InvalidTxnState = 48,
+    TransactionCoordinatorFenced = 52,
     KafkaStorageError = 56,
     FetchSessionIdNotFound = 70,
     InvalidFetchSessionEpoch = 71,
@@ -116,7 +118,8 @@ impl From<LogError> for ApiError {
             LogError::Batch(b) => return ApiError::from(b.clone()),
             LogError::OutOfOrderSequence { .. } => ErrorCode::OutOfOrderSequenceNumber,
             LogError::ProducerFenced { .. } => ErrorCode::InvalidProducerEpoch,
-            LogError::Unsupported(_) => ErrorCode::UnsupportedForMessageFormat,
+            LogError::InvalidTxnState { .. } => ErrorCode::InvalidTxnState,
+            LogError::CoordinatorFenced { .. } => ErrorCode::TransactionCoordinatorFenced,
             LogError::PolicyViolation(_) => ErrorCode::PolicyViolation,
         };
         if code == ErrorCode::KafkaStorageError {

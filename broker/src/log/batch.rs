@@ -268,6 +268,25 @@ pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 /// Builds an uncompressed v2 batch of key/value records (for records the broker writes itself,
 /// such as committed offsets). A `None` value is a tombstone. Base offset 0, assigned on append.
 pub fn build(records: &[KeyValue<'_>], timestamp: i64) -> Bytes {
+    build_as(records, timestamp, (-1, -1), 0)
+}
+
+/// A control batch (see [`super::control`]) of `producer`'s id and epoch.
+pub(super) fn build_control(record: KeyValue<'_>, timestamp: i64, producer: (i64, i16)) -> Bytes {
+    build_as(
+        &[record],
+        timestamp,
+        producer,
+        TRANSACTIONAL_BIT | CONTROL_BIT,
+    )
+}
+
+fn build_as(
+    records: &[KeyValue<'_>],
+    timestamp: i64,
+    (producer_id, producer_epoch): (i64, i16),
+    attributes: i16,
+) -> Bytes {
     fn put_nullable(buf: &mut Vec<u8>, b: Option<&[u8]>) {
         match b {
             Some(b) => {
@@ -296,12 +315,12 @@ pub fn build(records: &[KeyValue<'_>], timestamp: i64) -> Bytes {
     b.put_i32(-1);
     b.put_i8(2);
     b.put_u32(0);
-    b.put_i16(0);
+    b.put_i16(attributes);
     b.put_i32(count - 1);
     b.put_i64(timestamp);
     b.put_i64(timestamp);
-    b.put_i64(-1);
-    b.put_i16(-1);
+    b.put_i64(producer_id);
+    b.put_i16(producer_epoch);
     b.put_i32(-1);
     b.put_i32(count);
     b.extend_from_slice(&body);
@@ -331,6 +350,15 @@ pub mod testing {
     /// A batch of `count` records with values `value-<i>` and timestamps `ts + i`.
     pub fn batch(count: i32, ts: i64) -> Bytes {
         batch_with_producer(count, ts, -1, -1, -1)
+    }
+
+    /// A batch of a transactional producer.
+    pub fn transactional(count: i32, ts: i64, pid: i64, epoch: i16, seq: i32) -> Bytes {
+        let mut b = BytesMut::from(&batch_with_producer(count, ts, pid, epoch, seq)[..]);
+        b[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&TRANSACTIONAL_BIT.to_be_bytes());
+        let crc = compute_crc(&b);
+        b[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        b.freeze()
     }
 
     pub fn batch_with_producer(count: i32, ts: i64, pid: i64, epoch: i16, seq: i32) -> Bytes {

@@ -24,8 +24,14 @@ pub enum LogError {
         current: i16,
         got: i16,
     },
-    #[error("{0}")]
-    Unsupported(&'static str),
+    #[error("producer {producer_id}: {why}")]
+    InvalidTxnState { producer_id: i64, why: &'static str },
+    #[error("producer {producer_id}: coordinator epoch {got} is fenced by {current}")]
+    CoordinatorFenced {
+        producer_id: i64,
+        current: i32,
+        got: i32,
+    },
     #[error("{0}")]
     PolicyViolation(&'static str),
 }

@@ -1,10 +1,13 @@
 //! The partition log engine: a directory of segments of Kafka v2 record batches.
 //!
 //! Layout of a partition directory:
-//! - `<base_offset:020>.log|.index|.timeindex` — segments ([`segment`]);
+//! - `<base_offset:020>.log|.index|.timeindex|.txnindex` — segments ([`segment`]) and their
+//!   aborted transactions ([`txn_index`]);
 //! - `log-start-offset` — first readable offset (moved by retention and DeleteRecords);
 //! - `recovery-point` — every segment below the one holding this offset was flushed and sealed;
-//! - `producer-state.json` — idempotent producer state and the offset it covers;
+//! - `producer-state.json` — producer state (sequences, ongoing transactions) and the offset it
+//!   covers, written at each roll; `producer-state.previous.json` — the one before, for a
+//!   recovery that must start below the latest;
 //! - `leader-epoch-checkpoint` — the first offset of each leader epoch ([`leader_epoch`]);
 //! - `cleaner-offset-checkpoint` — compacted logs: where the dirty section starts;
 //! - `cleaning/` — compacted logs: a clean in progress ([`cleaning`]);
@@ -15,7 +18,10 @@
 //!   except in a compacted log, where the cleaner leaves gaps (it never renumbers);
 //! - batches are stored exactly as received except for the broker-assigned base offset and
 //!   leader epoch (and, for LogAppendTime topics, the timestamp), so fetch never re-encodes;
-//! - readers never see bytes at or above the high watermark;
+//! - readers never see bytes at or above the high watermark; read_committed readers never see
+//!   bytes at or above the last stable offset (`LSO ≤ HW`: the first offset of the oldest
+//!   ongoing transaction, else the high watermark);
+//! - only [`Log::append_marker`] writes control batches; a client's are refused;
 //! - after a crash, only segments at or above the recovery point are rescanned, and a torn tail
 //!   is truncated at the last batch whose CRC checks;
 //! - leader epochs only increase along the log.
@@ -27,6 +33,7 @@ pub mod batch;
 pub mod cleaning;
 pub mod compact;
 pub mod config;
+pub mod control;
 mod error;
 pub mod handles;
 pub mod index;
@@ -36,20 +43,23 @@ pub mod records;
 mod recovery;
 mod retention;
 pub mod segment;
+pub mod txn_index;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use bytes::Bytes;
 
-use batch::BatchHeader;
+use batch::{BatchError, BatchHeader};
 use config::{LogConfig, TimestampType};
+use control::Marker;
 pub use error::LogError;
 use index::{write_checkpoint, Durability};
 use leader_epoch::LeaderEpochCache;
-use producer_state::{ProducerState, SequenceCheck};
+use producer_state::{MarkerCheck, ProducerState, SequenceCheck};
 pub use recovery::RecoveryReport;
 use segment::Segment;
+use txn_index::AbortedTxn;
 
 /// Result of appending one produce request's batches to a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +104,7 @@ const CLEAN_SHUTDOWN: &str = "clean-shutdown";
 const LOG_START: &str = "log-start-offset";
 const RECOVERY_POINT: &str = "recovery-point";
 const PRODUCER_STATE: &str = "producer-state.json";
+const PRODUCER_STATE_PREVIOUS: &str = "producer-state.previous.json";
 
 /// What the tier knows of a log's remote copy (see `crate::tier`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -222,10 +233,17 @@ impl Log {
             log_start: self.log_start_offset,
         };
         for (header, bytes) in batches {
-            if header.is_transactional() || header.is_control() {
-                return Err(LogError::Unsupported(
-                    "transactional batches are not supported yet",
-                ));
+            if header.is_control() {
+                return Err(BatchError::Invalid(
+                    "clients may not write control batches".to_string(),
+                )
+                .into());
+            }
+            if header.is_transactional() && !header.is_idempotent() {
+                return Err(BatchError::Invalid(
+                    "a transactional batch needs a producer id".to_string(),
+                )
+                .into());
             }
             if header.is_idempotent() {
                 match self.producers.check(header) {
@@ -256,51 +274,26 @@ impl Log {
                             got,
                         })
                     }
+                    SequenceCheck::TxnOpen => {
+                        return Err(LogError::InvalidTxnState {
+                            producer_id: header.producer_id,
+                            why: "a plain batch while its transaction is open",
+                        })
+                    }
                 }
             }
-            self.maybe_roll(bytes.len() as u64, now_ms)?;
-            let base_offset = self.log_end_offset();
-            debug_assert!(
-                leader_epoch >= self.latest_epoch(),
-                "{}: append under leader epoch {leader_epoch}, older than the log's {}",
-                self.dir.display(),
-                self.latest_epoch()
-            );
-            if self.epochs.assign(leader_epoch, base_offset) {
-                // Written before the batch; durable with it (see `leader_epoch`).
-                self.epochs.save(&self.dir, Durability::Unsynced)?;
-            }
-            let stored;
-            let body: &Bytes = if self.config.timestamp_type == TimestampType::LogAppendTime {
-                stored = batch::with_log_append_time(bytes, now_ms);
-                info.log_append_time = now_ms;
-                &stored
-            } else {
-                bytes
-            };
-            let mut h = *header;
-            h.base_offset = base_offset;
-            h.leader_epoch = leader_epoch;
-            if self.config.timestamp_type == TimestampType::LogAppendTime {
-                h.max_timestamp = now_ms;
-            }
-            let prefix = batch::assigned_prefix(body, base_offset, leader_epoch);
-            self.active().append(&h, &prefix, body)?;
-            // Dense: the batch took the offsets from the old end, and the end follows it.
-            debug_assert_eq!(
-                self.log_end_offset(),
-                h.last_offset() + 1,
-                "{}: offsets not dense after the batch at {base_offset}",
-                self.dir.display()
-            );
+            let h = self.append_batch(header, bytes, leader_epoch, now_ms)?;
             self.producers.record(&h, h.max_timestamp);
             if info.base_offset < 0 || info.duplicate {
-                info.base_offset = base_offset;
+                info.base_offset = h.base_offset;
             }
             info.duplicate = false;
             info.last_offset = h.last_offset();
+            if self.config.timestamp_type == TimestampType::LogAppendTime {
+                info.log_append_time = h.max_timestamp;
+            }
             info.records += h.record_count as u64;
-            info.bytes += body.len() as u64;
+            info.bytes += bytes.len() as u64;
         }
         if !self.replicated {
             // A single replica: a write is committed once it is in the log.
@@ -311,6 +304,119 @@ impl Log {
         }
         self.debug_check();
         Ok(info)
+    }
+
+    /// Writes one batch at the log end under `leader_epoch` (rolling first if due) and returns
+    /// its header as stored.
+    fn append_batch(
+        &mut self,
+        header: &BatchHeader,
+        bytes: &Bytes,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<BatchHeader, LogError> {
+        self.maybe_roll(bytes.len() as u64, now_ms)?;
+        let base_offset = self.log_end_offset();
+        debug_assert!(
+            leader_epoch >= self.latest_epoch(),
+            "{}: append under leader epoch {leader_epoch}, older than the log's {}",
+            self.dir.display(),
+            self.latest_epoch()
+        );
+        if self.epochs.assign(leader_epoch, base_offset) {
+            // Written before the batch; durable with it (see `leader_epoch`).
+            self.epochs.save(&self.dir, Durability::Unsynced)?;
+        }
+        let stored;
+        let body: &Bytes = if self.config.timestamp_type == TimestampType::LogAppendTime {
+            stored = batch::with_log_append_time(bytes, now_ms);
+            &stored
+        } else {
+            bytes
+        };
+        let mut h = *header;
+        h.base_offset = base_offset;
+        h.leader_epoch = leader_epoch;
+        if self.config.timestamp_type == TimestampType::LogAppendTime {
+            h.max_timestamp = now_ms;
+        }
+        let prefix = batch::assigned_prefix(body, base_offset, leader_epoch);
+        self.active().append(&h, &prefix, body)?;
+        // Dense: the batch took the offsets from the old end, and the end follows it.
+        debug_assert_eq!(
+            self.log_end_offset(),
+            h.last_offset() + 1,
+            "{}: offsets not dense after the batch at {base_offset}",
+            self.dir.display()
+        );
+        Ok(h)
+    }
+
+    /// Writes a transaction marker for `producer_id` (WriteTxnMarkers): it ends the producer's
+    /// ongoing transaction here, and an abort enters the active segment's aborted-transaction
+    /// index. Returns the marker's offset. A marker of an older producer or coordinator epoch
+    /// is refused and changes nothing.
+    pub fn append_marker(
+        &mut self,
+        marker: Marker,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<i64, LogError> {
+        match self
+            .producers
+            .check_marker(producer_id, producer_epoch, coordinator_epoch)
+        {
+            MarkerCheck::Accept => {}
+            MarkerCheck::ProducerFenced { current, got } => {
+                return Err(LogError::ProducerFenced {
+                    producer_id,
+                    current,
+                    got,
+                })
+            }
+            MarkerCheck::CoordinatorFenced { current, got } => {
+                return Err(LogError::CoordinatorFenced {
+                    producer_id,
+                    current,
+                    got,
+                })
+            }
+        }
+        let bytes = control::marker_batch(
+            marker,
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            now_ms,
+        );
+        let header = batch::validate(&bytes)?;
+        let h = self.append_batch(&header, &bytes, leader_epoch, now_ms)?;
+        if let Some(aborted) = track_marker(&mut self.producers, &h, marker, coordinator_epoch) {
+            self.active().txn_index_mut().push(aborted);
+        }
+        if !self.replicated {
+            self.high_watermark = self.log_end_offset();
+        }
+        self.debug_check();
+        Ok(h.base_offset)
+    }
+
+    /// The last stable offset: below it, every transaction has ended (committed or aborted);
+    /// read_committed readers stop there.
+    pub fn last_stable_offset(&self) -> i64 {
+        let hw = self.high_watermark;
+        self.producers
+            .first_unstable_offset()
+            .map_or(hw, |first| first.min(hw))
+            .max(self.log_start_offset)
+    }
+
+    /// Ongoing transactions here as `(producer id, first offset)`, oldest first.
+    pub fn ongoing_transactions(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.producers.ongoing()
     }
 
     /// Switches to a high watermark moved by the partition's ISR ([`Log::set_high_watermark`]).
@@ -386,7 +492,17 @@ impl Log {
                 self.dir.display(),
                 header.base_offset
             );
-            if header.is_idempotent() {
+            if header.is_control() {
+                let Some((marker, coordinator_epoch)) = control::read_marker(bytes, header)? else {
+                    records += header.record_count as u64;
+                    continue;
+                };
+                if let Some(aborted) =
+                    track_marker(&mut self.producers, header, marker, coordinator_epoch)
+                {
+                    self.active().txn_index_mut().push(aborted);
+                }
+            } else if header.is_idempotent() {
                 self.producers.record(header, header.max_timestamp);
             }
             records += header.record_count as u64;
@@ -473,9 +589,10 @@ impl Log {
         if self.epochs.truncate_from_end(end) {
             self.epochs.save(&self.dir, Durability::Synced)?;
         }
-        // The producer snapshot may describe batches that are gone.
+        // The producer snapshots may describe batches that are gone.
         let _ = std::fs::remove_file(self.dir.join(PRODUCER_STATE));
-        self.rebuild_producer_state()?;
+        let _ = std::fs::remove_file(self.dir.join(PRODUCER_STATE_PREVIOUS));
+        self.rebuild_producer_state(None)?;
         self.debug_check();
         Ok(())
     }
@@ -515,8 +632,13 @@ impl Log {
         let file = self.active().seal_unflushed()?;
         let seg = Segment::create(&self.dir, end, self.config.index_interval_bytes, now_ms)?;
         self.segments.insert(end, seg);
-        self.producers
-            .save(&self.dir.join(PRODUCER_STATE), end, Durability::Synced)?;
+        // The latest snapshot becomes the previous one: until the rolled segment is flushed,
+        // a recovery rescans it and must replay from below it (see `rebuild_producer_state`).
+        let latest = self.dir.join(PRODUCER_STATE);
+        if latest.exists() {
+            std::fs::rename(&latest, self.dir.join(PRODUCER_STATE_PREVIOUS))?;
+        }
+        self.producers.save(&latest, end, Durability::Synced)?;
         self.unflushed_rolls.push((end, file));
         tracing::debug!(dir = %self.dir.display(), base = end, "rolled segment");
         Ok(())
@@ -573,6 +695,35 @@ impl Log {
     pub fn read_replica(&mut self, offset: i64, max_bytes: usize) -> Result<Bytes, LogError> {
         let end = self.log_end_offset();
         self.read_upto(offset, max_bytes, end)
+    }
+
+    /// Like [`Log::read`] for a read_committed consumer: up to the last stable offset, with
+    /// the aborted transactions that overlap what is returned.
+    pub fn read_committed(
+        &mut self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<(Bytes, Vec<AbortedTxn>), LogError> {
+        let lso = self.last_stable_offset();
+        let bytes = self.read_upto(offset, max_bytes, lso)?;
+        let Some(upper) = records::batches(&bytes)
+            .map_while(Result::ok)
+            .last()
+            .map(|(h, _)| h.next_offset())
+        else {
+            return Ok((bytes, Vec::new()));
+        };
+        let first = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map_or(offset, |(b, _)| *b);
+        let aborted = txn_index::collect(
+            self.segments.range(first..).map(|(_, s)| s.txn_index()),
+            offset,
+            upper,
+        );
+        Ok((bytes, aborted))
     }
 
     fn read_upto(&mut self, offset: i64, max_bytes: usize, limit: i64) -> Result<Bytes, LogError> {
@@ -707,6 +858,25 @@ impl Log {
         self.last_flush_ms = now_ms;
         Ok(())
     }
+}
+
+/// Ends `h.producer_id`'s transaction with the marker `h` now in the log; an abort's entry
+/// for the aborted-transaction index of the segment holding the marker.
+fn track_marker(
+    producers: &mut ProducerState,
+    h: &BatchHeader,
+    marker: Marker,
+    coordinator_epoch: i32,
+) -> Option<AbortedTxn> {
+    let done = producers.complete(h, marker == Marker::Abort, coordinator_epoch)?;
+    done.aborted.then(|| AbortedTxn {
+        producer_id: done.producer_id,
+        first_offset: done.first_offset,
+        last_offset: done.last_offset,
+        last_stable_offset: producers
+            .first_unstable_offset()
+            .unwrap_or(done.last_offset + 1),
+    })
 }
 
 #[cfg(test)]

@@ -1,15 +1,24 @@
-//! Idempotent-producer state of one partition: per producer id, its epoch and the last five
-//! batches' sequence ranges and offsets.
+//! Producer state of one partition: per producer id, its epoch, the last five batches'
+//! sequence ranges and offsets, and its ongoing transaction.
 //!
 //! Invariants:
 //! - an epoch only moves forward; a batch from an older epoch is fenced;
 //! - within an epoch, sequences are contiguous: a batch is accepted only if its first sequence
 //!   follows the last accepted one (or it is an exact retry of one of the cached batches, which
 //!   is answered with the original offset and not appended again);
+//! - a producer has at most one ongoing transaction in a partition: it starts at the first
+//!   transactional batch after the producer's last marker and ends at the next marker (commit
+//!   or abort, see [`super::control`]); while it is open, the producer may write only
+//!   transactional batches; a marker from an older producer epoch or an older coordinator epoch
+//!   is fenced;
+//! - `ongoing` indexes exactly the entries with an ongoing transaction, by first offset: the
+//!   smallest is the partition's first unstable offset, which bounds the last stable offset;
 //! - the state is a function of the log: it is snapshotted with the log and rebuilt on restart by
-//!   replaying batch headers after the snapshot's offset.
+//!   replaying batch headers (and markers) after the snapshot's offset. A replay that starts
+//!   inside a transaction learns of it at its first batch after the start, which covers every
+//!   batch of it that the replayed log holds.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -33,6 +42,53 @@ pub struct BatchMeta {
 pub struct ProducerEntry {
     pub epoch: i16,
     pub batches: VecDeque<BatchMeta>,
+    /// First offset of the producer's ongoing transaction in this partition.
+    #[serde(default)]
+    pub txn_first_offset: Option<i64>,
+    /// Epoch of the transaction coordinator that wrote the producer's last marker (-1: none).
+    #[serde(default = "no_coordinator_epoch")]
+    pub coordinator_epoch: i32,
+}
+
+fn no_coordinator_epoch() -> i32 {
+    -1
+}
+
+impl ProducerEntry {
+    fn new(epoch: i16) -> ProducerEntry {
+        ProducerEntry {
+            epoch,
+            batches: VecDeque::new(),
+            txn_first_offset: None,
+            coordinator_epoch: -1,
+        }
+    }
+}
+
+/// A transaction a marker ended in this partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The marker's offset.
+    pub last_offset: i64,
+    pub aborted: bool,
+}
+
+/// Why a marker may not be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerCheck {
+    Accept,
+    /// The producer has moved to a newer epoch than the marker's.
+    ProducerFenced {
+        current: i16,
+        got: i16,
+    },
+    /// A newer coordinator has written this producer's markers.
+    CoordinatorFenced {
+        current: i32,
+        got: i32,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,11 +108,16 @@ pub enum SequenceCheck {
         current: i16,
         got: i16,
     },
+    /// A plain batch from a producer with a transaction open in this partition.
+    TxnOpen,
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ProducerState {
     producers: HashMap<i64, ProducerEntry>,
+    /// `(first offset, producer id)` of every ongoing transaction (derived from `producers`).
+    #[serde(skip)]
+    ongoing: BTreeSet<(i64, i64)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -88,6 +149,9 @@ impl ProducerState {
                 got: h.producer_epoch,
             };
         }
+        if entry.txn_first_offset.is_some() && !h.is_transactional() {
+            return SequenceCheck::TxnOpen;
+        }
         if h.producer_epoch > entry.epoch {
             return if h.base_sequence == 0 {
                 SequenceCheck::Accept
@@ -118,7 +182,7 @@ impl ProducerState {
         }
     }
 
-    /// Records a batch that is now in the log (at `h.base_offset`).
+    /// Records a data batch that is now in the log (at `h.base_offset`).
     pub fn record(&mut self, h: &BatchHeader, timestamp: i64) {
         if !h.is_idempotent() {
             return;
@@ -126,10 +190,7 @@ impl ProducerState {
         let entry = self
             .producers
             .entry(h.producer_id)
-            .or_insert_with(|| ProducerEntry {
-                epoch: h.producer_epoch,
-                batches: VecDeque::new(),
-            });
+            .or_insert_with(|| ProducerEntry::new(h.producer_epoch));
         if h.producer_epoch != entry.epoch {
             entry.epoch = h.producer_epoch;
             entry.batches.clear();
@@ -143,12 +204,90 @@ impl ProducerState {
             base_offset: h.base_offset,
             timestamp,
         });
+        if h.is_transactional() && entry.txn_first_offset.is_none() {
+            entry.txn_first_offset = Some(h.base_offset);
+            self.ongoing.insert((h.base_offset, h.producer_id));
+        }
+    }
+
+    /// Whether a marker of `producer_id` at these epochs may be written.
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> MarkerCheck {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return MarkerCheck::Accept;
+        };
+        if epoch < entry.epoch {
+            MarkerCheck::ProducerFenced {
+                current: entry.epoch,
+                got: epoch,
+            }
+        } else if coordinator_epoch < entry.coordinator_epoch {
+            MarkerCheck::CoordinatorFenced {
+                current: entry.coordinator_epoch,
+                got: coordinator_epoch,
+            }
+        } else {
+            MarkerCheck::Accept
+        }
+    }
+
+    /// Records a marker now in the log (at `h.base_offset`): it ends the producer's ongoing
+    /// transaction, if it has one here, and returns it. A marker of a newer producer epoch (the
+    /// coordinator aborting after a bump) moves the producer to it.
+    pub fn complete(
+        &mut self,
+        h: &BatchHeader,
+        aborted: bool,
+        coordinator_epoch: i32,
+    ) -> Option<CompletedTxn> {
+        let entry = self
+            .producers
+            .entry(h.producer_id)
+            .or_insert_with(|| ProducerEntry::new(h.producer_epoch));
+        if h.producer_epoch > entry.epoch {
+            entry.epoch = h.producer_epoch;
+            entry.batches.clear();
+        }
+        entry.coordinator_epoch = entry.coordinator_epoch.max(coordinator_epoch);
+        let first_offset = entry.txn_first_offset.take()?;
+        self.ongoing.remove(&(first_offset, h.producer_id));
+        Some(CompletedTxn {
+            producer_id: h.producer_id,
+            first_offset,
+            last_offset: h.base_offset,
+            aborted,
+        })
+    }
+
+    /// The first offset of the oldest ongoing transaction: nothing from there on is stable.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.first().map(|(offset, _)| *offset)
+    }
+
+    /// Ongoing transactions as `(producer id, first offset)`, oldest first.
+    pub fn ongoing(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.ongoing.iter().map(|(offset, id)| (*id, *offset))
+    }
+
+    fn index_ongoing(&mut self) {
+        self.ongoing = self
+            .producers
+            .iter()
+            .filter_map(|(id, e)| e.txn_first_offset.map(|first| (first, *id)))
+            .collect();
     }
 
     /// The state as it was before `offset`, for the producers whose cached batches reach below
-    /// it: each keeps only its batches below `offset`. A producer all of whose cached batches
-    /// are at or past `offset` is left out — whoever starts a log at `offset` replays those
-    /// batches and learns it from them, which is why this is exact for duplicate detection.
+    /// it: each keeps only its batches below `offset`, and its transaction if that started
+    /// below. A producer all of whose cached batches are at or past `offset` is left out —
+    /// whoever starts a log at `offset` replays those batches and learns it from them, which is
+    /// why this is exact for duplicate detection. A transaction that a marker at or past
+    /// `offset` already ended is left out too; the replay from `offset` learns of it at its
+    /// first batch there.
     pub fn before(&self, offset: i64) -> ProducerState {
         let producers = self
             .producers
@@ -160,16 +299,24 @@ impl ProducerState {
                     .copied()
                     .filter(|b| b.base_offset < offset)
                     .collect();
-                (!batches.is_empty()).then_some((
+                let txn_first_offset = e.txn_first_offset.filter(|first| *first < offset);
+                (!batches.is_empty() || txn_first_offset.is_some()).then_some((
                     *id,
                     ProducerEntry {
                         epoch: e.epoch,
                         batches,
+                        txn_first_offset,
+                        coordinator_epoch: e.coordinator_epoch,
                     },
                 ))
             })
             .collect();
-        ProducerState { producers }
+        let mut state = ProducerState {
+            producers,
+            ongoing: BTreeSet::new(),
+        };
+        state.index_ongoing();
+        state
     }
 
     /// Every producer and its entry, in no particular order.
@@ -188,7 +335,12 @@ impl ProducerState {
                 (id, e)
             })
             .collect();
-        ProducerState { producers }
+        let mut state = ProducerState {
+            producers,
+            ongoing: BTreeSet::new(),
+        };
+        state.index_ongoing();
+        state
     }
 
     pub fn len(&self) -> usize {
@@ -212,7 +364,8 @@ impl ProducerState {
     /// The snapshot and the offset it covers up to, or `None` if missing or unreadable.
     pub fn load(path: &Path) -> Option<(ProducerState, i64)> {
         let data = std::fs::read(path).ok()?;
-        let snap: Snapshot = serde_json::from_slice(&data).ok()?;
+        let mut snap: Snapshot = serde_json::from_slice(&data).ok()?;
+        snap.state.index_ongoing();
         (snap.version == 1).then_some((snap.state, snap.offset))
     }
 }

@@ -10,7 +10,8 @@ use super::leader_epoch::LeaderEpochCache;
 use super::producer_state::ProducerState;
 use super::segment::Segment;
 use super::{cleaning, Log, LogConfig, LogError};
-use super::{CLEAN_SHUTDOWN, LOG_START, PRODUCER_STATE, RECOVERY_POINT};
+use super::{control, track_marker};
+use super::{CLEAN_SHUTDOWN, LOG_START, PRODUCER_STATE, PRODUCER_STATE_PREVIOUS, RECOVERY_POINT};
 
 /// What `Log::open` found, for logs and metrics.
 #[derive(Debug, Default, Clone, Copy)]
@@ -114,7 +115,7 @@ impl Log {
             epochs: LeaderEpochCache::default(),
             replicated: false,
         };
-        log.rebuild_producer_state()?;
+        log.rebuild_producer_state(rescanned_from)?;
         log.load_epochs(rescanned_from)?;
         log.debug_check();
         Ok((log, report))
@@ -160,15 +161,27 @@ impl Log {
     }
 
     /// Loads the producer snapshot and replays the batch headers after it.
-    pub(super) fn rebuild_producer_state(&mut self) -> Result<(), LogError> {
-        let (state, from) = match ProducerState::load(&self.dir.join(PRODUCER_STATE)) {
-            Some((s, off)) if off <= self.log_end_offset() && off >= self.first_segment_base() => {
-                (s, off)
-            }
-            _ => (ProducerState::default(), self.first_segment_base()),
+    pub(super) fn rebuild_producer_state(
+        &mut self,
+        rescanned_from: Option<i64>,
+    ) -> Result<(), LogError> {
+        // The replay must cover every rescanned segment: their aborted-transaction indexes
+        // are rebuilt from it. The latest snapshot is at the last roll; until that segment is
+        // flushed, recovery rescans it, and the previous snapshot is where to start.
+        let limit = rescanned_from
+            .unwrap_or(i64::MAX)
+            .min(self.log_end_offset());
+        let first = self.first_segment_base();
+        let usable = |name: &str| {
+            ProducerState::load(&self.dir.join(name))
+                .filter(|(_, off)| *off <= limit && *off >= first)
         };
+        let (state, from) = usable(PRODUCER_STATE)
+            .or_else(|| usable(PRODUCER_STATE_PREVIOUS))
+            .unwrap_or_else(|| (ProducerState::default(), first));
         self.producers = state;
         for seg in self.segments.values_mut() {
+            seg.txn_index_mut().truncate_from(from);
             if seg.next_offset() <= from {
                 continue;
             }
@@ -176,9 +189,31 @@ impl Log {
                 .find_batch(from, 0)?
                 .map(|(p, _)| p)
                 .unwrap_or(seg.size());
-            for (_, h) in seg.headers_from(start)? {
-                if h.base_offset >= from && h.is_idempotent() {
-                    self.producers.record(&h, h.max_timestamp);
+            for (pos, h) in seg.headers_from(start)? {
+                if h.base_offset < from {
+                    continue;
+                }
+                if !h.is_control() {
+                    if h.is_idempotent() {
+                        self.producers.record(&h, h.max_timestamp);
+                    }
+                    continue;
+                }
+                let bytes = seg.batch_bytes(pos, &h)?;
+                match control::read_marker(&bytes, &h) {
+                    Ok(Some((marker, coordinator_epoch))) => {
+                        if let Some(aborted) =
+                            track_marker(&mut self.producers, &h, marker, coordinator_epoch)
+                        {
+                            seg.txn_index_mut().push(aborted);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        // Only a leader writes markers, and this one passed its CRC: keep
+                        // serving the log rather than refuse to open it.
+                        tracing::warn!(dir = %self.dir.display(), offset = h.base_offset, error = %e, "unreadable transaction marker skipped");
+                    }
                 }
             }
         }

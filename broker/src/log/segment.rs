@@ -1,4 +1,5 @@
-//! One segment: `<base_offset:020>.log` plus its sparse `.index` and `.timeindex`.
+//! One segment: `<base_offset:020>.log` plus its sparse `.index` and `.timeindex`, and its
+//! aborted transactions' `.txnindex` ([`super::txn_index`]).
 //!
 //! Invariants:
 //! - the file holds whole v2 batches back to back, their offsets increasing from `base_offset`
@@ -28,18 +29,20 @@ use memmap2::{Mmap, MmapOptions};
 use super::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
 use super::handles;
 use super::index::{Durability, OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use super::txn_index::TxnIndex;
 use super::LogError;
 
 pub fn log_path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{base_offset:020}.log"))
 }
 
-/// The three files of a segment: log, offset index, time index.
-pub fn files(dir: &Path, base_offset: i64) -> [PathBuf; 3] {
+/// The files of a segment: log, offset index, time index, aborted-transaction index.
+pub fn files(dir: &Path, base_offset: i64) -> [PathBuf; 4] {
     [
         log_path(dir, base_offset),
         dir.join(format!("{base_offset:020}.index")),
         dir.join(format!("{base_offset:020}.timeindex")),
+        dir.join(format!("{base_offset:020}.txnindex")),
     ]
 }
 
@@ -65,6 +68,9 @@ pub struct Segment {
     next_offset: i64,
     index: OffsetIndex,
     time_index: TimeIndex,
+    /// Aborted transactions whose markers are here: loaded with the indexes, or rebuilt by
+    /// the log's producer-state replay when the segment is rescanned.
+    txn_index: TxnIndex,
     bytes_since_index: u64,
     index_interval: u64,
     max_timestamp: i64,
@@ -116,6 +122,7 @@ impl Segment {
             next_offset: base_offset,
             index: OffsetIndex::default(),
             time_index: TimeIndex::default(),
+            txn_index: TxnIndex::default(),
             bytes_since_index: 0,
             index_interval,
             max_timestamp: -1,
@@ -155,6 +162,7 @@ impl Segment {
             next_offset: base_offset,
             index: OffsetIndex::default(),
             time_index: TimeIndex::default(),
+            txn_index: TxnIndex::default(),
             bytes_since_index: 0,
             index_interval,
             max_timestamp: -1,
@@ -169,15 +177,17 @@ impl Segment {
             match (
                 OffsetIndex::read_from(&seg.index_path()),
                 TimeIndex::read_from(&seg.time_index_path()),
+                TxnIndex::read_from(&seg.txn_index_path()),
             ) {
-                (Some(i), Some(t)) if i.is_consistent(seg.size) => Some((i, t)),
+                (Some(i), Some(t), Some(x)) if i.is_consistent(seg.size) => Some((i, t, x)),
                 _ => None,
             }
         } else {
             None
         };
         let scan = match loaded {
-            Some((index, time_index)) => {
+            Some((index, time_index, txn_index)) => {
+                seg.txn_index = txn_index;
                 // Scan forward from the last indexed batch, checking CRCs on the way.
                 let start = index.last().map(|e| e.position as u64).unwrap_or(0);
                 // The newest time entry carries the segment's max timestamp so far; the scan of
@@ -440,12 +450,23 @@ impl Segment {
         Ok(())
     }
 
-    /// Persists both indexes (at roll and at clean shutdown).
+    /// Persists the indexes (at roll and at clean shutdown).
     pub fn write_indexes(&self, durability: Durability) -> Result<(), LogError> {
         self.index.write_to(&self.index_path(), durability)?;
         self.time_index
             .write_to(&self.time_index_path(), durability)?;
+        self.txn_index
+            .write_to(&self.txn_index_path(), durability)?;
         Ok(())
+    }
+
+    /// The aborted transactions whose markers are in this segment.
+    pub fn txn_index(&self) -> &TxnIndex {
+        &self.txn_index
+    }
+
+    pub fn txn_index_mut(&mut self) -> &mut TxnIndex {
+        &mut self.txn_index
     }
 
     /// Closes a segment for appends: flush, write indexes, shrink the mapping to the file.
@@ -533,6 +554,9 @@ impl Segment {
     }
     fn time_index_path(&self) -> PathBuf {
         files(&self.dir, self.base_offset)[2].clone()
+    }
+    fn txn_index_path(&self) -> PathBuf {
+        files(&self.dir, self.base_offset)[3].clone()
     }
     pub fn base_offset(&self) -> i64 {
         self.base_offset

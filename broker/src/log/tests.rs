@@ -533,3 +533,198 @@ fn a_mapping_unread_for_a_whole_sweep_is_released_and_mapped_again_when_read() {
     assert_eq!(headers.len(), 2);
     assert!(active(&log));
 }
+
+mod transactions {
+    use super::*;
+    use crate::log::batch::testing::transactional;
+    use crate::log::control::Marker;
+
+    fn abort(pid: i64, first: i64, last: i64, lso: i64) -> AbortedTxn {
+        AbortedTxn {
+            producer_id: pid,
+            first_offset: first,
+            last_offset: last,
+            last_stable_offset: lso,
+        }
+    }
+
+    fn offsets(bytes: &Bytes) -> Vec<i64> {
+        records::batches(bytes)
+            .map(|b| b.unwrap().0.base_offset)
+            .collect()
+    }
+
+    /// Producer 1 writes 0-2 and aborts at 6; producer 2 writes plain 3; producer 3 writes
+    /// 4-5 and commits at 7.
+    fn two_transactions(log: &mut Log) {
+        log.append(&validated(transactional(3, 0, 1, 0, 0)), 0, 0)
+            .unwrap();
+        log.append(&validated(batch_with_producer(1, 0, 2, 0, 0)), 0, 0)
+            .unwrap();
+        log.append(&validated(transactional(2, 0, 3, 0, 0)), 0, 0)
+            .unwrap();
+        assert_eq!(log.last_stable_offset(), 0, "producer 1's is open from 0");
+        assert_eq!(log.append_marker(Marker::Abort, 1, 0, 5, 0, 0).unwrap(), 6);
+        assert_eq!(log.last_stable_offset(), 4, "producer 3's is open from 4");
+        assert_eq!(log.append_marker(Marker::Commit, 3, 0, 5, 0, 0).unwrap(), 7);
+    }
+
+    #[test]
+    fn the_last_stable_offset_stops_at_the_oldest_open_transaction_and_aborts_are_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path(), 1 << 20);
+        log.append(&validated(transactional(3, 0, 1, 0, 0)), 0, 0)
+            .unwrap();
+        let (bytes, aborted) = log.read_committed(0, 1 << 20).unwrap();
+        assert!(
+            bytes.is_empty() && aborted.is_empty(),
+            "nothing is stable yet"
+        );
+        log.append(&validated(batch_with_producer(1, 0, 2, 0, 0)), 0, 0)
+            .unwrap();
+        log.append(&validated(transactional(2, 0, 3, 0, 0)), 0, 0)
+            .unwrap();
+        log.append_marker(Marker::Abort, 1, 0, 5, 0, 0).unwrap();
+        let (bytes, aborted) = log.read_committed(0, 1 << 20).unwrap();
+        assert_eq!(
+            offsets(&bytes),
+            vec![0, 3],
+            "up to producer 3's open transaction"
+        );
+        assert_eq!(aborted, vec![abort(1, 0, 6, 4)]);
+        log.append_marker(Marker::Commit, 3, 0, 5, 0, 0).unwrap();
+        assert_eq!(log.last_stable_offset(), 8);
+        assert_eq!(log.high_watermark(), 8);
+        let (bytes, aborted) = log.read_committed(0, 1 << 20).unwrap();
+        assert_eq!(offsets(&bytes), vec![0, 3, 4, 6, 7]);
+        assert_eq!(aborted, vec![abort(1, 0, 6, 4)]);
+        // From past the aborted transaction, it is not listed.
+        let (bytes, aborted) = log.read_committed(7, 1 << 20).unwrap();
+        assert_eq!(offsets(&bytes), vec![7]);
+        assert!(aborted.is_empty());
+        assert_eq!(log.ongoing_transactions().count(), 0);
+    }
+
+    #[test]
+    fn what_breaks_the_transaction_rules_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path(), 1 << 20);
+        log.append(&validated(transactional(2, 0, 1, 3, 0)), 0, 0)
+            .unwrap();
+        assert!(matches!(
+            log.append(&validated(batch_with_producer(1, 0, 1, 3, 2)), 0, 0),
+            Err(LogError::InvalidTxnState { producer_id: 1, .. })
+        ));
+        let control = control::marker_batch(Marker::Commit, 1, 3, 0, 0);
+        assert!(matches!(
+            log.append(&validated(control), 0, 0),
+            Err(LogError::Batch(BatchError::Invalid(_)))
+        ));
+        let mut plain_txn = bytes::BytesMut::from(&transactional(1, 0, 1, 3, 2)[..]);
+        plain_txn[batch::field::PRODUCER_ID..batch::field::PRODUCER_ID + 8]
+            .copy_from_slice(&(-1i64).to_be_bytes());
+        let crc = batch::compute_crc(&plain_txn);
+        plain_txn[batch::field::CRC..batch::field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            log.append(&validated(plain_txn.freeze()), 0, 0),
+            Err(LogError::Batch(BatchError::Invalid(_)))
+        ));
+        assert!(matches!(
+            log.append_marker(Marker::Commit, 1, 2, 0, 0, 0),
+            Err(LogError::ProducerFenced {
+                current: 3,
+                got: 2,
+                ..
+            })
+        ));
+        log.append_marker(Marker::Abort, 1, 3, 4, 0, 0).unwrap();
+        assert!(matches!(
+            log.append_marker(Marker::Abort, 1, 3, 3, 0, 0),
+            Err(LogError::CoordinatorFenced {
+                current: 4,
+                got: 3,
+                ..
+            })
+        ));
+        assert_eq!(log.log_end_offset(), 3, "two records and one marker");
+        assert_eq!(log.last_stable_offset(), 3);
+        // A marker of a bumped epoch (the coordinator aborting a timed-out transaction) moves
+        // the producer there: its old epoch is fenced after.
+        log.append(&validated(transactional(1, 0, 1, 3, 2)), 0, 0)
+            .unwrap();
+        log.append_marker(Marker::Abort, 1, 4, 4, 0, 0).unwrap();
+        assert!(matches!(
+            log.append(&validated(transactional(1, 0, 1, 3, 3)), 0, 0),
+            Err(LogError::ProducerFenced {
+                current: 4,
+                got: 3,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn transactions_and_aborts_survive_a_clean_close_and_a_crash() {
+        for crash in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            // Small segments: the markers land in other segments than their data.
+            let size = (transactional(3, 0, 1, 0, 0).len() + 10) as u64;
+            let mut log = open(dir.path(), size);
+            two_transactions(&mut log);
+            log.append(&validated(transactional(1, 0, 9, 0, 0)), 0, 0)
+                .unwrap();
+            assert!(log.segment_count() > 3);
+            let expected = log.read_committed(0, 1 << 20).unwrap();
+            assert_eq!(log.last_stable_offset(), 8);
+            if crash {
+                // Nothing flushed: every segment is rescanned, from the previous snapshot
+                // or from the start.
+                drop(log);
+            } else {
+                log.close().unwrap();
+                drop(log);
+            }
+            let (mut log, report) = Log::open(dir.path(), LogConfig::for_tests(size), 0).unwrap();
+            assert_eq!(report.clean, !crash);
+            assert_eq!(
+                log.last_stable_offset(),
+                8,
+                "producer 9's transaction is open"
+            );
+            assert_eq!(log.ongoing_transactions().collect::<Vec<_>>(), vec![(9, 8)]);
+            assert_eq!(log.read_committed(0, 1 << 20).unwrap(), expected);
+            log.append_marker(Marker::Abort, 9, 0, 5, 0, 0).unwrap();
+            let (_, aborted) = log.read_committed(8, 1 << 20).unwrap();
+            assert_eq!(aborted, vec![abort(9, 8, 9, 10)]);
+        }
+    }
+
+    #[test]
+    fn a_follower_copying_the_leader_learns_the_same_transactions_and_a_truncation_reopens_one() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut leader = open(ld.path(), 1 << 20);
+        two_transactions(&mut leader);
+        let mut follower = open(fd.path(), 1 << 20);
+        follower.set_replicated(true);
+        let bytes = leader.read_replica(0, 1 << 20).unwrap();
+        follower.append_replicated(&validated(bytes), 0).unwrap();
+        follower.set_high_watermark(8);
+        assert_eq!(follower.last_stable_offset(), 8);
+        assert_eq!(
+            follower.read_committed(0, 1 << 20).unwrap(),
+            leader.read_committed(0, 1 << 20).unwrap()
+        );
+        // The commit at 7 is cut: producer 3's transaction is open again from 4.
+        follower.truncate_to(7, 0).unwrap();
+        assert_eq!(follower.last_stable_offset(), 4);
+        assert_eq!(
+            follower.ongoing_transactions().collect::<Vec<_>>(),
+            vec![(3, 4)]
+        );
+        // The abort at 6 is cut too: both are open, and no abort is listed.
+        follower.truncate_to(6, 0).unwrap();
+        assert_eq!(follower.last_stable_offset(), 0);
+        follower.set_high_watermark(6);
+        assert_eq!(follower.read_committed(0, 1 << 20).unwrap().1, vec![]);
+    }
+}

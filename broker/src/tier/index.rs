@@ -265,6 +265,10 @@ impl RemoteIndex {
                 ProducerEntry {
                     epoch,
                     batches: list,
+                    // This layout carries no transaction state: a follower starting from it
+                    // learns of an ongoing transaction at its first batch it replays.
+                    txn_first_offset: None,
+                    coordinator_epoch: -1,
                 },
             ));
         }
