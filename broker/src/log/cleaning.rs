@@ -8,6 +8,12 @@
 //! its key, and dropping tombstones older than `delete.retention.ms` (by their timestamp).
 //! Consecutive segments are merged while their original sizes fit in `segment.bytes`.
 //!
+//! Transactions: the dirty section also stops at the segment holding the first unstable
+//! offset (an open transaction may still abort). Batches of aborted transactions are removed
+//! and their keys never enter the map (an aborted write must not shadow a committed one);
+//! markers are kept, and a merged segment's aborted-transaction index is the concatenation of
+//! those it replaces.
+//!
 //! Invariants:
 //! - only closed segments are rewritten, and a swap first checks that every segment it
 //!   replaces is still in the log with the size it was read at (retention or DeleteRecords may
@@ -29,6 +35,7 @@ use super::compact::{self, Filtered, OffsetMap};
 use super::index::{read_checkpoint, write_checkpoint};
 use super::records;
 use super::segment::{self, Segment};
+use super::txn_index::{self, AbortedFilter, AbortedTxn, TxnIndex};
 use super::{Log, LogError};
 
 const STAGING: &str = "cleaning";
@@ -55,6 +62,7 @@ struct SegmentView {
     base: i64,
     size: u64,
     data: Bytes,
+    txn_index: TxnIndex,
 }
 
 /// What a clean will work on, taken under the log lock.
@@ -63,6 +71,8 @@ pub struct CleanPlan {
     clean_point: i64,
     dirty_end: i64,
     segments: Vec<SegmentView>,
+    /// Aborted transactions overlapping the planned segments.
+    aborted: Vec<AbortedTxn>,
     segment_bytes: u64,
     index_interval: u64,
     delete_retention_ms: i64,
@@ -163,12 +173,14 @@ impl Log {
         }
         let active_base = *self.segments.keys().next_back()?;
         let lag = self.config.min_compaction_lag_ms;
+        let first_unstable = self.producers.first_unstable_offset();
         let dirty_end = self
             .segments
             .values()
             .find(|s| {
                 s.base_offset() == active_base
                     || (lag > 0 && s.max_timestamp() > now_ms.saturating_sub(lag))
+                    || first_unstable.is_some_and(|u| s.next_offset() > u)
             })
             .map(|s| s.base_offset())
             .unwrap_or(active_base);
@@ -210,13 +222,21 @@ impl Log {
                 base: s.base_offset(),
                 size: s.size(),
                 data: s.whole()?,
+                txn_index: s.txn_index().clone(),
             });
         }
+        let first = self.first_segment_base();
+        let aborted = txn_index::collect(
+            self.segments.values().map(|s| s.txn_index()),
+            first,
+            dirty_end,
+        );
         Ok(Some(CleanPlan {
             dir: self.dir.clone(),
             clean_point,
             dirty_end,
             segments,
+            aborted,
             segment_bytes: self.config.segment_bytes,
             index_interval: self.config.index_interval_bytes,
             delete_retention_ms: self.config.delete_retention_ms,
@@ -311,6 +331,13 @@ impl CleanPlan {
         let mut map = OffsetMap::with_memory(map_memory);
         let mut dirty_end = self.dirty_end;
         let mut mapped_any = false;
+        let mut aborted = AbortedFilter::new(self.aborted.clone());
+        for seg in self.segments.iter().filter(|s| s.base < self.clean_point) {
+            // The filter walks the log in order; the clean section's batches only move it.
+            for item in records::batches(&seg.data) {
+                aborted.is_aborted(&item?.0);
+            }
+        }
         for seg in self.segments.iter().filter(|s| s.base >= self.clean_point) {
             let mut records = 0usize;
             for item in records::batches(&seg.data) {
@@ -322,6 +349,9 @@ impl CleanPlan {
             }
             for item in records::batches(&seg.data) {
                 let (h, b) = item?;
+                if aborted.is_aborted(&h) || h.is_control() {
+                    continue;
+                }
                 let section = records::section(&b, &h)?;
                 records::for_each(&section, &h, |r| {
                     if let Some(k) = r.key {
@@ -344,6 +374,7 @@ impl CleanPlan {
         // Not create_dir_all: if the partition was deleted meanwhile, stop here.
         std::fs::create_dir(&staging)?;
         let retention = self.delete_retention_ms;
+        let mut aborted = AbortedFilter::new(self.aborted.clone());
         let mut out_groups = Vec::new();
         let mut current: Option<(Segment, Group, u64)> = None;
         for s in self.segments.iter().filter(|s| s.base < dirty_end) {
@@ -366,20 +397,29 @@ impl CleanPlan {
             let (out, group, removed_here) = current.as_mut().expect("set above");
             group.replaces.push(s.base);
             group.sizes.push(s.size);
+            for e in s.txn_index.entries() {
+                out.txn_index_mut().push(*e);
+            }
             for item in records::batches(&s.data) {
                 let (h, b) = item?;
                 let mut tombstones = 0u64;
-                let (outcome, removed) = compact::filter_batch(&b, &h, |r| {
-                    let Some(key) = r.key else { return false };
-                    if map.latest(key).is_some_and(|latest| r.offset < latest) {
-                        return false;
-                    }
-                    let expired = r.is_tombstone()
-                        && retention >= 0
-                        && r.timestamp.saturating_add(retention) < now_ms;
-                    tombstones += expired as u64;
-                    !expired
-                })?;
+                let (outcome, removed) = if aborted.is_aborted(&h) {
+                    (Filtered::Dropped, h.record_count.max(0) as u64)
+                } else if h.is_control() {
+                    (Filtered::Kept, 0)
+                } else {
+                    compact::filter_batch(&b, &h, |r| {
+                        let Some(key) = r.key else { return false };
+                        if map.latest(key).is_some_and(|latest| r.offset < latest) {
+                            return false;
+                        }
+                        let expired = r.is_tombstone()
+                            && retention >= 0
+                            && r.timestamp.saturating_add(retention) < now_ms;
+                        tombstones += expired as u64;
+                        !expired
+                    })?
+                };
                 *removed_here += removed;
                 stats.tombstones_removed += tombstones;
                 let written = match outcome {
@@ -486,7 +526,7 @@ mod tests {
                 let h = BatchHeader::parse(&bytes).unwrap();
                 next = h.next_offset();
                 let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut bytes).unwrap();
-                for r in set.records {
+                for r in set.records.into_iter().filter(|r| !r.control) {
                     let s = |b: Option<Bytes>| b.map(|b| String::from_utf8(b.to_vec()).unwrap());
                     out.insert(r.offset, (s(r.key).unwrap(), s(r.value)));
                 }
@@ -510,6 +550,89 @@ mod tests {
         let cleaned = plan.clean(1 << 20, now, &mut |_| true).unwrap()?;
         let stats = cleaned.stats;
         log.install_cleaned(cleaned).unwrap().map(|_| stats)
+    }
+
+    /// One transactional single-record batch of producer `pid` (epoch 0, sequence `seq`).
+    fn txn_put(log: &mut Log, pid: i64, seq: i32, key: &str, value: &str) -> i64 {
+        let mut b = bytes::BytesMut::from(
+            &build(&[(Some(key.as_bytes()), Some(value.as_bytes()))], NOW)[..],
+        );
+        b[21..23].copy_from_slice(&0x10i16.to_be_bytes()); // transactional
+        b[batch::field::PRODUCER_ID..batch::field::PRODUCER_ID + 8]
+            .copy_from_slice(&pid.to_be_bytes());
+        b[batch::field::PRODUCER_EPOCH..batch::field::PRODUCER_EPOCH + 2]
+            .copy_from_slice(&0i16.to_be_bytes());
+        b[batch::field::BASE_SEQUENCE..batch::field::BASE_SEQUENCE + 4]
+            .copy_from_slice(&seq.to_be_bytes());
+        let crc = batch::compute_crc(&b);
+        b[batch::field::CRC..batch::field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        let batches = split_and_validate(&b.freeze(), 1 << 20).unwrap();
+        log.append(&batches, 0, NOW).unwrap().base_offset
+    }
+
+    /// Offsets of the control batches readable from the log start.
+    fn markers(log: &mut Log) -> Vec<i64> {
+        let mut out = Vec::new();
+        let mut next = log.log_start_offset();
+        loop {
+            let bytes = log.read(next, 1 << 20, i64::MAX).unwrap();
+            if bytes.is_empty() {
+                return out;
+            }
+            for h in records::batches(&bytes).map(|b| b.unwrap().0) {
+                next = h.next_offset();
+                if h.is_control() {
+                    out.push(h.base_offset);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn aborted_writes_are_removed_and_never_shadow_committed_ones_and_open_ones_wait() {
+        use crate::log::control::Marker;
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        let committed = txn_put(&mut log, 1, 0, "k", "committed");
+        log.append_marker(Marker::Commit, 1, 0, 0, 0, NOW).unwrap();
+        let aborted = txn_put(&mut log, 2, 0, "k", "aborted");
+        log.append_marker(Marker::Abort, 2, 0, 0, 0, NOW).unwrap();
+        let open_at = txn_put(&mut log, 3, 0, "j", "open");
+        for i in 0..60 {
+            put(&mut log, &format!("filler-{}", i % 3), Some("x"), NOW);
+        }
+        log.roll(NOW).unwrap();
+        assert!(log.segment_count() > 2);
+        // Producer 3's transaction may still abort: nothing from its segment on is cleaned.
+        assert!(clean(&mut log, NOW).is_none());
+        log.append_marker(Marker::Commit, 3, 0, 0, 0, NOW).unwrap();
+        for i in 0..60 {
+            put(&mut log, &format!("filler-{}", i % 3), Some("y"), NOW);
+        }
+        log.roll(NOW).unwrap();
+        let stats = clean(&mut log, NOW).expect("a clean");
+        assert!(stats.records_removed > 0);
+        let all = contents(&mut log);
+        assert_eq!(all[&committed].1.as_deref(), Some("committed"));
+        assert!(!all.contains_key(&aborted), "the aborted write is removed");
+        assert_eq!(all[&open_at].1.as_deref(), Some("open"));
+        assert_eq!(markers(&mut log).len(), 3, "markers are kept");
+        // The abort is still indexed for read_committed readers of what remains.
+        let (bytes, listed) = log.read_committed(0, 1 << 30).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].producer_id, 2);
+        log.close().unwrap();
+        drop(log);
+        let mut log = open(dir.path());
+        assert_eq!(
+            log.read_committed(0, 1 << 30).unwrap(),
+            (bytes.clone(), listed)
+        );
+        // A crash rebuilds the index from what the log holds: the aborted batch is gone, so
+        // its abort need not be listed any more; what is read stays the same.
+        drop(log);
+        let mut log = open(dir.path());
+        assert_eq!(log.read_committed(0, 1 << 30).unwrap().0, bytes);
     }
 
     /// 300 updates of 10 keys across many small segments.

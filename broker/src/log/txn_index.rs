@@ -17,8 +17,10 @@
 //!   close, and rebuilt from the log (markers and producer state) when it cannot be trusted.
 //!   A segment without aborts has no file.
 
+use std::collections::{HashSet, VecDeque};
 use std::path::Path;
 
+use super::batch::BatchHeader;
 use super::index::Durability;
 
 const ENTRY: usize = 34;
@@ -145,6 +147,44 @@ pub fn collect<'a>(
         }
     }
     out
+}
+
+/// Tells which batches of a log belong to aborted transactions, walking its batches in
+/// order, as a read_committed client does with the list a fetch gives it: from an aborted
+/// transaction's first offset on, its producer's transactional batches are aborted until
+/// that producer's next control batch (the abort marker).
+pub struct AbortedFilter {
+    /// Not yet reached, by first offset.
+    pending: VecDeque<AbortedTxn>,
+    /// Producers inside an aborted transaction.
+    inside: HashSet<i64>,
+}
+
+impl AbortedFilter {
+    pub fn new(mut aborted: Vec<AbortedTxn>) -> AbortedFilter {
+        aborted.sort_by_key(|a| a.first_offset);
+        AbortedFilter {
+            pending: aborted.into(),
+            inside: HashSet::new(),
+        }
+    }
+
+    /// Whether the batch `h` (the next one in log order) was aborted.
+    pub fn is_aborted(&mut self, h: &BatchHeader) -> bool {
+        while self
+            .pending
+            .front()
+            .is_some_and(|a| a.first_offset <= h.last_offset())
+        {
+            let a = self.pending.pop_front().expect("checked");
+            self.inside.insert(a.producer_id);
+        }
+        if h.is_control() {
+            self.inside.remove(&h.producer_id);
+            return false;
+        }
+        h.is_transactional() && self.inside.contains(&h.producer_id)
+    }
 }
 
 #[cfg(test)]
