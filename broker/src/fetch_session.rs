@@ -80,6 +80,7 @@ pub struct Cached {
     pub max_bytes: i32,
     pub current_leader_epoch: i32,
     pub high_watermark: i64,
+    pub last_stable: i64,
     pub log_start: i64,
 }
 
@@ -91,6 +92,7 @@ impl Cached {
             max_bytes,
             current_leader_epoch,
             high_watermark: -1,
+            last_stable: -1,
             log_start: -1,
         }
     }
@@ -105,6 +107,7 @@ impl Cached {
             } else {
                 answer.high_watermark
             },
+            last_stable: answer.last_stable,
             log_start: answer.log_start,
             ..self
         }
@@ -116,6 +119,7 @@ impl Cached {
 pub struct Answer {
     pub records: usize,
     pub high_watermark: i64,
+    pub last_stable: i64,
     pub log_start: i64,
     pub error: bool,
 }
@@ -126,6 +130,7 @@ impl Answer {
         self.records > 0
             || self.error
             || self.high_watermark != sent.high_watermark
+            || self.last_stable != sent.last_stable
             || self.log_start != sent.log_start
     }
 }
@@ -836,6 +841,7 @@ mod tests {
         let quiet = Answer {
             records: 0,
             high_watermark: -1,
+            last_stable: -1,
             log_start: -1,
             error: false,
         };
@@ -862,6 +868,7 @@ mod tests {
                 Answer {
                     records: 10,
                     high_watermark: 5,
+                    last_stable: 5,
                     log_start: 0,
                     error: false,
                 },

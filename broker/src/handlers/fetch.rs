@@ -23,6 +23,7 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::fetch_session::{Answer, Cached, Context, Session, TopicKey, View, Visit};
+use crate::log::txn_index::AbortedTxn;
 use crate::partition::{Hosted, Offsets, Partition, Read};
 use crate::protocol::fetch_response::{self as wire, FetchResponse};
 
@@ -97,6 +98,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
     let pass = Pass {
         max_bytes,
         replica,
+        committed: replica.is_none() && req.isolation_level == 1,
         incremental,
         sessionless: matches!(context, Context::Sessionless),
     };
@@ -371,40 +373,52 @@ impl<'a> Resolver<'a> {
     }
 }
 
-/// One partition's batches from `offset`, from whichever tier holds them. A remote read runs
-/// on the tier's low-priority threads ([`crate::tier::Tier::spawn`]).
+/// One partition's batches from `offset`, from whichever tier holds them, and for a
+/// read_committed consumer the aborted transactions among them. A remote read runs on the
+/// tier's low-priority threads ([`crate::tier::Tier::spawn`]).
 async fn read(
     broker: &Arc<Broker>,
     p: Arc<Partition>,
     offset: i64,
     max_bytes: usize,
-    replica: Option<u64>,
+    pass: &Pass,
     report: bool,
-) -> Result<(bytes::Bytes, Offsets), ApiError> {
-    if let Some(follower) = replica {
+) -> Result<(bytes::Bytes, Offsets, Vec<AbortedTxn>), ApiError> {
+    if let Some(follower) = pass.replica {
         if report {
             crate::replication::follower_fetched(&broker.node, &p, follower, offset);
         }
-        return Ok(p.read_replica(offset, max_bytes)?);
+        let (bytes, offsets) = p.read_replica(offset, max_bytes)?;
+        return Ok((bytes, offsets, Vec::new()));
     }
-    match p.read(offset, max_bytes)? {
-        (Read::Local(bytes), offsets) => Ok((bytes, offsets)),
+    match p.read(offset, max_bytes, pass.committed)? {
+        (Read::Local(bytes, aborted), offsets) => Ok((bytes, offsets, aborted)),
+        (Read::Remote(segment), offsets) if pass.committed => {
+            let (bytes, aborted) = broker
+                .tier
+                .read_partition_committed(p, segment, offset, max_bytes, offsets.last_stable)
+                .await?;
+            Ok((bytes, offsets, aborted))
+        }
         (Read::Remote(segment), offsets) => Ok((
             broker
                 .tier
                 .read_partition(p, segment, offset, max_bytes)
                 .await?,
             offsets,
+            Vec::new(),
         )),
     }
 }
 
-/// Whether a fetch from `offset` has nothing to read: a consumer at the high watermark, a
-/// follower at the log end (read from the published offsets; a write racing this check is
-/// seen by the read after the fetch registers to wait, or wakes it).
-fn caught_up(p: &Partition, offset: i64, replica: Option<u64>) -> bool {
+/// Whether a fetch from `offset` has nothing to read: a consumer at the high watermark (at
+/// the last stable offset if it reads committed), a follower at the log end (read from the
+/// published offsets; a write racing this check is seen by the read after the fetch
+/// registers to wait, or wakes it).
+fn caught_up(p: &Partition, offset: i64, pass: &Pass) -> bool {
     let o = p.published_offsets();
-    let end = match replica {
+    let end = match pass.replica {
+        None if pass.committed => o.last_stable,
         None => o.high_watermark,
         Some(_) => o.log_end,
     };
@@ -429,6 +443,8 @@ struct Reply {
 struct Pass {
     max_bytes: usize,
     replica: Option<u64>,
+    /// A read_committed consumer (isolation level 1).
+    committed: bool,
     /// Answers only the partitions with news.
     incremental: bool,
     /// Keeps no record of what each partition was told (there is no session to tell).
@@ -451,6 +467,7 @@ async fn read_all(
         replica,
         incremental,
         sessionless,
+        ..
     } = *pass;
     let mut total = 0usize;
     let mut errors = false;
@@ -476,12 +493,12 @@ async fn read_all(
             let partition_max = asked.max_bytes.max(0) as usize;
             let result = match (part, err) {
                 (_, Some(e)) => Err(e.code),
-                (Some(p), None) if caught_up(p, offset, replica) => {
+                (Some(p), None) if caught_up(p, offset, pass) => {
                     // Nothing new: answered from the published offsets, without the log lock.
                     if let (Some(follower), true) = (replica, report) {
                         crate::replication::follower_fetched(&broker.node, p, follower, offset);
                     }
-                    Ok((bytes::Bytes::new(), p.published_offsets()))
+                    Ok((bytes::Bytes::new(), p.published_offsets(), Vec::new()))
                 }
                 (Some(p), None) => {
                     // After the first non-empty partition, stay within the request's max_bytes.
@@ -495,24 +512,26 @@ async fn read_all(
                         // offsets (a consumer reading 10,000 partitions from the beginning
                         // names thousands of these per fetch; each took the log lock).
                         behind.push((w_at, p_at));
-                        Ok((bytes::Bytes::new(), p.published_offsets()))
+                        Ok((bytes::Bytes::new(), p.published_offsets(), Vec::new()))
                     } else {
-                        let read = read(broker, p.clone(), offset, budget.max(1), replica, report);
+                        let read = read(broker, p.clone(), offset, budget.max(1), pass, report);
                         read.await.map_err(|e| e.code)
                     }
                 }
                 (None, None) => Err(ErrorCode::UnknownTopicOrPartition),
             };
             let answer = match &result {
-                Ok((records, offsets)) => Answer {
+                Ok((records, offsets, _)) => Answer {
                     records: records.len(),
                     high_watermark: offsets.high_watermark,
+                    last_stable: offsets.last_stable,
                     log_start: offsets.log_start,
                     error: false,
                 },
                 Err(_) => Answer {
                     records: 0,
                     high_watermark: -1,
+                    last_stable: -1,
                     log_start: -1,
                     error: true,
                 },
@@ -524,14 +543,20 @@ async fn read_all(
                 answers.push((w_at, p_at, answer));
             }
             partitions.push(match result {
-                Ok((records, offsets)) => {
+                Ok((records, offsets, aborted)) => {
                     total += records.len();
                     wire::Partition {
                         index: *index,
                         error_code: 0,
                         high_watermark: offsets.high_watermark,
-                        last_stable_offset: offsets.high_watermark,
+                        last_stable_offset: offsets.last_stable,
                         log_start_offset: offsets.log_start,
+                        aborted: pass.committed.then(|| {
+                            aborted
+                                .iter()
+                                .map(|a| (a.producer_id, a.first_offset))
+                                .collect()
+                        }),
                         records,
                     }
                 }
@@ -543,6 +568,7 @@ async fn read_all(
                         high_watermark: -1,
                         last_stable_offset: -1,
                         log_start_offset: -1,
+                        aborted: None,
                         records: bytes::Bytes::new(),
                     }
                 }

@@ -792,12 +792,15 @@ impl Log {
             .map(|s| (s.offset_of_max_timestamp(), s.max_timestamp()))
     }
 
-    /// Closed segments wholly below the high watermark: what may be offloaded.
+    /// Closed segments wholly below the last stable offset: what may be offloaded. Every
+    /// transaction with records in one has ended, so the aborted ones that overlap it are
+    /// known when it is uploaded ([`Log::closed_segment`]).
     pub fn closed_segments(&self) -> Vec<ClosedSegment> {
+        let stable = self.last_stable_offset();
         self.segments
             .values()
             .take(self.segments.len() - 1)
-            .filter(|s| !s.is_empty() && s.next_offset() <= self.high_watermark)
+            .filter(|s| !s.is_empty() && s.next_offset() <= stable)
             .map(|s| ClosedSegment {
                 base_offset: s.base_offset(),
                 next_offset: s.next_offset(),
@@ -808,13 +811,26 @@ impl Log {
     }
 
     /// The bytes of the closed segment starting at `base` (zero-copy; they stay readable
-    /// after the segment is deleted), or `None` if it is gone or still active.
-    pub fn closed_segment_bytes(&mut self, base: i64) -> Result<Option<Bytes>, LogError> {
+    /// after the segment is deleted) and the aborted transactions that overlap it (wherever
+    /// their markers are: the segment is below the last stable offset, so all have ended), or
+    /// `None` if it is gone or still active.
+    pub fn closed_segment(
+        &mut self,
+        base: i64,
+    ) -> Result<Option<(Bytes, Vec<AbortedTxn>)>, LogError> {
         if self.segments.keys().next_back() == Some(&base) {
             return Ok(None);
         }
         match self.segments.get_mut(&base) {
-            Some(seg) => seg.whole().map(Some),
+            Some(seg) => {
+                let (bytes, end) = (seg.whole()?, seg.next_offset());
+                let aborted = txn_index::collect(
+                    self.segments.range(base..).map(|(_, s)| s.txn_index()),
+                    base,
+                    end,
+                );
+                Ok(Some((bytes, aborted)))
+            }
             None => Ok(None),
         }
     }

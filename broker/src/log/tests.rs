@@ -230,7 +230,7 @@ fn a_tiered_log_deletes_locally_only_what_is_offloaded_or_wholly_expired() {
     assert_eq!(log.enforce_retention(15_100, Some(remote)).unwrap(), 1);
     assert_eq!(log.log_start_offset(), 30);
     // The bytes stay readable to an uploader holding them after deletion.
-    assert!(log.closed_segment_bytes(30).unwrap().is_none(), "active");
+    assert!(log.closed_segment(30).unwrap().is_none(), "active");
 }
 
 #[test]
@@ -727,4 +727,40 @@ mod transactions {
         follower.set_high_watermark(6);
         assert_eq!(follower.read_committed(0, 1 << 20).unwrap().1, vec![]);
     }
+}
+
+#[test]
+fn a_segment_is_offloaded_only_below_the_last_stable_offset_with_every_abort_that_overlaps_it() {
+    use crate::log::batch::testing::transactional;
+    use crate::log::control::Marker;
+    let dir = tempfile::tempdir().unwrap();
+    let size = (transactional(3, 0, 1, 0, 0).len() + 10) as u64;
+    let mut log = open(dir.path(), size);
+    // Producer 1's transaction starts in the first segment and aborts two segments later.
+    log.append(&validated(transactional(3, 0, 1, 0, 0)), 0, 0)
+        .unwrap();
+    log.append(&validated(batch(3, 0)), 0, 0).unwrap();
+    log.append(&validated(batch(3, 0)), 0, 0).unwrap();
+    assert!(log.segment_count() >= 3);
+    assert!(
+        log.closed_segments().is_empty(),
+        "the open transaction holds every segment back"
+    );
+    let marker = log.append_marker(Marker::Abort, 1, 0, 0, 0, 0).unwrap();
+    log.roll(0).unwrap();
+    let closed = log.closed_segments();
+    assert_eq!(closed.first().map(|c| c.base_offset), Some(0));
+    let (_, aborted) = log.closed_segment(0).unwrap().unwrap();
+    assert_eq!(
+        aborted,
+        vec![AbortedTxn {
+            producer_id: 1,
+            first_offset: 0,
+            last_offset: marker,
+            last_stable_offset: marker + 1,
+        }],
+        "the marker is in a later segment"
+    );
+    let (_, middle) = log.closed_segment(closed[1].base_offset).unwrap().unwrap();
+    assert_eq!(middle, aborted, "it spans the middle segment too");
 }

@@ -138,7 +138,7 @@ pub fn collect<'a>(
     let mut out = Vec::new();
     for index in indexes {
         for e in &index.entries {
-            if e.last_offset >= from && e.first_offset < to {
+            if overlaps(e, from, to) {
                 out.push(*e);
             }
             if e.last_stable_offset >= to {
@@ -147,6 +147,11 @@ pub fn collect<'a>(
         }
     }
     out
+}
+
+/// Whether the aborted transaction `e` overlaps `[from, to)`.
+pub fn overlaps(e: &AbortedTxn, from: i64, to: i64) -> bool {
+    e.last_offset >= from && e.first_offset < to
 }
 
 /// Tells which batches of a log belong to aborted transactions, walking its batches in

@@ -49,6 +49,7 @@ use uuid::Uuid;
 use crate::clock::Clock;
 use crate::log::cleaning::CleanStats;
 use crate::log::config::LogConfig;
+use crate::log::control::Marker;
 use crate::log::{AppendInfo, Log, LogError};
 pub use activity::{Activity, Sweep};
 pub use changes::ChangeSet;
@@ -67,6 +68,8 @@ pub struct TopicPartition {
 pub struct Offsets {
     pub log_start: i64,
     pub high_watermark: i64,
+    /// Below it every transaction has ended: where read_committed readers stop (≤ HW).
+    pub last_stable: i64,
     pub log_end: i64,
 }
 
@@ -115,6 +118,7 @@ struct Waiters {
 struct Published {
     log_start: AtomicI64,
     high_watermark: AtomicI64,
+    last_stable: AtomicI64,
     log_end: AtomicI64,
     /// The remote log's first readable offset (`i64::MAX`: none) and floor, which
     /// `offsets_of` combines with the local log.
@@ -127,6 +131,7 @@ impl Published {
         let p = Published {
             log_start: AtomicI64::new(0),
             high_watermark: AtomicI64::new(0),
+            last_stable: AtomicI64::new(0),
             log_end: AtomicI64::new(0),
             remote_start: AtomicI64::new(i64::MAX),
             remote_floor: AtomicI64::new(0),
@@ -151,6 +156,8 @@ impl Published {
         self.log_start.store(start, Ordering::Release);
         self.high_watermark
             .store(log.high_watermark(), Ordering::Release);
+        self.last_stable
+            .store(log.last_stable_offset().max(start), Ordering::Release);
         self.log_end.store(end, Ordering::Release);
     }
 
@@ -158,6 +165,7 @@ impl Published {
         Offsets {
             log_start: self.log_start.load(Ordering::Acquire),
             high_watermark: self.high_watermark.load(Ordering::Acquire),
+            last_stable: self.last_stable.load(Ordering::Acquire),
             log_end: self.log_end.load(Ordering::Acquire),
         }
     }
@@ -233,6 +241,29 @@ impl Partition {
         }
         self.advance_hw();
         Ok(info)
+    }
+
+    /// Writes a transaction marker (WriteTxnMarkers, on the leader) and returns its offset.
+    pub fn append_marker(
+        &self,
+        marker: Marker,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<i64, LogError> {
+        let epoch = self.leader_epoch.load(Ordering::Acquire);
+        let offset = self.log().append_marker(
+            marker,
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            epoch,
+            self.clock.now_ms(),
+        )?;
+        self.activity.mark(self);
+        self.wake();
+        self.advance_hw();
+        Ok(offset)
     }
 
     pub(super) fn wake(&self) {
@@ -427,9 +458,11 @@ fn offsets_of(log: &Log, remote: &RemoteLog) -> Offsets {
         Some(r) if r < local => r,
         _ => local,
     };
+    let log_start = start.max(remote.floor).min(log.log_end_offset());
     Offsets {
-        log_start: start.max(remote.floor).min(log.log_end_offset()),
+        log_start,
         high_watermark: log.high_watermark(),
+        last_stable: log.last_stable_offset().max(log_start),
         log_end: log.log_end_offset(),
     }
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use strata_metadata::{PartitionInfo, RemoteSegment};
 
 use super::{offsets_of, Offsets, Partition};
+use crate::log::txn_index::AbortedTxn;
 use crate::log::{ClosedSegment, LogError, RemoteView};
 
 /// A partition's local and remote ranges (`end`s are exclusive).
@@ -89,8 +90,9 @@ pub trait RemoteProducers: Send + Sync {
 /// Where a fetch's bytes come from.
 #[derive(Debug)]
 pub enum Read {
-    /// Whole batches from the local log (possibly empty: nothing there yet).
-    Local(Bytes),
+    /// Whole batches from the local log (possibly empty: nothing there yet), and for a
+    /// read_committed read the aborted transactions that overlap them.
+    Local(Bytes, Vec<AbortedTxn>),
     /// The offset lies in this remote segment; the tier reads it.
     Remote(RemoteSegment),
 }
@@ -112,9 +114,15 @@ impl Partition {
             .clone()
     }
 
-    /// Batches from `offset` for a consumer (up to the high watermark), or the remote segment
-    /// to read them from.
-    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<(Read, Offsets), LogError> {
+    /// Batches from `offset` for a consumer (up to the high watermark, or for read_committed
+    /// up to the last stable offset with the aborted transactions among them), or the remote
+    /// segment to read them from.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        committed: bool,
+    ) -> Result<(Read, Offsets), LogError> {
         let remote = self.remote();
         let mut log = self.log();
         let offsets = offsets_of(&log, &remote);
@@ -125,6 +133,7 @@ impl Partition {
                 end: offsets.log_end,
             });
         }
+        let mut from = offset;
         if offset < log.log_start_offset() {
             if let Some(seg) = remote.segment_for(offset) {
                 if seg.base_offset < log.log_start_offset() {
@@ -133,11 +142,15 @@ impl Partition {
             }
             // A gap between the tiers (retention deleted segments that were never
             // offloaded): the log continues at the local start, as after a compaction gap.
-            let start = log.log_start_offset();
-            return Ok((Read::Local(log.read(start, max_bytes, i64::MAX)?), offsets));
+            from = log.log_start_offset();
         }
-        let bytes = log.read(offset, max_bytes, i64::MAX)?;
-        Ok((Read::Local(bytes), offsets))
+        let read = if committed {
+            let (bytes, aborted) = log.read_committed(from, max_bytes)?;
+            Read::Local(bytes, aborted)
+        } else {
+            Read::Local(log.read(from, max_bytes, i64::MAX)?, Vec::new())
+        };
+        Ok((read, offsets))
     }
 
     /// ListOffsets by timestamp over both tiers.
@@ -178,8 +191,10 @@ impl Partition {
         not_offloaded(self.log().closed_segments(), from)
     }
 
-    pub fn closed_segment_bytes(&self, base: i64) -> Result<Option<Bytes>, LogError> {
-        self.log().closed_segment_bytes(base)
+    /// A closed segment's bytes and aborted transactions (see
+    /// [`crate::log::Log::closed_segment`]).
+    pub fn closed_segment(&self, base: i64) -> Result<Option<(Bytes, Vec<AbortedTxn>)>, LogError> {
+        self.log().closed_segment(base)
     }
 
     pub fn is_tiered(&self) -> bool {

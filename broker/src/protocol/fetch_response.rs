@@ -11,8 +11,8 @@
 //!
 //! Invariant: for every Fetch version Strata speaks (4 to 16), the bytes are exactly those
 //! `kafka-protocol` encodes for the same response (`the_frame_is_what_the_codec_encodes`
-//! below). Fields Strata never sets are written as their defaults: no throttle, no aborted
-//! transactions, no preferred read replica, no tagged fields.
+//! below). Fields Strata never sets are written as their defaults: no throttle, no preferred
+//! read replica, no tagged fields.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
@@ -51,6 +51,9 @@ pub struct Partition {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// read_committed fetches: `(producer id, first offset)` of the aborted transactions among
+    /// `records` (`None`: an empty list, as for read_uncommitted).
+    pub aborted: Option<Vec<(i64, i64)>>,
     /// Whole record batches (empty for none).
     pub records: Bytes,
 }
@@ -103,7 +106,13 @@ impl FetchResponse {
                 if version >= 5 {
                     w.buf.put_i64(p.log_start_offset);
                 }
-                w.array_len(0)?; // aborted_transactions
+                let aborted = p.aborted.as_deref().unwrap_or_default();
+                w.array_len(aborted.len())?;
+                for (producer_id, first_offset) in aborted {
+                    w.buf.put_i64(*producer_id);
+                    w.buf.put_i64(*first_offset);
+                    w.tagged_fields();
+                }
                 if version >= 11 {
                     w.buf.put_i32(-1); // preferred_read_replica
                 }
@@ -215,7 +224,9 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+    use kafka_protocol::messages::fetch_response::{
+        AbortedTransaction, FetchableTopicResponse, PartitionData,
+    };
     use kafka_protocol::messages::{ResponseHeader, TopicName};
     use kafka_protocol::protocol::Encodable;
 
@@ -239,6 +250,15 @@ mod tests {
                                             .with_high_watermark(p.high_watermark)
                                             .with_last_stable_offset(p.last_stable_offset)
                                             .with_log_start_offset(p.log_start_offset)
+                                            .with_aborted_transactions(Some(
+                                                (p.aborted.iter().flatten())
+                                                    .map(|(id, first)| {
+                                                        AbortedTransaction::default()
+                                                            .with_producer_id((*id).into())
+                                                            .with_first_offset(*first)
+                                                    })
+                                                    .collect(),
+                                            ))
                                             .with_records(Some(p.records.clone()))
                                     })
                                     .collect(),
@@ -277,6 +297,8 @@ mod tests {
                             high_watermark: (i as i64) << 33,
                             last_stable_offset: i as i64 * 1000 - 1,
                             log_start_offset: -1 + i as i64,
+                            aborted: (i % 3 == 1)
+                                .then(|| (0..i as i64).map(|a| (a * 1_000_003, a << 20)).collect()),
                             records: Bytes::from(vec![i as u8; sizes[(t + i) % sizes.len()]]),
                         })
                         .collect(),
@@ -334,6 +356,7 @@ mod tests {
             high_watermark: 1,
             last_stable_offset: 1,
             log_start_offset: 0,
+            aborted: None,
             records: records.clone(),
         };
         let r = FetchResponse {

@@ -205,20 +205,22 @@ async fn upload_segment(
         .map_err(|_| TierError::Commit("shutting down".into()))?;
     let started = Instant::now();
     // Retention may have deleted it meanwhile; the bytes stay mapped while we hold them.
-    let Some(bytes) = p.closed_segment_bytes(seg.base_offset)? else {
+    let Some((bytes, aborted)) = p.closed_segment(seg.base_offset)? else {
         return Ok(());
     };
     let base = seg.base_offset;
     let walk = bytes.clone();
-    // The producer state as of the segment's end travels with it (see `index`).
+    // Its aborted transactions and the producer state as of its end travel with it (see
+    // `index`).
     let producers = p.producers_before(seg.next_offset);
-    let summary = tokio::task::spawn_blocking(move || index::summarize(&walk, base, &producers))
-        .await
-        .map_err(|e| TierError::Corrupt(e.to_string()))?
-        .map_err(|e| {
-            tier.metrics.upload_failed("corrupt");
-            TierError::Corrupt(format!("local segment {base} cannot be offloaded: {e}"))
-        })?;
+    let summary =
+        tokio::task::spawn_blocking(move || index::summarize(&walk, base, &aborted, &producers))
+            .await
+            .map_err(|e| TierError::Corrupt(e.to_string()))?
+            .map_err(|e| {
+                tier.metrics.upload_failed("corrupt");
+                TierError::Corrupt(format!("local segment {base} cannot be offloaded: {e}"))
+            })?;
     let id = Uuid::new_v4();
     let log_key = super::segment_key(&p.tp, &p.topic_id, base, &id, "log");
     let index_key = super::segment_key(&p.tp, &p.topic_id, base, &id, "index");

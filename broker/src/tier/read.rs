@@ -23,6 +23,8 @@ use super::index::{RemoteIndex, INTERVAL};
 use super::{Tier, TierError};
 use crate::log::batch::{self, BatchHeader, HEADER_LEN};
 use crate::log::producer_state::ProducerState;
+use crate::log::records;
+use crate::log::txn_index::{self, AbortedTxn};
 use crate::partition::{Partition, RemoteLog, RemoteProducers, TopicPartition};
 
 /// A remote segment as the reader addresses it.
@@ -80,6 +82,19 @@ impl<'a> RemoteSource<'a> {
             size: self.segment.index_size_bytes,
         }
     }
+}
+
+/// The whole batches of `bytes` that end below `limit`.
+fn below(bytes: Bytes, limit: i64) -> Result<Bytes, TierError> {
+    let mut end = 0;
+    for batch in records::batches(&bytes) {
+        let (h, b) = batch.map_err(|e| TierError::Corrupt(e.to_string()))?;
+        if h.last_offset() >= limit {
+            break;
+        }
+        end += b.len();
+    }
+    Ok(bytes.slice(..end))
 }
 
 /// Which cache budget a read of `segment` is charged to (see the module doc).
@@ -256,6 +271,44 @@ impl Tier {
             let class = read_class(&remote, &segment, tier.recent_bytes);
             let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, &segment);
             tier.read(&src, offset, max_bytes, class).await
+        })
+        .await
+        .map_err(|e| TierError::Task(e.to_string()))?
+    }
+
+    /// read_committed: whole batches from `offset`, which lies in the remote `segment`, up to
+    /// `max_bytes` and below `last_stable`, and the aborted transactions among them (from the
+    /// segment's index object, which lists every one that overlaps it, see `index`).
+    pub async fn read_partition_committed(
+        self: &Arc<Self>,
+        p: Arc<Partition>,
+        segment: RemoteSegment,
+        offset: i64,
+        max_bytes: usize,
+        last_stable: i64,
+    ) -> Result<(Bytes, Vec<AbortedTxn>), TierError> {
+        let tier = self.clone();
+        self.spawn(async move {
+            let remote = p.remote();
+            let class = read_class(&remote, &segment, tier.recent_bytes);
+            let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, &segment);
+            let bytes = below(
+                tier.read(&src, offset, max_bytes, class).await?,
+                last_stable,
+            )?;
+            let Some(upper) = records::batches(&bytes)
+                .map_while(Result::ok)
+                .last()
+                .map(|(h, _)| h.next_offset())
+            else {
+                return Ok((bytes, Vec::new()));
+            };
+            let index = tier.index(&src).await?;
+            let aborted = (index.aborted().iter())
+                .filter(|a| txn_index::overlaps(a, offset, upper))
+                .copied()
+                .collect();
+            Ok((bytes, aborted))
         })
         .await
         .map_err(|e| TierError::Task(e.to_string()))?
