@@ -10,11 +10,14 @@ use crate::group::Coordinator;
 use crate::node::Node;
 use crate::replication::fetcher::Fetchers;
 use crate::tier::Tier;
+use crate::txn::TxnCoordinator;
 
 pub struct Broker {
     pub node: Arc<Node>,
     /// The group coordinator.
-    pub groups: Coordinator,
+    pub groups: Arc<Coordinator>,
+    /// The transaction coordinator.
+    pub txn: Arc<TxnCoordinator>,
     /// Consumer lag, sampled by housekeeping.
     pub lag: LagTracker,
     /// Object storage and its read cache, for remote reads and the offload tasks.
@@ -30,9 +33,11 @@ impl Broker {
         let fetch_sessions =
             FetchSessions::new(node.config.max_incremental_fetch_session_cache_slots);
         fetch_sessions.register_metrics(&node);
+        let groups = Arc::new(Coordinator::new(node.clone()));
         Broker {
             fetch_sessions,
-            groups: Coordinator::new(node.clone()),
+            groups: groups.clone(),
+            txn: TxnCoordinator::new(node.clone(), groups),
             lag: LagTracker::new(node.clone()),
             fetchers: Fetchers::new(node.clone(), tier.clone()),
             tier,

@@ -79,6 +79,15 @@ pub struct BrokerConfig {
     /// Replicas of each `__consumer_offsets` partition (Kafka's
     /// `offsets.topic.replication.factor`); a cluster with fewer brokers uses them all.
     pub offsets_topic_replication_factor: u16,
+    /// Replicas of each `__transaction_state` partition (Kafka's
+    /// `transaction.state.log.replication.factor`); a cluster with fewer brokers uses them all.
+    pub transaction_state_log_replication_factor: u16,
+    /// `min.insync.replicas` of `__transaction_state` (capped by its replication factor).
+    pub transaction_state_log_min_isr: u16,
+    /// The longest `transaction.timeout.ms` a producer may ask for.
+    pub transaction_max_timeout_ms: u64,
+    /// How often the coordinator aborts transactions past their timeout.
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
     /// The first rebalance of an empty group waits this long for more members to join.
     pub group_initial_rebalance_delay_ms: u64,
     /// How often consumer lag is sampled.
@@ -190,6 +199,10 @@ impl Default for BrokerConfig {
             log_retention_check_interval_ms: 30_000,
             offsets_retention_minutes: 7 * 24 * 60,
             offsets_topic_replication_factor: 3,
+            transaction_state_log_replication_factor: 3,
+            transaction_state_log_min_isr: 2,
+            transaction_max_timeout_ms: 900_000,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             group_initial_rebalance_delay_ms: 3000,
             lag_sample_interval_ms: 5_000,
             lag_window_ms: 60_000,
@@ -347,6 +360,16 @@ impl BrokerConfig {
         if self.offsets_topic_replication_factor == 0 {
             return Err(ConfigError::Invalid(
                 "offsets_topic_replication_factor must be ≥ 1".into(),
+            ));
+        }
+        if self.transaction_state_log_replication_factor == 0
+            || self.transaction_state_log_min_isr == 0
+            || self.transaction_max_timeout_ms == 0
+            || self.transaction_max_timeout_ms > i32::MAX as u64
+            || self.transaction_abort_timed_out_transaction_cleanup_interval_ms == 0
+        {
+            return Err(ConfigError::Invalid(
+                "transaction_state_log_replication_factor, transaction_state_log_min_isr and transaction_abort_timed_out_transaction_cleanup_interval_ms must be ≥ 1, transaction_max_timeout_ms 1 to 2^31-1".into(),
             ));
         }
         if self.log_segment_bytes < 1024 || self.log_segment_bytes > i32::MAX as u64 {

@@ -4,10 +4,29 @@
 use crate::log::batch::BatchError;
 use crate::log::LogError;
 
-/// The Kafka error codes Strata answers with (values from the Kafka protocol).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(i16)]
-pub enum ErrorCode {
+macro_rules! error_codes {
+    ($($name:ident = $value:literal,)*) => {
+        /// The Kafka error codes Strata answers with (values from the Kafka protocol).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(i16)]
+        pub enum ErrorCode {
+            $($name = $value,)*
+        }
+
+        impl ErrorCode {
+            /// The code a peer sent (another broker's answer); UNKNOWN_SERVER_ERROR for one
+            /// Strata does not know.
+            pub fn from_code(code: i16) -> ErrorCode {
+                match code {
+                    $($value => ErrorCode::$name,)*
+                    _ => ErrorCode::UnknownServerError,
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
     None = 0,
     OffsetOutOfRange = 1,
     CorruptMessage = 2,
@@ -50,6 +69,7 @@ pub enum ErrorCode {
     BrokerIdNotRegistered = 102,
     UnknownServerError = -1,
     InvalidRecord = 87,
+    UnstableOffsetCommit = 88,
     UnknownTopicId = 100,
     TransactionalIdNotFound = 105,
     OffsetMetadataTooLarge = 12,
@@ -68,6 +88,12 @@ pub enum ErrorCode {
     MemberIdRequired = 79,
     FencedInstanceId = 82,
     GroupSubscribedToTopic = 86,
+    InvalidProducerIdMapping = 49,
+    InvalidTransactionTimeout = 50,
+    ConcurrentTransactions = 51,
+    OperationNotAttempted = 55,
+    UnknownProducerId = 59,
+    ProducerFenced = 90,
 }
 
 impl ErrorCode {

@@ -9,7 +9,9 @@
 //! - [`handlers`] — one module per Kafka API, each taking a [`broker::Broker`];
 //! - [`broker`] — the thin holder of the node and the subsystems, for handlers;
 //! - subsystems, each on an `Arc<`[`node::Node`]`>` and never importing `broker`:
-//!   [`group`] (the group coordinator and consumer lag), [`replication`] (followers fetching
+//!   [`txn`] (the transaction coordinator and its markers, above [`group`], whose offsets a
+//!   transaction commits), [`group`] (the group coordinator and consumer lag),
+//!   [`replication`] (followers fetching
 //!   from leaders, ISR proposals), [`tier`] (offload, remote reads, remote retention),
 //!   [`cleaner`] (compaction thread), [`session`] (registration and heartbeats),
 //!   [`fetch_session`] (incremental fetch sessions, KIP-227);
@@ -49,6 +51,7 @@ pub mod session;
 pub mod throttle;
 pub mod tier;
 pub mod topic_config;
+pub mod txn;
 
 /// Inputs that once crashed or hung a fuzz target, kept in `fuzz/regressions/<target>/` and
 /// replayed by the unit tests beside the code each target drives.

@@ -244,8 +244,10 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
     );
     broker.fetchers.sync();
 
-    // Groups of the `__consumer_offsets` partitions led here; later moves follow metadata.
+    // Groups of the `__consumer_offsets` partitions led here, transactional ids of the
+    // `__transaction_state` ones; later moves follow metadata.
     broker.groups.follow_leadership().await;
+    broker.txn.follow_leadership().await;
     let cleaner =
         crate::cleaner::Cleaner::start(node.clone()).map_err(failed("start the log cleaner"))?;
     let follower = tokio::spawn(follow_metadata(broker.clone(), shutdown_rx.clone()));
@@ -386,6 +388,7 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
         }
         broker.fetchers.sync();
         broker.groups.follow_leadership().await;
+        broker.txn.follow_leadership().await;
     }
 }
 
@@ -394,7 +397,8 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
 /// every partition once per `log_retention_check_interval_ms` (retention, segment.ms rolls of
 /// idle segments) — see `partition::activity`; the ISR check runs every half
 /// `replica_lag_time_max_ms`, as Kafka's does; group session expiry every tick; consumer lag
-/// every `lag_sample_interval_ms`.
+/// every `lag_sample_interval_ms`; transactions past their timeout aborted every
+/// `transaction_abort_timed_out_transaction_cleanup_interval_ms`.
 const TICK: Duration = Duration::from_millis(100);
 
 /// How often the controller checks that internal topics have their replication factor.
@@ -416,6 +420,12 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
     let mut last_balance = std::time::Instant::now();
     let balance_every = Duration::from_millis(node.config.auto_balance_interval_ms.max(100));
     let mut auto_balance = crate::node::AutoBalance::default();
+    let txn_timeouts_every = Duration::from_millis(
+        node.config
+            .transaction_abort_timed_out_transaction_cleanup_interval_ms,
+    );
+    let mut last_txn_timeouts = std::time::Instant::now();
+    let mut txn_aborter: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {},
@@ -441,9 +451,18 @@ async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
                 },
             );
         }
-        // Retries a failed group load; a no-op when nothing changed.
+        // Retries a failed group or transaction load; a no-op when nothing changed.
         broker.groups.follow_leadership().await;
+        broker.txn.follow_leadership().await;
         broker.groups.tick();
+        // Its writes wait for the ISR: off the tick, one round at a time.
+        if last_txn_timeouts.elapsed() >= txn_timeouts_every
+            && txn_aborter.as_ref().is_none_or(|t| t.is_finished())
+        {
+            last_txn_timeouts = std::time::Instant::now();
+            let txn = broker.txn.clone();
+            txn_aborter = Some(tokio::spawn(async move { txn.abort_timed_out().await }));
+        }
         if last_isr.elapsed() >= isr_every {
             last_isr = std::time::Instant::now();
             crate::replication::check_isr(node);

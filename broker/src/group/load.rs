@@ -10,6 +10,7 @@ use super::state::Group;
 use super::store::{self, GroupMetadata};
 use super::{validate_group_id, Coordinator, Entry, Offsets};
 use crate::error::{ApiError, ErrorCode};
+use crate::log::control::{self, Marker};
 use crate::log::records;
 use crate::partition::Partition;
 
@@ -22,6 +23,8 @@ const LOAD_WAIT: Duration = Duration::from_secs(5);
 struct Rebuild {
     offsets: HashMap<String, Offsets>,
     metadata: HashMap<String, Option<GroupMetadata>>,
+    /// Records of transactions whose markers are not read yet, per producer id.
+    pending: HashMap<i64, Vec<store::Entry>>,
 }
 
 impl Rebuild {
@@ -46,8 +49,25 @@ impl Rebuild {
         }
     }
 
+    /// A record of `producer_id`'s transaction: applied when its commit marker is read.
+    fn apply_txn(&mut self, producer_id: i64, entry: store::Entry) {
+        self.pending.entry(producer_id).or_default().push(entry);
+    }
+
+    /// `producer_id`'s marker: its transaction's records apply (commit) or go (abort).
+    fn marker(&mut self, producer_id: i64, commit: bool) {
+        if let Some(entries) = self.pending.remove(&producer_id) {
+            if commit {
+                for e in entries {
+                    self.apply(e);
+                }
+            }
+        }
+    }
+
     /// The table as of `now` (sessions of loaded members start now) / `wall_ms`.
-    fn finish(self, now: Instant, wall_ms: i64) -> HashMap<String, Entry> {
+    fn finish(mut self, now: Instant, wall_ms: i64) -> HashMap<String, Entry> {
+        let pending = std::mem::take(&mut self.pending);
         let mut table: HashMap<String, Entry> = self
             .offsets
             .into_iter()
@@ -72,6 +92,26 @@ impl Rebuild {
                 wall_ms
             };
             entry.group = Some(Group::from_metadata(&id, record, now));
+        }
+        // Transactions still open: their offsets wait for the marker.
+        for (producer_id, entries) in pending {
+            for e in entries {
+                if let store::Entry::Offset {
+                    group,
+                    topic,
+                    partition,
+                    value: Some(v),
+                } = e
+                {
+                    table
+                        .entry(group)
+                        .or_default()
+                        .pending_txn
+                        .entry(producer_id)
+                        .or_default()
+                        .insert((topic, partition), v);
+                }
+            }
         }
         table
     }
@@ -279,6 +319,13 @@ impl Coordinator {
                 // Continue after the batch's last offset, not its last record's: a
                 // compacted batch may have lost its last records but keeps its span.
                 offset = offset.max(h.next_offset());
+                if h.is_control() {
+                    if let Ok(Some((marker, _))) = control::read_marker(&b, &h) {
+                        rebuild.marker(h.producer_id, marker == Marker::Commit);
+                    }
+                    continue;
+                }
+                let txn = h.is_transactional().then_some(h.producer_id);
                 let section = records::section(&b, &h).map_err(|e| storage_error(e.to_string()))?;
                 records::for_each(&section, &h, |r| {
                     offset = offset.max(r.offset + 1);
@@ -290,9 +337,10 @@ impl Coordinator {
                         r.key.map(|k| section.slice_ref(k)),
                         r.value.map(|v| section.slice_ref(v)),
                     );
-                    match store::decode(key, value) {
-                        Some(entry) => rebuild.apply(entry),
-                        None => tracing::warn!(
+                    match (store::decode(key, value), txn) {
+                        (Some(entry), Some(producer_id)) => rebuild.apply_txn(producer_id, entry),
+                        (Some(entry), None) => rebuild.apply(entry),
+                        (None, _) => tracing::warn!(
                             partition = p,
                             offset = r.offset,
                             "skipping malformed record in {}",

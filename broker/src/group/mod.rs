@@ -8,6 +8,7 @@
 //! - [`persist`] — appending group and offset records to the group's partition;
 //! - [`membership`] — join, sync, heartbeat, leave and session expiry;
 //! - [`offsets`] — committing, fetching, deleting and expiring committed offsets;
+//! - [`txn_offsets`] — offsets committed inside a transaction, visible once it commits;
 //! - [`listing`] — ListGroups, DescribeGroups, DeleteGroups;
 //! - [`lag`] — consumer lag in records and seconds, and its trend.
 //!
@@ -42,6 +43,7 @@ mod offsets;
 mod persist;
 pub mod state;
 pub mod store;
+mod txn_offsets;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -53,6 +55,7 @@ use crate::node::Node;
 use crate::partition::Partition;
 use state::Group;
 use store::CommittedOffset;
+pub use txn_offsets::PendingTxnCommit;
 
 /// Longest group id accepted.
 const MAX_GROUP_ID: usize = 255;
@@ -69,6 +72,8 @@ struct Entry {
     offsets: Offsets,
     /// Wall-clock ms when the group was last seen with members (0: unknown).
     last_active_ms: i64,
+    /// Offsets committed in transactions still open, per producer id ([`txn_offsets`]).
+    pending_txn: HashMap<i64, Offsets>,
 }
 
 pub struct Coordinator {

@@ -85,11 +85,17 @@ pub enum Entry {
 /// The partition of `__consumer_offsets` holding a group: Kafka's
 /// `abs(groupId.hashCode) % partitions`, with Java's String hash over UTF-16 units.
 pub fn partition_for(group: &str) -> i32 {
-    let h = group
+    partition_of(group, PARTITIONS)
+}
+
+/// Kafka's partition of a coordinator key among `partitions`: Java's `String.hashCode`,
+/// made non-negative as Kafka's `Utils.abs` does.
+pub fn partition_of(key: &str, partitions: usize) -> i32 {
+    let h = key
         .encode_utf16()
         .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32));
     let abs = if h == i32::MIN { 0 } else { h.abs() };
-    abs % PARTITIONS as i32
+    abs % partitions as i32
 }
 
 fn put_str(b: &mut BytesMut, s: &str) {

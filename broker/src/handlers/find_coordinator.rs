@@ -7,27 +7,40 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::{store, validate_group_id};
+use crate::txn;
 
 const GROUP: i8 = 0;
+const TRANSACTION: i8 = 1;
 
-/// The leader of the group's `__consumer_offsets` partition (created on first use).
+/// The leader of the key's coordinator partition: a group's `__consumer_offsets` partition,
+/// a transactional id's `__transaction_state` partition (each topic created on first use).
 async fn locate(broker: &Broker, key: &str, key_type: i8) -> Result<(i32, String, i32), ApiError> {
-    if key_type != GROUP {
-        return Err(ApiError::new(
-            ErrorCode::CoordinatorNotAvailable,
-            "transactions are not supported yet",
-        ));
-    }
-    validate_group_id(key)?;
-    broker.groups.ensure_offsets_topic().await?;
+    let (topic, partition) = match key_type {
+        GROUP => {
+            validate_group_id(key)?;
+            broker.groups.ensure_offsets_topic().await?;
+            (store::TOPIC, store::partition_for(key))
+        }
+        TRANSACTION => {
+            txn::validate_id(key)?;
+            broker.txn.ensure_topic().await?;
+            (txn::store::TOPIC, txn::store::partition_for(key))
+        }
+        other => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("coordinator key type {other}"),
+            ))
+        }
+    };
     let state = broker.node.metadata.state();
     let leader = state
-        .partition(store::TOPIC, store::partition_for(key))
+        .partition(topic, partition)
         .and_then(|p| p.leader)
         .ok_or_else(|| {
             ApiError::new(
                 ErrorCode::CoordinatorNotAvailable,
-                "offsets partition has no leader",
+                format!("{topic}-{partition} has no leader"),
             )
         })?;
     let b = state.brokers.get(&leader).ok_or_else(|| {

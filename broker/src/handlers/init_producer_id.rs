@@ -3,21 +3,29 @@ use std::sync::Arc;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use crate::broker::Broker;
-use crate::error::ErrorCode;
 
 /// Idempotent producers get a fresh id (epoch 0), or, re-initialising with their current id and
-/// epoch (KIP-360), the same id with the next epoch. Transactional ids are refused until
-/// transactions exist.
+/// epoch (KIP-360), the same id with the next epoch. A transactional id is its coordinator's
+/// to answer ([`crate::txn::TxnCoordinator::init_producer`]).
 pub async fn handle(broker: &Arc<Broker>, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let resp = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
-    if req
-        .transactional_id
-        .as_ref()
-        .is_some_and(|t| !t.0.is_empty())
-    {
-        return resp.with_error_code(ErrorCode::TransactionalIdNotFound.code());
+    if let Some(id) = req.transactional_id.as_ref().filter(|t| !t.0.is_empty()) {
+        return match broker
+            .txn
+            .init_producer(
+                id.0.as_str(),
+                req.transaction_timeout_ms,
+                (req.producer_id.0, req.producer_epoch),
+            )
+            .await
+        {
+            Ok((pid, epoch)) => resp
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch),
+            Err(e) => resp.with_error_code(e.code.code()),
+        };
     }
     if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX - 1 {
         return resp

@@ -23,6 +23,8 @@ pub async fn handle(
     req: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
+    // read_committed consumers (v2+) see up to the last stable offset.
+    let committed = req.isolation_level == 1;
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.as_str().to_string();
@@ -37,6 +39,7 @@ pub async fn handle(
                     p.partition_index,
                     p.timestamp,
                     p.current_leader_epoch,
+                    committed,
                 )
                 .await
                 {
@@ -71,26 +74,43 @@ async fn lookup(
     partition: i32,
     ts: i64,
     current_leader_epoch: i32,
+    committed: bool,
 ) -> Result<(i64, i64, i32), ApiError> {
-    let (found, epoch) = find(broker, topic, partition, ts, current_leader_epoch).await?;
+    let (found, epoch) = find(
+        broker,
+        topic,
+        partition,
+        ts,
+        current_leader_epoch,
+        committed,
+    )
+    .await?;
     Ok((found.0, found.1, epoch))
 }
 
 /// The offset and timestamp for `ts`, and the leader epoch of that offset (Kafka reports the
-/// latest epoch for the log end).
+/// latest epoch for the log end). A read_committed client's answers stay below the last
+/// stable offset, as Kafka's do: LATEST is the LSO, and a record found at or past it is not
+/// found.
 async fn find(
     broker: &Broker,
     topic: &str,
     partition: i32,
     ts: i64,
     current_leader_epoch: i32,
+    committed: bool,
 ) -> Result<((i64, i64), i32), ApiError> {
     let p = broker
         .node
         .leader_partition(topic, partition, current_leader_epoch)?;
     let o = p.offsets();
+    let fetchable = if committed {
+        o.last_stable
+    } else {
+        o.high_watermark
+    };
     let found = match ts {
-        LATEST => return Ok(((o.high_watermark, -1), p.epoch_for_offset(i64::MAX))),
+        LATEST => return Ok(((fetchable, -1), p.epoch_for_offset(i64::MAX))),
         EARLIEST => return Ok(((o.log_start, -1), p.epoch_for_offset(o.log_start))),
         EARLIEST_LOCAL => {
             let start = p.local_log_start().max(o.log_start);
@@ -129,7 +149,7 @@ async fn find(
         }
     };
     Ok(match found {
-        Some((offset, ts)) => ((offset, ts), p.epoch_for_offset(offset)),
-        None => ((-1, -1), -1),
+        Some((offset, ts)) if offset < fetchable => ((offset, ts), p.epoch_for_offset(offset)),
+        _ => ((-1, -1), -1),
     })
 }

@@ -2,6 +2,8 @@
 //! errors are per topic/partition wherever the protocol allows, so one bad partition never
 //! fails the others.
 
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
 mod alter_partition_reassignments;
 mod api_versions;
 mod create_partitions;
@@ -13,7 +15,10 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
+mod describe_producers;
+mod describe_transactions;
 mod elect_leaders;
+mod end_txn;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -24,6 +29,7 @@ mod leave_group;
 mod list_groups;
 mod list_offsets;
 mod list_partition_reassignments;
+mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -31,7 +37,9 @@ mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
+mod txn_offset_commit;
 mod unregister_broker;
+mod write_txn_markers;
 
 use std::sync::Arc;
 
@@ -155,6 +163,28 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Ha
             list_partition_reassignments::handle(broker, r),
         ),
         // The protocol layer only lets through the APIs listed in `protocol::versions`.
+        RequestKind::AddPartitionsToTxn(r) => {
+            ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(broker, r, v).await)
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(broker, r).await)
+        }
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(broker, r).await),
+        RequestKind::TxnOffsetCommit(r) => {
+            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(broker, r).await)
+        }
+        RequestKind::WriteTxnMarkers(r) => {
+            ResponseKind::WriteTxnMarkers(write_txn_markers::handle(broker, r).await)
+        }
+        RequestKind::DescribeTransactions(r) => {
+            ResponseKind::DescribeTransactions(describe_transactions::handle(broker, r).await)
+        }
+        RequestKind::ListTransactions(r) => {
+            ResponseKind::ListTransactions(list_transactions::handle(broker, r, v))
+        }
+        RequestKind::DescribeProducers(r) => {
+            ResponseKind::DescribeProducers(describe_producers::handle(broker, r))
+        }
         _ => return Handled::Now(None),
     };
     Handled::Now(Some(body.into()))

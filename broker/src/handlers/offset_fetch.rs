@@ -8,6 +8,7 @@ use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse,
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::ErrorCode;
 
 type Wanted = Option<Vec<(String, Vec<i32>)>>;
 
@@ -16,6 +17,11 @@ pub async fn handle(
     req: OffsetFetchRequest,
     version: i16,
 ) -> OffsetFetchResponse {
+    // KIP-447 (v7+): a consumer that requires stable offsets is told UNSTABLE_OFFSET_COMMIT for a
+    // partition whose offset waits for a transaction's marker, and retries.
+    let stable = req.require_stable;
+    let unstable =
+        |group: &str, topic: &str, p: i32| stable && broker.groups.unstable(group, topic, p);
     // v8+ asks for several groups at once; earlier versions for one.
     if version >= 8 {
         let mut checks = Vec::with_capacity(req.groups.len());
@@ -36,9 +42,10 @@ pub async fn handle(
                 if let Err(e) = checked {
                     return group.with_error_code(e.code.code());
                 }
+                let id = g.group_id.0.as_str();
                 let topics = broker
                     .groups
-                    .fetch(g.group_id.0.as_str(), wanted)
+                    .fetch(id, wanted)
                     .into_iter()
                     .map(|(t, parts)| {
                         let partitions = parts
@@ -46,6 +53,12 @@ pub async fn handle(
                             .map(|(p, v)| {
                                 let r = OffsetFetchResponsePartitions::default()
                                     .with_partition_index(p);
+                                if unstable(id, &t, p) {
+                                    return r
+                                        .with_committed_offset(-1)
+                                        .with_committed_leader_epoch(-1)
+                                        .with_error_code(ErrorCode::UnstableOffsetCommit.code());
+                                }
                                 match v {
                                     Some(v) => r
                                         .with_committed_offset(v.offset)
@@ -91,6 +104,12 @@ pub async fn handle(
                 .into_iter()
                 .map(|(p, v)| {
                     let r = OffsetFetchResponsePartition::default().with_partition_index(p);
+                    if unstable(group.0.as_str(), &t, p) {
+                        return r
+                            .with_committed_offset(-1)
+                            .with_committed_leader_epoch(-1)
+                            .with_error_code(ErrorCode::UnstableOffsetCommit.code());
+                    }
                     let r = match v {
                         Some(v) => r
                             .with_committed_offset(v.offset)

@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::produce_response::{
@@ -37,6 +38,7 @@ enum Outcome {
 /// connection are appended (`server.rs`): the order of appends is the order of requests, and
 /// responses are still written in that order.
 pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Option<Appended> {
+    let refused = verify_transactional(broker, &req).await;
     let acks = req.acks;
     let timeout = std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
     let mut topics = Vec::with_capacity(req.topic_data.len());
@@ -52,11 +54,6 @@ pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
                 ErrorCode::InvalidTopicException,
                 format!("'{name}' is an internal topic"),
             ))
-        } else if req.transactional_id.is_some() {
-            Err(ApiError::new(
-                ErrorCode::TransactionalIdNotFound,
-                "transactions are not supported yet",
-            ))
         } else {
             match broker.node.topic_or_create(&name, true).await {
                 Ok(Some(_)) => Ok(()),
@@ -71,9 +68,11 @@ pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
         // request overlap, so it waits one replication round, not one per partition.
         let outcomes = (topic.partition_data.iter())
             .map(|p| {
-                let outcome = match &info {
-                    Err(e) => Outcome::Done(Err(e.clone())),
-                    Ok(()) => append_partition(broker, &name, p.index, p.records.as_ref(), acks),
+                let outcome = match (&info, refused.get(&(name.clone(), p.index))) {
+                    (Err(e), _) | (Ok(()), Some(e)) => Outcome::Done(Err(e.clone())),
+                    (Ok(()), None) => {
+                        append_partition(broker, &name, p.index, p.records.as_ref(), acks)
+                    }
                 };
                 (p.index, outcome)
             })
@@ -86,6 +85,101 @@ pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
         timeout,
         topics,
     })
+}
+
+/// The producer of a partition's transactional batches, `None` when it has none. All of
+/// them must be one producer's; bytes that do not parse are left to the append's validation.
+fn txn_producer(records: &bytes::Bytes) -> Result<Option<(i64, i16)>, ApiError> {
+    let mut producer = None;
+    for (h, _) in crate::log::records::batches(records).map_while(Result::ok) {
+        if !h.is_transactional() {
+            continue;
+        }
+        match producer {
+            None => producer = Some((h.producer_id, h.producer_epoch)),
+            Some(p) if p == (h.producer_id, h.producer_epoch) => {}
+            Some(_) => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidRecord,
+                    "transactional batches of more than one producer",
+                ))
+            }
+        }
+    }
+    Ok(producer)
+}
+
+/// The partitions refused before their append on transactional grounds. Transactional
+/// batches need the request's transactional id; the first of a transaction in a partition
+/// (the producer has none open there yet) is taken only if the transaction's coordinator says
+/// the partition is in it (KIP-890 part 1, see `crate::txn`).
+async fn verify_transactional(
+    broker: &Broker,
+    req: &ProduceRequest,
+) -> HashMap<(String, i32), ApiError> {
+    let mut refused = HashMap::new();
+    let id = (req.transactional_id.as_ref())
+        .map(|t| t.0.as_str())
+        .filter(|t| !t.is_empty());
+    let mut needed = Vec::new();
+    let mut producer = None;
+    for topic in &req.topic_data {
+        let name = topic.name.0.as_str();
+        for p in &topic.partition_data {
+            let Some(records) = &p.records else { continue };
+            let key = (name.to_string(), p.index);
+            match (txn_producer(records), id) {
+                (Ok(None), _) => {}
+                (Err(e), _) => {
+                    refused.insert(key, e);
+                }
+                (Ok(Some(_)), None) => {
+                    refused.insert(
+                        key,
+                        ApiError::new(
+                            ErrorCode::InvalidRecord,
+                            "transactional records need the request's transactional id",
+                        ),
+                    );
+                }
+                (Ok(Some((pid, epoch))), Some(_)) => {
+                    let open = (broker.node.leader_partition(name, p.index, -1))
+                        .map(|part| part.has_ongoing_txn(pid));
+                    if matches!(open, Ok(false)) {
+                        needed.push(key);
+                        producer = Some((pid, epoch));
+                    }
+                }
+            }
+        }
+    }
+    let (Some(id), Some((pid, epoch))) = (id, producer) else {
+        return refused;
+    };
+    match broker.txn.verify_anywhere(id, pid, epoch, &needed).await {
+        Ok(codes) => {
+            for (key, code) in needed.into_iter().zip(codes) {
+                let code = match code {
+                    ErrorCode::None => continue,
+                    ErrorCode::ProducerFenced => ErrorCode::InvalidProducerEpoch,
+                    c => c,
+                };
+                refused.insert(
+                    key,
+                    ApiError::new(
+                        code,
+                        "the partition is not in the producer's ongoing transaction",
+                    ),
+                );
+            }
+        }
+        Err(e) => {
+            for key in needed {
+                refused.insert(key, e.clone());
+            }
+        }
+    }
+    refused
 }
 
 /// Appends one partition's batches: the outcome, or for acks=all what to wait for.

@@ -271,6 +271,16 @@ pub fn build(records: &[KeyValue<'_>], timestamp: i64) -> Bytes {
     build_as(records, timestamp, (-1, -1), 0)
 }
 
+/// A transactional batch of `producer`'s id and epoch, without sequence numbers: records a
+/// coordinator writes for a producer's transaction (its offset commits).
+pub fn build_transactional(
+    records: &[KeyValue<'_>],
+    timestamp: i64,
+    producer: (i64, i16),
+) -> Bytes {
+    build_as(records, timestamp, producer, TRANSACTIONAL_BIT)
+}
+
 /// A control batch (see [`super::control`]) of `producer`'s id and epoch.
 pub(super) fn build_control(record: KeyValue<'_>, timestamp: i64, producer: (i64, i16)) -> Bytes {
     build_as(

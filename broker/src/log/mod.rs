@@ -61,6 +61,15 @@ pub use recovery::RecoveryReport;
 use segment::Segment;
 use txn_index::AbortedTxn;
 
+/// Who writes a batch (see [`Log::append_from`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A producer: sequence numbers are checked, and control batches refused.
+    Client,
+    /// A coordinator of this broker writing for a producer, without sequence numbers.
+    Coordinator,
+}
+
 /// Result of appending one produce request's batches to a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendInfo {
@@ -223,6 +232,18 @@ impl Log {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, LogError> {
+        self.append_from(Origin::Client, batches, leader_epoch, now_ms)
+    }
+
+    /// [`Log::append`] by `origin`: a coordinator's batches (a transaction's offset commits,
+    /// written for its producer) carry no sequence numbers, so only their epoch is checked.
+    pub fn append_from(
+        &mut self,
+        origin: Origin,
+        batches: &[(BatchHeader, Bytes)],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
         let mut info = AppendInfo {
             base_offset: -1,
             last_offset: -1,
@@ -248,6 +269,8 @@ impl Log {
             if header.is_idempotent() {
                 match self.producers.check(header) {
                     SequenceCheck::Accept => {}
+                    SequenceCheck::Duplicate { .. } | SequenceCheck::OutOfOrder { .. }
+                        if origin == Origin::Coordinator => {}
                     SequenceCheck::Duplicate {
                         base_offset,
                         timestamp,
@@ -412,6 +435,16 @@ impl Log {
             .first_unstable_offset()
             .map_or(hw, |first| first.min(hw))
             .max(self.log_start_offset)
+    }
+
+    /// The producers this log knows (DescribeProducers).
+    pub fn producer_views(&self) -> Vec<producer_state::ProducerView> {
+        self.producers.views()
+    }
+
+    /// Whether `producer_id` has a transaction open here.
+    pub fn has_ongoing_txn(&self, producer_id: i64) -> bool {
+        self.producers.txn_first_offset(producer_id).is_some()
     }
 
     /// Ongoing transactions here as `(producer id, first offset)`, oldest first.

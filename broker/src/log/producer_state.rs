@@ -65,6 +65,18 @@ impl ProducerEntry {
     }
 }
 
+/// A producer as DescribeProducers shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerView {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// -1 when no batch with a sequence is remembered.
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
+    pub coordinator_epoch: i32,
+    pub txn_first_offset: Option<i64>,
+}
+
 /// A transaction a marker ended in this partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompletedTxn {
@@ -266,6 +278,27 @@ impl ProducerState {
     /// The first offset of the oldest ongoing transaction: nothing from there on is stable.
     pub fn first_unstable_offset(&self) -> Option<i64> {
         self.ongoing.first().map(|(offset, _)| *offset)
+    }
+
+    /// Every producer, by id.
+    pub fn views(&self) -> Vec<ProducerView> {
+        let mut out: Vec<ProducerView> = (self.producers.iter())
+            .map(|(id, e)| ProducerView {
+                producer_id: *id,
+                epoch: e.epoch,
+                last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: e.batches.back().map_or(-1, |b| b.timestamp),
+                coordinator_epoch: e.coordinator_epoch,
+                txn_first_offset: e.txn_first_offset,
+            })
+            .collect();
+        out.sort_by_key(|v| v.producer_id);
+        out
+    }
+
+    /// The first offset of `producer_id`'s ongoing transaction.
+    pub fn txn_first_offset(&self, producer_id: i64) -> Option<i64> {
+        self.producers.get(&producer_id)?.txn_first_offset
     }
 
     /// Ongoing transactions as `(producer id, first offset)`, oldest first.

@@ -150,15 +150,26 @@ impl Node {
         })
     }
 
-    /// The replication factor of internal topics: `offsets_topic_replication_factor`, or every
+    /// The replication factor of an internal topic (`offsets_topic_replication_factor`, or
+    /// `transaction_state_log_replication_factor` for `__transaction_state`), or every
     /// broker of a smaller cluster. The cluster's size is the larger of the brokers registered
     /// and the metadata voters, so a topic created while voters are still starting waits for
     /// them (placement refuses until enough brokers are live) instead of getting fewer replicas
     /// for good.
-    fn internal_replication_factor(&self) -> usize {
+    fn internal_replication_factor(&self, name: &str) -> usize {
         let brokers = self.metadata.state().brokers.len();
         let voters = self.metadata.status().voters.len();
-        (self.config.offsets_topic_replication_factor as usize).min(brokers.max(voters).max(1))
+        self.internal_wanted_replicas(name)
+            .min(brokers.max(voters).max(1))
+    }
+
+    /// The replication factor an internal topic is configured for.
+    fn internal_wanted_replicas(&self, name: &str) -> usize {
+        if name == "__transaction_state" {
+            self.config.transaction_state_log_replication_factor as usize
+        } else {
+            self.config.offsets_topic_replication_factor as usize
+        }
     }
 
     /// On the controller: internal topics created when the cluster was smaller (a single
@@ -176,7 +187,6 @@ impl Node {
                 rack: b.rack.clone(),
             })
             .collect();
-        let wanted = (self.config.offsets_topic_replication_factor as usize).min(live.len());
         let internal = || state.topics.values().filter(|t| t.name.starts_with("__"));
         let moving = internal()
             .flat_map(|t| &t.partitions)
@@ -193,6 +203,7 @@ impl Node {
             }
         }
         for t in internal() {
+            let wanted = self.internal_wanted_replicas(&t.name).min(live.len());
             for (i, p) in t.partitions.iter().enumerate() {
                 if room == 0 {
                     return;
@@ -238,7 +249,7 @@ impl Node {
         partitions: usize,
         configs: BTreeMap<String, String>,
     ) -> Result<(), ApiError> {
-        let replicas = self.place(name, 0, partitions, self.internal_replication_factor())?;
+        let replicas = self.place(name, 0, partitions, self.internal_replication_factor(name))?;
         self.apply(Command::CreateTopic {
             name: name.to_string(),
             topic_id: Uuid::new_v4(),

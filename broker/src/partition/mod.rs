@@ -243,6 +243,33 @@ impl Partition {
         Ok(info)
     }
 
+    /// Appends batches a coordinator of this broker wrote for a producer's transaction (see
+    /// [`crate::log::Origin::Coordinator`]).
+    pub fn append_as_coordinator(&self, records: &Bytes) -> Result<AppendInfo, LogError> {
+        let batches = crate::log::batch::split_and_validate(records, usize::MAX)?;
+        let epoch = self.leader_epoch.load(Ordering::Acquire);
+        let info = self.log().append_from(
+            crate::log::Origin::Coordinator,
+            &batches,
+            epoch,
+            self.clock.now_ms(),
+        )?;
+        self.activity.mark(self);
+        self.wake();
+        self.advance_hw();
+        Ok(info)
+    }
+
+    /// The producers this partition knows (DescribeProducers).
+    pub fn producers(&self) -> Vec<crate::log::producer_state::ProducerView> {
+        self.log().producer_views()
+    }
+
+    /// Whether `producer_id` has a transaction open in this partition.
+    pub fn has_ongoing_txn(&self, producer_id: i64) -> bool {
+        self.log().has_ongoing_txn(producer_id)
+    }
+
     /// Writes a transaction marker (WriteTxnMarkers, on the leader) and returns its offset.
     pub fn append_marker(
         &self,

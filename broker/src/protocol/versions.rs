@@ -70,6 +70,18 @@ pub const SUPPORTED: &[Api] = &[
         0,
     ),
     api(ApiKey::UnregisterBroker, "UnregisterBroker", 0, 0),
+    // Transactions (KIP-98), with KIP-890 part 1's verification (AddPartitionsToTxn v4 is the
+    // brokers' batched, verify-only form). The versions of KIP-890 part 2 (an epoch bump per
+    // transaction: AddPartitionsToTxn v5, AddOffsetsToTxn v4, EndTxn v5, TxnOffsetCommit v5,
+    // InitProducerId v5) are not advertised, so clients use the protocol implemented here.
+    api(ApiKey::AddPartitionsToTxn, "AddPartitionsToTxn", 0, 4),
+    api(ApiKey::AddOffsetsToTxn, "AddOffsetsToTxn", 0, 3),
+    api(ApiKey::EndTxn, "EndTxn", 0, 4),
+    api(ApiKey::TxnOffsetCommit, "TxnOffsetCommit", 0, 4),
+    api(ApiKey::WriteTxnMarkers, "WriteTxnMarkers", 1, 1),
+    api(ApiKey::DescribeTransactions, "DescribeTransactions", 0, 0),
+    api(ApiKey::ListTransactions, "ListTransactions", 0, 1),
+    api(ApiKey::DescribeProducers, "DescribeProducers", 0, 0),
 ];
 
 fn find(key: ApiKey) -> Option<&'static Api> {

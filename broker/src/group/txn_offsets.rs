@@ -1,0 +1,185 @@
+//! Offsets committed inside a transaction (TxnOffsetCommit, KIP-98; generation checks of
+//! KIP-447): written to the group's `__consumer_offsets` partition in a transactional batch of
+//! the producer, held aside per producer, and made the group's committed offsets when the
+//! transaction's commit marker is written there (dropped by an abort marker).
+//!
+//! Invariants:
+//! - a transactional offset is visible (OffsetFetch, lag) only after its commit marker is in
+//!   the ISR; until then an OffsetFetch that requires stable offsets (KIP-447) gets
+//!   UNSTABLE_OFFSET_COMMIT for its partition, so a consumer taking over never starts from an
+//!   offset that may still be rolled back, nor from one about to be replaced;
+//! - the pending offsets are a function of the log: rebuilt on load from the transactional
+//!   batches whose markers have not been read yet.
+
+use super::store;
+use super::{Commit, Coordinator, MAX_OFFSET_METADATA};
+use crate::error::ErrorCode;
+use crate::log::batch;
+use crate::log::LogError;
+use crate::partition::Partition;
+use std::sync::Arc;
+
+/// How long a transactional commit waits for the ISR.
+const COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A transactional commit appended and waiting for the ISR.
+pub struct PendingTxnCommit {
+    group: String,
+    producer_id: i64,
+    partition: Arc<Partition>,
+    last_offset: i64,
+    leader_epoch: i32,
+    accepted: Vec<Commit>,
+}
+
+impl Coordinator {
+    /// TxnOffsetCommit: validates the committer (when it names its member or generation) and
+    /// appends the commits for `producer_id`; one error per commit, and what
+    /// [`Coordinator::complete_txn_commit`] waits for.
+    pub fn txn_commit(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        member_id: &str,
+        generation: i32,
+        commits: Vec<Commit>,
+    ) -> (Vec<ErrorCode>, Option<PendingTxnCommit>) {
+        let group_error = {
+            let groups = self.lock();
+            let live = groups
+                .get(group_id)
+                .and_then(|e| e.group.as_ref())
+                .filter(|g| !g.is_empty());
+            match live {
+                _ if member_id.is_empty() && generation < 0 => None,
+                None => Some(ErrorCode::IllegalGeneration),
+                Some(g) if !g.members.contains_key(member_id) => Some(ErrorCode::UnknownMemberId),
+                Some(g) if g.generation != generation => Some(ErrorCode::IllegalGeneration),
+                Some(_) => None,
+            }
+        };
+        if let Some(code) = group_error {
+            return (commits.iter().map(|_| code).collect(), None);
+        }
+        let state = self.node.metadata.state();
+        let mut errors = Vec::with_capacity(commits.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        for c in commits {
+            let known = state
+                .topic(&c.topic)
+                .is_some_and(|t| c.partition >= 0 && (c.partition as usize) < t.partitions.len());
+            errors.push(if !known {
+                ErrorCode::UnknownTopicOrPartition
+            } else if c.offset.metadata.len() > MAX_OFFSET_METADATA {
+                ErrorCode::OffsetMetadataTooLarge
+            } else {
+                records.push((
+                    store::offset_key(group_id, &c.topic, c.partition),
+                    store::offset_value(&c.offset),
+                ));
+                accepted.push(c);
+                ErrorCode::None
+            });
+        }
+        if records.is_empty() {
+            return (errors, None);
+        }
+        let p = store::partition_for(group_id);
+        let appended = (|| {
+            let part = self
+                .node
+                .leader_partition(store::TOPIC, p, -1)
+                .map_err(|_| ErrorCode::NotCoordinator)?;
+            let leader_epoch = part.current_leader_epoch();
+            let refs: Vec<batch::KeyValue<'_>> = records
+                .iter()
+                .map(|(k, v)| (Some(&k[..]), Some(&v[..])))
+                .collect();
+            let b = batch::build_transactional(
+                &refs,
+                self.node.clock.now_ms(),
+                (producer_id, producer_epoch),
+            );
+            let info = part.append_as_coordinator(&b).map_err(|e| match e {
+                LogError::ProducerFenced { .. } => ErrorCode::ProducerFenced,
+                e => super::persist::store_error(crate::error::ApiError::from(e).code),
+            })?;
+            Ok((part, leader_epoch, info.last_offset))
+        })();
+        match appended {
+            Err(code) => (errors.iter().map(|_| code).collect(), None),
+            Ok((partition, leader_epoch, last_offset)) => (
+                errors,
+                Some(PendingTxnCommit {
+                    group: group_id.to_string(),
+                    producer_id,
+                    partition,
+                    last_offset,
+                    leader_epoch,
+                    accepted,
+                }),
+            ),
+        }
+    }
+
+    /// Waits until the ISR holds a transactional commit, then holds its offsets for the
+    /// transaction's marker.
+    pub async fn complete_txn_commit(&self, pending: PendingTxnCommit) -> Result<(), ErrorCode> {
+        let PendingTxnCommit {
+            group,
+            producer_id,
+            partition,
+            last_offset,
+            leader_epoch,
+            accepted,
+        } = pending;
+        partition
+            .wait_committed(last_offset, leader_epoch, COMMIT_TIMEOUT)
+            .await
+            .map_err(|c| match c {
+                ErrorCode::NotLeaderOrFollower => ErrorCode::NotCoordinator,
+                c => c,
+            })?;
+        let p = store::partition_for(&group);
+        if self.loaded_lock().get(&p) != Some(&leader_epoch) {
+            return Err(ErrorCode::NotCoordinator);
+        }
+        let mut groups = self.lock();
+        let pending = groups
+            .entry(group)
+            .or_default()
+            .pending_txn
+            .entry(producer_id)
+            .or_default();
+        for c in accepted {
+            pending.insert((c.topic, c.partition), c.offset);
+        }
+        Ok(())
+    }
+
+    /// A transaction's marker is in `__consumer_offsets` partition `partition`: the offsets
+    /// `producer_id` committed in it become committed (or are dropped).
+    pub fn complete_txn(&self, partition: i32, producer_id: i64, commit: bool) {
+        let mut groups = self.lock();
+        for (id, entry) in groups.iter_mut() {
+            if store::partition_for(id) != partition {
+                continue;
+            }
+            if let Some(offsets) = entry.pending_txn.remove(&producer_id) {
+                if commit {
+                    entry.offsets.extend(offsets);
+                }
+            }
+        }
+    }
+
+    /// Whether an offset of the group's partition is waiting for a transaction's marker.
+    pub fn unstable(&self, group_id: &str, topic: &str, partition: i32) -> bool {
+        let key = (topic.to_string(), partition);
+        self.lock()
+            .get(group_id)
+            .is_some_and(|e| e.pending_txn.values().any(|o| o.contains_key(&key)))
+    }
+}

@@ -1,0 +1,101 @@
+use std::sync::Arc;
+
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+
+use crate::broker::Broker;
+use crate::error::{ApiError, ErrorCode};
+use crate::group::store::{self, CommittedOffset};
+use crate::group::{validate_group_id, Commit};
+
+/// The group coordinator takes offsets committed inside a transaction: after checking with
+/// the transaction's coordinator that the group's partition is in it (KIP-890), they are
+/// written for the producer and become the group's once the transaction commits
+/// ([`crate::group`]'s `txn_offsets`).
+pub async fn handle(broker: &Arc<Broker>, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
+    let group = req.group_id.0.as_str().to_string();
+    let now = broker.node.clock.now_ms();
+    let commits: Vec<Commit> = (req.topics.iter())
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| Commit {
+                topic: t.name.0.as_str().to_string(),
+                partition: p.partition_index,
+                offset: CommittedOffset {
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: (p.committed_metadata.as_ref())
+                        .map(|m| m.as_str().to_string())
+                        .unwrap_or_default(),
+                    commit_timestamp: now,
+                },
+            })
+        })
+        .collect();
+    let total = commits.len();
+    let ready = async {
+        validate_group_id(&group)?;
+        broker.groups.ensure_offsets_topic().await?;
+        broker.groups.check(&group).await?;
+        let partition = (store::TOPIC.to_string(), store::partition_for(&group));
+        let code = broker
+            .txn
+            .verify_anywhere(
+                req.transactional_id.0.as_str(),
+                req.producer_id.0,
+                req.producer_epoch,
+                &[partition],
+            )
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or(ErrorCode::UnknownServerError);
+        match code {
+            ErrorCode::None => Ok(()),
+            code => Err(ApiError::new(
+                code,
+                "the group is not in the producer's transaction",
+            )),
+        }
+    };
+    let codes = match ready.await {
+        Err(e) => vec![e.code; total],
+        Ok(()) => {
+            let (mut codes, pending) = broker.groups.txn_commit(
+                &group,
+                req.producer_id.0,
+                req.producer_epoch,
+                req.member_id.as_str(),
+                req.generation_id,
+                commits,
+            );
+            if let Some(pending) = pending {
+                if let Err(code) = broker.groups.complete_txn_commit(pending).await {
+                    for c in codes.iter_mut().filter(|c| **c == ErrorCode::None) {
+                        *c = code;
+                    }
+                }
+            }
+            codes
+        }
+    };
+    let mut codes = codes.into_iter();
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = (t.partitions.iter())
+                .map(|p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(codes.next().map_or(0, |c| c.code()))
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}

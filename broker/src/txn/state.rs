@@ -1,0 +1,497 @@
+//! One transactional id's state machine (pure: no I/O, no clock of its own).
+//!
+//! ```text
+//!            InitProducerId (epoch + 1)
+//!  Empty ─────────────┐   ┌──────────────────────────────────────────────┐
+//!    │ AddPartitions  ▼   ▼                                              │
+//!    └──────────► Ongoing ──EndTxn(commit)──► PrepareCommit ──markers──► CompleteCommit
+//!                  │  │                                                  │
+//!                  │  └──EndTxn(abort) / timeout / fence──► PrepareAbort ──markers──► CompleteAbort
+//!                  └── AddPartitions (more partitions) ──┘
+//! ```
+//!
+//! Every transition is decided here as a [`Transition`]: the metadata it leads to, written to
+//! `__transaction_state` before it takes effect ([`TxnMetadata::pending`] holds it meanwhile,
+//! and any other request for the id gets CONCURRENT_TRANSACTIONS until it lands or fails).
+//!
+//! Invariants:
+//! - at most one transition of an id is in flight;
+//! - `(producer_id, producer_epoch)` only moves forward: an epoch bump keeps the id until the
+//!   epoch is exhausted, then a new producer id starts at epoch 0 (`last_producer_id` keeps
+//!   the old one, so a retry of the call that moved it is recognized);
+//! - a request from an older epoch is fenced (PRODUCER_FENCED), from another producer id
+//!   refused (INVALID_PRODUCER_ID_MAPPING);
+//! - partitions are only added while the transaction is Empty, Ongoing or complete, and are
+//!   cleared when it completes; a prepared transaction only moves to its completion.
+
+use std::collections::BTreeSet;
+
+use crate::error::{ApiError, ErrorCode};
+
+/// Kafka's transaction states, with the ids `__transaction_state` records carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnState {
+    Empty = 0,
+    Ongoing = 1,
+    PrepareCommit = 2,
+    PrepareAbort = 3,
+    CompleteCommit = 4,
+    CompleteAbort = 5,
+    Dead = 6,
+}
+
+impl TxnState {
+    pub fn from_id(id: i8) -> Option<TxnState> {
+        Some(match id {
+            0 => TxnState::Empty,
+            1 => TxnState::Ongoing,
+            2 => TxnState::PrepareCommit,
+            3 => TxnState::PrepareAbort,
+            4 => TxnState::CompleteCommit,
+            5 => TxnState::CompleteAbort,
+            6 => TxnState::Dead,
+            _ => return None,
+        })
+    }
+
+    /// The name DescribeTransactions and ListTransactions use.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+            TxnState::CompleteCommit => "CompleteCommit",
+            TxnState::CompleteAbort => "CompleteAbort",
+            TxnState::Dead => "Dead",
+        }
+    }
+
+    pub fn is_prepared(self) -> bool {
+        matches!(self, TxnState::PrepareCommit | TxnState::PrepareAbort)
+    }
+}
+
+/// What is persisted of a transactional id (Kafka's TransactionLogValue) plus the in-memory
+/// transition in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnMetadata {
+    pub producer_id: i64,
+    /// The producer id before the last rotation (-1: none).
+    pub last_producer_id: i64,
+    pub producer_epoch: i16,
+    /// The epoch before the last bump (-1: none): a retried InitProducerId that carries it
+    /// gets the current one back.
+    pub last_producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub state: TxnState,
+    pub partitions: BTreeSet<(String, i32)>,
+    /// When the ongoing transaction started (-1: none).
+    pub start_ms: i64,
+    pub last_update_ms: i64,
+    /// The transition being written, not yet in effect.
+    pub pending: Option<Box<TxnMetadata>>,
+}
+
+/// A decided change: the metadata to write, or nothing to write (the request is answered
+/// from the current metadata).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    Write(TxnMetadata),
+    Unchanged,
+}
+
+/// Epochs stop short of i16::MAX (Kafka reserves it): then the producer id rotates.
+const MAX_EPOCH: i16 = i16::MAX - 1;
+
+fn err(code: ErrorCode, msg: impl Into<String>) -> ApiError {
+    ApiError::new(code, msg.into())
+}
+
+impl TxnMetadata {
+    /// A new id's first producer.
+    pub fn new(producer_id: i64, timeout_ms: i32, now_ms: i64) -> TxnMetadata {
+        TxnMetadata {
+            producer_id,
+            last_producer_id: -1,
+            producer_epoch: 0,
+            last_producer_epoch: -1,
+            timeout_ms,
+            state: TxnState::Empty,
+            partitions: BTreeSet::new(),
+            start_ms: -1,
+            last_update_ms: now_ms,
+            pending: None,
+        }
+    }
+
+    /// The value as persisted: without the transition in flight.
+    fn settled(&self) -> TxnMetadata {
+        TxnMetadata {
+            pending: None,
+            ..self.clone()
+        }
+    }
+
+    fn busy(&self) -> Result<(), ApiError> {
+        if self.pending.is_some() || self.state.is_prepared() {
+            return Err(err(
+                ErrorCode::ConcurrentTransactions,
+                format!("a transition from {} is in progress", self.state.name()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The producer's id and epoch must be the current ones.
+    fn check_producer(&self, producer_id: i64, epoch: i16) -> Result<(), ApiError> {
+        if producer_id != self.producer_id {
+            return Err(err(
+                ErrorCode::InvalidProducerIdMapping,
+                format!(
+                    "producer id {producer_id} is not this transactional id's ({})",
+                    self.producer_id
+                ),
+            ));
+        }
+        if epoch != self.producer_epoch {
+            return Err(err(
+                ErrorCode::ProducerFenced,
+                format!(
+                    "epoch {epoch} is fenced by epoch {} of producer {producer_id}",
+                    self.producer_epoch
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// InitProducerId for an existing id. `expected` is the `(producer id, epoch)` the client
+    /// sent (KIP-360: a producer recovering from an error), `(-1, -1)` for a new producer.
+    /// `fresh_id` is called when the epoch is exhausted. An ongoing transaction is aborted
+    /// first under a bumped epoch ([`TxnMetadata::fence`]); the caller answers
+    /// CONCURRENT_TRANSACTIONS and the client retries once it has completed.
+    pub fn init_producer(
+        &self,
+        expected: (i64, i16),
+        timeout_ms: i32,
+        now_ms: i64,
+        fresh_id: impl FnOnce() -> Result<i64, ApiError>,
+    ) -> Result<Transition, ApiError> {
+        self.busy()?;
+        if expected.0 >= 0 {
+            let current = expected == (self.producer_id, self.producer_epoch);
+            let retried = expected.0 == self.last_producer_id
+                || (expected.0 == self.producer_id && expected.1 == self.last_producer_epoch);
+            if !current && !retried {
+                return Err(err(
+                    ErrorCode::ProducerFenced,
+                    format!(
+                        "producer {}/{} is not the current {}/{}",
+                        expected.0, expected.1, self.producer_id, self.producer_epoch
+                    ),
+                ));
+            }
+            if retried && !current && self.state != TxnState::Ongoing {
+                // The bump this retry asks for already happened.
+                return Ok(Transition::Unchanged);
+            }
+        }
+        if self.state == TxnState::Ongoing {
+            return Ok(Transition::Write(self.fence(now_ms, fresh_id)?));
+        }
+        let mut next = self.settled();
+        next.bump(fresh_id)?;
+        next.timeout_ms = timeout_ms;
+        next.state = TxnState::Empty;
+        next.partitions.clear();
+        next.start_ms = -1;
+        next.last_update_ms = now_ms;
+        Ok(Transition::Write(next))
+    }
+
+    fn bump(&mut self, fresh_id: impl FnOnce() -> Result<i64, ApiError>) -> Result<(), ApiError> {
+        if self.producer_epoch >= MAX_EPOCH {
+            self.last_producer_id = self.producer_id;
+            self.producer_id = fresh_id()?;
+            self.last_producer_epoch = -1;
+            self.producer_epoch = 0;
+        } else {
+            self.last_producer_epoch = self.producer_epoch;
+            self.producer_epoch += 1;
+        }
+        Ok(())
+    }
+
+    /// Aborts the ongoing transaction under a bumped epoch (a new producer with the same id,
+    /// or the transaction's timeout): the old producer's writes and its commit are refused
+    /// from then on, at the coordinator and at every partition the markers reach.
+    pub fn fence(
+        &self,
+        now_ms: i64,
+        fresh_id: impl FnOnce() -> Result<i64, ApiError>,
+    ) -> Result<TxnMetadata, ApiError> {
+        let mut next = self.settled();
+        // A bump past the exhausted epoch would rotate the id and orphan the markers' id:
+        // abort under the last epoch then (the client then gets a new id at its next init).
+        if next.producer_epoch < MAX_EPOCH {
+            next.bump(fresh_id)?;
+        }
+        next.state = TxnState::PrepareAbort;
+        next.last_update_ms = now_ms;
+        Ok(next)
+    }
+
+    /// AddPartitionsToTxn / AddOffsetsToTxn: the partitions join the transaction, which
+    /// becomes Ongoing.
+    pub fn add_partitions(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+        now_ms: i64,
+    ) -> Result<Transition, ApiError> {
+        self.check_producer(producer_id, epoch)?;
+        self.busy()?;
+        if self.state == TxnState::Dead {
+            return Err(err(
+                ErrorCode::InvalidTxnState,
+                "the transactional id expired",
+            ));
+        }
+        if self.state == TxnState::Ongoing && partitions.iter().all(|p| self.partitions.contains(p))
+        {
+            return Ok(Transition::Unchanged);
+        }
+        let mut next = self.settled();
+        if next.state != TxnState::Ongoing {
+            next.partitions.clear();
+            next.start_ms = now_ms;
+        }
+        next.state = TxnState::Ongoing;
+        next.partitions.extend(partitions.iter().cloned());
+        next.last_update_ms = now_ms;
+        Ok(Transition::Write(next))
+    }
+
+    /// KIP-890's check for a partition leader before it takes a transactional produce:
+    /// the partition must be in the producer's ongoing transaction.
+    pub fn verify(&self, producer_id: i64, epoch: i16, partition: &(String, i32)) -> ErrorCode {
+        if producer_id != self.producer_id {
+            ErrorCode::InvalidProducerIdMapping
+        } else if epoch < self.producer_epoch {
+            ErrorCode::ProducerFenced
+        } else if self.state != TxnState::Ongoing || !self.partitions.contains(partition) {
+            ErrorCode::InvalidTxnState
+        } else {
+            ErrorCode::None
+        }
+    }
+
+    /// EndTxn: the ongoing transaction is prepared to commit or abort. A retry after the
+    /// transaction completed the same way is answered as success.
+    pub fn end(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        now_ms: i64,
+    ) -> Result<Transition, ApiError> {
+        self.check_producer(producer_id, epoch)?;
+        if self.pending.is_some() {
+            return Err(err(
+                ErrorCode::ConcurrentTransactions,
+                "a transition is in progress",
+            ));
+        }
+        let wrong = |what: &str| {
+            Err(err(
+                ErrorCode::InvalidTxnState,
+                format!("{what} a transaction in state {}", self.state.name()),
+            ))
+        };
+        match (self.state, commit) {
+            (TxnState::Ongoing, _) => {
+                let mut next = self.settled();
+                next.state = if commit {
+                    TxnState::PrepareCommit
+                } else {
+                    TxnState::PrepareAbort
+                };
+                next.last_update_ms = now_ms;
+                Ok(Transition::Write(next))
+            }
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+                Ok(Transition::Unchanged)
+            }
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => Err(err(
+                ErrorCode::ConcurrentTransactions,
+                "the transaction is completing",
+            )),
+            (_, true) => wrong("cannot commit"),
+            (_, false) => wrong("cannot abort"),
+        }
+    }
+
+    /// The markers are written: the prepared transaction completes.
+    pub fn complete(&self, now_ms: i64) -> Option<TxnMetadata> {
+        let state = match self.state {
+            TxnState::PrepareCommit => TxnState::CompleteCommit,
+            TxnState::PrepareAbort => TxnState::CompleteAbort,
+            _ => return None,
+        };
+        let mut next = self.settled();
+        next.state = state;
+        next.partitions.clear();
+        next.start_ms = -1;
+        next.last_update_ms = now_ms;
+        Some(next)
+    }
+
+    /// Whether the ongoing transaction has outlived its timeout at `now_ms`.
+    pub fn timed_out(&self, now_ms: i64) -> bool {
+        self.state == TxnState::Ongoing
+            && self.pending.is_none()
+            && self.start_ms >= 0
+            && now_ms.saturating_sub(self.start_ms) > self.timeout_ms as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_id() -> Result<i64, ApiError> {
+        panic!("no new producer id expected")
+    }
+
+    fn write(t: Result<Transition, ApiError>) -> TxnMetadata {
+        match t.unwrap() {
+            Transition::Write(m) => m,
+            Transition::Unchanged => panic!("expected a write"),
+        }
+    }
+
+    fn code(t: Result<Transition, ApiError>) -> ErrorCode {
+        t.unwrap_err().code
+    }
+
+    fn tp(p: i32) -> (String, i32) {
+        ("t".to_string(), p)
+    }
+
+    #[test]
+    fn a_transaction_goes_through_its_states_and_retries_are_recognized() {
+        let m = TxnMetadata::new(7, 60_000, 0);
+        let m = write(m.init_producer((-1, -1), 60_000, 1, no_id));
+        assert_eq!(
+            (m.producer_id, m.producer_epoch, m.state),
+            (7, 1, TxnState::Empty)
+        );
+        let m = write(m.add_partitions(7, 1, &[tp(0)], 10));
+        assert_eq!((m.state, m.start_ms), (TxnState::Ongoing, 10));
+        assert_eq!(
+            m.add_partitions(7, 1, &[tp(0)], 11).unwrap(),
+            Transition::Unchanged
+        );
+        let m = write(m.add_partitions(7, 1, &[tp(1)], 12));
+        assert_eq!(m.partitions.len(), 2);
+        assert_eq!(
+            m.start_ms, 10,
+            "the transaction started with its first partition"
+        );
+        assert_eq!(m.verify(7, 1, &tp(1)), ErrorCode::None);
+        assert_eq!(m.verify(7, 1, &tp(2)), ErrorCode::InvalidTxnState);
+        let m = write(m.end(7, 1, true, 20));
+        assert_eq!(m.state, TxnState::PrepareCommit);
+        assert_eq!(
+            code(m.end(7, 1, true, 21)),
+            ErrorCode::ConcurrentTransactions
+        );
+        assert_eq!(
+            code(m.add_partitions(7, 1, &[tp(0)], 21)),
+            ErrorCode::ConcurrentTransactions
+        );
+        let m = m.complete(30).unwrap();
+        assert_eq!((m.state, m.partitions.len()), (TxnState::CompleteCommit, 0));
+        assert_eq!(
+            m.end(7, 1, true, 31).unwrap(),
+            Transition::Unchanged,
+            "a retried commit"
+        );
+        assert_eq!(code(m.end(7, 1, false, 31)), ErrorCode::InvalidTxnState);
+        // The next transaction.
+        let m = write(m.add_partitions(7, 1, &[tp(3)], 40));
+        assert_eq!(
+            (m.state, m.start_ms, m.partitions.len()),
+            (TxnState::Ongoing, 40, 1)
+        );
+    }
+
+    #[test]
+    fn an_older_epoch_is_fenced_and_a_new_producer_aborts_the_open_transaction() {
+        let m = write(TxnMetadata::new(7, 60_000, 0).init_producer((-1, -1), 60_000, 1, no_id));
+        let m = write(m.add_partitions(7, 1, &[tp(0)], 10));
+        // A second producer with the same transactional id.
+        let fenced = write(m.init_producer((-1, -1), 60_000, 11, no_id));
+        assert_eq!(
+            (fenced.state, fenced.producer_epoch),
+            (TxnState::PrepareAbort, 2)
+        );
+        assert_eq!(
+            code(fenced.add_partitions(7, 1, &[tp(0)], 12)),
+            ErrorCode::ProducerFenced
+        );
+        assert_eq!(code(fenced.end(7, 1, true, 12)), ErrorCode::ProducerFenced);
+        assert_eq!(
+            code(fenced.init_producer((-1, -1), 60_000, 12, no_id)),
+            ErrorCode::ConcurrentTransactions,
+            "the new producer waits for the abort"
+        );
+        let done = fenced.complete(13).unwrap();
+        let m = write(done.init_producer((-1, -1), 60_000, 14, no_id));
+        assert_eq!((m.state, m.producer_epoch), (TxnState::Empty, 3));
+        assert_eq!(
+            code(m.end(8, 3, true, 15)),
+            ErrorCode::InvalidProducerIdMapping
+        );
+        assert_eq!(
+            code(m.end(7, 3, true, 15)),
+            ErrorCode::InvalidTxnState,
+            "nothing to commit"
+        );
+    }
+
+    #[test]
+    fn an_exhausted_epoch_rotates_the_producer_id_and_kip_360_retries_are_idempotent() {
+        let mut m = TxnMetadata::new(7, 60_000, 0);
+        m.producer_epoch = MAX_EPOCH;
+        let next = write(m.init_producer((7, MAX_EPOCH), 60_000, 1, || Ok(99)));
+        assert_eq!(
+            (next.producer_id, next.producer_epoch, next.last_producer_id),
+            (99, 0, 7)
+        );
+        // The same call again (its response was lost): the current producer, unchanged.
+        assert_eq!(
+            next.init_producer((7, MAX_EPOCH), 60_000, 2, no_id)
+                .unwrap(),
+            Transition::Unchanged
+        );
+        assert_eq!(
+            code(next.init_producer((5, 0), 60_000, 2, no_id)),
+            ErrorCode::ProducerFenced
+        );
+    }
+
+    #[test]
+    fn a_transaction_times_out_only_while_ongoing() {
+        let m = write(TxnMetadata::new(7, 1_000, 0).init_producer((-1, -1), 1_000, 0, no_id));
+        assert!(!m.timed_out(10_000), "empty");
+        let m = write(m.add_partitions(7, 1, &[tp(0)], 100));
+        assert!(!m.timed_out(1_100));
+        assert!(m.timed_out(1_101));
+        let aborting = m.fence(1_101, no_id).unwrap();
+        assert!(!aborting.timed_out(5_000));
+        assert_eq!(aborting.producer_epoch, 2);
+    }
+}
