@@ -157,8 +157,8 @@ impl TxnCoordinator {
 
     /// InitProducerId with a transactional id: the producer id and epoch to use. A new id
     /// gets a fresh producer id; an existing one the next epoch, which fences every older
-    /// producer of the id. An ongoing transaction of the id is aborted first, and the caller
-    /// is told CONCURRENT_TRANSACTIONS to retry once it is.
+    /// producer of the id. An ongoing transaction of the id is aborted first
+    /// (CONCURRENT_TRANSACTIONS if that takes longer than [`END_WAIT`]: the client retries).
     pub async fn init_producer(
         &self,
         id: &str,
@@ -173,40 +173,67 @@ impl TxnCoordinator {
             ));
         }
         self.ensure_topic().await?;
-        let epoch = self.check(id).await?;
-        let now = self.node.clock.now_ms();
-        let current = self.lock().get(id).cloned();
-        // A new id, or an exhausted epoch, takes a fresh producer id (allocated before the
-        // decision, which is made under the lock).
-        let needs_id = current
-            .as_ref()
-            .is_none_or(|m| m.producer_epoch >= i16::MAX - 2);
-        let fresh = if needs_id {
-            Some(self.node.next_producer_id().await?)
-        } else {
-            None
-        };
-        let fresh_id =
-            || fresh.ok_or_else(|| ApiError::new(ErrorCode::UnknownServerError, "no id"));
-        let next = self
-            .transition(id, epoch, |m| match m {
-                None => Ok(Transition::Write(TxnMetadata::new(
-                    fresh_id()?,
-                    timeout_ms,
-                    now,
-                ))),
-                Some(m) => m.init_producer(expected, timeout_ms, now, fresh_id),
-            })
-            .await?;
-        if next.state == TxnState::PrepareAbort {
-            // The previous producer's transaction is being aborted under a bumped epoch.
+        let mut fenced_once = false;
+        loop {
+            let epoch = self.check(id).await?;
+            let now = self.node.clock.now_ms();
+            let mut done = self.completed.subscribe();
+            let current = self.lock().get(id).cloned();
+            // A new id, or an exhausted epoch, takes a fresh producer id (allocated before the
+            // decision, which is made under the lock).
+            let needs_id = current
+                .as_ref()
+                .is_none_or(|m| m.producer_epoch >= i16::MAX - 1);
+            let fresh = if needs_id {
+                Some(self.node.next_producer_id().await?)
+            } else {
+                None
+            };
+            let fresh_id =
+                || fresh.ok_or_else(|| ApiError::new(ErrorCode::UnknownServerError, "no id"));
+            let next = self
+                .transition(id, epoch, |m| match m {
+                    None => Ok(Transition::Write(TxnMetadata::new(
+                        fresh_id()?,
+                        timeout_ms,
+                        now,
+                    ))),
+                    Some(m) => m.init_producer(expected, timeout_ms, now, fresh_id),
+                })
+                .await?;
+            if next.state != TxnState::PrepareAbort {
+                return Ok((next.producer_id, next.producer_epoch));
+            }
+            // The previous producer's transaction is being aborted under a bumped epoch: once
+            // it is, this producer takes the epoch after (Kafka answers CONCURRENT_TRANSACTIONS
+            // and lets the client retry; waiting here saves the client's retry backoff).
             self.spawn_completion(id.to_string(), next, epoch);
-            return Err(ApiError::new(
-                ErrorCode::ConcurrentTransactions,
-                "aborting the previous producer's open transaction",
-            ));
+            if fenced_once || !self.wait_completed(id, &mut done).await {
+                return Err(ApiError::new(
+                    ErrorCode::ConcurrentTransactions,
+                    "aborting the previous producer's open transaction",
+                ));
+            }
+            fenced_once = true;
         }
-        Ok((next.producer_id, next.producer_epoch))
+    }
+
+    /// Waits (up to [`END_WAIT`]) until `id`'s transaction is no longer prepared; whether it
+    /// completed.
+    async fn wait_completed(&self, id: &str, done: &mut tokio::sync::watch::Receiver<u64>) -> bool {
+        let deadline = tokio::time::Instant::now() + END_WAIT;
+        loop {
+            let state = self.lock().get(id).map(|m| m.state);
+            if !state.is_some_and(TxnState::is_prepared) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, done.changed())
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
     }
 
     /// AddPartitionsToTxn / AddOffsetsToTxn: the partitions (which exist) join the ongoing
@@ -279,23 +306,13 @@ impl TxnCoordinator {
             return Ok(());
         }
         self.spawn_completion(id.to_string(), next, epoch);
-        let deadline = tokio::time::Instant::now() + END_WAIT;
-        loop {
-            let state = self.lock().get(id).map(|m| m.state);
-            if !state.is_some_and(TxnState::is_prepared) {
-                return Ok(());
-            }
-            if tokio::time::timeout_at(deadline, done.changed())
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    transactional_id = id,
-                    "markers not written yet; answering EndTxn, they are retried"
-                );
-                return Ok(());
-            }
+        if !self.wait_completed(id, &mut done).await {
+            tracing::warn!(
+                transactional_id = id,
+                "markers not written yet; answering EndTxn, they are retried"
+            );
         }
+        Ok(())
     }
 
     /// Aborts every ongoing transaction coordinated here that is older than its timeout,
