@@ -11,7 +11,8 @@
 //! - `strata cluster status|add-voter|remove-voter` — the controller, quorum, brokers and
 //!   unhealthy partitions, over the admin HTTP port; `strata cluster reassign|balance` —
 //!   replica moves with Kafka's reassignment APIs — [`cluster`];
-//! - `strata broker drain|remove` — taking a broker out of service — [`broker`].
+//! - `strata broker drain|remove` — taking a broker out of service — [`broker`];
+//! - `strata txn list|describe|abort|find-hanging|abort-hanging` — transactions — [`txn`].
 //!
 //! Every command takes `-b/--bootstrap-server` (env `STRATA_BOOTSTRAP`), repeated
 //! `-X key=value` librdkafka properties and `--request-timeout-ms`.
@@ -27,6 +28,7 @@ mod incremental_alter;
 pub mod perf;
 pub mod produce;
 pub mod topic;
+pub mod txn;
 
 #[derive(Subcommand, Debug)]
 pub enum ClientCommand {
@@ -51,6 +53,9 @@ pub enum ClientCommand {
     /// Drain a broker of its replicas and leaderships; unregister a stopped one.
     #[command(subcommand)]
     Broker(broker::BrokerCommand),
+    /// List and describe transactions; abort an open or a hanging one.
+    #[command(subcommand)]
+    Txn(txn::TxnCommand),
 }
 
 impl ClientCommand {
@@ -63,6 +68,7 @@ impl ClientCommand {
             ClientCommand::Group(cmd) => Some(cmd.conn()),
             ClientCommand::Cluster(_) => None,
             ClientCommand::Broker(cmd) => Some(cmd.conn()),
+            ClientCommand::Txn(cmd) => Some(cmd.conn()),
         }
     }
 }
@@ -97,6 +103,7 @@ pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Perf(cmd) => perf::run(cmd),
         ClientCommand::Group(cmd) => group::run(cmd),
         ClientCommand::Broker(cmd) => broker::run(cmd),
+        ClientCommand::Txn(cmd) => txn::run(cmd),
         ClientCommand::Cluster(cmd) => {
             if !cluster::run(cmd)? {
                 // Unhealthy: distinct from an error (1), for scripts that wait for health.

@@ -483,3 +483,60 @@ fn bad_transactional_input_gets_kafkas_error_codes_and_changes_nothing() {
     assert!(hw <= 1, "high watermark {hw}");
     assert!(read_all(&broker.client_config(), &topic, 1, "read_uncommitted").is_empty());
 }
+
+/// `strata txn`: list and describe show an open transaction with its partition; abort ends it
+/// and fences its producer; errors for what is not there.
+#[test]
+fn the_txn_command_lists_describes_and_aborts_an_open_transaction() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("txn-cli");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    let id = unique_topic("txn-cli");
+    let p = txn_producer(&broker.client_config(), &id, 60_000);
+    p.begin_transaction().unwrap();
+    send(&p, &topic, 1, "held-000");
+    p.flush(TIMEOUT).unwrap();
+    let strata = |args: &[&str]| {
+        let out = std::process::Command::new(strata_tests::strata_bin())
+            .args(args)
+            .args(["-b", &broker.kafka_addr])
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .expect("run strata");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, out, _) = strata(&["txn", "list", "--state", "Ongoing"]);
+    assert_eq!(code, Some(0));
+    let line = out
+        .lines()
+        .find(|l| l.contains(&id))
+        .expect("the id is listed");
+    assert!(line.contains("state=Ongoing"), "{line}");
+    assert!(line.contains(&format!("partitions={topic}-1")), "{line}");
+    let (code, out, _) = strata(&["txn", "describe", &id]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("producer_epoch=0"), "{out}");
+    let (code, out, err) = strata(&["txn", "abort", &id]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("producer_epoch=2"), "{out}");
+    assert_eq!(
+        end_offset(&broker.client_config(), &topic, 1, "read_committed"),
+        2
+    );
+    assert!(
+        p.commit_transaction(TIMEOUT).is_err(),
+        "the producer is fenced"
+    );
+    let (code, _, err) = strata(&["txn", "abort", &id]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no open transaction"), "{err}");
+    let (code, _, err) = strata(&["txn", "describe", "no-such-id"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("105"), "{err}");
+    let (code, out, _) = strata(&["txn", "find-hanging"]);
+    assert_eq!((code, out.as_str()), (Some(0), ""), "nothing hangs");
+}

@@ -234,6 +234,14 @@ mod tests {
                 RequestKind::ListPartitionReassignments(Default::default())
             }
             ApiKey::UnregisterBroker => RequestKind::UnregisterBroker(Default::default()),
+            ApiKey::AddPartitionsToTxn => RequestKind::AddPartitionsToTxn(Default::default()),
+            ApiKey::AddOffsetsToTxn => RequestKind::AddOffsetsToTxn(Default::default()),
+            ApiKey::EndTxn => RequestKind::EndTxn(Default::default()),
+            ApiKey::TxnOffsetCommit => RequestKind::TxnOffsetCommit(Default::default()),
+            ApiKey::WriteTxnMarkers => RequestKind::WriteTxnMarkers(Default::default()),
+            ApiKey::DescribeTransactions => RequestKind::DescribeTransactions(Default::default()),
+            ApiKey::ListTransactions => RequestKind::ListTransactions(Default::default()),
+            ApiKey::DescribeProducers => RequestKind::DescribeProducers(Default::default()),
             other => panic!("{other:?} is not supported"),
         }
     }
