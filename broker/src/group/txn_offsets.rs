@@ -25,11 +25,9 @@ const COMMIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// A transactional commit appended and waiting for the ISR.
 pub struct PendingTxnCommit {
     group: String,
-    producer_id: i64,
     partition: Arc<Partition>,
     last_offset: i64,
     leader_epoch: i32,
-    accepted: Vec<Commit>,
 }
 
 impl Coordinator {
@@ -87,6 +85,12 @@ impl Coordinator {
             return (errors, None);
         }
         let p = store::partition_for(group_id);
+        // The offsets are held aside in the same critical section as their append: a marker
+        // is appended after them and applied (`complete_txn`, under this lock) only once the
+        // ISR has it, so it always finds them. Holding them only after this commit's own ISR
+        // wait would let an abort that overtook the wait leave them pending for good (every
+        // OffsetFetch requiring stable offsets refused).
+        let mut groups = self.lock();
         let appended = (|| {
             let part = self
                 .node
@@ -108,32 +112,41 @@ impl Coordinator {
             })?;
             Ok((part, leader_epoch, info.last_offset))
         })();
+        if appended.is_ok() {
+            let pending = groups
+                .entry(group_id.to_string())
+                .or_default()
+                .pending_txn
+                .entry(producer_id)
+                .or_default();
+            for c in &accepted {
+                pending.insert((c.topic.clone(), c.partition), c.offset.clone());
+            }
+        }
+        drop(groups);
         match appended {
             Err(code) => (errors.iter().map(|_| code).collect(), None),
             Ok((partition, leader_epoch, last_offset)) => (
                 errors,
                 Some(PendingTxnCommit {
                     group: group_id.to_string(),
-                    producer_id,
                     partition,
                     last_offset,
                     leader_epoch,
-                    accepted,
                 }),
             ),
         }
     }
 
-    /// Waits until the ISR holds a transactional commit, then holds its offsets for the
-    /// transaction's marker.
+    /// Waits until the ISR holds a transactional commit. Its offsets wait for the
+    /// transaction's marker even when this wait fails: the batch may still be committed, and
+    /// dropping them would lose the commit its marker makes.
     pub async fn complete_txn_commit(&self, pending: PendingTxnCommit) -> Result<(), ErrorCode> {
         let PendingTxnCommit {
             group,
-            producer_id,
             partition,
             last_offset,
             leader_epoch,
-            accepted,
         } = pending;
         partition
             .wait_committed(last_offset, leader_epoch, COMMIT_TIMEOUT)
@@ -145,16 +158,6 @@ impl Coordinator {
         let p = store::partition_for(&group);
         if self.loaded_lock().get(&p) != Some(&leader_epoch) {
             return Err(ErrorCode::NotCoordinator);
-        }
-        let mut groups = self.lock();
-        let pending = groups
-            .entry(group)
-            .or_default()
-            .pending_txn
-            .entry(producer_id)
-            .or_default();
-        for c in accepted {
-            pending.insert((c.topic, c.partition), c.offset);
         }
         Ok(())
     }
