@@ -267,7 +267,7 @@ async fn coordinator(conn: &ConnectArgs, id: &str) -> anyhow::Result<(i32, Clien
 
 async fn describe(a: IdArgs) -> anyhow::Result<()> {
     let (id, mut c) = coordinator(&a.conn, &a.transactional_id).await?;
-    for d in describe_at(&mut c, id, &[a.transactional_id.clone()]).await? {
+    for d in describe_at(&mut c, id, std::slice::from_ref(&a.transactional_id)).await? {
         emit(format_args!("{}", line(&d)))?;
     }
     Ok(())
@@ -275,7 +275,7 @@ async fn describe(a: IdArgs) -> anyhow::Result<()> {
 
 async fn abort(a: IdArgs) -> anyhow::Result<()> {
     let (coordinator_id, mut c) = coordinator(&a.conn, &a.transactional_id).await?;
-    let before = describe_at(&mut c, coordinator_id, &[a.transactional_id.clone()])
+    let before = describe_at(&mut c, coordinator_id, std::slice::from_ref(&a.transactional_id))
         .await?
         .pop()
         .context("no such transactional id")?;
