@@ -275,10 +275,14 @@ async fn describe(a: IdArgs) -> anyhow::Result<()> {
 
 async fn abort(a: IdArgs) -> anyhow::Result<()> {
     let (coordinator_id, mut c) = coordinator(&a.conn, &a.transactional_id).await?;
-    let before = describe_at(&mut c, coordinator_id, std::slice::from_ref(&a.transactional_id))
-        .await?
-        .pop()
-        .context("no such transactional id")?;
+    let before = describe_at(
+        &mut c,
+        coordinator_id,
+        std::slice::from_ref(&a.transactional_id),
+    )
+    .await?
+    .pop()
+    .context("no such transactional id")?;
     if before.state != "Ongoing" {
         bail!(
             "{} has no open transaction (state {})",
