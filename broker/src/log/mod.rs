@@ -447,11 +447,6 @@ impl Log {
         self.producers.txn_first_offset(producer_id).is_some()
     }
 
-    /// Ongoing transactions here as `(producer id, first offset)`, oldest first.
-    pub fn ongoing_transactions(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
-        self.producers.ongoing()
-    }
-
     /// Switches to a high watermark moved by the partition's ISR ([`Log::set_high_watermark`]).
     /// The first switch after opening starts it at the log start: this broker does not know
     /// what its ISR had committed, and must not show consumers a suffix that a new leader may
@@ -526,13 +521,7 @@ impl Log {
                 header.base_offset
             );
             if header.is_control() {
-                let Some((marker, coordinator_epoch)) = control::read_marker(bytes, header)? else {
-                    records += header.record_count as u64;
-                    continue;
-                };
-                if let Some(aborted) =
-                    track_marker(&mut self.producers, header, marker, coordinator_epoch)
-                {
+                if let Some(aborted) = track_control_batch(&mut self.producers, header, bytes)? {
                     self.active().txn_index_mut().push(aborted);
                 }
             } else if header.is_idempotent() {
@@ -746,17 +735,22 @@ impl Log {
         else {
             return Ok((bytes, Vec::new()));
         };
-        let first = self
-            .segments
-            .range(..=offset)
-            .next_back()
-            .map_or(offset, |(b, _)| *b);
+        let first = self.segment_base_for(offset);
         let aborted = txn_index::collect(
             self.segments.range(first..).map(|(_, s)| s.txn_index()),
             offset,
             upper,
         );
         Ok((bytes, aborted))
+    }
+
+    /// The base of the segment holding `offset`, or (at a segment's end) of the next one:
+    /// where a walk of the segments from `offset` starts.
+    fn segment_base_for(&self, offset: i64) -> i64 {
+        self.segments
+            .range(..=offset)
+            .next_back()
+            .map_or(offset, |(b, _)| *b)
     }
 
     fn read_upto(&mut self, offset: i64, max_bytes: usize, limit: i64) -> Result<Bytes, LogError> {
@@ -769,13 +763,7 @@ impl Log {
             });
         }
         let capacity = self.config.segment_bytes + self.config.max_message_bytes as u64;
-        // The segment holding `offset`, or (at a segment's end) the next one.
-        let first = self
-            .segments
-            .range(..=offset)
-            .next_back()
-            .map(|(b, _)| *b)
-            .unwrap_or(offset);
+        let first = self.segment_base_for(offset);
         for seg in self.segments.range_mut(first..).map(|(_, s)| s) {
             if let Some((pos, header)) = seg.find_batch(offset, capacity)? {
                 if header.last_offset() >= limit {
@@ -907,6 +895,20 @@ impl Log {
         self.last_flush_ms = now_ms;
         Ok(())
     }
+}
+
+/// [`track_marker`] for a control batch `h` (its bytes `batch`) now in the log: nothing for a
+/// control batch that is not a transaction marker.
+fn track_control_batch(
+    producers: &mut ProducerState,
+    h: &BatchHeader,
+    batch: &Bytes,
+) -> Result<Option<AbortedTxn>, LogError> {
+    Ok(
+        control::read_marker(batch, h)?.and_then(|(marker, coordinator_epoch)| {
+            track_marker(producers, h, marker, coordinator_epoch)
+        }),
+    )
 }
 
 /// Ends `h.producer_id`'s transaction with the marker `h` now in the log; an abort's entry

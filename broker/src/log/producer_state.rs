@@ -301,11 +301,6 @@ impl ProducerState {
         self.producers.get(&producer_id)?.txn_first_offset
     }
 
-    /// Ongoing transactions as `(producer id, first offset)`, oldest first.
-    pub fn ongoing(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
-        self.ongoing.iter().map(|(offset, id)| (*id, *offset))
-    }
-
     fn index_ongoing(&mut self) {
         self.ongoing = self
             .producers

@@ -9,8 +9,8 @@ use super::index::{self, read_checkpoint, Durability};
 use super::leader_epoch::LeaderEpochCache;
 use super::producer_state::ProducerState;
 use super::segment::Segment;
+use super::track_control_batch;
 use super::{cleaning, Log, LogConfig, LogError};
-use super::{control, track_marker};
 use super::{CLEAN_SHUTDOWN, LOG_START, PRODUCER_STATE, PRODUCER_STATE_PREVIOUS, RECOVERY_POINT};
 
 /// What `Log::open` found, for logs and metrics.
@@ -200,14 +200,8 @@ impl Log {
                     continue;
                 }
                 let bytes = seg.batch_bytes(pos, &h)?;
-                match control::read_marker(&bytes, &h) {
-                    Ok(Some((marker, coordinator_epoch))) => {
-                        if let Some(aborted) =
-                            track_marker(&mut self.producers, &h, marker, coordinator_epoch)
-                        {
-                            seg.txn_index_mut().push(aborted);
-                        }
-                    }
+                match track_control_batch(&mut self.producers, &h, &bytes) {
+                    Ok(Some(aborted)) => seg.txn_index_mut().push(aborted),
                     Ok(None) => {}
                     Err(e) => {
                         // Only a leader writes markers, and this one passed its CRC: keep
