@@ -68,7 +68,11 @@ pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
         // request overlap, so it waits one replication round, not one per partition.
         let outcomes = (topic.partition_data.iter())
             .map(|p| {
-                let outcome = match (&info, refused.get(&(name.clone(), p.index))) {
+                // Most requests refuse nothing here: no key is built for them.
+                let refusal = (!refused.is_empty())
+                    .then(|| refused.get(&(name.clone(), p.index)))
+                    .flatten();
+                let outcome = match (&info, refusal) {
                     (Err(e), _) | (Ok(()), Some(e)) => Outcome::Done(Err(e.clone())),
                     (Ok(()), None) => {
                         append_partition(broker, &name, p.index, p.records.as_ref(), acks)

@@ -235,12 +235,20 @@ impl Partition {
         }
         let epoch = self.leader_epoch.load(Ordering::Acquire);
         let info = self.log().append(&batches, epoch, self.clock.now_ms())?;
-        if !info.duplicate {
-            self.activity.mark(self);
-            self.wake();
+        if info.duplicate {
+            self.advance_hw();
+        } else {
+            self.written();
         }
-        self.advance_hw();
         Ok(info)
+    }
+
+    /// After a write to the log: housekeeping is due, waiting readers wake, and the high
+    /// watermark moves if the write is committed.
+    fn written(&self) {
+        self.activity.mark(self);
+        self.wake();
+        self.advance_hw();
     }
 
     /// Appends batches a coordinator of this broker wrote for a producer's transaction (see
@@ -254,9 +262,7 @@ impl Partition {
             epoch,
             self.clock.now_ms(),
         )?;
-        self.activity.mark(self);
-        self.wake();
-        self.advance_hw();
+        self.written();
         Ok(info)
     }
 
@@ -287,9 +293,7 @@ impl Partition {
             epoch,
             self.clock.now_ms(),
         )?;
-        self.activity.mark(self);
-        self.wake();
-        self.advance_hw();
+        self.written();
         Ok(offset)
     }
 

@@ -181,9 +181,7 @@ impl TxnCoordinator {
             let current = self.lock().get(id).cloned();
             // A new id, or an exhausted epoch, takes a fresh producer id (allocated before the
             // decision, which is made under the lock).
-            let needs_id = current
-                .as_ref()
-                .is_none_or(|m| m.producer_epoch >= i16::MAX - 1);
+            let needs_id = current.as_ref().is_none_or(TxnMetadata::epoch_exhausted);
             let fresh = if needs_id {
                 Some(self.node.next_producer_id().await?)
             } else {
@@ -331,11 +329,7 @@ impl TxnCoordinator {
             };
             let fenced = self
                 .transition(&id, epoch, |m| match m {
-                    Some(m) if m.timed_out(now) => m
-                        .fence(now, || {
-                            Err(ApiError::new(ErrorCode::UnknownServerError, "no id"))
-                        })
-                        .map(Transition::Write),
+                    Some(m) if m.timed_out(now) => Ok(Transition::Write(m.fence(now))),
                     _ => Ok(Transition::Unchanged),
                 })
                 .await;
@@ -353,31 +347,6 @@ impl TxnCoordinator {
                 }
             }
         }
-    }
-
-    /// Operators' abort of a hanging transaction (`strata txn abort`): as a timeout would.
-    pub async fn abort(&self, id: &str) -> Result<(), ApiError> {
-        let epoch = self.check(id).await?;
-        let now = self.node.clock.now_ms();
-        let next = self
-            .transition(id, epoch, |m| match m {
-                Some(m) if m.state == TxnState::Ongoing => m
-                    .fence(now, || {
-                        Err(ApiError::new(ErrorCode::UnknownServerError, "no id"))
-                    })
-                    .map(Transition::Write),
-                Some(m) => Err(ApiError::new(
-                    ErrorCode::InvalidTxnState,
-                    format!("the transaction is {}, not Ongoing", m.state.name()),
-                )),
-                None => Err(ApiError::new(
-                    ErrorCode::TransactionalIdNotFound,
-                    format!("no transactional id {id}"),
-                )),
-            })
-            .await?;
-        self.spawn_completion(id.to_string(), next, epoch);
-        Ok(())
     }
 
     /// Every transactional id coordinated here (ListTransactions, metrics).

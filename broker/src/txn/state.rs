@@ -198,7 +198,7 @@ impl TxnMetadata {
             }
         }
         if self.state == TxnState::Ongoing {
-            return Ok(Transition::Write(self.fence(now_ms, fresh_id)?));
+            return Ok(Transition::Write(self.fence(now_ms)));
         }
         let mut next = self.settled();
         next.bump(fresh_id)?;
@@ -211,7 +211,7 @@ impl TxnMetadata {
     }
 
     fn bump(&mut self, fresh_id: impl FnOnce() -> Result<i64, ApiError>) -> Result<(), ApiError> {
-        if self.producer_epoch >= MAX_EPOCH {
+        if self.epoch_exhausted() {
             self.last_producer_id = self.producer_id;
             self.producer_id = fresh_id()?;
             self.last_producer_epoch = -1;
@@ -226,20 +226,22 @@ impl TxnMetadata {
     /// Aborts the ongoing transaction under a bumped epoch (a new producer with the same id,
     /// or the transaction's timeout): the old producer's writes and its commit are refused
     /// from then on, at the coordinator and at every partition the markers reach.
-    pub fn fence(
-        &self,
-        now_ms: i64,
-        fresh_id: impl FnOnce() -> Result<i64, ApiError>,
-    ) -> Result<TxnMetadata, ApiError> {
+    pub fn fence(&self, now_ms: i64) -> TxnMetadata {
         let mut next = self.settled();
         // A bump past the exhausted epoch would rotate the id and orphan the markers' id:
         // abort under the last epoch then (the client then gets a new id at its next init).
         if next.producer_epoch < MAX_EPOCH {
-            next.bump(fresh_id)?;
+            next.last_producer_epoch = next.producer_epoch;
+            next.producer_epoch += 1;
         }
         next.state = TxnState::PrepareAbort;
         next.last_update_ms = now_ms;
-        Ok(next)
+        next
+    }
+
+    /// Whether the next epoch bump needs a fresh producer id.
+    pub fn epoch_exhausted(&self) -> bool {
+        self.producer_epoch >= MAX_EPOCH
     }
 
     /// AddPartitionsToTxn / AddOffsetsToTxn: the partitions join the transaction, which
@@ -490,7 +492,7 @@ mod tests {
         let m = write(m.add_partitions(7, 1, &[tp(0)], 100));
         assert!(!m.timed_out(1_100));
         assert!(m.timed_out(1_101));
-        let aborting = m.fence(1_101, no_id).unwrap();
+        let aborting = m.fence(1_101);
         assert!(!aborting.timed_out(5_000));
         assert_eq!(aborting.producer_epoch, 2);
     }
