@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use super::state::GroupState;
 use super::store::{self, CommittedOffset};
 use super::{Commit, Coordinator, Offsets, PendingCommit, TopicOffsets, MAX_OFFSET_METADATA};
@@ -68,27 +70,9 @@ impl Coordinator {
         if let Some(code) = group_error {
             return (commits.iter().map(|_| code).collect(), None);
         }
-        let state = self.node.metadata.state();
-        let mut errors = Vec::with_capacity(commits.len());
-        let mut records = Vec::new();
-        let mut accepted = Vec::new();
-        for c in commits {
-            let known = state
-                .topic(&c.topic)
-                .is_some_and(|t| c.partition >= 0 && (c.partition as usize) < t.partitions.len());
-            errors.push(if !known {
-                ErrorCode::UnknownTopicOrPartition
-            } else if c.offset.metadata.len() > MAX_OFFSET_METADATA {
-                ErrorCode::OffsetMetadataTooLarge
-            } else {
-                records.push((
-                    store::offset_key(group_id, &c.topic, c.partition),
-                    Some(store::offset_value(&c.offset)),
-                ));
-                accepted.push(c);
-                ErrorCode::None
-            });
-        }
+        let (errors, records, accepted) = self.accept_commits(group_id, commits);
+        let records: Vec<(Bytes, Option<Bytes>)> =
+            records.into_iter().map(|(k, v)| (k, Some(v))).collect();
         if records.is_empty() {
             return (errors, None);
         }
@@ -109,6 +93,37 @@ impl Coordinator {
                 }),
             ),
         }
+    }
+
+    /// Checks each commit (its partition exists, its metadata fits): one error per commit,
+    /// and the offset records of those accepted, with them.
+    pub(super) fn accept_commits(
+        &self,
+        group_id: &str,
+        commits: Vec<Commit>,
+    ) -> (Vec<ErrorCode>, Vec<(Bytes, Bytes)>, Vec<Commit>) {
+        let state = self.node.metadata.state();
+        let mut errors = Vec::with_capacity(commits.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        for c in commits {
+            let known = state
+                .topic(&c.topic)
+                .is_some_and(|t| c.partition >= 0 && (c.partition as usize) < t.partitions.len());
+            errors.push(if !known {
+                ErrorCode::UnknownTopicOrPartition
+            } else if c.offset.metadata.len() > MAX_OFFSET_METADATA {
+                ErrorCode::OffsetMetadataTooLarge
+            } else {
+                records.push((
+                    store::offset_key(group_id, &c.topic, c.partition),
+                    store::offset_value(&c.offset),
+                ));
+                accepted.push(c);
+                ErrorCode::None
+            });
+        }
+        (errors, records, accepted)
     }
 
     /// Waits until the ISR holds an appended commit, then makes it visible. `Err` is the

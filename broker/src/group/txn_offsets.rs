@@ -12,7 +12,7 @@
 //!   batches whose markers have not been read yet.
 
 use super::store;
-use super::{Commit, Coordinator, MAX_OFFSET_METADATA};
+use super::{Commit, Coordinator};
 use crate::error::ErrorCode;
 use crate::log::batch;
 use crate::log::LogError;
@@ -60,27 +60,7 @@ impl Coordinator {
         if let Some(code) = group_error {
             return (commits.iter().map(|_| code).collect(), None);
         }
-        let state = self.node.metadata.state();
-        let mut errors = Vec::with_capacity(commits.len());
-        let mut records = Vec::new();
-        let mut accepted = Vec::new();
-        for c in commits {
-            let known = state
-                .topic(&c.topic)
-                .is_some_and(|t| c.partition >= 0 && (c.partition as usize) < t.partitions.len());
-            errors.push(if !known {
-                ErrorCode::UnknownTopicOrPartition
-            } else if c.offset.metadata.len() > MAX_OFFSET_METADATA {
-                ErrorCode::OffsetMetadataTooLarge
-            } else {
-                records.push((
-                    store::offset_key(group_id, &c.topic, c.partition),
-                    store::offset_value(&c.offset),
-                ));
-                accepted.push(c);
-                ErrorCode::None
-            });
-        }
+        let (errors, records, accepted) = self.accept_commits(group_id, commits);
         if records.is_empty() {
             return (errors, None);
         }
