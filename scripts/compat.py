@@ -122,7 +122,7 @@ def messages(n, tag):
 
 
 def run(binary, keep):
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
     import kafka
     from kafka.admin import ConfigResource as KpConfigResource
@@ -276,7 +276,7 @@ def run(binary, keep):
         check("cleanup.policy" in configs, "no cleanup.policy (a default) in the described configs")
 
     def confluent_elect_leaders():
-        from confluent_kafka import ElectionType, KafkaError
+        from confluent_kafka import ElectionType
         parts = [TopicPartition(ck_topic, p) for p in range(3)]
         res = ck_admin().elect_leaders(ElectionType.PREFERRED, parts).result(15)
         check(len(res) == 3, f"elect_leaders answered {len(res)} partitions")
@@ -478,6 +478,110 @@ def run(binary, keep):
          kafkapython_group_with_fetch_sessions)
     step("kafka-python: reassignments and log dirs (alter/list_partition_reassignments, describe_log_dirs)",
          kafkapython_reassignments)
+
+    # ---------------------------------------------------------------- transactions
+    txn_topic = topic_name("compat-txn")
+    txn_group = topic_name("compat-txn-group")
+    txn_id = topic_name("compat-txn-id")
+
+    def txn_records(tag, n):
+        return [f"{tag}-{i}".encode() for i in range(n)]
+
+    def confluent_transactions():
+        ck_admin().create_topics([NewTopic(txn_topic, num_partitions=2, replication_factor=1)])[txn_topic].result(15)
+        p = Producer({**ck_conf, "transactional.id": txn_id, "transaction.timeout.ms": 60000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        for i, v in enumerate(txn_records("ck-aborted", 10)):
+            p.produce(txn_topic, value=v, partition=i % 2)
+        p.flush(30)  # written, then aborted (an abort purges what was never sent)
+        p.abort_transaction(30)
+        # A committed transaction that also commits a group's offsets (consume-transform-produce).
+        group_member = Consumer({**ck_conf, "group.id": txn_group, "enable.auto.commit": False})
+        p.begin_transaction()
+        for i, v in enumerate(txn_records("ck-committed", 10)):
+            p.produce(txn_topic, value=v, partition=i % 2)
+        p.send_offsets_to_transaction([TopicPartition(ck_topic, 0, 42)], group_member.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        committed = group_member.committed([TopicPartition(ck_topic, 0)], timeout=15)
+        check(committed[0].offset == 42, f"offset committed in the transaction: {committed[0].offset}")
+        group_member.close()
+        # A second producer with the same transactional.id fences the first.
+        p2 = Producer({**ck_conf, "transactional.id": txn_id})
+        p2.init_transactions(30)
+        try:
+            p.begin_transaction()
+            p.produce(txn_topic, value=b"zombie", partition=0)
+            p.commit_transaction(30)
+            check(False, "the fenced producer committed")
+        except KafkaException as e:
+            check(e.args[0].fatal() or e.args[0].code() == KafkaError._FENCED,
+                  f"the fenced producer failed with {e}, expected a fatal fencing error")
+        p2.begin_transaction()
+        p2.produce(txn_topic, value=b"ck-after-fence", partition=1)
+        p2.commit_transaction(30)
+
+    def kafkapython_transactions():
+        p = kafka.KafkaProducer(bootstrap_servers=bootstrap, transactional_id=topic_name("compat-kp-txn"))
+        try:
+            p.init_transactions()
+            p.begin_transaction()
+            for i, v in enumerate(txn_records("kp-committed", 10)):
+                p.send(txn_topic, value=v, partition=i % 2)
+            p.commit_transaction()
+            p.begin_transaction()
+            for i, v in enumerate(txn_records("kp-aborted", 10)):
+                p.send(txn_topic, value=v, partition=i % 2)
+            p.flush(30)
+            p.abort_transaction()
+        finally:
+            p.close(10)
+
+    txn_committed = sorted(txn_records("ck-committed", 10) + [b"ck-after-fence"] + txn_records("kp-committed", 10))
+    txn_everything = sorted(txn_committed + txn_records("ck-aborted", 10) + txn_records("kp-aborted", 10))
+
+    def confluent_read_committed():
+        for isolation, want in [("read_committed", txn_committed), ("read_uncommitted", txn_everything)]:
+            c = Consumer({**ck_conf, "group.id": topic_name("compat-txn-reader"), "isolation.level": isolation,
+                          "enable.auto.commit": False, "enable.partition.eof": True})
+            try:
+                c.assign([TopicPartition(txn_topic, p, 0) for p in (0, 1)])
+                got, eof, deadline = [], set(), time.monotonic() + 30
+                while len(eof) < 2 and time.monotonic() < deadline:
+                    m = c.poll(0.2)
+                    if m is None:
+                        continue
+                    if m.error():
+                        eof.add(m.partition())
+                        continue
+                    eof.discard(m.partition())
+                    got.append(m.value())
+                check(sorted(got) == want, f"{isolation}: read {len(got)} records, want {len(want)}: {sorted(got)}")
+            finally:
+                c.close()
+
+    def kafkapython_read_committed():
+        for isolation, want in [("read_committed", txn_committed), ("read_uncommitted", txn_everything)]:
+            c = kafka.KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                    auto_offset_reset="earliest", isolation_level=isolation)
+            try:
+                tps = [KpTopicPartition(txn_topic, p) for p in (0, 1)]
+                c.assign(tps)
+                c.seek_to_beginning(*tps)
+                got, deadline = [], time.monotonic() + 30
+                while len(got) < len(want) and time.monotonic() < deadline:
+                    for recs in c.poll(timeout_ms=500).values():
+                        got.extend(r.value for r in recs)
+                extra = sum(len(v) for v in c.poll(timeout_ms=1000).values())
+                check(sorted(got) == want and extra == 0,
+                      f"kafka-python {isolation}: read {len(got)} (+{extra}) records, want {len(want)}")
+            finally:
+                c.close()
+
+    step("confluent-kafka: transactions (abort, commit with group offsets, zombie fenced)", confluent_transactions)
+    step("kafka-python: transactions (commit, abort)", kafkapython_transactions)
+    step("confluent-kafka: read_committed sees only committed transactions", confluent_read_committed)
+    step("kafka-python: read_committed sees only committed transactions", kafkapython_read_committed)
 
     # ---------------------------------------------------------------- kcat
     def kcat(*args, stdin=None, timeout=60):

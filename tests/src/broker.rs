@@ -61,6 +61,16 @@ impl BrokerOpts {
         self
     }
 
+    /// Tier settings that make a test quick: 100 ms task and retention ticks, small caches.
+    pub fn quick_tiering(self) -> Self {
+        self.env("STRATA_REMOTE_LOG_MANAGER_TASK_INTERVAL_MS", 100)
+            .env("STRATA_LOG_RETENTION_CHECK_INTERVAL_MS", 100)
+            .env("STRATA_REMOTE_CACHE_MEMORY_BYTES", 8 << 20)
+            .env("STRATA_REMOTE_CACHE_DISK_BYTES", 32 << 20)
+            .env("STRATA_REMOTE_CACHE_REPLAY_MEMORY_BYTES", 8 << 20)
+            .env("STRATA_REMOTE_CACHE_REPLAY_DISK_BYTES", 32 << 20)
+    }
+
     pub fn config(mut self, toml: &str) -> Self {
         self.config = Some(toml.to_string());
         self

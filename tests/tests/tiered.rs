@@ -29,16 +29,6 @@ use strata_tests::{
 const VALUE_LEN: usize = 1000;
 const KAFKA_STORAGE_ERROR: i16 = 56;
 
-/// Tier settings that make a test quick: 100 ms task and retention ticks, small caches.
-fn tier_opts(opts: BrokerOpts) -> BrokerOpts {
-    opts.env("STRATA_REMOTE_LOG_MANAGER_TASK_INTERVAL_MS", 100)
-        .env("STRATA_LOG_RETENTION_CHECK_INTERVAL_MS", 100)
-        .env("STRATA_REMOTE_CACHE_MEMORY_BYTES", 8 << 20)
-        .env("STRATA_REMOTE_CACHE_DISK_BYTES", 32 << 20)
-        .env("STRATA_REMOTE_CACHE_REPLAY_MEMORY_BYTES", 8 << 20)
-        .env("STRATA_REMOTE_CACHE_REPLAY_DISK_BYTES", 32 << 20)
-}
-
 fn s3_opts(opts: BrokerOpts, endpoint: &str, bucket: &str) -> BrokerOpts {
     opts.env("STRATA_OBJECT_STORE", format!("s3://{bucket}/tiered"))
         .env("STRATA_OBJECT_STORE_ENDPOINT", endpoint)
@@ -236,7 +226,7 @@ fn offload_and_replay(broker: &Broker, topic: &str, n: usize) -> i64 {
 
 #[test]
 fn offloaded_history_reads_back_identically_and_survives_an_empty_cache() {
-    let mut broker = Broker::start(tier_opts(BrokerOpts::new()));
+    let mut broker = Broker::start(BrokerOpts::new().quick_tiering());
     let topic = unique_topic("tiered");
     let n = 200_000; // ≈ 206 MB, ≈ 195 closed segments
     let ts0 = offload_and_replay(&broker, &topic, n);
@@ -280,11 +270,11 @@ fn offloaded_history_reads_back_identically_and_survives_an_empty_cache() {
 fn offloaded_history_reads_back_identically_from_s3() {
     let moto = MotoServer::start();
     moto.create_bucket("tiered");
-    let broker = Broker::start(tier_opts(s3_opts(
-        BrokerOpts::new(),
+    let broker = Broker::start(s3_opts(
+        BrokerOpts::new().quick_tiering(),
         &moto.endpoint,
         "tiered",
-    )));
+    ));
     offload_and_replay(&broker, &unique_topic("tiered-s3"), 40_000);
 }
 
@@ -294,7 +284,7 @@ fn an_unreachable_s3_server_stalls_uploads_but_not_producers() {
     moto.create_bucket("tiered");
     let proxy = OutageProxy::start(moto.endpoint.trim_start_matches("http://"));
     let broker = Broker::start(
-        tier_opts(s3_opts(BrokerOpts::new(), &proxy.endpoint, "tiered"))
+        s3_opts(BrokerOpts::new().quick_tiering(), &proxy.endpoint, "tiered")
             .env("STRATA_OBJECT_STORE_MAX_RETRIES", 1)
             .env("STRATA_OBJECT_STORE_REQUEST_TIMEOUT_MS", 2000)
             .env("STRATA_OBJECT_STORE_RETRY_TIMEOUT_MS", 3000),
@@ -334,7 +324,8 @@ fn an_unreachable_s3_server_stalls_uploads_but_not_producers() {
 #[test]
 fn sigkill_in_the_middle_of_an_upload_leaves_no_orphan_and_loses_nothing() {
     let mut broker = Broker::start(
-        tier_opts(BrokerOpts::new())
+        BrokerOpts::new()
+            .quick_tiering()
             // 1 MiB segments at 1 MiB/s: each upload spends a second between its two objects.
             .env("STRATA_REMOTE_LOG_UPLOAD_MAX_BYTES_PER_SECOND", 1 << 20)
             .env("STRATA_REMOTE_LOG_ORPHAN_GRACE_MS", 0),
@@ -373,7 +364,7 @@ fn sigkill_in_the_middle_of_an_upload_leaves_no_orphan_and_loses_nothing() {
 
 #[test]
 fn a_corrupt_object_is_an_error_never_data() {
-    let mut broker = Broker::start(tier_opts(BrokerOpts::new()));
+    let mut broker = Broker::start(BrokerOpts::new().quick_tiering());
     let topic = unique_topic("corrupt");
     tiered_topic(&broker, &topic, &[]);
     let ts0 = now_ms();
@@ -432,7 +423,7 @@ fn a_corrupt_object_is_an_error_never_data() {
 
 #[test]
 fn remote_retention_deletes_exactly_the_expired_segments() {
-    let broker = Broker::start(tier_opts(BrokerOpts::new()));
+    let broker = Broker::start(BrokerOpts::new().quick_tiering());
     let topic = unique_topic("remote-retention");
     // segment.ms rolls the segment holding the old records once producing pauses, so old and
     // new records never share a segment.

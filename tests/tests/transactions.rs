@@ -5,6 +5,9 @@
 //! bad input Kafka refuses with its error codes.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{
@@ -15,11 +18,16 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
+use rdkafka::message::DeliveryResult;
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DefaultProducerContext, Producer, ProducerContext,
+};
 use rdkafka::{Offset, TopicPartitionList};
 use strata_tests::raw::error;
 use strata_tests::{
@@ -29,18 +37,34 @@ use strata_tests::{
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn txn_producer(cfg: &ClientConfig, id: &str, timeout_ms: u64) -> BaseProducer {
+    txn_producer_with(cfg, id, timeout_ms, DefaultProducerContext)
+}
+
+fn txn_producer_with<C: ProducerContext>(
+    cfg: &ClientConfig,
+    id: &str,
+    timeout_ms: u64,
+    context: C,
+) -> BaseProducer<C> {
     let mut cfg = cfg.clone();
     cfg.set("transactional.id", id)
         .set("transaction.timeout.ms", timeout_ms.to_string())
         .set("socket.timeout.ms", timeout_ms.min(30_000).to_string())
         .set("linger.ms", "5")
         .set("message.timeout.ms", timeout_ms.min(30_000).to_string());
-    let p: BaseProducer = cfg.create().expect("create transactional producer");
+    let p: BaseProducer<C> = cfg
+        .create_with_context(context)
+        .expect("create transactional producer");
     p.init_transactions(TIMEOUT).expect("init_transactions");
     p
 }
 
-fn send(p: &BaseProducer, topic: &str, partition: i32, value: &str) {
+fn send<C: ProducerContext<DeliveryOpaque = ()>>(
+    p: &BaseProducer<C>,
+    topic: &str,
+    partition: i32,
+    value: &str,
+) {
     let mut record = BaseRecord::<str, str>::to(topic)
         .partition(partition)
         .key(value)
@@ -48,7 +72,10 @@ fn send(p: &BaseProducer, topic: &str, partition: i32, value: &str) {
     loop {
         match p.send(record) {
             Ok(()) => return,
-            Err((KafkaError::MessageProduction(_), r)) => {
+            Err((
+                KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                r,
+            )) => {
                 record = r;
                 p.poll(Duration::from_millis(10));
             }
@@ -539,4 +566,448 @@ fn the_txn_command_lists_describes_and_aborts_an_open_transaction() {
     assert!(err.contains("105"), "{err}");
     let (code, out, _) = strata(&["txn", "find-hanging"]);
     assert_eq!((code, out.as_str()), (Some(0), ""), "nothing hangs");
+}
+/// Tiering: transactions in segments offloaded to the object store keep their meaning. A
+/// read_committed replay from offset 0, served from the remote tier (and again after a
+/// restart with an empty cache), skips exactly the aborted records, including aborts that
+/// span segments and interleave with another producer's committed transaction;
+/// read_uncommitted sees everything.
+#[test]
+fn a_read_committed_replay_from_the_remote_tier_skips_aborted_transactions() {
+    let mut broker = Broker::start(BrokerOpts::new().quick_tiering());
+    let topic = unique_topic("txn-tiered");
+    let tiered = [
+        ("segment.bytes", "1048576"),
+        ("local.retention.ms", "1000"),
+        ("remote.storage.enable", "true"),
+    ];
+    broker.create_topic(&topic, 1, &tiered).unwrap();
+    let cfg = broker.client_config();
+    let a = txn_producer(&cfg, &unique_topic("txn-tiered-a"), 60_000);
+    let b = txn_producer(&cfg, &unique_topic("txn-tiered-b"), 60_000);
+    let body = "x".repeat(1000);
+    let sends = |p: &BaseProducer, tag: &str, range: std::ops::Range<usize>| {
+        for i in range {
+            send(p, &topic, 0, &format!("{tag}-{i:03}-{body}"));
+        }
+        p.flush(TIMEOUT).unwrap();
+    };
+    // In each round A's transaction (800 records, about 0.8 segment) encloses B's (400), and
+    // one of the two aborts.
+    let mut want: Vec<String> = Vec::new();
+    let rounds = 10;
+    for round in 0..rounds {
+        a.begin_transaction().unwrap();
+        b.begin_transaction().unwrap();
+        sends(&a, &format!("a{round}"), 0..400);
+        sends(&b, &format!("b{round}"), 0..400);
+        sends(&a, &format!("a{round}"), 400..800);
+        if round % 2 == 0 {
+            b.abort_transaction(TIMEOUT).unwrap();
+            a.commit_transaction(TIMEOUT).unwrap();
+            want.extend((0..800).map(|i| format!("a{round}-{i:03}")));
+        } else {
+            a.abort_transaction(TIMEOUT).unwrap();
+            b.commit_transaction(TIMEOUT).unwrap();
+            want.extend((0..400).map(|i| format!("b{round}-{i:03}")));
+        }
+    }
+    // Plain records after them close the last transactional segments.
+    let plain: BaseProducer = cfg.create().unwrap();
+    sends(&plain, "plain", 0..2500);
+    want.extend((0..2500).map(|i| format!("plain-{i:03}")));
+    let written = rounds * 1200 + 2500;
+    let dir = broker.data_dir().join(format!("{topic}-0"));
+    let local_segments = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .count()
+    };
+    wait_for(
+        "offloaded, local copies gone",
+        Duration::from_secs(120),
+        || {
+            broker.metric("strata_tier_upload_lag_segments") == 0.0
+                && broker.metric("strata_tier_uploaded_segments_total") >= 12.0
+                && local_segments() <= 2
+        },
+    );
+    let tags = |values: Vec<String>| -> Vec<String> {
+        values
+            .into_iter()
+            .map(|v| v.rsplit_once('-').unwrap().0.to_string())
+            .collect()
+    };
+    let committed = tags(read_all(&cfg, &topic, 1, "read_committed"));
+    assert_eq!(committed.len(), want.len());
+    assert!(committed == want, "read_committed replay differs");
+    assert!(broker.metric("strata_tier_remote_fetch_bytes_total") > 10e6);
+    assert_eq!(read_all(&cfg, &topic, 1, "read_uncommitted").len(), written);
+
+    // No cache, no local copy: the aborted ranges come from the index objects alone.
+    broker.terminate();
+    std::fs::remove_dir_all(broker.data_dir().join("cache")).unwrap();
+    broker.restart();
+    let cfg = broker.client_config();
+    assert!(tags(read_all(&cfg, &topic, 1, "read_committed")) == want);
+}
+
+/// What one attempt at a transaction ended as, for the checker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Committed,
+    Aborted,
+    /// The client could not tell (its process was killed, or its producer was fenced or
+    /// failed mid-commit).
+    Unknown,
+}
+
+/// Environment of a checker worker process (see [`txn_checker_worker`]).
+const WORKER_ENV: &str = "STRATA_TXN_CHECKER";
+const CHECKER_INPUTS: usize = 450;
+
+/// A worker process, killed (SIGKILL) when dropped, so a failing checker leaves none behind.
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A Jepsen-style run of Kafka's transactional workload on three brokers (RF=3): a
+/// consume-transform-produce worker process tags every output with its transaction attempt,
+/// while a nemesis kills with SIGKILL, one after another, the worker mid-transaction, the
+/// leader of an output partition, the transaction coordinator, and the worker again (each
+/// broker restarted a little later, each worker replaced at once). The checker then reads the
+/// output read_committed and asserts: every input appears exactly once (no lost committed
+/// write, no duplicate); nothing of an attempt the client saw aborted is visible; every
+/// attempt is visible whole or not at all (no partial transaction); per partition, outputs
+/// are in input order; and a read_uncommitted reader sees at least as much (nothing was
+/// read past the LSO that is not in the log).
+#[test]
+fn exactly_once_holds_when_the_producer_a_partition_leader_and_the_coordinator_are_killed() {
+    let mut cluster = Cluster::start(3, 3, &[("STRATA_BROKER_SESSION_TIMEOUT_MS", "3000")]);
+    let input = unique_topic("txn-jepsen-in");
+    let output = unique_topic("txn-jepsen-out");
+    let rf3 = || rdkafka::admin::TopicReplication::Fixed(3);
+    cluster.create_replicated_topic(&input, 3, rf3(), &[("min.insync.replicas", "2")]);
+    cluster.create_replicated_topic(&output, 3, rf3(), &[("min.insync.replicas", "2")]);
+    let plain: BaseProducer = cluster.producer_config().create().unwrap();
+    for i in 0..CHECKER_INPUTS {
+        send(&plain, &input, (i % 3) as i32, &format!("in-{i:04}"));
+    }
+    plain.flush(TIMEOUT).unwrap();
+    drop(plain);
+
+    let group = unique_topic("txn-jepsen-group");
+    let id = unique_topic("txn-jepsen");
+    let (lines_tx, lines) = mpsc::channel::<(usize, String)>();
+    // Each worker's stderr (its client's transaction log) goes to a file, shown on failure.
+    let logs = tempfile::tempdir().unwrap();
+    let log_of = |n: usize| logs.path().join(format!("worker-{n}.log"));
+    let start_worker = |cluster: &Cluster, n: usize| -> Worker {
+        let env = [
+            cluster.bootstrap(),
+            input.clone(),
+            output.clone(),
+            group.clone(),
+        ];
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "txn_checker_worker", "--ignored", "--nocapture"])
+            .env(WORKER_ENV, format!("{}|{}|{n}", env.join("|"), id))
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log_of(n)).unwrap())
+            .spawn()
+            .expect("start a checker worker");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let tx = lines_tx.clone();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if let Some(line) = line.strip_prefix("checker ") {
+                    let _ = tx.send((n, line.to_string()));
+                }
+            }
+        });
+        Worker(child)
+    };
+    let mut workers = 1;
+    let mut worker = start_worker(&cluster, workers);
+    // attempt tag -> (outcome, records written)
+    let mut attempts: BTreeMap<String, (Ended, usize)> = BTreeMap::new();
+    let mut processed = 0usize;
+    let mut faults: Vec<String> = Vec::new();
+    let mut down: Option<u64> = None;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let coordinator_partition = txn_partition(&id) as usize;
+    while processed < CHECKER_INPUTS {
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(log_of(workers)).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(80).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            let describe = Command::new(strata_tests::strata_bin())
+                .args(["txn", "describe", &id, "-b", &cluster.bootstrap()])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            panic!(
+                "stuck at {processed} of {CHECKER_INPUTS} after {faults:?}: {attempts:?}\n\
+                 output leaders {:?}; the coordinator's view: {describe:?}\n\
+                 worker {workers}'s log, last lines:\n{}",
+                cluster.leaders(&output),
+                tail.join("\n")
+            );
+        }
+        let line = match lines.recv_timeout(Duration::from_millis(100)) {
+            Ok((w, line)) if w == workers => Some(line),
+            Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(e) => panic!("worker output: {e}"),
+        };
+        let mut mid_transaction = false;
+        if let Some(line) = &line {
+            let fields: Vec<&str> = line.split(' ').collect();
+            match fields[..] {
+                ["attempt", tag, n] => {
+                    attempts.insert(tag.into(), (Ended::Unknown, n.parse().unwrap()));
+                }
+                ["written", _] => mid_transaction = true,
+                ["committed", tag] => attempts.get_mut(tag).unwrap().0 = Ended::Committed,
+                ["aborted", tag] => attempts.get_mut(tag).unwrap().0 = Ended::Aborted,
+                ["progress", n] => processed = n.parse().unwrap(),
+                _ => panic!("unexpected worker line {line:?}"),
+            }
+        }
+        // The nemesis: one fault per fifth of the input.
+        let stage = processed * 5 / CHECKER_INPUTS;
+        let kill_worker = (faults.len() == 0 && stage >= 1) || (faults.len() == 3 && stage >= 4);
+        if kill_worker && mid_transaction {
+            drop(worker);
+            faults.push(format!("worker {workers} at {processed}"));
+            workers += 1;
+            worker = start_worker(&cluster, workers);
+        } else if faults.len() == 1 && stage >= 2 {
+            let victim = cluster.leaders(&output)[0].expect("a leader");
+            cluster.node(victim).kill9();
+            faults.push(format!("leader {victim} of partition 0 at {processed}"));
+            down = Some(victim);
+        } else if faults.len() == 2 && stage >= 3 {
+            let coordinator =
+                cluster.leaders("__transaction_state")[coordinator_partition].expect("coordinator");
+            if let Some(node) = down.take() {
+                cluster.node(node).relaunch();
+                cluster.node(node).wait_ready();
+            }
+            cluster.node(coordinator).kill9();
+            faults.push(format!("coordinator {coordinator} at {processed}"));
+            down = Some(coordinator);
+        }
+        if let Ok(Some(status)) = worker.0.try_wait() {
+            // A worker that gave up (its producer could not initialize in time) is replaced,
+            // as a supervisor would.
+            faults.push(format!("worker {workers} exited: {status}"));
+            workers += 1;
+            worker = start_worker(&cluster, workers);
+        }
+    }
+    drop(worker);
+    if let Some(node) = down {
+        cluster.node(node).relaunch();
+        cluster.node(node).wait_ready();
+    }
+    let client = cluster.with_bootstrap(cluster.member(1).client_config());
+    let out = read_all(&client, &output, 3, "read_committed");
+    let tagged: Vec<(&str, &str)> = out
+        .iter()
+        .map(|v| v.split_once('/').expect("tagged"))
+        .collect();
+    // Exactly once: every input, once.
+    let mut seen: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (body, tag) in &tagged {
+        seen.entry(body).or_default().push(tag);
+    }
+    let missing: Vec<String> = (0..CHECKER_INPUTS)
+        .map(|i| format!("out-{i:04}"))
+        .filter(|o| !seen.contains_key(o.as_str()))
+        .collect();
+    let duplicated: Vec<_> = seen.iter().filter(|(_, tags)| tags.len() > 1).collect();
+    assert!(missing.is_empty(), "lost: {missing:?} after {faults:?}");
+    assert!(
+        duplicated.is_empty(),
+        "duplicated: {duplicated:?} after {faults:?}"
+    );
+    // No aborted read, and no partial transaction: an attempt is seen whole or not at all.
+    let mut visible: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, tag) in &tagged {
+        *visible.entry(tag).or_default() += 1;
+    }
+    for (tag, seen) in &visible {
+        let (ended, wrote) = attempts[*tag];
+        assert_ne!(ended, Ended::Aborted, "aborted attempt {tag} visible");
+        assert_eq!(*seen, wrote, "attempt {tag} ({ended:?}) partly visible");
+    }
+    // Per partition, in input order.
+    for partition in 0..3 {
+        let order: Vec<usize> = tagged
+            .iter()
+            .map(|(body, _)| body[4..].parse::<usize>().unwrap())
+            .filter(|i| i % 3 == partition)
+            .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "partition {partition} out of order: {order:?}"
+        );
+    }
+    // The committed view is a subset of everything written.
+    let everything = read_all(&client, &output, 3, "read_uncommitted");
+    let all: std::collections::BTreeSet<&String> = everything.iter().collect();
+    assert!(out.iter().all(|v| all.contains(v)), "read past the log");
+    let count = |e: Ended| attempts.values().filter(|(a, _)| *a == e).count();
+    eprintln!(
+        "checker: {CHECKER_INPUTS} inputs exactly once over {} attempts ({} committed, {} \
+         aborted, {} unknown; {} records written in all) through {faults:?}",
+        attempts.len(),
+        count(Ended::Committed),
+        count(Ended::Aborted),
+        count(Ended::Unknown),
+        everything.len(),
+    );
+}
+
+/// One consume-transform-produce process of the checker above (which starts it with
+/// `--ignored` and kills it with SIGKILL). It reports on stdout `checker attempt TAG N` before
+/// each transaction of N records, `checker written TAG` once they are acknowledged (the
+/// transaction is open on the brokers), `checker committed|aborted TAG` after it, and
+/// `checker progress N` with the group's committed input offsets summed, at start and after each
+/// commit.
+#[test]
+#[ignore = "a worker process of the exactly-once checker, started by it"]
+fn txn_checker_worker() {
+    let env = std::env::var(WORKER_ENV).expect("run by the checker");
+    let [bootstrap, input, output, group, id, worker]: [&str; 6] =
+        env.split('|').collect::<Vec<_>>().try_into().unwrap();
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", bootstrap);
+    let mut producer_cfg = client.clone();
+    producer_cfg.set("debug", "eos");
+    let mut consumer_cfg = client.clone();
+    consumer_cfg
+        .set("group.id", group)
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000");
+    let c: BaseConsumer = consumer_cfg.create().unwrap();
+    c.subscribe(&[input]).unwrap();
+    let mut p = txn_producer_with(&producer_cfg, id, 30_000, LogToStderr);
+    let mut all = TopicPartitionList::new();
+    for partition in 0..3 {
+        all.add_partition(input, partition);
+    }
+    // The input consumed and committed so far, by every worker.
+    let progress = |c: &BaseConsumer| loop {
+        if let Ok(committed) = c.committed_offsets(all.clone(), TIMEOUT) {
+            let sum: i64 = committed
+                .elements()
+                .iter()
+                .map(|e| match e.offset() {
+                    Offset::Offset(o) => o,
+                    _ => 0,
+                })
+                .sum();
+            println!("checker progress {sum}");
+            return;
+        }
+    };
+    // Rewinds the consumer to the group's committed offsets (after an abort).
+    let rewind = |c: &BaseConsumer| {
+        if let Ok(committed) = c.committed(TIMEOUT) {
+            for e in committed.elements() {
+                let offset = match e.offset() {
+                    Offset::Offset(o) => Offset::Offset(o),
+                    _ => Offset::Beginning,
+                };
+                let _ = c.seek(e.topic(), e.partition(), offset, TIMEOUT);
+            }
+        }
+    };
+    progress(&c);
+    for attempt in 0.. {
+        let mut batch = Vec::new();
+        let until = Instant::now() + Duration::from_secs(2);
+        while batch.len() < 15 && Instant::now() < until {
+            if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+                batch.push((m.partition(), m.offset(), m.payload().unwrap().to_vec()));
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let tag = format!("w{worker}a{attempt}");
+        println!("checker attempt {tag} {}", batch.len());
+        let ended = (|| -> Result<(), KafkaError> {
+            p.begin_transaction()?;
+            let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+            for (partition, offset, value) in &batch {
+                let body = String::from_utf8_lossy(value).replace("in-", "out-");
+                send(&p, output, *partition, &format!("{body}/{tag}"));
+                next.insert(*partition, offset + 1);
+            }
+            p.flush(TIMEOUT)?;
+            println!("checker written {tag}");
+            let mut offsets = TopicPartitionList::new();
+            for (partition, offset) in next {
+                offsets.add_partition_offset(input, partition, Offset::Offset(offset))?;
+            }
+            p.send_offsets_to_transaction(&offsets, &c.group_metadata().unwrap(), TIMEOUT)?;
+            p.commit_transaction(TIMEOUT)
+        })();
+        if let Err(e) = &ended {
+            eprintln!("checker: attempt {tag} failed: {e}");
+        }
+        match ended {
+            Ok(()) => {
+                println!("checker committed {tag}");
+                progress(&c);
+            }
+            Err(KafkaError::Transaction(e)) if e.txn_requires_abort() => {
+                if p.abort_transaction(TIMEOUT).is_ok() {
+                    println!("checker aborted {tag}");
+                } else {
+                    p = txn_producer_with(&producer_cfg, id, 30_000, LogToStderr);
+                }
+                rewind(&c);
+            }
+            Err(_) => {
+                // Fatal or unclear: a new producer fences this one (aborting what it left
+                // open), and the input is read again from the committed offsets.
+                p = txn_producer_with(&producer_cfg, id, 30_000, LogToStderr);
+                rewind(&c);
+            }
+        }
+    }
+}
+
+/// A producer context that writes the client's log to stderr (the checker keeps it).
+struct LogToStderr;
+
+impl ClientContext for LogToStderr {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        eprintln!("{level:?} {facility} {message}");
+    }
+}
+
+impl ProducerContext for LogToStderr {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
+/// Kafka's `__transaction_state` partition of a transactional id (Java's hashCode).
+fn txn_partition(id: &str) -> i32 {
+    let h = id
+        .encode_utf16()
+        .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32));
+    (if h == i32::MIN { 0 } else { h.abs() }) % 50
 }

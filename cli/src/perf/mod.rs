@@ -1,4 +1,4 @@
-//! `strata perf produce|consume|e2e|group|commit`: load generators and measurements.
+//! `strata perf produce|consume|e2e|group|commit|txn`: load generators and measurements.
 //!
 //! Progress goes to stderr once a second; the final summary is one line on stdout of
 //! space-separated `key=value` fields, stable for scripts:
@@ -9,6 +9,7 @@
 //! e2e records=.. p50_ms=.. p99_ms=.. p999_ms=.. max_ms=..
 //! group members=.. partitions=.. strategy=.. ... join_ms=.. add_ms=.. kill_ms=.. ...
 //! commit clients=.. partitions=.. mode=sync commits=.. seconds=.. commits_per_sec=.. p50_ms=.. ...
+//! txn mode=transactional records=.. transactions=.. ... commit_p50_ms=.. [e2e_p50_ms=..] errors=..
 //! get concurrency=.. range_bytes=.. gets=.. bytes=.. seconds=.. mb_per_sec=.. p50_ms=.. ...
 //! ```
 //!
@@ -18,6 +19,8 @@
 //! - [`group`] — consumer-group membership: join, scale-out and member-death times, with the
 //!   members run as child processes ([`member`], the hidden `perf group-member`);
 //! - [`commit`] — OffsetCommit throughput and latency against one group coordinator;
+//! - [`txn`] — a transactional producer's throughput and commit latency, against the same
+//!   records without transactions, and read_committed end-to-end latency;
 //! - [`get`] — the object store's ranged-GET throughput (the yardstick for remote reads).
 
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -41,6 +44,7 @@ mod get;
 mod group;
 mod member;
 mod produce;
+mod txn;
 
 pub use commit::PerfCommitArgs;
 pub use consume::PerfConsumeArgs;
@@ -49,6 +53,7 @@ pub use get::PerfGetArgs;
 pub use group::PerfGroupArgs;
 pub use member::GroupMemberArgs;
 pub use produce::{make_payload, PerfProduceArgs};
+pub use txn::PerfTxnArgs;
 
 #[derive(Subcommand, Debug)]
 pub enum PerfCommand {
@@ -65,6 +70,10 @@ pub enum PerfCommand {
     /// Commit offsets from C clients of one group as fast as they can; report commits/s and
     /// commit latency.
     Commit(PerfCommitArgs),
+    /// Transactions of R records over P partitions as fast as they commit (or at --rate);
+    /// report throughput and commit latency, `--plain` the same without transactions,
+    /// `--e2e` the read_committed produce-to-consume latency.
+    Txn(PerfTxnArgs),
     /// Ranged GETs of segment objects straight from the object store, C in flight; report
     /// MB/s and GET latency.
     Get(PerfGetArgs),
@@ -82,6 +91,7 @@ impl PerfCommand {
             PerfCommand::E2e(a) => Some(&a.conn),
             PerfCommand::Group(a) => Some(&a.conn),
             PerfCommand::Commit(a) => Some(&a.conn),
+            PerfCommand::Txn(a) => Some(&a.conn),
             PerfCommand::GroupMember(a) => Some(&a.conn),
             PerfCommand::Get(_) => None,
         }
@@ -95,6 +105,7 @@ pub fn run(cmd: PerfCommand) -> anyhow::Result<()> {
         PerfCommand::E2e(args) => e2e::run(args),
         PerfCommand::Group(args) => group::run(args),
         PerfCommand::Commit(args) => commit::run(args),
+        PerfCommand::Txn(args) => txn::run(args),
         PerfCommand::Get(args) => get::run(args),
         PerfCommand::GroupMember(args) => member::run(args),
     }
