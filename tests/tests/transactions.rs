@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{
@@ -667,6 +668,9 @@ enum Ended {
 /// Environment of a checker worker process (see [`txn_checker_worker`]).
 const WORKER_ENV: &str = "STRATA_TXN_CHECKER";
 const CHECKER_INPUTS: usize = 450;
+/// How long the checker's nemesis keeps a killed broker down: past its session timeout (3 s),
+/// so its partitions and coordinators fail over first.
+const RESTART_AFTER: Duration = Duration::from_secs(6);
 
 /// A worker process, killed (SIGKILL) when dropped, so a failing checker leaves none behind.
 struct Worker(Child);
@@ -707,8 +711,10 @@ fn exactly_once_holds_when_the_producer_a_partition_leader_and_the_coordinator_a
     let id = unique_topic("txn-jepsen");
     let (lines_tx, lines) = mpsc::channel::<(usize, String)>();
     // Each worker's stderr (its client's transaction log) goes to a file, shown on failure.
-    let logs = tempfile::tempdir().unwrap();
-    let log_of = |n: usize| logs.path().join(format!("worker-{n}.log"));
+    // Kept when the checker fails, removed when it passes.
+    let logs = std::env::temp_dir().join(unique_topic("strata-txn-checker"));
+    std::fs::create_dir_all(&logs).unwrap();
+    let log_of = |n: usize| logs.join(format!("worker-{n}.log"));
     let start_worker = |cluster: &Cluster, n: usize| -> Worker {
         let env = [
             cluster.bootstrap(),
@@ -740,7 +746,9 @@ fn exactly_once_holds_when_the_producer_a_partition_leader_and_the_coordinator_a
     let mut attempts: BTreeMap<String, (Ended, usize)> = BTreeMap::new();
     let mut processed = 0usize;
     let mut faults: Vec<String> = Vec::new();
-    let mut down: Option<u64> = None;
+    // A killed broker and when it died: it is restarted `RESTART_AFTER` later.
+    let mut down: Option<(u64, Instant)> = None;
+    let mut step = 0;
     let deadline = Instant::now() + Duration::from_secs(300);
     let coordinator_partition = txn_partition(&id) as usize;
     while processed < CHECKER_INPUTS {
@@ -755,8 +763,9 @@ fn exactly_once_holds_when_the_producer_a_partition_leader_and_the_coordinator_a
             panic!(
                 "stuck at {processed} of {CHECKER_INPUTS} after {faults:?}: {attempts:?}\n\
                  output leaders {:?}; the coordinator's view: {describe:?}\n\
-                 worker {workers}'s log, last lines:\n{}",
+                 worker logs in {}; worker {workers}'s last lines:\n{}",
                 cluster.leaders(&output),
+                logs.display(),
                 tail.join("\n")
             );
         }
@@ -779,29 +788,36 @@ fn exactly_once_holds_when_the_producer_a_partition_leader_and_the_coordinator_a
                 _ => panic!("unexpected worker line {line:?}"),
             }
         }
-        // The nemesis: one fault per fifth of the input.
+        // The nemesis: one fault per fifth of the input, one broker down at a time.
         let stage = processed * 5 / CHECKER_INPUTS;
-        let kill_worker = (faults.len() == 0 && stage >= 1) || (faults.len() == 3 && stage >= 4);
-        if kill_worker && mid_transaction {
+        let due = step < 4 && stage > step;
+        if due && (step == 0 || step == 3) && mid_transaction {
             drop(worker);
             faults.push(format!("worker {workers} at {processed}"));
             workers += 1;
             worker = start_worker(&cluster, workers);
-        } else if faults.len() == 1 && stage >= 2 {
+            step += 1;
+        } else if due && step == 1 && down.is_none() {
             let victim = cluster.leaders(&output)[0].expect("a leader");
             cluster.node(victim).kill9();
             faults.push(format!("leader {victim} of partition 0 at {processed}"));
-            down = Some(victim);
-        } else if faults.len() == 2 && stage >= 3 {
+            down = Some((victim, Instant::now()));
+            step += 1;
+        } else if due && step == 2 && down.is_none() {
             let coordinator =
                 cluster.leaders("__transaction_state")[coordinator_partition].expect("coordinator");
-            if let Some(node) = down.take() {
-                cluster.node(node).relaunch();
-                cluster.node(node).wait_ready();
-            }
             cluster.node(coordinator).kill9();
             faults.push(format!("coordinator {coordinator} at {processed}"));
-            down = Some(coordinator);
+            down = Some((coordinator, Instant::now()));
+            step += 1;
+        } else if let Some((node, _)) = down.filter(|(_, at)| at.elapsed() >= RESTART_AFTER) {
+            // Brokers come back (librdkafka needs it: its group-coordinator lookup inside
+            // send_offsets_to_transaction waits for the old coordinator's connection state
+            // to change and ignores its timeout, librdkafka issues 5456 and 5511).
+            cluster.node(node).relaunch();
+            cluster.node(node).wait_ready();
+            faults.push(format!("{node} restarted"));
+            down = None;
         }
         if let Ok(Some(status)) = worker.0.try_wait() {
             // A worker that gave up (its producer could not initialize in time) is replaced,
@@ -812,7 +828,7 @@ fn exactly_once_holds_when_the_producer_a_partition_leader_and_the_coordinator_a
         }
     }
     drop(worker);
-    if let Some(node) = down {
+    if let Some((node, _)) = down {
         cluster.node(node).relaunch();
         cluster.node(node).wait_ready();
     }
@@ -873,6 +889,7 @@ fn exactly_once_holds_when_the_producer_a_partition_leader_and_the_coordinator_a
         count(Ended::Unknown),
         everything.len(),
     );
+    let _ = std::fs::remove_dir_all(&logs);
 }
 
 /// One consume-transform-produce process of the checker above (which starts it with
@@ -890,7 +907,9 @@ fn txn_checker_worker() {
     let mut client = ClientConfig::new();
     client.set("bootstrap.servers", bootstrap);
     let mut producer_cfg = client.clone();
-    producer_cfg.set("debug", "eos");
+    producer_cfg
+        .set("debug", "eos")
+        .set_log_level(RDKafkaLogLevel::Debug);
     let mut consumer_cfg = client.clone();
     consumer_cfg
         .set("group.id", group)
@@ -898,15 +917,19 @@ fn txn_checker_worker() {
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", "6000");
-    let c: BaseConsumer = consumer_cfg.create().unwrap();
+    consumer_cfg
+        .set("debug", "cgrp")
+        .set_log_level(RDKafkaLogLevel::Debug);
+    let c: BaseConsumer<LogToStderr> = consumer_cfg.create_with_context(LogToStderr).unwrap();
     c.subscribe(&[input]).unwrap();
-    let mut p = txn_producer_with(&producer_cfg, id, 30_000, LogToStderr);
+    let producer = || txn_producer_with(&producer_cfg, id, 30_000, LogToStderr);
+    let mut p = producer();
     let mut all = TopicPartitionList::new();
     for partition in 0..3 {
         all.add_partition(input, partition);
     }
     // The input consumed and committed so far, by every worker.
-    let progress = |c: &BaseConsumer| loop {
+    let progress = |c: &BaseConsumer<LogToStderr>| loop {
         if let Ok(committed) = c.committed_offsets(all.clone(), TIMEOUT) {
             let sum: i64 = committed
                 .elements()
@@ -921,7 +944,7 @@ fn txn_checker_worker() {
         }
     };
     // Rewinds the consumer to the group's committed offsets (after an abort).
-    let rewind = |c: &BaseConsumer| {
+    let rewind = |c: &BaseConsumer<LogToStderr>| {
         if let Ok(committed) = c.committed(TIMEOUT) {
             for e in committed.elements() {
                 let offset = match e.offset() {
@@ -932,6 +955,20 @@ fn txn_checker_worker() {
             }
         }
     };
+    // A watchdog, as a deployment's liveness probe: librdkafka's send_offsets_to_transaction
+    // can block past its timeout when the group coordinator died (librdkafka issues 5456
+    // and 5511, open in 2.12); a worker stuck in one transaction for twice the API timeout
+    // exits, and the checker starts another, whose init fences this one's transaction.
+    let busy_since = Arc::new(AtomicI64::new(0));
+    let watched = Arc::clone(&busy_since);
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let since = watched.load(Ordering::Relaxed);
+        if since != 0 && strata_tests::now_ms() - since > 2 * TIMEOUT.as_millis() as i64 {
+            eprintln!("checker: the client is stuck in a transaction for {TIMEOUT:?} x 2: exiting");
+            std::process::exit(3);
+        }
+    });
     progress(&c);
     for attempt in 0.. {
         let mut batch = Vec::new();
@@ -946,6 +983,8 @@ fn txn_checker_worker() {
         }
         let tag = format!("w{worker}a{attempt}");
         println!("checker attempt {tag} {}", batch.len());
+        eprintln!("checker: {tag} begins with {} records", batch.len());
+        busy_since.store(strata_tests::now_ms(), Ordering::Relaxed);
         let ended = (|| -> Result<(), KafkaError> {
             p.begin_transaction()?;
             let mut next: BTreeMap<i32, i64> = BTreeMap::new();
@@ -956,13 +995,16 @@ fn txn_checker_worker() {
             }
             p.flush(TIMEOUT)?;
             println!("checker written {tag}");
+            eprintln!("checker: {tag} written; sending offsets");
             let mut offsets = TopicPartitionList::new();
             for (partition, offset) in next {
                 offsets.add_partition_offset(input, partition, Offset::Offset(offset))?;
             }
             p.send_offsets_to_transaction(&offsets, &c.group_metadata().unwrap(), TIMEOUT)?;
+            eprintln!("checker: {tag} offsets sent; committing");
             p.commit_transaction(TIMEOUT)
         })();
+        busy_since.store(0, Ordering::Relaxed);
         if let Err(e) = &ended {
             eprintln!("checker: attempt {tag} failed: {e}");
         }
@@ -975,21 +1017,21 @@ fn txn_checker_worker() {
                 if p.abort_transaction(TIMEOUT).is_ok() {
                     println!("checker aborted {tag}");
                 } else {
-                    p = txn_producer_with(&producer_cfg, id, 30_000, LogToStderr);
+                    p = producer();
                 }
                 rewind(&c);
             }
             Err(_) => {
                 // Fatal or unclear: a new producer fences this one (aborting what it left
                 // open), and the input is read again from the committed offsets.
-                p = txn_producer_with(&producer_cfg, id, 30_000, LogToStderr);
+                p = producer();
                 rewind(&c);
             }
         }
     }
 }
 
-/// A producer context that writes the client's log to stderr (the checker keeps it).
+/// A client context that writes the client's log to stderr (the checker keeps it).
 struct LogToStderr;
 
 impl ClientContext for LogToStderr {
@@ -997,6 +1039,8 @@ impl ClientContext for LogToStderr {
         eprintln!("{level:?} {facility} {message}");
     }
 }
+
+impl rdkafka::consumer::ConsumerContext for LogToStderr {}
 
 impl ProducerContext for LogToStderr {
     type DeliveryOpaque = ();
