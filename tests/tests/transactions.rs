@@ -667,7 +667,7 @@ enum Ended {
 
 /// Environment of a checker worker process (see [`txn_checker_worker`]).
 const WORKER_ENV: &str = "STRATA_TXN_CHECKER";
-const CHECKER_INPUTS: usize = 450;
+const CHECKER_INPUTS: usize = 600;
 /// How long the checker's nemesis keeps a killed broker down: past its session timeout (3 s),
 /// so its partitions and coordinators fail over first.
 const RESTART_AFTER: Duration = Duration::from_secs(6);
@@ -751,7 +751,8 @@ fn exactly_once_holds_when_the_producer_a_partition_leader_and_the_coordinator_a
     let mut step = 0;
     let deadline = Instant::now() + Duration::from_secs(300);
     let coordinator_partition = txn_partition(&id) as usize;
-    while processed < CHECKER_INPUTS {
+    // Until every input is processed and every fault has happened.
+    while processed < CHECKER_INPUTS || step < 4 {
         if Instant::now() > deadline {
             let log = std::fs::read_to_string(log_of(workers)).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(80).collect();
@@ -788,10 +789,12 @@ fn exactly_once_holds_when_the_producer_a_partition_leader_and_the_coordinator_a
                 _ => panic!("unexpected worker line {line:?}"),
             }
         }
-        // The nemesis: one fault per fifth of the input, one broker down at a time.
-        let stage = processed * 5 / CHECKER_INPUTS;
+        // The nemesis: one fault per sixth of the input (or later: one broker down at a
+        // time), the worker killed mid-transaction (or idle, once all is processed).
+        let stage = processed * 6 / CHECKER_INPUTS;
         let due = step < 4 && stage > step;
-        if due && (step == 0 || step == 3) && mid_transaction {
+        let idle = processed >= CHECKER_INPUTS;
+        if due && (step == 0 || step == 3) && (mid_transaction || idle) {
             drop(worker);
             faults.push(format!("worker {workers} at {processed}"));
             workers += 1;
@@ -973,7 +976,7 @@ fn txn_checker_worker() {
     for attempt in 0.. {
         let mut batch = Vec::new();
         let until = Instant::now() + Duration::from_secs(2);
-        while batch.len() < 15 && Instant::now() < until {
+        while batch.len() < 5 && Instant::now() < until {
             if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
                 batch.push((m.partition(), m.offset(), m.payload().unwrap().to_vec()));
             }
@@ -1012,6 +1015,8 @@ fn txn_checker_worker() {
             Ok(()) => {
                 println!("checker committed {tag}");
                 progress(&c);
+                // Paced, so that the nemesis' faults land in the middle of the stream.
+                std::thread::sleep(Duration::from_millis(50));
             }
             Err(KafkaError::Transaction(e)) if e.txn_requires_abort() => {
                 if p.abort_transaction(TIMEOUT).is_ok() {
