@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Transactions, as recorded in docs/benchmarks.md (release build, loopback):
-#   - throughput of one transactional producer with transactions of 1, 100 and 10,000 records
+#   - throughput of one transactional producer (linger.ms=0) with transactions of 1, 100 and 10,000 records
 #     spanning 1 and 10 partitions, next to the same records from an idempotent producer
 #     without transactions (`strata perf txn --plain`); the EndTxn round's p50/p99;
 #   - end-to-end latency of a read_committed consumer at 100 commits/s (10 records each).
@@ -33,16 +33,16 @@ matrix() {
     local bootstrap=$1 name=$2
     for parts in 1 10; do
         "$BIN" perf txn -b "$bootstrap" "$name-plain-$parts" -n "$RECORDS" --records-per-txn 1000 \
-            --partitions "$parts" --plain 2>/dev/null
+            --partitions "$parts" --linger-ms 0 --plain 2>/dev/null
         for per in 1 100 10000; do
             local n=$RECORDS
             [ "$per" = 1 ] && n=$((RECORDS / 100))
             "$BIN" perf txn -b "$bootstrap" "$name-$per-$parts" -n "$n" --records-per-txn "$per" \
-                --partitions "$parts" 2>/dev/null
+                --partitions "$parts" --linger-ms 0 2>/dev/null
         done
     done
     "$BIN" perf txn -b "$bootstrap" "$name-e2e" -n $((E2E_S * 1000)) --records-per-txn 10 \
-        --rate 100 --e2e --partitions 1 2>/dev/null
+        --rate 100 --e2e --partitions 1 --linger-ms 0 2>/dev/null
 }
 
 echo "# one broker" >&2

@@ -1,5 +1,6 @@
-//! `strata perf group` and `strata perf commit` against a test broker: the summary line parses
-//! and its values are consistent with what was asked (no assertions about speed).
+//! `strata perf group`, `perf commit`, `perf produce|consume` and `perf txn` against a test
+//! broker: the summary line parses and its values are consistent with what was asked (no
+//! assertions about speed).
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -258,4 +259,105 @@ fn perf_produce_and_group_consume_over_many_topics_report_the_broker_cpu() {
     assert_eq!(num(&consumed, "bytes"), 3000.0 * 64.0);
     assert!(num(&consumed, "join_ms") > 0.0);
     assert!(num(&consumed, "broker_cpu_s_per_gb") >= 0.0);
+}
+
+/// The high watermarks of `partitions` partitions of `topic`, summed: records plus the
+/// transaction markers written among them.
+fn offsets_used(broker: &Broker, topic: &str, partitions: i32) -> i64 {
+    let consumer: BaseConsumer = broker.client_config().create().expect("consumer");
+    (0..partitions)
+        .map(|p| {
+            consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .expect("watermarks")
+                .1
+        })
+        .sum()
+}
+
+#[test]
+fn perf_txn_commits_transactions_and_measures_them_against_the_plain_producer() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("perf-txn");
+    let args = ["--records-per-txn", "100", "--partitions", "2"];
+    let out = strata(
+        &broker,
+        &[&["perf", "txn", &topic, "-n", "1000"], &args[..]].concat(),
+        Duration::from_secs(120),
+    );
+    let f = summary(&out, "txn");
+    assert_eq!(f["mode"], "transactional");
+    assert_eq!(
+        (
+            &f["records"][..],
+            &f["transactions"][..],
+            &f["partitions"][..]
+        ),
+        ("1000", "10", "2")
+    );
+    assert_eq!(f["errors"], "0");
+    assert!(num(&f, "commit_p50_ms") > 0.0, "{f:?}");
+    assert!(
+        num(&f, "commit_p50_ms") <= num(&f, "commit_p99_ms"),
+        "{f:?}"
+    );
+    assert!(
+        num(&f, "commit_p99_ms") <= num(&f, "commit_max_ms"),
+        "{f:?}"
+    );
+    // Each transaction ended with a commit marker in both of its partitions.
+    assert_eq!(offsets_used(&broker, &topic, 2), 1000 + 10 * 2);
+
+    let plain = unique_topic("perf-txn-plain");
+    let out = strata(
+        &broker,
+        &[&["perf", "txn", &plain, "-n", "1000", "--plain"], &args[..]].concat(),
+        Duration::from_secs(120),
+    );
+    let f = summary(&out, "txn");
+    assert_eq!((&f["mode"][..], &f["records"][..]), ("plain", "1000"));
+    assert_eq!(
+        f["commit_p50_ms"], "0.000",
+        "no commits without transactions"
+    );
+    assert_eq!(offsets_used(&broker, &plain, 2), 1000, "no markers");
+
+    // A read_committed consumer at the tail sees every record of the paced transactions.
+    let e2e = unique_topic("perf-txn-e2e");
+    let out = strata(
+        &broker,
+        &[
+            "perf",
+            "txn",
+            &e2e,
+            "-n",
+            "200",
+            "--records-per-txn",
+            "10",
+            "--rate",
+            "50",
+            "--e2e",
+            "--timeout-ms",
+            "1000",
+        ],
+        Duration::from_secs(120),
+    );
+    let f = summary(&out, "txn");
+    assert_eq!(f["e2e_records"], "200");
+    assert!(num(&f, "e2e_p50_ms") <= num(&f, "e2e_max_ms"), "{f:?}");
+    // Paced: never faster than --rate (20 transactions due over 0.38 s at least).
+    assert!(num(&f, "txns_per_sec") <= 53.0, "{f:?}");
+
+    let bad = Command::new(strata_bin())
+        .args(["perf", "txn", &topic, "-n", "10", "--records-per-txn", "0"])
+        .args(["-b", &broker.kafka_addr])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("--records-per-txn must be at least 1"),
+        "{err}"
+    );
 }
