@@ -275,17 +275,24 @@ fn offsets_used(broker: &Broker, topic: &str, partitions: i32) -> i64 {
         .sum()
 }
 
+/// The summary of `strata perf txn TOPIC ARGS` (space-separated).
+fn perf_txn(broker: &Broker, topic: &str, args: &str) -> BTreeMap<String, String> {
+    let args: Vec<&str> = ["perf", "txn", topic]
+        .into_iter()
+        .chain(args.split_whitespace())
+        .collect();
+    summary(&strata(broker, &args, Duration::from_secs(120)), "txn")
+}
+
 #[test]
 fn perf_txn_commits_transactions_and_measures_them_against_the_plain_producer() {
     let broker = Broker::start_default();
     let topic = unique_topic("perf-txn");
-    let args = ["--records-per-txn", "100", "--partitions", "2"];
-    let out = strata(
+    let f = perf_txn(
         &broker,
-        &[&["perf", "txn", &topic, "-n", "1000"], &args[..]].concat(),
-        Duration::from_secs(120),
+        &topic,
+        "-n 1000 --records-per-txn 100 --partitions 2",
     );
-    let f = summary(&out, "txn");
     assert_eq!(f["mode"], "transactional");
     assert_eq!(
         (
@@ -309,12 +316,11 @@ fn perf_txn_commits_transactions_and_measures_them_against_the_plain_producer() 
     assert_eq!(offsets_used(&broker, &topic, 2), 1000 + 10 * 2);
 
     let plain = unique_topic("perf-txn-plain");
-    let out = strata(
+    let f = perf_txn(
         &broker,
-        &[&["perf", "txn", &plain, "-n", "1000", "--plain"], &args[..]].concat(),
-        Duration::from_secs(120),
+        &plain,
+        "-n 1000 --records-per-txn 100 --partitions 2 --plain",
     );
-    let f = summary(&out, "txn");
     assert_eq!((&f["mode"][..], &f["records"][..]), ("plain", "1000"));
     assert_eq!(
         f["commit_p50_ms"], "0.000",
@@ -324,25 +330,8 @@ fn perf_txn_commits_transactions_and_measures_them_against_the_plain_producer() 
 
     // A read_committed consumer at the tail sees every record of the paced transactions.
     let e2e = unique_topic("perf-txn-e2e");
-    let out = strata(
-        &broker,
-        &[
-            "perf",
-            "txn",
-            &e2e,
-            "-n",
-            "200",
-            "--records-per-txn",
-            "10",
-            "--rate",
-            "50",
-            "--e2e",
-            "--timeout-ms",
-            "1000",
-        ],
-        Duration::from_secs(120),
-    );
-    let f = summary(&out, "txn");
+    let paced = "-n 200 --records-per-txn 10 --rate 50 --e2e --timeout-ms 1000";
+    let f = perf_txn(&broker, &e2e, paced);
     assert_eq!(f["e2e_records"], "200");
     assert!(num(&f, "e2e_p50_ms") <= num(&f, "e2e_max_ms"), "{f:?}");
     // Paced: never faster than --rate (20 transactions due over 0.38 s at least).

@@ -7,8 +7,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{
@@ -962,14 +961,14 @@ fn txn_checker_worker() {
     // can block past its timeout when the group coordinator died (librdkafka issues 5456
     // and 5511, open in 2.12); a worker stuck in one transaction for twice the API timeout
     // exits, and the checker starts another, whose init fences this one's transaction.
-    let busy_since = Arc::new(AtomicI64::new(0));
-    let watched = Arc::clone(&busy_since);
-    std::thread::spawn(move || loop {
-        std::thread::sleep(Duration::from_secs(1));
-        let since = watched.load(Ordering::Relaxed);
-        if since != 0 && strata_tests::now_ms() - since > 2 * TIMEOUT.as_millis() as i64 {
-            eprintln!("checker: the client is stuck in a transaction for {TIMEOUT:?} x 2: exiting");
-            std::process::exit(3);
+    // Each transaction sends `true` as it begins and `false` once it has ended.
+    let (busy, watched) = mpsc::channel::<bool>();
+    std::thread::spawn(move || {
+        while let Ok(began) = watched.recv() {
+            if began && watched.recv_timeout(2 * TIMEOUT) == Err(RecvTimeoutError::Timeout) {
+                eprintln!("checker: the client is stuck in a transaction for {TIMEOUT:?} x 2");
+                std::process::exit(3);
+            }
         }
     });
     progress(&c);
@@ -987,7 +986,7 @@ fn txn_checker_worker() {
         let tag = format!("w{worker}a{attempt}");
         println!("checker attempt {tag} {}", batch.len());
         eprintln!("checker: {tag} begins with {} records", batch.len());
-        busy_since.store(strata_tests::now_ms(), Ordering::Relaxed);
+        let _ = busy.send(true);
         let ended = (|| -> Result<(), KafkaError> {
             p.begin_transaction()?;
             let mut next: BTreeMap<i32, i64> = BTreeMap::new();
@@ -1007,7 +1006,7 @@ fn txn_checker_worker() {
             eprintln!("checker: {tag} offsets sent; committing");
             p.commit_transaction(TIMEOUT)
         })();
-        busy_since.store(0, Ordering::Relaxed);
+        let _ = busy.send(false);
         if let Err(e) = &ended {
             eprintln!("checker: attempt {tag} failed: {e}");
         }

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use rdkafka::consumer::Consumer;
+use hdrhistogram::Histogram;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
@@ -23,7 +24,7 @@ use crate::common::{
 use crate::produce::message_timeout;
 
 /// Size of the e2e payload header: run id (u64 LE) then send time (u64 LE nanoseconds).
-const E2E_HEADER: usize = 16;
+pub(super) const E2E_HEADER: usize = 16;
 
 #[derive(Args, Debug)]
 pub struct PerfE2eArgs {
@@ -71,6 +72,71 @@ pub fn decode_e2e_header(payload: &[u8], run_id: u64) -> Option<u64> {
     Some(u64::from_le_bytes(sent.try_into().ok()?))
 }
 
+/// A run id for the e2e header: records of other runs in the topic are not counted.
+pub(super) fn run_id() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+/// A consumer assigned every partition of `topic` at its high watermark: pinned explicitly, so
+/// records produced after assignment cannot be skipped by a late "end" resolution.
+pub(super) fn tail_consumer(
+    conn: &ConnectArgs,
+    topic: &str,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<BaseConsumer> {
+    let topics = [topic.to_string()];
+    assigned_consumer(conn, &topics, extra, |c, p| {
+        let (_, high) = c
+            .fetch_watermarks(topic, p, conn.request_timeout())
+            .with_context(|| format!("watermarks of partition {p}"))?;
+        Ok(Offset::Offset(high))
+    })
+}
+
+/// When [`receive`] stops: after `limit` records, or once the producer is done and nothing
+/// came for `idle`.
+pub(super) struct Until<'a> {
+    pub limit: u64,
+    pub idle: Duration,
+    pub producer_done: &'a AtomicBool,
+}
+
+/// Records the latency of each of this run's records `consumer` receives, counting them in
+/// `received`, until `until`; returns the consume errors seen.
+pub(super) fn receive(
+    consumer: &BaseConsumer,
+    (run_id, origin): (u64, Instant),
+    until: Until<'_>,
+    received: &AtomicU64,
+    histogram: &mut Histogram<u64>,
+) -> u64 {
+    let mut errors = ErrorReporter::default();
+    let mut n: u64 = 0;
+    let mut last_record = Instant::now();
+    while n < until.limit {
+        match consumer.poll(Duration::from_millis(50)) {
+            Some(Ok(msg)) => {
+                let now = nanos_since(origin);
+                if let Some(sent_at) = msg.payload().and_then(|p| decode_e2e_header(p, run_id)) {
+                    histogram.saturating_record((now.saturating_sub(sent_at) / 1000).max(1));
+                    n += 1;
+                    received.store(n, Ordering::Relaxed);
+                    last_record = Instant::now();
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) | None => {}
+            Some(Err(e)) => errors.report(&format!("consume error: {e}")),
+        }
+        if until.producer_done.load(Ordering::Acquire) && last_record.elapsed() >= until.idle {
+            break;
+        }
+    }
+    errors.total
+}
+
 pub(super) fn run(args: PerfE2eArgs) -> anyhow::Result<()> {
     let conn = &args.conn;
     if args.rate == 0 {
@@ -79,14 +145,7 @@ pub(super) fn run(args: PerfE2eArgs) -> anyhow::Result<()> {
     if args.record_size < E2E_HEADER {
         bail!("--record-size must be at least {E2E_HEADER}");
     }
-    // Tail position pinned explicitly at the high watermark, so records produced after
-    // assignment cannot be skipped by a late "end" resolution.
-    let consumer = assigned_consumer(conn, std::slice::from_ref(&args.topic), &[], |c, p| {
-        let (_, high) = c
-            .fetch_watermarks(&args.topic, p, conn.request_timeout())
-            .with_context(|| format!("watermarks of partition {p}"))?;
-        Ok(Offset::Offset(high))
-    })?;
+    let consumer = tail_consumer(conn, &args.topic, &[])?;
     let spread = if args.round_robin {
         u32::try_from(consumer.assignment().context("assignment")?.count())?
     } else {
@@ -98,10 +157,7 @@ pub(super) fn run(args: PerfE2eArgs) -> anyhow::Result<()> {
             .create_with_context(LatencyRecorder::new(origin)?)
             .context("creating producer")?;
     let ctx = producer.context().clone();
-    let run_id = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        ^ u64::from(std::process::id()).rotate_left(32);
+    let run_id = run_id();
 
     let sent = AtomicU64::new(0);
     let received = AtomicU64::new(0);
@@ -121,34 +177,18 @@ pub(super) fn run(args: PerfE2eArgs) -> anyhow::Result<()> {
         || {
             std::thread::scope(|scope| {
                 let consumer_thread = scope.spawn(|| {
-                    let mut errors = ErrorReporter::default();
-                    let mut n: u64 = 0;
-                    let mut last_record = Instant::now();
-                    while n < args.records {
-                        match consumer.poll(Duration::from_millis(50)) {
-                            Some(Ok(msg)) => {
-                                let now = nanos_since(origin);
-                                let Some(sent_at) =
-                                    msg.payload().and_then(|p| decode_e2e_header(p, run_id))
-                                else {
-                                    continue;
-                                };
-                                histogram
-                                    .saturating_record((now.saturating_sub(sent_at) / 1000).max(1));
-                                n += 1;
-                                received.store(n, Ordering::Relaxed);
-                                last_record = Instant::now();
-                            }
-                            Some(Err(KafkaError::PartitionEOF(_))) | None => {}
-                            Some(Err(e)) => errors.report(&format!("consume error: {e}")),
-                        }
-                        if producer_done.load(Ordering::Acquire)
-                            && last_record.elapsed() >= idle_limit
-                        {
-                            break;
-                        }
-                    }
-                    errors.total
+                    let until = Until {
+                        limit: args.records,
+                        idle: idle_limit,
+                        producer_done: &producer_done,
+                    };
+                    receive(
+                        &consumer,
+                        (run_id, origin),
+                        until,
+                        &received,
+                        &mut histogram,
+                    )
                 });
 
                 let mut payload = make_payload(args.record_size);

@@ -8,24 +8,19 @@
 //! partition before the coordinator answers), not the produce of the records before it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use clap::Args;
 use hdrhistogram::Histogram;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-use rdkafka::Offset;
 
-use super::consume::assigned_consumer;
-use super::e2e::{decode_e2e_header, encode_e2e_header};
+use super::e2e::{encode_e2e_header, receive, run_id, tail_consumer, Until, E2E_HEADER};
 use super::produce::{make_payload, pace, producer_config, send_retrying, LatencyRecorder};
-use super::{ensure_topic, nanos_since, with_progress, IntervalRate};
+use super::{ensure_topic, with_progress, IntervalRate};
 use crate::common::{
     emit, latency_histogram, mib_per_sec, per_sec, percentile_fields, Acks, Compression,
-    ConnectArgs, ErrorReporter,
+    ConnectArgs,
 };
 
 #[derive(Args, Debug)]
@@ -72,24 +67,14 @@ pub(super) fn run(args: PerfTxnArgs) -> anyhow::Result<()> {
     if args.records_per_txn == 0 {
         bail!("--records-per-txn must be at least 1");
     }
-    if args.e2e && args.record_size < 16 {
-        bail!("--record-size must be at least 16 with --e2e");
+    if args.e2e && args.record_size < E2E_HEADER {
+        bail!("--record-size must be at least {E2E_HEADER} with --e2e");
     }
     let partitions = ensure_topic(conn, &args.topic, Some(args.partitions), 1)?;
-    let run_id = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        ^ u64::from(std::process::id()).rotate_left(32);
+    let run_id = run_id();
     let consumer = if args.e2e {
-        let topic = std::slice::from_ref(&args.topic);
         let extra = [("isolation.level", "read_committed")];
-        Some(assigned_consumer(conn, topic, &extra, |c, p| {
-            // The high watermark: every record of this run lands at or past it.
-            let (_, high) = c
-                .fetch_watermarks(&args.topic, p, conn.request_timeout())
-                .with_context(|| format!("watermarks of partition {p}"))?;
-            Ok(Offset::Offset(high))
-        })?)
+        Some(tail_consumer(conn, &args.topic, &extra)?)
     } else {
         None
     };
@@ -134,15 +119,13 @@ pub(super) fn run(args: PerfTxnArgs) -> anyhow::Result<()> {
                     let (received, producer_done, e2e) = (&received, &producer_done, &mut e2e);
                     let idle_limit = Duration::from_millis(args.timeout_ms);
                     scope.spawn(move || {
-                        tail(
-                            consumer,
-                            run_id,
-                            origin,
-                            idle_limit,
-                            received,
+                        let until = Until {
+                            // Until idle: the count is known only at the end.
+                            limit: u64::MAX,
+                            idle: idle_limit,
                             producer_done,
-                            e2e,
-                        )
+                        };
+                        receive(consumer, (run_id, origin), until, received, e2e)
                     })
                 });
                 let mut payload = make_payload(args.record_size);
@@ -237,38 +220,6 @@ fn wait_delivered(ctx: &LatencyRecorder, sent: u64) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_micros(50));
     }
     Ok(())
-}
-
-/// The read_committed consumer of `--e2e`: records each of this run's records' latency until
-/// the producer is done and nothing came for `idle_limit`; returns the consume errors seen.
-fn tail(
-    consumer: &BaseConsumer,
-    run_id: u64,
-    origin: Instant,
-    idle_limit: Duration,
-    received: &AtomicU64,
-    producer_done: &AtomicBool,
-    histogram: &mut Histogram<u64>,
-) -> u64 {
-    let mut errors = ErrorReporter::default();
-    let mut last_record = Instant::now();
-    loop {
-        match consumer.poll(Duration::from_millis(50)) {
-            Some(Ok(msg)) => {
-                let now = nanos_since(origin);
-                if let Some(sent_at) = msg.payload().and_then(|p| decode_e2e_header(p, run_id)) {
-                    histogram.saturating_record((now.saturating_sub(sent_at) / 1000).max(1));
-                    received.fetch_add(1, Ordering::Relaxed);
-                    last_record = Instant::now();
-                }
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) | None => {}
-            Some(Err(e)) => errors.report(&format!("consume error: {e}")),
-        }
-        if producer_done.load(Ordering::Acquire) && last_record.elapsed() >= idle_limit {
-            return errors.total;
-        }
-    }
 }
 
 /// [`percentile_fields`] with each key prefixed (`commit_p50_ms=..`).
