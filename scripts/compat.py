@@ -37,19 +37,21 @@ def default_bin():
 class Broker:
     """A `strata serve` child process on free ports with a temporary data dir."""
 
-    def __init__(self, binary, workdir):
+    def __init__(self, binary, workdir, extra_env=None):
         self.data_dir = os.path.join(workdir, "data")
         os.makedirs(self.data_dir, exist_ok=True)
         self.log_path = os.path.join(workdir, "strata.log")
         self.log = open(self.log_path, "wb")
         env = dict(os.environ)
         env.setdefault("STRATA_NUM_PARTITIONS", "1")
+        env.update(extra_env or {})
         self.proc = subprocess.Popen(
             [binary, "serve", "--data-dir", self.data_dir,
              "--kafka-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, env=env)
         self.ready = threading.Event()
         self.kafka = self.admin = None
+        self.listeners = {}
         threading.Thread(target=self._drain, daemon=True).start()
         if not self.ready.wait(30):
             self.stop()
@@ -65,6 +67,7 @@ class Broker:
             if line.startswith("READY ") and not self.ready.is_set():
                 fields = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
                 self.kafka, self.admin = fields.get("kafka"), fields.get("admin")
+                self.listeners = dict(l.split("@", 1) for l in fields.get("listeners", "").split(",") if "@" in l)
                 self.ready.set()
         self.ready.set()
 
@@ -131,7 +134,16 @@ def run(binary, keep):
     from kafka.structs import TopicPartition as KpTopicPartition
 
     workdir = tempfile.mkdtemp(prefix="strata-compat-")
-    broker = Broker(binary, workdir)
+    # Plaintext first (every step but the security ones uses it), then SASL over TLS and not;
+    # the certificates come from the script the README tells users to run.
+    certs = os.path.join(workdir, "certs")
+    subprocess.run([os.path.join(HERE, "make-certs.sh"), certs], check=True, capture_output=True)
+    broker = Broker(binary, workdir, {
+        "STRATA_LISTENERS": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "STRATA_SASL_ENABLED_MECHANISMS": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "STRATA_SSL_CERTIFICATE_LOCATION": os.path.join(certs, "server.pem"),
+        "STRATA_SSL_KEY_LOCATION": os.path.join(certs, "server.key"),
+    })
     bootstrap = broker.kafka
     print(f"strata ready: kafka={broker.kafka} admin={broker.admin} (data {broker.data_dir})", flush=True)
     ck_conf = {"bootstrap.servers": bootstrap, "broker.address.family": "v4"}
@@ -626,9 +638,91 @@ def run(binary, keep):
     step("kcat: consume and compare (-C -e)", kcat_consume)
     step("kcat: offset by timestamp (-Q)", kcat_query)
 
+    # ------------------------------------------------------------ security
+    ca = os.path.join(certs, "ca.pem")
+    sasl_ssl, sasl_plain = broker.listeners["SASL_SSL"], broker.listeners["SASL_PLAINTEXT"]
+    password = "compat-" + uuid.uuid4().hex
+
+    def create_user():
+        r = subprocess.run([binary, "user", "create", "carol", "--password", password, "-b", bootstrap],
+                           capture_output=True, timeout=60)
+        check(r.returncode == 0, f"strata user create: {r.stderr.decode(errors='replace')}")
+
+    def confluent_scram_over_tls():
+        conf = {"bootstrap.servers": sasl_ssl, "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
+                "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "carol", "sasl.password": password}
+        topic = topic_name("compat-sasl")
+        p = Producer(conf)
+        for i in range(20):
+            p.produce(topic, key=b"k%d" % i, value=b"v%d" % i)
+        check(p.flush(30) == 0, "undelivered records over SASL_SSL")
+        c = Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest"})
+        c.subscribe([topic])
+        got, deadline = [], time.monotonic() + 30
+        while len(got) < 20 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+        c.commit(asynchronous=False)
+        c.close()
+        check(got == [b"v%d" % i for i in range(20)], f"read back {len(got)} records over SASL_SSL")
+        md = AdminClient(conf).list_topics(timeout=10)
+        check([f"{b.host}:{b.port}" for b in md.brokers.values()] == [sasl_ssl],
+              f"Metadata on SASL_SSL advertises {md.brokers}")
+
+    def confluent_wrong_password():
+        conf = {"bootstrap.servers": sasl_plain, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": "carol", "sasl.password": "wrong"}
+        def failures():
+            with urllib.request.urlopen(f"http://{broker.admin}/metrics", timeout=10) as r:
+                text = r.read().decode()
+            key = 'strata_sasl_authentications_total{listener="SASL_PLAINTEXT",mechanism="SCRAM-SHA-256",result="failed"}'
+            return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith(key))
+        before = failures()
+        try:
+            AdminClient(conf).list_topics(timeout=5)
+        except KafkaException as e:
+            # librdkafka reports the refusal as a transport failure once its retries run out.
+            check(any(w in str(e) for w in ("Authentication", "Timed out", "transport")), f"unexpected error: {e}")
+        else:
+            raise AssertionError("a wrong password was accepted")
+        check(failures() > before, "the broker did not count the failed authentication")
+
+    def kafkapython_sasl():
+        for mechanism, addr, proto in [("SCRAM-SHA-256", sasl_ssl, "SASL_SSL"), ("PLAIN", sasl_plain, "SASL_PLAINTEXT")]:
+            opts = dict(bootstrap_servers=addr, security_protocol=proto, sasl_mechanism=mechanism,
+                        sasl_plain_username="carol", sasl_plain_password=password)
+            if proto == "SASL_SSL":
+                opts.update(ssl_cafile=ca, ssl_check_hostname=True)
+            topic = topic_name("compat-kp-sasl")
+            p = kafka.KafkaProducer(**opts, acks="all")
+            for i in range(10):
+                p.send(topic, key=b"k", value=b"v%d" % i)
+            p.flush(30)
+            p.close()
+            c = kafka.KafkaConsumer(topic, **opts, auto_offset_reset="earliest", consumer_timeout_ms=10000)
+            got = [m.value for m in c]
+            c.close()
+            check(got == [b"v%d" % i for i in range(10)], f"kafka-python {mechanism} read {len(got)} records")
+
+    def kcat_sasl_ssl():
+        r = subprocess.run(["kcat", "-b", sasl_ssl, "-X", "security.protocol=SASL_SSL", "-X", f"ssl.ca.location={ca}",
+                            "-X", "sasl.mechanisms=SCRAM-SHA-256", "-X", "sasl.username=carol",
+                            "-X", f"sasl.password={password}", "-L"], capture_output=True, timeout=60)
+        out = r.stdout.decode(errors="replace")
+        check(r.returncode == 0 and sasl_ssl in out, f"kcat -L over SASL_SSL: {r.stderr.decode(errors='replace')[-500:]}")
+
+    step("strata: create a SCRAM user (strata user create)", create_user)
+    step("confluent-kafka: SCRAM-SHA-512 over TLS (produce, group consume, listener's metadata)",
+         confluent_scram_over_tls)
+    step("confluent-kafka: a wrong password is refused", confluent_wrong_password)
+    step("kafka-python: SCRAM-SHA-256 over TLS and PLAIN", kafkapython_sasl)
+    step("kcat: metadata over SASL_SSL (-L)", kcat_sasl_ssl)
+
     def clean_shutdown():
         rc = broker.stop()
         check(rc == 0, f"strata exited with {rc} after SIGTERM")
+        check(password not in broker.output(), "a password reached the broker's log")
 
     step("strata: clean shutdown on SIGTERM", clean_shutdown)
     broker.stop()

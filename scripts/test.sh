@@ -24,10 +24,10 @@ if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
     SUDO="sudo -n"
 fi
 
-# ---- system packages (kcat for the CLI checks; cmake, pkg-config, zlib and zstd headers for
-# the bundled librdkafka behind the rdkafka crate) ----
+# ---- system packages (kcat for the CLI checks; cmake, pkg-config, zlib, zstd and OpenSSL
+# headers for the bundled librdkafka behind the rdkafka crate; openssl for scripts/make-certs.sh) ----
 need_apt=()
-for pkg in kcat cmake pkg-config zlib1g-dev libzstd-dev build-essential; do
+for pkg in kcat cmake pkg-config zlib1g-dev libzstd-dev libssl-dev openssl build-essential; do
     if ! dpkg -s "$pkg" >/dev/null 2>&1; then
         need_apt+=("$pkg")
     fi

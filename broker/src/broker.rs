@@ -9,6 +9,7 @@ use crate::group::lag::LagTracker;
 use crate::group::Coordinator;
 use crate::node::Node;
 use crate::replication::fetcher::Fetchers;
+use crate::security::Security;
 use crate::tier::Tier;
 use crate::txn::TxnCoordinator;
 
@@ -26,10 +27,12 @@ pub struct Broker {
     pub fetchers: Fetchers,
     /// Incremental fetch sessions of consumers and followers.
     pub fetch_sessions: FetchSessions,
+    /// TLS and authentication.
+    pub security: Arc<Security>,
 }
 
 impl Broker {
-    pub fn new(node: Arc<Node>, tier: Arc<Tier>) -> Broker {
+    pub fn new(node: Arc<Node>, tier: Arc<Tier>, security: Arc<Security>) -> Broker {
         let fetch_sessions =
             FetchSessions::new(node.config.max_incremental_fetch_session_cache_slots);
         fetch_sessions.register_metrics(&node);
@@ -41,6 +44,7 @@ impl Broker {
             lag: LagTracker::new(node.clone()),
             fetchers: Fetchers::new(node.clone(), tier.clone()),
             tier,
+            security,
             node,
         }
     }

@@ -94,6 +94,17 @@ error_codes! {
     OperationNotAttempted = 55,
     UnknownProducerId = 59,
     ProducerFenced = 90,
+    TopicAuthorizationFailed = 29,
+    GroupAuthorizationFailed = 30,
+    ClusterAuthorizationFailed = 31,
+    UnsupportedSaslMechanism = 33,
+    IllegalSaslState = 34,
+    TransactionalIdAuthorizationFailed = 53,
+    SaslAuthenticationFailed = 58,
+    ListenerNotFound = 72,
+    ResourceNotFound = 91,
+    DuplicateResource = 92,
+    UnacceptableCredential = 93,
 }
 
 impl ErrorCode {

@@ -14,18 +14,22 @@
 //!   [`replication`] (followers fetching
 //!   from leaders, ISR proposals), [`tier`] (offload, remote reads, remote retention),
 //!   [`cleaner`] (compaction thread), [`session`] (registration and heartbeats),
-//!   [`fetch_session`] (incremental fetch sessions, KIP-227);
+//!   [`fetch_session`] (incremental fetch sessions, KIP-227), [`security`] (TLS, SASL
+//!   authentication, principals);
 //! - [`node`] — the shared core: settings, metadata handle, partitions, metrics, clock; topic
 //!   operations, leader lookup, producer ids;
 //! - [`partition`] — a hosted partition: log operations, replica state, its view across
 //!   tiers, the registry kept in step with the metadata state;
 //! - [`metrics`] — the registry subsystems register with, request-path and cluster metrics;
 //! - [`error`] — Kafka error codes, chosen in one place;
-//! - [`config`], [`topic_config`] — broker settings and Kafka topic configs;
+//! - [`config`], [`topic_config`] — broker settings (with Kafka-style listeners) and Kafka
+//!   topic configs;
 //! - [`log`] — the partition log engine: segments, indexes, recovery, retention, compaction,
 //!   producer state;
 //! - [`placement`] — rack-aware replica placement for new partitions;
 //! - [`protocol`] — frames, request decoding, the API table, the inter-broker client;
+//! - [`tls`], [`sasl`] — rustls configurations from PEM files; SASL PLAIN and SCRAM, both
+//!   sides, without I/O;
 //! - [`clock`] — wall-clock milliseconds, injectable.
 
 pub mod admin;
@@ -45,11 +49,14 @@ pub mod partition;
 pub mod placement;
 pub mod protocol;
 pub mod replication;
+pub mod sasl;
+pub mod security;
 pub mod serve;
 pub mod server;
 pub mod session;
 pub mod throttle;
 pub mod tier;
+pub mod tls;
 pub mod topic_config;
 pub mod txn;
 

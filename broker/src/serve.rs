@@ -26,6 +26,7 @@ use crate::clock::Clock;
 use crate::config::{BrokerConfig, ConfigError};
 use crate::metrics::Metrics;
 use crate::node::Node;
+use crate::security::Security;
 
 /// Why `strata serve` could not start, or could not stop cleanly; the binary prints it.
 #[derive(Debug, thiserror::Error)]
@@ -138,12 +139,17 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
             cfg.data_dir.display()
         )));
     }
-    let kafka = TcpListener::bind(cfg.kafka_addr)
-        .await
-        .map_err(failed(format!(
-            "cannot listen for Kafka on {}",
-            cfg.kafka_addr
-        )))?;
+    let (listeners, inter_broker_listener) = cfg.listeners()?;
+    let mut kafka = Vec::with_capacity(listeners.len());
+    for listener in listeners {
+        let socket = TcpListener::bind(listener.bind)
+            .await
+            .map_err(failed(format!(
+                "cannot listen for Kafka ({}) on {}",
+                listener.name, listener.bind
+            )))?;
+        kafka.push((socket, listener));
+    }
     let admin = TcpListener::bind(cfg.admin_addr)
         .await
         .map_err(failed(format!(
@@ -156,14 +162,30 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
             "cannot listen for the other nodes on {}",
             cfg.raft_addr
         )))?;
-    let (kafka_addr, admin_addr, raft_addr) = (|| {
-        Ok::<_, std::io::Error>((kafka.local_addr()?, admin.local_addr()?, raft.local_addr()?))
-    })()
-    .map_err(failed("cannot read the listeners' addresses"))?;
-    let advertised = cfg.advertised(kafka_addr);
-    if advertised.ip().is_unspecified() {
-        return Err(ServeError::Failed(format!("listening on {kafka_addr}: set --advertised-kafka-addr to an address clients can reach")));
+    let (admin_addr, raft_addr) =
+        (|| Ok::<_, std::io::Error>((admin.local_addr()?, raft.local_addr()?)))()
+            .map_err(failed("cannot read the listeners' addresses"))?;
+    let mut bound = Vec::with_capacity(kafka.len());
+    let mut endpoints = Vec::with_capacity(kafka.len());
+    for (socket, listener) in &kafka {
+        let addr = socket
+            .local_addr()
+            .map_err(failed("cannot read the listeners' addresses"))?;
+        let (host, port) = listener
+            .advertised
+            .clone()
+            .unwrap_or_else(|| (addr.ip().to_string(), addr.port()));
+        bound.push(format!("{}@{addr}", listener.name));
+        endpoints.push(strata_metadata::Endpoint {
+            name: listener.name.clone(),
+            host,
+            port,
+        });
     }
+    let kafka_addr = kafka[0]
+        .0
+        .local_addr()
+        .map_err(failed("cannot read the listeners' addresses"))?;
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let ready = Arc::new(AtomicBool::new(false));
@@ -215,12 +237,15 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
     .map_err(failed("cannot start the metadata quorum"))?;
     let node = Arc::new(Node::new(
         cfg.clone(),
-        advertised,
+        endpoints,
+        inter_broker_listener,
         metadata.clone(),
         metrics,
         Clock::system(),
     ));
-    let broker = Arc::new(Broker::new(node.clone(), Arc::new(tier)));
+    let security = Security::new(node.clone()).map_err(failed("security"))?;
+    let broker = Arc::new(Broker::new(node.clone(), Arc::new(tier), security.clone()));
+    let tls_reloader = tokio::spawn(security.reload_tls(shutdown_rx.clone()));
     let admin_task = tokio::spawn(crate::admin::http::serve(
         admin,
         broker.clone(),
@@ -269,12 +294,13 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
         shutdown_rx.clone(),
     ));
     ready.store(true, Ordering::Release);
-    tracing::info!(%kafka_addr, %advertised, %admin_addr, %raft_addr, data_dir = %cfg.data_dir.display(), "strata is ready");
+    let listeners = bound.join(",");
+    tracing::info!(%listeners, %admin_addr, %raft_addr, data_dir = %cfg.data_dir.display(), "strata is ready");
     {
         let mut out = std::io::stdout().lock();
         writeln!(
             out,
-            "READY kafka={kafka_addr} admin={admin_addr} raft={raft_addr}"
+            "READY kafka={kafka_addr} admin={admin_addr} raft={raft_addr} listeners={listeners}"
         )
         .and_then(|()| out.flush())
         .map_err(failed("cannot write READY to stdout"))?;
@@ -293,6 +319,7 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
     let _ = follower.await;
     broker.fetchers.stop();
     let _ = housekeeper.await;
+    let _ = tls_reloader.await;
     let _ = offloader.await;
     tokio::task::spawn_blocking(move || cleaner.stop())
         .await

@@ -35,17 +35,18 @@ use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::broker::Broker;
+use crate::config::listeners::Listener;
 use crate::handlers;
 use crate::protocol::frame::{self, RequestBudget};
 use crate::protocol::{self, DecodeError, Request};
+use crate::security::Connection;
 
 /// Requests decoded ahead of the one being handled, and appended produces waiting for their
 /// ISR, per connection (each).
@@ -88,18 +89,52 @@ impl Drop for IpSlot {
     }
 }
 
+/// Connection limits shared by every listener.
+struct Limits {
+    connections: Arc<Semaphore>,
+    per_ip: Arc<PerIp>,
+}
+
+/// Serves every listener until shutdown, then lets each connection finish the request it is
+/// handling.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Vec<(TcpListener, Listener)>,
     broker: Arc<Broker>,
+    budget: RequestBudget,
+    shutdown: watch::Receiver<bool>,
+) {
+    let limits = Arc::new(Limits {
+        connections: Arc::new(Semaphore::new(broker.node.config.max_connections)),
+        per_ip: Arc::new(PerIp::default()),
+    });
+    let mut accepting = JoinSet::new();
+    for (socket, listener) in listeners {
+        accepting.spawn(accept(
+            socket,
+            listener,
+            broker.clone(),
+            limits.clone(),
+            budget.clone(),
+            shutdown.clone(),
+        ));
+    }
+    while accepting.join_next().await.is_some() {}
+}
+
+async fn accept(
+    socket: TcpListener,
+    listener: Listener,
+    broker: Arc<Broker>,
+    limits: Arc<Limits>,
     budget: RequestBudget,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let limit = Arc::new(Semaphore::new(broker.node.config.max_connections));
-    let per_ip = Arc::new(PerIp::default());
+    let name: Arc<str> = Arc::from(listener.name.as_str());
+    let protocol = listener.protocol;
     let mut connections = JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = socket.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     // Out of file descriptors, most often: back off rather than spin.
@@ -110,13 +145,13 @@ pub async fn serve(
             },
             _ = shutdown.changed() => break,
         };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
+        let Ok(permit) = limits.connections.clone().try_acquire_owned() else {
             broker.node.metrics.connection_rejected("max_connections");
             tracing::warn!(%peer, "connection refused: max_connections reached");
             continue;
         };
         let Some(ip_slot) = PerIp::take(
-            &per_ip,
+            &limits.per_ip,
             peer.ip(),
             broker.node.config.max_connections_per_ip,
         ) else {
@@ -131,10 +166,12 @@ pub async fn serve(
         let broker = broker.clone();
         let shutdown = shutdown.clone();
         let budget = budget.clone();
+        let conn = Connection::new(peer, name.clone(), protocol);
         connections.spawn(async move {
             broker.node.metrics.connection_opened();
-            if let Err(e) = connection(stream, &broker, budget, shutdown)
-                .instrument(tracing::debug_span!("conn", %peer))
+            let span = tracing::debug_span!("conn", %peer, listener = %conn.listener);
+            if let Err(e) = secure(stream, conn, &broker, budget, shutdown)
+                .instrument(span)
                 .await
             {
                 tracing::debug!(%peer, error = %e, "connection closed with error");
@@ -146,8 +183,64 @@ pub async fn serve(
         while connections.try_join_next().is_some() {}
     }
     // Stop accepting; let every connection finish the request it is handling.
-    drop(listener);
+    drop(socket);
     while connections.join_next().await.is_some() {}
+}
+
+/// The TLS handshake on a TLS listener (bounded by `socket_io_timeout_ms`), then the
+/// connection's requests.
+async fn secure(
+    stream: TcpStream,
+    conn: Connection,
+    broker: &Arc<Broker>,
+    budget: RequestBudget,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), ConnError> {
+    let Some(acceptor) = conn
+        .protocol()
+        .tls()
+        .then(|| broker.security.tls_acceptor())
+        .flatten()
+    else {
+        let (reader, writer) = stream.into_split();
+        return connection(
+            Box::new(reader),
+            Box::new(writer),
+            conn,
+            broker,
+            budget,
+            shutdown,
+        )
+        .await;
+    };
+    let io_timeout = Duration::from_millis(broker.node.config.socket_io_timeout_ms);
+    let metrics = broker.security.metrics();
+    let tls = match tokio::time::timeout(io_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            metrics.tls_handshake(&conn.listener, "failed");
+            // Info, as Kafka logs a failed authentication: a misconfigured client retrying
+            // many times a second would otherwise flood the warnings.
+            tracing::info!(peer = %conn.peer, listener = %conn.listener, error = %e, "TLS handshake failed");
+            return Ok(());
+        }
+        Err(_) => {
+            metrics.tls_handshake(&conn.listener, "timed_out");
+            tracing::info!(peer = %conn.peer, listener = %conn.listener, "TLS handshake timed out");
+            return Ok(());
+        }
+    };
+    metrics.tls_handshake(&conn.listener, "ok");
+    let (reader, writer) = tokio::io::split(tls);
+    connection(
+        Box::new(reader),
+        Box::new(writer),
+        conn,
+        broker,
+        budget,
+        shutdown,
+    )
+    .await
 }
 
 enum Incoming {
@@ -201,22 +294,24 @@ enum ConnError {
     Panicked(ApiKey),
     #[error("the client did not read its response within {0:?}")]
     WriteTimeout(Duration),
+    #[error("{0}")]
+    Unauthenticated(&'static str),
     #[error("the request reader ended abnormally: {0}")]
     Reader(String),
 }
 
+/// Either half of a connection, plain TCP or TLS.
+type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
+
 async fn connection(
-    stream: TcpStream,
+    reader: ReadHalf,
+    mut writer: WriteHalf,
+    mut conn: Connection,
     broker: &Arc<Broker>,
     budget: RequestBudget,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnError> {
-    // As Kafka reports it in DescribeGroups: "/<ip>".
-    let client_host = stream
-        .peer_addr()
-        .map(|a| format!("/{}", a.ip()))
-        .unwrap_or_default();
-    let (reader, mut writer) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Incoming>(PIPELINE_DEPTH);
     let io_timeout = Duration::from_millis(broker.node.config.socket_io_timeout_ms);
     let idle = Duration::from_millis(broker.node.config.connections_max_idle_ms);
@@ -273,7 +368,7 @@ async fn connection(
                 }
             }
         }
-        match handle(broker, item, &client_host).await? {
+        match handle(broker, item, &mut conn).await? {
             Step::Reply(reply) if queue.is_empty() => {
                 if !out.write(reply).await? {
                     return Ok(());
@@ -296,10 +391,13 @@ async fn connection(
 }
 
 /// A response ready to write: its encoded chunks (`None` when the request gets no answer) and
-/// the request budget it still holds, given back once written.
+/// the request budget it still holds, given back once written, and whether the connection
+/// ends with it.
 struct Reply {
     chunks: Option<Vec<bytes::Bytes>>,
     budget: Option<OwnedSemaphorePermit>,
+    /// Close the connection once this is written (a failed authentication).
+    close: bool,
 }
 
 /// What handling one incoming request gave the processor.
@@ -314,7 +412,7 @@ enum Step<'a> {
 async fn handle<'a>(
     broker: &'a Arc<Broker>,
     item: Incoming,
-    client_host: &str,
+    conn: &mut Connection,
 ) -> Result<Step<'a>, ConnError> {
     let (req, budget) = match item {
         Incoming::UnsupportedApiVersions(correlation_id) => {
@@ -323,11 +421,20 @@ async fn handle<'a>(
             return Ok(Step::Reply(Reply {
                 chunks: Some(chunks),
                 budget: None,
+                close: false,
             }));
         }
         Incoming::Request(req, budget) => (req, budget),
     };
     let api = req.api_key;
+    if let Err(why) = conn.admit(api, Instant::now()) {
+        broker
+            .node
+            .metrics
+            .connection_closed_by_broker("unauthenticated");
+        tracing::warn!(peer = %conn.peer, listener = %conn.listener, ?api, "closing connection: {why}");
+        return Err(ConnError::Unauthenticated(why));
+    }
     let version = req.header.request_api_version;
     let correlation_id = req.header.correlation_id;
     let span = tracing::debug_span!(
@@ -338,12 +445,11 @@ async fn handle<'a>(
         client_id = req.header.client_id.as_ref().map(|c| c.as_str()).unwrap_or(""),
     );
     let started = Instant::now();
-    let handled =
-        AssertUnwindSafe(handlers::handle(broker, *req, client_host).instrument(span.clone()))
-            .catch_unwind()
-            .await
-            .map_err(|_| panicked(broker, api, version, correlation_id))?;
-    let finish = move |body: Option<protocol::Response>, budget| {
+    let handled = AssertUnwindSafe(handlers::handle(broker, *req, conn).instrument(span.clone()))
+        .catch_unwind()
+        .await
+        .map_err(|_| panicked(broker, api, version, correlation_id))?;
+    let finish = move |body: Option<protocol::Response>, budget, close| {
         broker.node.metrics.request(
             crate::protocol::versions::name(api),
             started.elapsed().as_secs_f64(),
@@ -356,10 +462,17 @@ async fn handle<'a>(
                 )?,
             ),
         };
-        Ok(Reply { chunks, budget })
+        Ok(Reply {
+            chunks,
+            budget,
+            close,
+        })
     };
     match handled {
-        handlers::Handled::Now(body) => finish(body, Some(budget)).map(Step::Reply),
+        handlers::Handled::Now(body) => finish(body, Some(budget), false).map(Step::Reply),
+        handlers::Handled::ThenClose(body) => {
+            finish(Some(body), Some(budget), true).map(Step::Reply)
+        }
         handlers::Handled::Replicating(appended) => {
             // The request's bytes are in the log now: its share of the request budget goes
             // back at once, so produces waiting for followers never hold the budget the
@@ -371,7 +484,7 @@ async fn handle<'a>(
                         .catch_unwind()
                         .await
                         .map_err(|_| panicked(broker, api, version, correlation_id))?;
-                    finish(Some(ResponseKind::Produce(body).into()), None)
+                    finish(Some(ResponseKind::Produce(body).into()), None, false)
                 }
                 .boxed(),
             ))
@@ -394,14 +507,14 @@ fn panicked(broker: &Broker, api: ApiKey, version: i16, correlation_id: i32) -> 
 
 /// The writing half of a connection.
 struct Writer<'a> {
-    writer: &'a mut tokio::net::tcp::OwnedWriteHalf,
+    writer: &'a mut WriteHalf,
     broker: &'a Broker,
     activity: &'a Activity,
     io_timeout: Duration,
 }
 
 impl Writer<'_> {
-    /// Writes one response; `false` when the client went away.
+    /// Writes one response; `false` when the client went away or the connection ends with it.
     async fn write(&mut self, reply: Reply) -> Result<bool, ConnError> {
         if let Some(chunks) = reply.chunks {
             let metrics = &self.broker.node.metrics;
@@ -417,14 +530,14 @@ impl Writer<'_> {
         }
         drop(reply.budget);
         self.activity.answered();
-        Ok(true)
+        Ok(!reply.close)
     }
 }
 
 /// The reading half of a connection: frames in, decoded requests out to the processor, until
 /// the client leaves, sends a bad frame, idles past `idle`, or the broker shuts down.
 async fn read_requests(
-    mut frames: frame::FrameReader<OwnedReadHalf>,
+    mut frames: frame::FrameReader<ReadHalf>,
     tx: mpsc::Sender<Incoming>,
     broker: Arc<Broker>,
     activity: Arc<Activity>,

@@ -46,11 +46,17 @@ pub enum SessionError {
 
 /// Registers this broker under a new epoch and returns it.
 pub async fn register(node: &Node) -> Result<i64, SessionError> {
+    let inter_broker = node
+        .endpoints
+        .iter()
+        .find(|e| e.name == node.inter_broker_listener)
+        .expect("the inter-broker listener is one of the listeners (checked with the config)");
     let cmd = Command::RegisterBroker {
         node_id: node.config.node_id,
-        host: node.advertised.ip().to_string(),
-        port: node.advertised.port(),
+        host: inter_broker.host.clone(),
+        port: inter_broker.port,
         rack: node.config.rack.clone(),
+        listeners: node.endpoints.clone(),
     };
     match node.metadata.propose(cmd).await? {
         CommandResult::BrokerRegistered { epoch } => {

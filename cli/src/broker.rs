@@ -53,7 +53,7 @@ pub fn run(cmd: BrokerCommand) -> anyhow::Result<()> {
     match cmd {
         BrokerCommand::Drain(args) => drain(args),
         BrokerCommand::Remove(args) => cluster::block(async {
-            let mut c = kafka::connect(&args.conn.bootstrap_server).await?;
+            let mut c = kafka::connect(&args.conn).await?;
             kafka::unregister(&mut c, args.node_id).await?;
             emit(format_args!("removed broker={}", args.node_id))
         }),
@@ -63,7 +63,7 @@ pub fn run(cmd: BrokerCommand) -> anyhow::Result<()> {
 fn drain(args: DrainArgs) -> anyhow::Result<()> {
     let n = args.node_id;
     cluster::block(async {
-        let mut c = kafka::connect(&args.conn.bootstrap_server).await?;
+        let mut c = kafka::connect(&args.conn).await?;
         cluster::check_quiet(&mut c).await?;
         let view = kafka::cluster(&mut c).await?;
         let moves = plan::drain(&view.live(), &view.partitions, n).map_err(anyhow::Error::msg)?;

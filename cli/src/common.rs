@@ -12,6 +12,8 @@ use rdkafka::client::{Client, ClientContext, DefaultClientContext};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::metadata::Metadata;
 use rdkafka::ClientConfig;
+use strata_broker::protocol::client::{ClientSecurity, SaslCredentials};
+use strata_broker::tls::{self, ClientAuth, TlsFiles};
 
 /// Connection flags every client command takes.
 #[derive(Args, Debug, Clone)]
@@ -61,6 +63,58 @@ impl ConnectArgs {
 
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms.max(1))
+    }
+
+    /// How the CLI's own Kafka client (the admin calls librdkafka lacks) secures its
+    /// connections, from the same `-X` properties librdkafka takes: `security.protocol`,
+    /// `sasl.mechanism`, `sasl.username`, `sasl.password`, `ssl.ca.location`,
+    /// `ssl.certificate.location`, `ssl.key.location`.
+    pub fn client_security(&self) -> anyhow::Result<ClientSecurity> {
+        let protocol = self
+            .property("security.protocol")
+            .unwrap_or("plaintext")
+            .to_ascii_uppercase();
+        let (tls, sasl) = match protocol.as_str() {
+            "PLAINTEXT" => (false, false),
+            "SSL" => (true, false),
+            "SASL_PLAINTEXT" => (false, true),
+            "SASL_SSL" => (true, true),
+            other => bail!(
+                "security.protocol={other}: expected plaintext, ssl, sasl_plaintext or sasl_ssl"
+            ),
+        };
+        let path = |key: &str| self.property(key).map(std::path::PathBuf::from);
+        let tls = if tls {
+            let files = TlsFiles {
+                certificate: path("ssl.certificate.location"),
+                key: path("ssl.key.location"),
+                ca: path("ssl.ca.location"),
+                client_auth: ClientAuth::None,
+                min_version: 2,
+            };
+            Some(tls::client_config(&files)?)
+        } else {
+            None
+        };
+        let sasl = if sasl {
+            let need = |key: &str| {
+                self.property(key)
+                    .map(str::to_string)
+                    .ok_or_else(|| anyhow!("SASL needs -X {key}=..."))
+            };
+            Some(SaslCredentials {
+                mechanism: self
+                    .property("sasl.mechanism")
+                    .or(self.property("sasl.mechanisms"))
+                    .ok_or_else(|| anyhow!("SASL needs -X sasl.mechanism=..."))?
+                    .to_ascii_uppercase(),
+                username: need("sasl.username")?,
+                password: need("sasl.password")?,
+            })
+        } else {
+            None
+        };
+        Ok(ClientSecurity { tls, sasl })
     }
 
     /// The value a `-X` property was given, if any.

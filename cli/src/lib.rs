@@ -12,10 +12,12 @@
 //!   unhealthy partitions, over the admin HTTP port; `strata cluster reassign|balance` —
 //!   replica moves with Kafka's reassignment APIs — [`cluster`];
 //! - `strata broker drain|remove` — taking a broker out of service — [`broker`];
-//! - `strata txn list|describe|abort|find-hanging|abort-hanging` — transactions — [`txn`].
+//! - `strata txn list|describe|abort|find-hanging|abort-hanging` — transactions — [`txn`];
+//! - `strata user create|delete|list` — SCRAM users — [`user`].
 //!
 //! Every command takes `-b/--bootstrap-server` (env `STRATA_BOOTSTRAP`), repeated
-//! `-X key=value` librdkafka properties and `--request-timeout-ms`.
+//! `-X key=value` librdkafka properties and `--request-timeout-ms`; the security ones
+//! (`security.protocol`, `sasl.*`, `ssl.*`) also secure the CLI's own Kafka client.
 
 use clap::Subcommand;
 
@@ -29,6 +31,7 @@ pub mod perf;
 pub mod produce;
 pub mod topic;
 pub mod txn;
+pub mod user;
 
 #[derive(Subcommand, Debug)]
 pub enum ClientCommand {
@@ -56,6 +59,9 @@ pub enum ClientCommand {
     /// List and describe transactions; abort an open or a hanging one.
     #[command(subcommand)]
     Txn(txn::TxnCommand),
+    /// Create, delete and list SCRAM users.
+    #[command(subcommand)]
+    User(user::UserCommand),
 }
 
 impl ClientCommand {
@@ -69,6 +75,7 @@ impl ClientCommand {
             ClientCommand::Cluster(_) => None,
             ClientCommand::Broker(cmd) => Some(cmd.conn()),
             ClientCommand::Txn(cmd) => Some(cmd.conn()),
+            ClientCommand::User(cmd) => Some(cmd.conn()),
         }
     }
 }
@@ -104,6 +111,7 @@ pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Group(cmd) => group::run(cmd),
         ClientCommand::Broker(cmd) => broker::run(cmd),
         ClientCommand::Txn(cmd) => txn::run(cmd),
+        ClientCommand::User(cmd) => user::run(cmd),
         ClientCommand::Cluster(cmd) => {
             if !cluster::run(cmd)? {
                 // Unhealthy: distinct from an error (1), for scripts that wait for health.

@@ -250,7 +250,7 @@ fn describe(runtime: &tokio::runtime::Runtime, args: DescribeArgs) -> anyhow::Re
     // the API shows none.
     let moving: std::collections::HashMap<i32, crate::cluster::kafka::Ongoing> = runtime
         .block_on(async {
-            let mut c = crate::cluster::kafka::connect(&conn.bootstrap_server).await?;
+            let mut c = crate::cluster::kafka::connect(conn).await?;
             crate::cluster::kafka::ongoing(&mut c).await
         })
         .unwrap_or_default()

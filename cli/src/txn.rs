@@ -203,9 +203,9 @@ async fn everything(
     states: &[String],
     min_age_ms: Option<i64>,
 ) -> anyhow::Result<Vec<Described>> {
-    let mut c = kafka::connect(&conn.bootstrap_server).await?;
+    let mut c = kafka::connect(conn).await?;
     let view = kafka::cluster(&mut c).await?;
-    let mut pool = kafka::Pool::default();
+    let mut pool = kafka::Pool::like(&c);
     let mut out = Vec::new();
     for b in &view.brokers {
         let client = pool.get(&view, b.id).await?;
@@ -248,7 +248,7 @@ async fn list(a: ListArgs) -> anyhow::Result<()> {
 
 /// The coordinator of `id` and a connection to it.
 async fn coordinator(conn: &ConnectArgs, id: &str) -> anyhow::Result<(i32, Client)> {
-    let mut c = kafka::connect(&conn.bootstrap_server).await?;
+    let mut c = kafka::connect(conn).await?;
     let resp = c
         .call(
             3,
@@ -262,7 +262,10 @@ async fn coordinator(conn: &ConnectArgs, id: &str) -> anyhow::Result<(i32, Clien
         bail!("FindCoordinator {id}: error {}", resp.error_code);
     }
     let addr = format!("{}:{}", resp.host.as_str(), resp.port);
-    Ok((resp.node_id.0, kafka::connect(&addr).await?))
+    Ok((
+        resp.node_id.0,
+        kafka::connect_to(&addr, c.security()).await?,
+    ))
 }
 
 async fn describe(a: IdArgs) -> anyhow::Result<()> {
@@ -348,7 +351,7 @@ async fn find_hanging(a: HangingArgs) -> anyhow::Result<Vec<Hanging>> {
     .into_iter()
     .map(|d| d.producer_id)
     .collect();
-    let mut c = kafka::connect(&a.conn.bootstrap_server).await?;
+    let mut c = kafka::connect(&a.conn).await?;
     let view = kafka::cluster(&mut c).await?;
     let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
     for p in &view.partitions {
@@ -367,7 +370,7 @@ async fn find_hanging(a: HangingArgs) -> anyhow::Result<Vec<Hanging>> {
                 .push((p.topic.clone(), p.partition));
         }
     }
-    let mut pool = kafka::Pool::default();
+    let mut pool = kafka::Pool::like(&c);
     let mut found = Vec::new();
     for (leader, partitions) in by_leader {
         let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
@@ -434,9 +437,9 @@ async fn abort_hanging(a: AbortHangingArgs) -> anyhow::Result<()> {
             a.partition
         );
     };
-    let mut c = kafka::connect(&a.conn.bootstrap_server).await?;
+    let mut c = kafka::connect(&a.conn).await?;
     let view = kafka::cluster(&mut c).await?;
-    let mut pool = kafka::Pool::default();
+    let mut pool = kafka::Pool::like(&c);
     let client = pool.get(&view, h.leader).await?;
     let req = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
         .with_producer_id(ProducerId(h.producer_id))

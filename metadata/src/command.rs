@@ -31,6 +31,10 @@ pub enum Command {
         host: String,
         port: u16,
         rack: Option<String>,
+        /// Every listener's advertised endpoint (`host`/`port` above are the inter-broker
+        /// listener's). Empty in logs written before listeners existed.
+        #[serde(default)]
+        listeners: Vec<Endpoint>,
     },
     /// Fences the broker's registration `epoch` (missed heartbeats, or a clean shutdown): it
     /// leaves every ISR it is not the last member of, and its partitions get new leaders from
@@ -120,6 +124,15 @@ pub enum Command {
     /// Forgets a broker (Kafka's UnregisterBroker): accepted only while it is fenced (stopped)
     /// and holds no replica, so no partition loses a replica it counts on.
     UnregisterBroker { node_id: NodeId },
+    /// Sets a user's SCRAM credential for one mechanism (KIP-554's AlterUserScramCredentials
+    /// upsertion), replacing any earlier one.
+    UpsertScramCredential {
+        user: String,
+        mechanism: String,
+        credential: ScramCredential,
+    },
+    /// Removes a user's SCRAM credential for one mechanism.
+    DeleteScramCredential { user: String, mechanism: String },
 }
 
 /// The outcome of applying one [`Command`] (or a raft-internal entry, which yields `Ok`).
@@ -159,6 +172,10 @@ pub enum CommandResult {
     NoReassignmentInProgress,
     /// `UnregisterBroker` of a broker that is running or still holds replicas: why.
     BrokerInUse(String),
+    /// The command is malformed: why.
+    InvalidRequest(String),
+    /// The command names something (a credential) that does not exist.
+    NotFound,
 }
 
 impl CommandResult {
@@ -172,6 +189,24 @@ impl CommandResult {
                 | CommandResult::BrokerRegistered { .. }
         )
     }
+}
+
+/// Where clients of one named listener reach a broker (Kafka's broker endpoint).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Endpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+/// What a broker needs to verify a SCRAM client, and nothing from which it could act as one:
+/// the salt, the iteration count and RFC 5802's StoredKey and ServerKey.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ScramCredential {
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: u32,
 }
 
 /// One segment in the object store.

@@ -132,6 +132,7 @@ mod tests {
                 host: "h".into(),
                 port: 1,
                 rack: None,
+                listeners: vec![],
             }) else {
                 panic!("register");
             };

@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::command::{CommandResult, NodeId};
+use crate::command::{CommandResult, Endpoint, NodeId};
 use crate::state::{BrokerInfo, ClusterState, PartitionInfo};
 
 impl ClusterState {
@@ -30,6 +30,7 @@ impl ClusterState {
         host: &str,
         port: u16,
         rack: &Option<String>,
+        listeners: &[Endpoint],
     ) -> CommandResult {
         if self.brokers.get(&node_id).is_some_and(|b| !b.fenced) {
             // The earlier incarnation is gone (or about to be): it leads nothing from now on.
@@ -44,6 +45,7 @@ impl ClusterState {
                 host: host.to_string(),
                 port,
                 rack: rack.clone(),
+                listeners: listeners.to_vec(),
                 epoch,
                 fenced: true,
             },
@@ -344,6 +346,7 @@ mod tests {
             host: "h".to_string(),
             port: 1,
             rack: None,
+            listeners: vec![],
         }) {
             CommandResult::BrokerRegistered { epoch } => epoch,
             other => panic!("{other:?}"),

@@ -18,6 +18,7 @@
 //! | `command` | [`Command`] and [`CommandResult`]: the raft payload and its response |
 //! | `state` | [`ClusterState`] and its pure, deterministic [`ClusterState::apply`] |
 //! | `leadership` | broker registration and fencing, and the leader elections they cause |
+//! | `security` | SCRAM credentials (KIP-554), stored as salted keys, never as passwords |
 //! | `reassignment` | moving a partition's replicas (KIP-455): start, complete when in sync, cancel |
 //! | `controller` | broker liveness on the leader: heartbeats, session expiry |
 //! | `types` | the openraft type configuration ([`TypeConfig`]) |
@@ -53,15 +54,20 @@ mod quorum;
 mod reassignment;
 pub mod remote;
 mod rpc;
+mod security;
 mod state;
 mod state_machine;
 mod types;
 
-pub use command::{Command, CommandResult, NodeId, RemoteSegment, RemoteSegmentState};
+pub use command::{
+    Command, CommandResult, Endpoint, NodeId, RemoteSegment, RemoteSegmentState, ScramCredential,
+};
 pub use controller::{Heartbeat, HeartbeatReply};
 pub use error::MetadataError;
 pub use quorum::{LeaderBalance, Metadata, MetadataOptions, QuorumStatus};
-pub use state::{BrokerInfo, ClusterState, PartitionInfo, TopicInfo, FIRST_PRODUCER_ID};
+pub use state::{
+    BrokerInfo, ClusterState, PartitionInfo, SecurityState, TopicInfo, FIRST_PRODUCER_ID,
+};
 pub use types::TypeConfig;
 
 /// Decodes one raft-port frame body as a request and as a response, as a node would: the

@@ -235,6 +235,7 @@ mod tests {
                 host: "h".to_string(),
                 port: 1,
                 rack: None,
+                listeners: vec![],
             }) else {
                 panic!("not registered");
             };

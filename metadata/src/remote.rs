@@ -196,6 +196,7 @@ mod tests {
             host: "h".into(),
             port: 1,
             rack: None,
+            listeners: vec![],
         });
         let id = uuid::Uuid::new_v4();
         assert!(state

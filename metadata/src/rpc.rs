@@ -384,6 +384,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 9192,
                 rack: Some("a".into()),
+                listeners: vec![],
             }),
         };
         let requests = vec![

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, CommandResult, NodeId};
+use crate::command::{Command, CommandResult, Endpoint, NodeId, ScramCredential};
 
 /// The first producer id handed out by a fresh cluster. Ids below it are never allocated, which
 /// leaves room for well-known or test ids and keeps `0` (a common "unset" value) out of use.
@@ -55,6 +55,9 @@ pub struct ClusterState {
     /// Unclean leader elections so far (each may have lost records): shown by every node.
     #[serde(default)]
     pub unclean_leader_elections: u64,
+    /// Credentials (and, with the authorizer, ACLs): see [`crate::security`].
+    #[serde(default)]
+    pub security: Arc<SecurityState>,
 }
 
 impl Default for ClusterState {
@@ -67,6 +70,7 @@ impl Default for ClusterState {
             next_producer_id: FIRST_PRODUCER_ID,
             broker_epochs_issued: 0,
             unclean_leader_elections: 0,
+            security: Arc::default(),
         }
     }
 }
@@ -81,6 +85,8 @@ struct StoredState {
     broker_epochs_issued: i64,
     #[serde(default)]
     unclean_leader_elections: u64,
+    #[serde(default)]
+    security: Arc<SecurityState>,
 }
 
 impl From<StoredState> for ClusterState {
@@ -96,6 +102,7 @@ impl From<StoredState> for ClusterState {
             next_producer_id: s.next_producer_id,
             broker_epochs_issued: s.broker_epochs_issued,
             unclean_leader_elections: s.unclean_leader_elections,
+            security: s.security,
         }
     }
 }
@@ -107,6 +114,9 @@ pub struct BrokerInfo {
     pub host: String,
     pub port: u16,
     pub rack: Option<String>,
+    /// Every listener's advertised endpoint; `host`/`port` are the inter-broker listener's.
+    #[serde(default)]
+    pub listeners: Vec<Endpoint>,
     /// Epoch of the broker's current registration: a heartbeat or fence naming another epoch
     /// is about an earlier incarnation of the process.
     #[serde(default)]
@@ -116,6 +126,27 @@ pub struct BrokerInfo {
     /// down.
     #[serde(default)]
     pub fenced: bool,
+}
+
+/// Credentials by user, then by mechanism name (`SCRAM-SHA-256`, `SCRAM-SHA-512`); changed by
+/// [`crate::security`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SecurityState {
+    pub scram: BTreeMap<String, BTreeMap<String, ScramCredential>>,
+}
+
+impl BrokerInfo {
+    /// The broker's endpoint on listener `name`; a broker registered before listeners existed
+    /// has one, under any name.
+    pub fn endpoint(&self, name: &str) -> Option<(&str, u16)> {
+        if self.listeners.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.listeners
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| (e.host.as_str(), e.port))
+    }
 }
 
 /// A topic and its partitions.
@@ -229,7 +260,8 @@ impl ClusterState {
                 host,
                 port,
                 rack,
-            } => self.register_broker(*node_id, host, *port, rack),
+                listeners,
+            } => self.register_broker(*node_id, host, *port, rack, listeners),
             Command::FenceBroker { node_id, epoch } => self.fence_broker(*node_id, *epoch),
             Command::UnfenceBroker { node_id, epoch } => self.unfence_broker(*node_id, *epoch),
             Command::ElectUncleanLeader {
@@ -373,6 +405,14 @@ impl ClusterState {
                 target,
             } => self.reassign(topic, *partition, target.as_deref()),
             Command::UnregisterBroker { node_id } => self.unregister_broker(*node_id),
+            Command::UpsertScramCredential {
+                user,
+                mechanism,
+                credential,
+            } => self.upsert_scram(user, mechanism, credential),
+            Command::DeleteScramCredential { user, mechanism } => {
+                self.delete_scram(user, mechanism)
+            }
         }
     }
 
@@ -428,6 +468,7 @@ mod tests {
             host: format!("host-{node_id}"),
             port: 9092,
             rack: None,
+            listeners: vec![],
         });
         let CommandResult::BrokerRegistered { epoch } = result else {
             panic!("{result:?}");
@@ -489,6 +530,7 @@ mod tests {
             host: "new-host".to_string(),
             port: 19092,
             rack: Some("rack-a".to_string()),
+            listeners: vec![],
         });
         assert_eq!(result, CommandResult::BrokerRegistered { epoch: 2 });
         assert_eq!(state.brokers.len(), 1);
@@ -499,6 +541,7 @@ mod tests {
                 host: "new-host".to_string(),
                 port: 19092,
                 rack: Some("rack-a".to_string()),
+                listeners: vec![],
                 epoch: 2,
                 fenced: true,
             }
@@ -776,6 +819,7 @@ mod tests {
                 host: "a".to_string(),
                 port: 1,
                 rack: None,
+                listeners: vec![],
             },
             create_topic("x", vec![vec![1]]),
             Command::AllocateProducerIds { count: 7 },

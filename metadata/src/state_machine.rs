@@ -320,6 +320,7 @@ mod tests {
             host: "localhost".to_string(),
             port: 9092,
             rack: None,
+            listeners: vec![],
         }
     }
 

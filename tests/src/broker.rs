@@ -140,6 +140,8 @@ pub struct Broker {
     pub admin_addr: String,
     /// `127.0.0.1:PORT` of the metadata quorum's raft listener.
     pub raft_addr: String,
+    /// Every Kafka listener's name and bound `127.0.0.1:PORT` (as printed in READY).
+    pub listeners: Vec<(String, String)>,
     opts: BrokerOpts,
     data_dir: PathBuf,
     _temp: Option<TempDir>,
@@ -181,6 +183,7 @@ impl Broker {
             kafka_addr: String::new(),
             admin_addr: String::new(),
             raft_addr: String::new(),
+            listeners: Vec::new(),
             opts,
             data_dir,
             _temp: temp,
@@ -339,7 +342,14 @@ impl Broker {
         let mut kafka = None;
         let mut admin = None;
         let mut raft = None;
+        let mut listeners = Vec::new();
         for field in ready.split_whitespace() {
+            if let Some(v) = field.strip_prefix("listeners=") {
+                listeners = (v.split(','))
+                    .filter_map(|l| l.split_once('@'))
+                    .map(|(n, a)| (n.to_string(), a.to_string()))
+                    .collect();
+            }
             if let Some(v) = field.strip_prefix("kafka=") {
                 kafka = Some(v.to_string());
             } else if let Some(v) = field.strip_prefix("admin=") {
@@ -356,7 +366,16 @@ impl Broker {
         self.kafka_addr = kafka;
         self.admin_addr = admin;
         self.raft_addr = raft;
+        self.listeners = listeners;
         self.child = Some(child);
+    }
+
+    /// The bound address of Kafka listener `name`.
+    pub fn listener(&self, name: &str) -> &str {
+        (self.listeners.iter())
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a.as_str())
+            .unwrap_or_else(|| panic!("no listener {name} in {:?}", self.listeners))
     }
 
     /// The data directory (survives restarts).

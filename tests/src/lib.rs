@@ -7,6 +7,7 @@
 
 pub mod broker;
 pub mod capture;
+pub mod certs;
 pub mod clients;
 pub mod cluster;
 pub mod groups;

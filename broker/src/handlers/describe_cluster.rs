@@ -10,19 +10,23 @@ pub fn handle(
     broker: &Arc<Broker>,
     _req: DescribeClusterRequest,
     _version: i16,
+    listener: &str,
 ) -> DescribeClusterResponse {
     let state = broker.node.metadata.state();
-    // Live brokers only (v2's include_fenced_brokers is not offered).
+    // Live brokers with this listener only (v2's include_fenced_brokers is not offered).
     let brokers = state
         .brokers
         .values()
         .filter(|b| !b.fenced)
-        .map(|b| {
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(b.node_id as i32))
-                .with_host(str_bytes(b.host.clone()))
-                .with_port(b.port as i32)
-                .with_rack(b.rack.clone().map(str_bytes))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint(listener)?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.node_id as i32))
+                    .with_host(str_bytes(host))
+                    .with_port(i32::from(port))
+                    .with_rack(b.rack.clone().map(str_bytes)),
+            )
         })
         .collect();
     DescribeClusterResponse::default()

@@ -14,7 +14,12 @@ const TRANSACTION: i8 = 1;
 
 /// The leader of the key's coordinator partition: a group's `__consumer_offsets` partition,
 /// a transactional id's `__transaction_state` partition (each topic created on first use).
-async fn locate(broker: &Broker, key: &str, key_type: i8) -> Result<(i32, String, i32), ApiError> {
+async fn locate(
+    broker: &Broker,
+    key: &str,
+    key_type: i8,
+    listener: &str,
+) -> Result<(i32, String, i32), ApiError> {
     let (topic, partition) = match key_type {
         GROUP => {
             validate_group_id(key)?;
@@ -49,33 +54,42 @@ async fn locate(broker: &Broker, key: &str, key_type: i8) -> Result<(i32, String
             "coordinator broker unknown",
         )
     })?;
-    Ok((b.node_id as i32, b.host.clone(), b.port as i32))
+    let (host, port) = b.endpoint(listener).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::CoordinatorNotAvailable,
+            format!("the coordinator has no listener {listener}"),
+        )
+    })?;
+    Ok((b.node_id as i32, host.to_string(), i32::from(port)))
 }
 
 pub async fn handle(
     broker: &Arc<Broker>,
     req: FindCoordinatorRequest,
     version: i16,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     if version >= 4 {
         let mut coordinators = Vec::with_capacity(req.coordinator_keys.len());
         for key in &req.coordinator_keys {
             let c = Coordinator::default().with_key(key.clone());
-            coordinators.push(match locate(broker, key.as_str(), req.key_type).await {
-                Ok((id, host, port)) => c
-                    .with_node_id(BrokerId(id))
-                    .with_host(str_bytes(host))
-                    .with_port(port),
-                Err(e) => c
-                    .with_node_id(BrokerId(-1))
-                    .with_port(-1)
-                    .with_error_code(e.code.code())
-                    .with_error_message(Some(str_bytes(e.message))),
-            });
+            coordinators.push(
+                match locate(broker, key.as_str(), req.key_type, listener).await {
+                    Ok((id, host, port)) => c
+                        .with_node_id(BrokerId(id))
+                        .with_host(str_bytes(host))
+                        .with_port(port),
+                    Err(e) => c
+                        .with_node_id(BrokerId(-1))
+                        .with_port(-1)
+                        .with_error_code(e.code.code())
+                        .with_error_message(Some(str_bytes(e.message))),
+                },
+            );
         }
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    match locate(broker, req.key.as_str(), req.key_type).await {
+    match locate(broker, req.key.as_str(), req.key_type, listener).await {
         Ok((id, host, port)) => FindCoordinatorResponse::default()
             .with_node_id(BrokerId(id))
             .with_host(str_bytes(host))

@@ -10,8 +10,10 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 
-fn topic_response(t: &TopicInfo, state: &ClusterState) -> MetadataResponseTopic {
+fn topic_response(t: &TopicInfo, state: &ClusterState, listener: &str) -> MetadataResponseTopic {
     let fenced = |r: &u64| state.brokers.get(r).is_none_or(|b| b.fenced);
+    let reachable =
+        |l: u64| (state.brokers.get(&l)).is_some_and(|b| b.endpoint(listener).is_some());
     let partitions = t
         .partitions
         .iter()
@@ -19,10 +21,10 @@ fn topic_response(t: &TopicInfo, state: &ClusterState) -> MetadataResponseTopic 
         .map(|(i, p)| {
             MetadataResponsePartition::default()
                 .with_partition_index(i as i32)
-                .with_error_code(if p.leader.is_some() {
-                    ErrorCode::None.code()
-                } else {
-                    ErrorCode::LeaderNotAvailable.code()
+                .with_error_code(match p.leader {
+                    Some(l) if reachable(l) => ErrorCode::None.code(),
+                    Some(_) => ErrorCode::ListenerNotFound.code(),
+                    None => ErrorCode::LeaderNotAvailable.code(),
                 })
                 .with_leader_id(BrokerId(p.leader.map(|l| l as i32).unwrap_or(-1)))
                 .with_leader_epoch(p.leader_epoch)
@@ -53,7 +55,12 @@ fn error_topic(name: Option<TopicName>, id: uuid::Uuid, code: ErrorCode) -> Meta
         .with_topic_authorized_operations(i32::MIN)
 }
 
-pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> MetadataResponse {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: MetadataRequest,
+    version: i16,
+    listener: &str,
+) -> MetadataResponse {
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let requested = match req.topics {
         Some(t) if !(version == 0 && t.is_empty()) => Some(t),
@@ -66,7 +73,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
             state
                 .topics
                 .values()
-                .map(|t| topic_response(t, &state))
+                .map(|t| topic_response(t, &state, listener))
                 .collect()
         }
         Some(requested) => {
@@ -76,7 +83,7 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
                     // By id (v10+).
                     let state = broker.node.metadata.state();
                     match state.topic_by_id(&t.topic_id) {
-                        Some(info) => out.push(topic_response(info, &state)),
+                        Some(info) => out.push(topic_response(info, &state, listener)),
                         None => out.push(error_topic(None, t.topic_id, ErrorCode::UnknownTopicId)),
                     }
                     continue;
@@ -86,9 +93,11 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
                     .topic_or_create(name.0.as_str(), allow_create)
                     .await
                 {
-                    Ok(Some(info)) => {
-                        out.push(topic_response(&info, &broker.node.metadata.state()))
-                    }
+                    Ok(Some(info)) => out.push(topic_response(
+                        &info,
+                        &broker.node.metadata.state(),
+                        listener,
+                    )),
                     Ok(None) => out.push(error_topic(
                         Some(name),
                         uuid::Uuid::nil(),
@@ -100,7 +109,8 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
             out
         }
     };
-    // Fenced brokers (stopped or silent) are left out, as Kafka lists only live brokers.
+    // Fenced brokers (stopped or silent) are left out, as Kafka lists only live brokers, and
+    // so are brokers without the client's listener.
     let brokers = broker
         .node
         .metadata
@@ -108,12 +118,15 @@ pub async fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) ->
         .brokers
         .values()
         .filter(|b| !b.fenced)
-        .map(|b| {
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(b.node_id as i32))
-                .with_host(str_bytes(b.host.clone()))
-                .with_port(b.port as i32)
-                .with_rack(b.rack.clone().map(str_bytes))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint(listener)?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.node_id as i32))
+                    .with_host(str_bytes(host))
+                    .with_port(i32::from(port))
+                    .with_rack(b.rack.clone().map(str_bytes)),
+            )
         })
         .collect();
     let mut resp = MetadataResponse::default()

@@ -5,6 +5,7 @@
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_partition_reassignments;
+mod alter_user_scram_credentials;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -17,6 +18,7 @@ mod describe_groups;
 mod describe_log_dirs;
 mod describe_producers;
 mod describe_transactions;
+mod describe_user_scram_credentials;
 mod elect_leaders;
 mod end_txn;
 mod fetch;
@@ -36,6 +38,8 @@ mod offset_delete;
 mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
+mod sasl_authenticate;
+mod sasl_handshake;
 mod sync_group;
 mod txn_offset_commit;
 mod unregister_broker;
@@ -48,6 +52,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
 use crate::protocol::{Request, Response};
+use crate::security::Connection;
 
 pub use api_versions::unsupported_version_response;
 pub use produce::Appended;
@@ -60,16 +65,39 @@ pub enum Handled {
     /// ([`Appended::respond`]). The connection may handle its next produce meanwhile (see
     /// `server.rs`).
     Replicating(Appended),
+    /// The response, after which the connection closes (a failed authentication).
+    ThenClose(Response),
 }
 
-/// Handles one request.
-pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Handled {
+/// Handles one request of connection `conn`.
+pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -> Handled {
     let v = req.header.request_api_version;
+    let listener = conn.listener.clone();
     let body = match req.body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, v)),
-        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(broker, r, v).await),
+        RequestKind::SaslHandshake(r) => {
+            ResponseKind::SaslHandshake(sasl_handshake::handle(broker, r, conn))
+        }
+        RequestKind::SaslAuthenticate(r) => {
+            let (body, close) = sasl_authenticate::handle(broker, r, conn);
+            let body: Response = ResponseKind::SaslAuthenticate(body).into();
+            return if close {
+                Handled::ThenClose(body)
+            } else {
+                Handled::Now(Some(body))
+            };
+        }
+        RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(
+            describe_user_scram_credentials::handle(broker, r),
+        ),
+        RequestKind::AlterUserScramCredentials(r) => ResponseKind::AlterUserScramCredentials(
+            alter_user_scram_credentials::handle(broker, r).await,
+        ),
+        RequestKind::Metadata(r) => {
+            ResponseKind::Metadata(metadata::handle(broker, r, v, &listener).await)
+        }
         RequestKind::Produce(r) => {
-            return match produce::append(broker, r, v).await {
+            return match produce::append(broker, r, v, listener).await {
                 None => Handled::Now(None),
                 Some(appended) if appended.waits() => Handled::Replicating(appended),
                 Some(appended) => {
@@ -110,13 +138,13 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Ha
             ResponseKind::ElectLeaders(elect_leaders::handle(broker, r, v).await)
         }
         RequestKind::DescribeCluster(r) => {
-            ResponseKind::DescribeCluster(describe_cluster::handle(broker, r, v))
+            ResponseKind::DescribeCluster(describe_cluster::handle(broker, r, v, &listener))
         }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(init_producer_id::handle(broker, r).await)
         }
         RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(find_coordinator::handle(broker, r, v).await)
+            ResponseKind::FindCoordinator(find_coordinator::handle(broker, r, v, &listener).await)
         }
         RequestKind::JoinGroup(r) => {
             let client_id = req
@@ -125,7 +153,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, client_host: &str) -> Ha
                 .as_ref()
                 .map(|c| c.as_str().to_string())
                 .unwrap_or_default();
-            ResponseKind::JoinGroup(join_group::handle(broker, r, v, &client_id, client_host).await)
+            ResponseKind::JoinGroup(
+                join_group::handle(broker, r, v, &client_id, &conn.client_host).await,
+            )
         }
         RequestKind::SyncGroup(r) => {
             ResponseKind::SyncGroup(sync_group::handle(broker, r, v).await)

@@ -21,6 +21,8 @@ pub struct Appended {
     version: i16,
     timeout: std::time::Duration,
     topics: Vec<TopicOutcomes>,
+    /// The client's listener: the leaders it is told of are on it (KIP-951).
+    listener: Arc<str>,
 }
 
 /// One topic of a request: its name as sent and as a string, and each partition's outcome.
@@ -37,7 +39,12 @@ enum Outcome {
 /// The second stage ([`Appended::respond`]) may run while later requests of the same
 /// connection are appended (`server.rs`): the order of appends is the order of requests, and
 /// responses are still written in that order.
-pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Option<Appended> {
+pub async fn append(
+    broker: &Arc<Broker>,
+    req: ProduceRequest,
+    version: i16,
+    listener: Arc<str>,
+) -> Option<Appended> {
     let refused = verify_transactional(broker, &req).await;
     let acks = req.acks;
     let timeout = std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
@@ -88,6 +95,7 @@ pub async fn append(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> 
         version,
         timeout,
         topics,
+        listener,
     })
 }
 
@@ -232,6 +240,7 @@ impl Appended {
             version,
             timeout,
             topics,
+            listener,
         } = self;
         let mut shape = Vec::with_capacity(topics.len());
         let mut waits = Vec::new();
@@ -306,12 +315,15 @@ impl Appended {
             .iter()
             .filter_map(|id| state.brokers.get(id))
             .filter(|b| !b.fenced)
-            .map(|b| {
-                NodeEndpoint::default()
-                    .with_node_id(BrokerId(b.node_id as i32))
-                    .with_host(str_bytes(b.host.clone()))
-                    .with_port(i32::from(b.port))
-                    .with_rack(b.rack.clone().map(str_bytes))
+            .filter_map(|b| {
+                let (host, port) = b.endpoint(&listener)?;
+                Some(
+                    NodeEndpoint::default()
+                        .with_node_id(BrokerId(b.node_id as i32))
+                        .with_host(str_bytes(host))
+                        .with_port(i32::from(port))
+                        .with_rack(b.rack.clone().map(str_bytes)),
+                )
             })
             .collect();
         ProduceResponse::default()

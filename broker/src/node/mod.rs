@@ -14,10 +14,9 @@ mod topics;
 
 pub use balancer::AutoBalance;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use strata_metadata::{Command, CommandResult, Metadata};
+use strata_metadata::{Command, CommandResult, Endpoint, Metadata};
 use tokio::sync::Mutex;
 
 use crate::clock::Clock;
@@ -28,7 +27,10 @@ use crate::partition::{Partition, Partitions};
 
 pub struct Node {
     pub config: BrokerConfig,
-    pub advertised: SocketAddr,
+    /// What clients are told, per listener (each listener's advertised address).
+    pub endpoints: Vec<Endpoint>,
+    /// The listener other brokers reach this one on.
+    pub inter_broker_listener: String,
     pub metadata: Metadata,
     pub partitions: Arc<Partitions>,
     pub metrics: Metrics,
@@ -43,7 +45,8 @@ const PRODUCER_ID_BLOCK: u64 = 1000;
 impl Node {
     pub fn new(
         config: BrokerConfig,
-        advertised: SocketAddr,
+        endpoints: Vec<Endpoint>,
+        inter_broker_listener: String,
         metadata: Metadata,
         metrics: Metrics,
         clock: Clock,
@@ -53,7 +56,8 @@ impl Node {
         metrics.watch_cluster(metadata.clone());
         Node {
             config,
-            advertised,
+            endpoints,
+            inter_broker_listener,
             metadata,
             partitions,
             metrics,
@@ -195,6 +199,11 @@ impl Node {
             CommandResult::NoReassignmentInProgress => Err(ApiError::new(
                 ErrorCode::NoReassignmentInProgress,
                 "no reassignment is in progress for this partition",
+            )),
+            CommandResult::InvalidRequest(m) => Err(ApiError::new(ErrorCode::InvalidRequest, m)),
+            CommandResult::NotFound => Err(ApiError::new(
+                ErrorCode::ResourceNotFound,
+                "no such resource",
             )),
             CommandResult::UnknownBroker | CommandResult::StaleBrokerEpoch { .. } => Err(
                 ApiError::new(ErrorCode::StaleBrokerEpoch, format!("{result:?}")),

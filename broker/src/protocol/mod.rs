@@ -242,6 +242,14 @@ mod tests {
             ApiKey::DescribeTransactions => RequestKind::DescribeTransactions(Default::default()),
             ApiKey::ListTransactions => RequestKind::ListTransactions(Default::default()),
             ApiKey::DescribeProducers => RequestKind::DescribeProducers(Default::default()),
+            ApiKey::SaslHandshake => RequestKind::SaslHandshake(Default::default()),
+            ApiKey::SaslAuthenticate => RequestKind::SaslAuthenticate(Default::default()),
+            ApiKey::DescribeUserScramCredentials => {
+                RequestKind::DescribeUserScramCredentials(Default::default())
+            }
+            ApiKey::AlterUserScramCredentials => {
+                RequestKind::AlterUserScramCredentials(Default::default())
+            }
             other => panic!("{other:?} is not supported"),
         }
     }

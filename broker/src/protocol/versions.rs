@@ -82,6 +82,24 @@ pub const SUPPORTED: &[Api] = &[
     api(ApiKey::DescribeTransactions, "DescribeTransactions", 0, 0),
     api(ApiKey::ListTransactions, "ListTransactions", 0, 1),
     api(ApiKey::DescribeProducers, "DescribeProducers", 0, 0),
+    // SASL (KIP-43, KIP-152). Handshake v0 is listed because librdkafka up to 2.0 requires it
+    // before it offers SCRAM or PLAIN at all; every client that knows SaslAuthenticate then
+    // sends its tokens in SaslAuthenticate requests. A pre-KIP-152 client's raw token after a
+    // v0 handshake is not a Kafka request: its connection is closed as for any bad frame.
+    api(ApiKey::SaslHandshake, "SaslHandshake", 0, 1),
+    api(ApiKey::SaslAuthenticate, "SaslAuthenticate", 0, 2),
+    api(
+        ApiKey::DescribeUserScramCredentials,
+        "DescribeUserScramCredentials",
+        0,
+        0,
+    ),
+    api(
+        ApiKey::AlterUserScramCredentials,
+        "AlterUserScramCredentials",
+        0,
+        0,
+    ),
 ];
 
 fn find(key: ApiKey) -> Option<&'static Api> {

@@ -16,7 +16,9 @@ use kafka_protocol::messages::{
     ListPartitionReassignmentsRequest, MetadataRequest, TopicName, UnregisterBrokerRequest,
 };
 use kafka_protocol::protocol::StrBytes;
-use strata_broker::protocol::client::Client;
+use strata_broker::protocol::client::{Client, ClientSecurity};
+
+use crate::common::ConnectArgs;
 
 use super::plan;
 
@@ -82,20 +84,30 @@ fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
 
-/// Connects to the first reachable broker of a bootstrap list.
-pub async fn connect(bootstrap: &str) -> anyhow::Result<Client> {
+/// Connects to the first reachable broker of the bootstrap list, secured as the `-X`
+/// properties say (`security.protocol`, `sasl.*`, `ssl.*`).
+pub async fn connect(conn: &ConnectArgs) -> anyhow::Result<Client> {
+    let security = conn.client_security()?;
     let mut last = None;
-    for addr in bootstrap
+    for addr in conn
+        .bootstrap_server
         .split(',')
         .map(str::trim)
         .filter(|a| !a.is_empty())
     {
-        match Client::connect(addr, CLIENT_ID, TIMEOUT, MAX_RESPONSE).await {
+        match connect_to(addr, &security).await {
             Ok(c) => return Ok(c),
-            Err(e) => last = Some(anyhow!(e).context(format!("connecting to {addr}"))),
+            Err(e) => last = Some(e),
         }
     }
     Err(last.unwrap_or_else(|| anyhow!("no bootstrap server given")))
+}
+
+/// Connects to `addr`, secured as `security` says.
+pub async fn connect_to(addr: &str, security: &ClientSecurity) -> anyhow::Result<Client> {
+    Client::connect_secure(addr, CLIENT_ID, TIMEOUT, MAX_RESPONSE, security)
+        .await
+        .with_context(|| format!("connecting to {addr}"))
 }
 
 /// Brokers (with racks), every partition's replicas and leaders.
@@ -279,13 +291,21 @@ pub async fn unregister(c: &mut Client, broker: i32) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Connections to brokers by id, opened on first use.
-#[derive(Default)]
+/// Connections to brokers by id, opened on first use, secured like the first connection.
 pub struct Pool {
     clients: HashMap<i32, Client>,
+    security: ClientSecurity,
 }
 
 impl Pool {
+    /// A pool whose connections are secured as `c`'s is.
+    pub fn like(c: &Client) -> Pool {
+        Pool {
+            clients: HashMap::new(),
+            security: c.security().clone(),
+        }
+    }
+
     pub async fn get(&mut self, view: &ClusterView, id: i32) -> anyhow::Result<&mut Client> {
         use std::collections::hash_map::Entry;
         match self.clients.entry(id) {
@@ -295,9 +315,9 @@ impl Pool {
                     .addr(id)
                     .ok_or_else(|| anyhow!("broker {id} is not live"))?
                     .to_string();
-                let c = Client::connect(&addr, CLIENT_ID, TIMEOUT, MAX_RESPONSE)
+                let c = connect_to(&addr, &self.security)
                     .await
-                    .with_context(|| format!("connecting to broker {id} at {addr}"))?;
+                    .with_context(|| format!("broker {id}"))?;
                 Ok(e.insert(c))
             }
         }

@@ -182,7 +182,7 @@ pub fn block<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> anyh
 
 fn reassign_cmd(args: ReassignArgs) -> anyhow::Result<bool> {
     block(async {
-        let mut c = kafka::connect(&args.conn.bootstrap_server).await?;
+        let mut c = kafka::connect(&args.conn).await?;
         if args.status {
             reassign::status(&mut c).await?;
             return Ok(true);
@@ -238,7 +238,7 @@ pub async fn check_quiet(c: &mut strata_broker::protocol::client::Client) -> any
 
 fn balance_cmd(args: BalanceArgs) -> anyhow::Result<bool> {
     block(async {
-        let mut c = kafka::connect(&args.conn.bootstrap_server).await?;
+        let mut c = kafka::connect(&args.conn).await?;
         check_quiet(&mut c).await?;
         let view = kafka::cluster(&mut c).await?;
         let moves = plan::balance(&view.live(), &view.partitions);

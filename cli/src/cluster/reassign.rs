@@ -182,7 +182,7 @@ pub async fn execute(
         rate: 0.0,
     };
     let mut active: Vec<(Move, Copy)> = Vec::new();
-    let mut pool = Pool::default();
+    let mut pool = Pool::like(c);
     let mut last_line = Instant::now() - Duration::from_secs(1);
     loop {
         // Top up to the cap.
@@ -330,7 +330,7 @@ pub fn list(v: &[i32]) -> String {
 pub async fn status(c: &mut Client) -> anyhow::Result<bool> {
     let ongoing = kafka::ongoing(c).await?;
     let view = kafka::cluster(c).await?;
-    let mut pool = Pool::default();
+    let mut pool = Pool::like(c);
     let mut progress = Progress {
         started: Instant::now(),
         total: ongoing.len(),

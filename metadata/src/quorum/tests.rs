@@ -36,6 +36,7 @@ fn register(node_id: NodeId) -> Command {
         host: "127.0.0.1".to_string(),
         port: 9092,
         rack: None,
+        listeners: vec![],
     }
 }
 

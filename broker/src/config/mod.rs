@@ -4,6 +4,8 @@
 //! Keys are flat (`log_segment_bytes`, not `[log] segment_bytes`) so that every key has exactly
 //! one environment variable: `STRATA_` + the key in upper case.
 
+pub mod listeners;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,31 @@ pub struct BrokerConfig {
     pub kafka_addr: SocketAddr,
     /// Address given to clients in Metadata; defaults to the bound Kafka address.
     pub advertised_kafka_addr: Option<SocketAddr>,
+    /// Kafka's `listeners`, `NAME://host:port,...` (see `listeners.rs`); when set it replaces
+    /// `kafka_addr` and `advertised_kafka_addr`.
+    pub listeners: Option<String>,
+    pub advertised_listeners: Option<String>,
+    /// `NAME:PROTOCOL,...`; a listener named after a protocol needs no entry.
+    pub listener_security_protocol_map: Option<String>,
+    /// The listener other brokers connect to (default: the first).
+    pub inter_broker_listener_name: Option<String>,
+    /// Mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
+    pub sasl_enabled_mechanisms: String,
+    /// PLAIN's users, `user:password` per line (development); unset, PLAIN checks the
+    /// password against the user's SCRAM credentials.
+    pub sasl_plain_users_file: Option<PathBuf>,
+    /// A SASL session lasts this long; a client must re-authenticate on its connection
+    /// before it ends (KIP-368). 0: sessions last as long as the connection.
+    pub connections_max_reauth_ms: u64,
+    /// PEM files of TLS listeners: certificate chain, private key, and the CA that signs
+    /// client certificates (for `ssl_client_auth`).
+    pub ssl_certificate_location: Option<PathBuf>,
+    pub ssl_key_location: Option<PathBuf>,
+    pub ssl_ca_location: Option<PathBuf>,
+    /// Client certificates: none, requested or required (mTLS).
+    pub ssl_client_auth: String,
+    /// TLS versions spoken: `TLSv1.2,TLSv1.3` or `TLSv1.3` (1.3 is preferred when both are).
+    pub ssl_enabled_protocols: String,
     pub admin_addr: SocketAddr,
     /// Listener for the other nodes of the cluster: the metadata quorum's raft port.
     pub raft_addr: SocketAddr,
@@ -165,6 +192,18 @@ impl Default for BrokerConfig {
             data_dir: PathBuf::from("./strata-data"),
             kafka_addr: "127.0.0.1:9092".parse().expect("literal"),
             advertised_kafka_addr: None,
+            listeners: None,
+            advertised_listeners: None,
+            listener_security_protocol_map: None,
+            inter_broker_listener_name: None,
+            sasl_enabled_mechanisms: "SCRAM-SHA-256,SCRAM-SHA-512".into(),
+            sasl_plain_users_file: None,
+            connections_max_reauth_ms: 0,
+            ssl_certificate_location: None,
+            ssl_key_location: None,
+            ssl_ca_location: None,
+            ssl_client_auth: "none".into(),
+            ssl_enabled_protocols: "TLSv1.2,TLSv1.3".into(),
             admin_addr: "127.0.0.1:9644".parse().expect("literal"),
             raft_addr: "127.0.0.1:9093".parse().expect("literal"),
             voters: None,
@@ -262,6 +301,14 @@ pub enum ConfigError {
 /// Keys whose default is "unset", so they are absent from the defaults table; all are strings.
 const OPTIONAL_STRINGS: &[&str] = &[
     "advertised_kafka_addr",
+    "listeners",
+    "advertised_listeners",
+    "listener_security_protocol_map",
+    "inter_broker_listener_name",
+    "sasl_plain_users_file",
+    "ssl_certificate_location",
+    "ssl_key_location",
+    "ssl_ca_location",
     "rack",
     "object_store",
     "object_store_endpoint",
@@ -325,6 +372,26 @@ impl BrokerConfig {
             ));
         }
         self.voter_map()?;
+        let (listeners, _) = self.listeners()?;
+        self.ssl_min_version()?;
+        if listeners.iter().any(|l| l.protocol.tls())
+            && (self.ssl_certificate_location.is_none() || self.ssl_key_location.is_none())
+        {
+            return Err(ConfigError::Invalid(
+                "a TLS listener (SSL, SASL_SSL) needs ssl_certificate_location and ssl_key_location".into(),
+            ));
+        }
+        if !["none", "requested", "required"].contains(&self.ssl_client_auth.as_str()) {
+            return Err(ConfigError::Invalid(
+                "ssl_client_auth must be none, requested or required".into(),
+            ));
+        }
+        if self.ssl_client_auth != "none" && self.ssl_ca_location.is_none() {
+            return Err(ConfigError::Invalid(
+                "ssl_client_auth needs ssl_ca_location (the CA that signs client certificates)"
+                    .into(),
+            ));
+        }
         if self.broker_heartbeat_interval_ms == 0
             || self.broker_heartbeat_interval_ms * 2 > self.broker_session_timeout_ms
         {
@@ -471,8 +538,55 @@ impl BrokerConfig {
         })
     }
 
-    pub fn advertised(&self, bound: SocketAddr) -> SocketAddr {
-        self.advertised_kafka_addr.unwrap_or(bound)
+    /// The Kafka listeners and the inter-broker one's name: `listeners` when set, else one
+    /// PLAINTEXT listener on `kafka_addr` advertised as `advertised_kafka_addr`.
+    pub fn listeners(&self) -> Result<(Vec<listeners::Listener>, String), ConfigError> {
+        let Some(spec) = &self.listeners else {
+            if self.advertised_listeners.is_some() || self.inter_broker_listener_name.is_some() {
+                return Err(ConfigError::Invalid(
+                    "advertised_listeners and inter_broker_listener_name need listeners".into(),
+                ));
+            }
+            let listener = listeners::Listener {
+                name: "PLAINTEXT".into(),
+                protocol: listeners::SecurityProtocol::Plaintext,
+                bind: self.kafka_addr,
+                advertised: self
+                    .advertised_kafka_addr
+                    .map(|a| (a.ip().to_string(), a.port())),
+            };
+            return Ok((vec![listener], "PLAINTEXT".into()));
+        };
+        if self.advertised_kafka_addr.is_some() {
+            return Err(ConfigError::Invalid(
+                "advertised_kafka_addr goes with kafka_addr: with listeners, use advertised_listeners".into(),
+            ));
+        }
+        listeners::parse(&listeners::Spec {
+            listeners: spec,
+            advertised: self.advertised_listeners.as_deref(),
+            protocol_map: self.listener_security_protocol_map.as_deref(),
+            inter_broker: self.inter_broker_listener_name.as_deref(),
+        })
+    }
+
+    /// The oldest TLS version of `ssl_enabled_protocols`: 2 (TLS 1.2) or 3 (TLS 1.3).
+    pub fn ssl_min_version(&self) -> Result<u8, ConfigError> {
+        let mut min = None;
+        for p in self.ssl_enabled_protocols.split(',').map(str::trim) {
+            let v = match p {
+                "TLSv1.2" => 2,
+                "TLSv1.3" => 3,
+                "" => continue,
+                other => {
+                    return Err(ConfigError::Invalid(format!(
+                        "ssl_enabled_protocols: {other} is not TLSv1.2 or TLSv1.3 (older versions are not spoken)"
+                    )))
+                }
+            };
+            min = Some(min.map_or(v, |m: u8| m.min(v)));
+        }
+        min.ok_or_else(|| ConfigError::Invalid("ssl_enabled_protocols is empty".into()))
     }
 }
 

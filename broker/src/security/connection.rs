@@ -1,0 +1,235 @@
+//! One client connection's identity: its listener, its address, and the SASL exchange that
+//! makes it a principal (KIP-43's SaslHandshake then SaslAuthenticate, KIP-152; KIP-368's
+//! re-authentication on the same connection).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use kafka_protocol::messages::ApiKey;
+
+use super::{Mechanism, Principal, Security};
+use crate::config::listeners::SecurityProtocol;
+use crate::error::ErrorCode;
+use crate::sasl::{plain, scram, SaslError};
+
+pub struct Connection {
+    pub peer: SocketAddr,
+    /// As Kafka reports it in DescribeGroups: "/<ip>".
+    pub client_host: String,
+    pub listener: Arc<str>,
+    protocol: SecurityProtocol,
+    principal: Option<Principal>,
+    exchange: Exchange,
+    /// KIP-368: past this, the connection must re-authenticate before anything else.
+    expires: Option<Instant>,
+}
+
+enum Exchange {
+    Idle,
+    Handshaken(Mechanism),
+    Scram(Box<scram::Server>),
+}
+
+/// A SaslAuthenticate that went on.
+pub enum AuthStep {
+    /// More to exchange: send this.
+    Continue(Vec<u8>),
+    /// Authenticated: send this; the session lasts this long (0: until the connection ends).
+    Done {
+        response: Vec<u8>,
+        session_lifetime_ms: i64,
+    },
+}
+
+/// A SaslHandshake or SaslAuthenticate refused: answered with this, then the connection closes
+/// (for an authentication; a handshake naming an unknown mechanism leaves it open to retry).
+#[derive(Debug)]
+pub struct Refusal {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Connection {
+    pub fn new(peer: SocketAddr, listener: Arc<str>, protocol: SecurityProtocol) -> Connection {
+        Connection {
+            peer,
+            client_host: format!("/{}", peer.ip()),
+            listener,
+            protocol,
+            principal: super::initial_principal(protocol),
+            exchange: Exchange::Idle,
+            expires: None,
+        }
+    }
+
+    pub fn protocol(&self) -> SecurityProtocol {
+        self.protocol
+    }
+
+    /// Who the connection is; `None` before a SASL connection authenticates.
+    pub fn principal(&self) -> Option<&Principal> {
+        self.principal.as_ref()
+    }
+
+    /// Whether the connection may send `api` now; `Err` (why) closes it, as Kafka does.
+    pub fn admit(&self, api: ApiKey, now: Instant) -> Result<(), &'static str> {
+        match api {
+            ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => Ok(()),
+            _ if self.principal.is_none() => Err("a request before SASL authentication"),
+            _ if !matches!(self.exchange, Exchange::Idle) => {
+                Err("a request in the middle of a SASL exchange")
+            }
+            _ if self.expires.is_some_and(|e| now >= e) => Err(
+                "the SASL session expired (connections_max_reauth_ms) without re-authentication",
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// SaslHandshake: the mechanisms offered, and whether `mechanism` is one of them.
+    pub fn handshake(
+        &mut self,
+        security: &Security,
+        mechanism: &str,
+    ) -> (Vec<&'static str>, Result<(), Refusal>) {
+        let offered: Vec<&'static str> = security.mechanisms().iter().map(|m| m.name()).collect();
+        if !self.protocol.sasl() {
+            return (
+                offered,
+                Err(Refusal {
+                    code: ErrorCode::IllegalSaslState,
+                    message: format!("listener {} is {}, not SASL", self.listener, self.protocol),
+                }),
+            );
+        }
+        if !matches!(self.exchange, Exchange::Idle) {
+            return (
+                offered,
+                Err(Refusal {
+                    code: ErrorCode::IllegalSaslState,
+                    message: "a SaslHandshake in the middle of a SASL exchange".into(),
+                }),
+            );
+        }
+        match Mechanism::from_name(mechanism).filter(|m| security.mechanisms().contains(m)) {
+            Some(m) => {
+                self.exchange = Exchange::Handshaken(m);
+                (offered, Ok(()))
+            }
+            None => {
+                security.metrics().authentication(
+                    &self.listener,
+                    "unknown",
+                    "unsupported_mechanism",
+                );
+                (
+                    offered,
+                    Err(Refusal {
+                        code: ErrorCode::UnsupportedSaslMechanism,
+                        message: format!("SASL mechanism {mechanism:.64} is not enabled"),
+                    }),
+                )
+            }
+        }
+    }
+
+    /// SaslAuthenticate with the client's `token`.
+    pub fn authenticate(
+        &mut self,
+        security: &Security,
+        token: &[u8],
+        now: Instant,
+    ) -> Result<AuthStep, Refusal> {
+        let (mechanism, outcome) = match std::mem::replace(&mut self.exchange, Exchange::Idle) {
+            Exchange::Idle => {
+                return Err(self.refuse(
+                    security,
+                    "none",
+                    ErrorCode::IllegalSaslState,
+                    "SaslAuthenticate before SaslHandshake".into(),
+                ))
+            }
+            Exchange::Handshaken(Mechanism::Plain) => {
+                let outcome = plain::parse(token).and_then(|(user, password)| {
+                    if security.check_plain(&user, &password) {
+                        Ok(scram::Step::Done {
+                            user,
+                            response: Vec::new(),
+                        })
+                    } else {
+                        Err(SaslError::Failed("invalid credentials"))
+                    }
+                });
+                (Mechanism::Plain, outcome)
+            }
+            Exchange::Handshaken(Mechanism::Scram(m)) => {
+                let mut server = Box::new(scram::Server::new(m));
+                let outcome = server.step(token, security);
+                if matches!(outcome, Ok(scram::Step::Continue(_))) {
+                    self.exchange = Exchange::Scram(server);
+                }
+                (Mechanism::Scram(m), outcome)
+            }
+            Exchange::Scram(mut server) => (
+                Mechanism::Scram(server.mechanism()),
+                server.step(token, security),
+            ),
+        };
+        let name = mechanism.name();
+        match outcome {
+            Ok(scram::Step::Continue(msg)) => Ok(AuthStep::Continue(msg)),
+            Ok(scram::Step::Done { user, response }) => {
+                let principal = Principal::user(&user);
+                if self.principal.as_ref().is_some_and(|p| *p != principal) {
+                    return Err(self.refuse(
+                        security,
+                        name,
+                        ErrorCode::SaslAuthenticationFailed,
+                        "a re-authentication may not change the principal".into(),
+                    ));
+                }
+                security
+                    .metrics()
+                    .authentication(&self.listener, name, "ok");
+                tracing::info!(principal = %principal, mechanism = name, peer = %self.peer, listener = %self.listener, "authenticated");
+                self.principal = Some(principal);
+                self.expires = security.reauth.map(|d| now + d);
+                Ok(AuthStep::Done {
+                    response,
+                    session_lifetime_ms: security.reauth.map_or(0, |d| d.as_millis() as i64),
+                })
+            }
+            Err(e) => {
+                let message = match &e {
+                    SaslError::Failed(_) => format!(
+                        "Authentication failed during authentication due to invalid credentials with SASL mechanism {name}"
+                    ),
+                    other => format!("Authentication failed with SASL mechanism {name}: {other}"),
+                };
+                tracing::info!(mechanism = name, peer = %self.peer, listener = %self.listener, reason = %e, "authentication failed");
+                Err(self.refuse(security, name, ErrorCode::SaslAuthenticationFailed, message))
+            }
+        }
+    }
+
+    fn refuse(
+        &mut self,
+        security: &Security,
+        mechanism: &'static str,
+        code: ErrorCode,
+        message: String,
+    ) -> Refusal {
+        self.exchange = Exchange::Idle;
+        security.metrics().authentication(
+            &self.listener,
+            mechanism,
+            if code == ErrorCode::IllegalSaslState {
+                "illegal_state"
+            } else {
+                "failed"
+            },
+        );
+        Refusal { code, message }
+    }
+}

@@ -1,0 +1,276 @@
+//! Who a connection is: TLS on the listeners that speak it, SASL authentication against the
+//! credentials in the metadata quorum (SCRAM) or a development file (PLAIN), and the principal
+//! every later decision is made for.
+//!
+//! Invariants:
+//! - a connection on a SASL listener is served nothing but ApiVersions, SaslHandshake and
+//!   SaslAuthenticate before it authenticates (see [`connection::Connection::admit`]);
+//! - a failed authentication answers SASL_AUTHENTICATION_FAILED with a message that says
+//!   which mechanism failed and never why in detail (an unknown user and a wrong password look
+//!   the same), and the connection is closed after it;
+//! - no secret (password, salted password, token, key) is logged, counted or put in an error;
+//! - credentials are read from the latest applied metadata state at each authentication, so a
+//!   credential change applies to the next authentication on every broker.
+
+pub mod connection;
+mod metrics;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::listeners::SecurityProtocol;
+use crate::config::BrokerConfig;
+use crate::node::Node;
+use crate::sasl::scram;
+use crate::tls::{ClientAuth, ReloadingServer, TlsError, TlsFiles};
+
+pub use connection::Connection;
+use metrics::SecurityMetrics;
+
+/// How often TLS files are checked for a change.
+const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Why security could not be set up at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum SecurityError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("{0}")]
+    Config(String),
+}
+
+/// A SASL mechanism the broker offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mechanism {
+    Plain,
+    Scram(scram::Mechanism),
+}
+
+impl Mechanism {
+    pub fn from_name(name: &str) -> Option<Mechanism> {
+        match name {
+            "PLAIN" => Some(Mechanism::Plain),
+            other => scram::Mechanism::from_name(other).map(Mechanism::Scram),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::Plain => "PLAIN",
+            Mechanism::Scram(m) => m.name(),
+        }
+    }
+}
+
+/// A Kafka principal, `User:name`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Principal(String);
+
+impl Principal {
+    pub const ANONYMOUS_NAME: &'static str = "ANONYMOUS";
+
+    pub fn user(name: &str) -> Principal {
+        Principal(format!("User:{name}"))
+    }
+
+    /// Who an unauthenticated (PLAINTEXT, or SSL without a client certificate) client is.
+    pub fn anonymous() -> Principal {
+        Principal::user(Principal::ANONYMOUS_NAME)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The security subsystem: TLS configuration and authentication.
+pub struct Security {
+    node: Arc<Node>,
+    tls: Option<Arc<ReloadingServer>>,
+    mechanisms: Vec<Mechanism>,
+    /// PLAIN's users from `sasl_plain_users_file`; without it PLAIN checks SCRAM credentials.
+    plain_users: Option<BTreeMap<String, String>>,
+    reauth: Option<Duration>,
+    metrics: SecurityMetrics,
+}
+
+impl Security {
+    /// Reads the TLS material and SASL settings the configured listeners need.
+    pub fn new(node: Arc<Node>) -> Result<Arc<Security>, SecurityError> {
+        let cfg = &node.config;
+        let (listeners, _) = cfg
+            .listeners()
+            .map_err(|e| SecurityError::Config(e.to_string()))?;
+        let tls = if listeners.iter().any(|l| l.protocol.tls()) {
+            Some(Arc::new(ReloadingServer::load(tls_files(cfg)?)?))
+        } else {
+            None
+        };
+        let mechanisms = sasl_mechanisms(cfg)?;
+        let plain_users = match &cfg.sasl_plain_users_file {
+            Some(path) => Some(read_plain_users(path)?),
+            None => None,
+        };
+        let metrics = SecurityMetrics::default();
+        node.metrics.register(|r| metrics.register(r));
+        Ok(Arc::new(Security {
+            tls,
+            mechanisms,
+            plain_users,
+            reauth: (cfg.connections_max_reauth_ms > 0)
+                .then(|| Duration::from_millis(cfg.connections_max_reauth_ms)),
+            metrics,
+            node,
+        }))
+    }
+
+    /// The TLS acceptor for a new connection on a TLS listener.
+    pub fn tls_acceptor(&self) -> Option<tokio_rustls::TlsAcceptor> {
+        self.tls
+            .as_ref()
+            .map(|t| tokio_rustls::TlsAcceptor::from(t.config()))
+    }
+
+    /// Checks the TLS files every [`TLS_RELOAD_INTERVAL`] until shutdown; a change is
+    /// picked up by the next connection.
+    pub async fn reload_tls(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let Some(tls) = self.tls.clone() else { return };
+        let mut tick = tokio::time::interval(TLS_RELOAD_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            let reload = tls.clone();
+            match tokio::task::spawn_blocking(move || reload.reload_if_changed()).await {
+                Ok(Ok(true)) => {
+                    self.metrics.tls_reloaded("ok");
+                    tracing::info!("TLS certificate and key reloaded");
+                }
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
+                    self.metrics.tls_reloaded("error");
+                    tracing::error!(error = %e, "TLS files changed but cannot be used; keeping the previous ones");
+                }
+                Err(e) => tracing::error!(error = %e, "TLS reload task failed"),
+            }
+        }
+    }
+
+    pub(crate) fn metrics(&self) -> &SecurityMetrics {
+        &self.metrics
+    }
+
+    fn mechanisms(&self) -> &[Mechanism] {
+        &self.mechanisms
+    }
+
+    /// PLAIN: the file's password if there is a file, else any SCRAM credential of the user.
+    fn check_plain(&self, user: &str, password: &str) -> bool {
+        if let Some(users) = &self.plain_users {
+            return users.get(user).is_some_and(|p| {
+                aws_lc_rs::constant_time::verify_slices_are_equal(p.as_bytes(), password.as_bytes())
+                    .is_ok()
+            });
+        }
+        let state = self.node.metadata.state();
+        let Some(creds) = state.security.scram.get(user) else {
+            return false;
+        };
+        creds.iter().any(|(name, c)| {
+            scram::Mechanism::from_name(name).is_some_and(|m| credential(c).matches(m, password))
+        })
+    }
+}
+
+impl scram::Credentials for Security {
+    fn scram(&self, user: &str, mechanism: scram::Mechanism) -> Option<scram::Credential> {
+        let state = self.node.metadata.state();
+        state
+            .security
+            .scram
+            .get(user)?
+            .get(mechanism.name())
+            .map(credential)
+    }
+}
+
+fn credential(c: &strata_metadata::ScramCredential) -> scram::Credential {
+    scram::Credential {
+        salt: c.salt.clone(),
+        stored_key: c.stored_key.clone(),
+        server_key: c.server_key.clone(),
+        iterations: c.iterations,
+    }
+}
+
+/// `sasl_enabled_mechanisms`, each known.
+fn sasl_mechanisms(cfg: &BrokerConfig) -> Result<Vec<Mechanism>, SecurityError> {
+    cfg.sasl_enabled_mechanisms
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .map(|name| {
+            Mechanism::from_name(name).ok_or_else(|| {
+                SecurityError::Config(format!(
+                    "sasl_enabled_mechanisms: {name} is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The broker's TLS files, as a server.
+pub fn tls_files(cfg: &BrokerConfig) -> Result<TlsFiles, SecurityError> {
+    Ok(TlsFiles {
+        certificate: cfg.ssl_certificate_location.clone(),
+        key: cfg.ssl_key_location.clone(),
+        ca: cfg.ssl_ca_location.clone(),
+        client_auth: ClientAuth::parse(&cfg.ssl_client_auth).ok_or_else(|| {
+            SecurityError::Config("ssl_client_auth must be none, requested or required".into())
+        })?,
+        min_version: cfg
+            .ssl_min_version()
+            .map_err(|e| SecurityError::Config(e.to_string()))?,
+    })
+}
+
+/// `user:password` lines (`#` comments and blank lines skipped).
+fn read_plain_users(path: &Path) -> Result<BTreeMap<String, String>, SecurityError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        SecurityError::Config(format!("sasl_plain_users_file {}: {e}", path.display()))
+    })?;
+    let mut users = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((user, password)) = line
+            .split_once(':')
+            .filter(|(u, p)| !u.is_empty() && !p.is_empty())
+        else {
+            return Err(SecurityError::Config(format!(
+                "sasl_plain_users_file {} line {}: expected user:password",
+                path.display(),
+                i + 1
+            )));
+        };
+        users.insert(user.to_string(), password.to_string());
+    }
+    Ok(users)
+}
+
+/// What a listener's connections start as.
+pub fn initial_principal(protocol: SecurityProtocol) -> Option<Principal> {
+    (!protocol.sasl()).then(Principal::anonymous)
+}

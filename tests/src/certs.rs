@@ -1,0 +1,137 @@
+//! TLS material made by the test itself (rcgen): a CA, a server certificate for 127.0.0.1 and
+//! localhost, and client certificates, as PEM files in a directory.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// PEM files of one test's CA and server.
+pub struct Certs {
+    pub dir: PathBuf,
+    pub ca_cert: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    ca_params: CertificateParams,
+    ca_key_pem: String,
+}
+
+impl Certs {
+    /// A fresh CA and a server certificate it signed, in `dir`.
+    pub fn generate(dir: &Path) -> Certs {
+        let ca_key = KeyPair::generate().expect("CA key");
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "strata test CA");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
+        let certs = Certs {
+            dir: dir.to_path_buf(),
+            ca_cert: dir.join("ca.pem"),
+            server_cert: dir.join("server.pem"),
+            server_key: dir.join("server.key"),
+            ca_params,
+            ca_key_pem: ca_key.serialize_pem(),
+        };
+        std::fs::write(&certs.ca_cert, ca.pem()).expect("write CA");
+        certs.reissue_server();
+        certs
+    }
+
+    fn issuer(&self) -> Issuer<'_, KeyPair> {
+        let key = KeyPair::from_pem(&self.ca_key_pem).expect("CA key");
+        Issuer::from_params(&self.ca_params, key)
+    }
+
+    /// Signs a new server certificate (and key) and writes it over the old one.
+    pub fn reissue_server(&self) {
+        let key = KeyPair::generate().expect("server key");
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .expect("server params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "strata test broker");
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params
+            .signed_by(&key, &self.issuer())
+            .expect("server certificate");
+        // Key first: a reload between the two writes sees a mismatch and keeps the old pair.
+        write_atomically(&self.server_key, key.serialize_pem().as_bytes());
+        write_atomically(&self.server_cert, cert.pem().as_bytes());
+    }
+
+    /// A client certificate whose subject is `CN=<common_name>,O=strata-tests`: its PEM
+    /// certificate and key paths.
+    pub fn client(&self, common_name: &str) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().expect("client key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("client params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "strata-tests");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params
+            .signed_by(&key, &self.issuer())
+            .expect("client certificate");
+        let (cert_path, key_path) = (
+            self.dir.join(format!("{common_name}.pem")),
+            self.dir.join(format!("{common_name}.key")),
+        );
+        write_atomically(&cert_path, cert.pem().as_bytes());
+        write_atomically(&key_path, key.serialize_pem().as_bytes());
+        (cert_path, key_path)
+    }
+
+    /// The DER of the certificate a TLS server at `addr` presents (verified against our CA).
+    pub fn served_certificate(&self, addr: &str) -> Vec<u8> {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in rustls::pki_types::CertificateDer::pem_file_iter(&self.ca_cert).expect("CA") {
+            roots.add(c.expect("CA pem")).expect("CA root");
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+        let mut conn = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
+        let mut sock = TcpStream::connect(addr).expect("connect");
+        sock.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("timeout");
+        let mut tls = rustls::Stream::new(&mut conn, &mut sock);
+        // A Kafka ApiVersions v0 request drives the handshake to completion.
+        let _ = tls.write_all(&[0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1, 0, 0]);
+        let _ = tls.flush();
+        let mut len = [0u8; 4];
+        let _ = tls.read_exact(&mut len);
+        conn.peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| c.to_vec())
+            .expect("the server presented a certificate")
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}

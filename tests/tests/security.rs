@@ -1,0 +1,430 @@
+//! Listeners, TLS and SASL with real clients: librdkafka on every listener type and
+//! mechanism, the `strata user` CLI, and hostile or mistaken clients that must be refused
+//! without disturbing anyone else.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::{
+    ApiVersionsRequest, MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
+};
+use kafka_protocol::records::Compression;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use strata_tests::certs::Certs;
+use strata_tests::{
+    encode_batch, strata_bin, unique_topic, Broker, BrokerOpts, KafkaConn, RawRecord,
+};
+
+const PASSWORD: &str = "alice-s3cret";
+const SASL_AUTHENTICATION_FAILED: i16 = 58;
+const ILLEGAL_SASL_STATE: i16 = 34;
+const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+
+/// A broker with one listener of each security protocol, every SASL mechanism, and TLS
+/// material from `certs`.
+fn secured_broker(certs: &Certs) -> Broker {
+    Broker::start(
+        BrokerOpts::new()
+            .env(
+                "STRATA_LISTENERS",
+                "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+            )
+            .env("STRATA_SASL_ENABLED_MECHANISMS", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512")
+            .env("STRATA_SSL_CERTIFICATE_LOCATION", certs.server_cert.display())
+            .env("STRATA_SSL_KEY_LOCATION", certs.server_key.display())
+            .env("STRATA_SSL_CA_LOCATION", certs.ca_cert.display()),
+    )
+}
+
+/// Runs the `strata` CLI; its stdout, or a panic with both outputs.
+fn strata(args: &[&str]) -> String {
+    let out = std::process::Command::new(strata_bin())
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run strata");
+    assert!(
+        out.status.success(),
+        "strata {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// librdkafka settings for one way in: the listener's address and its security settings.
+fn client(broker: &Broker, listener: &str, security: &[(&str, &str)]) -> ClientConfig {
+    let mut cfg = broker.client_config();
+    cfg.set("bootstrap.servers", broker.listener(listener));
+    for (k, v) in security {
+        cfg.set(*k, *v);
+    }
+    cfg
+}
+
+/// Produces `n` records, then reads them back in a consumer group that commits: the
+/// client's whole life on one listener.
+fn produce_consume_commit(cfg: &ClientConfig, topic: &str, n: usize) {
+    let mut pcfg = cfg.clone();
+    pcfg.set("acks", "all").set("linger.ms", "5");
+    let producer: ThreadedProducer<DefaultProducerContext> = pcfg.create().expect("producer");
+    for i in 0..n {
+        let value = format!("v{i}");
+        producer
+            .send(BaseRecord::to(topic).key("k").payload(&value))
+            .map_err(|(e, _)| e)
+            .expect("enqueue");
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("all delivered");
+    let mut ccfg = cfg.clone();
+    ccfg.set("group.id", unique_topic("sec-group"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = ccfg.create().expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{topic}: {} of {n} consumed",
+            seen.len()
+        );
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                seen.push(String::from_utf8_lossy(m.payload().unwrap_or(b"")).into_owned())
+            }
+            Some(Err(e)) => eprintln!("{topic}: {e}"),
+            None => {}
+        }
+    }
+    let expected: Vec<String> = (0..n).map(|i| format!("v{i}")).collect();
+    assert_eq!(seen, expected, "{topic}: in order, each once");
+    consumer
+        .commit_consumer_state(CommitMode::Sync)
+        .expect("commit");
+}
+
+#[test]
+fn every_listener_and_mechanism_serves_produce_consume_and_a_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certs::generate(dir.path());
+    let broker = secured_broker(&certs);
+    let plaintext = broker.listener("PLAINTEXT").to_string();
+    strata(&[
+        "user",
+        "create",
+        "alice",
+        "--password",
+        PASSWORD,
+        "-b",
+        &plaintext,
+    ]);
+    let listed = strata(&["user", "list", "-b", &plaintext]);
+    assert!(
+        listed.contains("alice\tSCRAM-SHA-256:8192,SCRAM-SHA-512:8192"),
+        "{listed}"
+    );
+    assert!(!listed.contains(PASSWORD));
+
+    let ca = certs.ca_cert.display().to_string();
+    let sasl = |protocol: &'static str, mechanism: &'static str| {
+        vec![
+            ("security.protocol", protocol),
+            ("sasl.mechanisms", mechanism),
+            ("sasl.username", "alice"),
+            ("sasl.password", PASSWORD),
+        ]
+    };
+    let mut cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        ("PLAINTEXT", vec![]),
+        ("SSL", vec![("security.protocol", "ssl")]),
+        ("SASL_PLAINTEXT", sasl("sasl_plaintext", "PLAIN")),
+        ("SASL_PLAINTEXT", sasl("sasl_plaintext", "SCRAM-SHA-256")),
+        ("SASL_SSL", sasl("sasl_ssl", "SCRAM-SHA-512")),
+        ("SASL_SSL", sasl("sasl_ssl", "PLAIN")),
+    ];
+    for (listener, security) in &mut cases {
+        if listener.ends_with("SSL") {
+            security.push(("ssl.ca.location", &ca));
+        }
+        let cfg = client(&broker, listener, security);
+        let topic = unique_topic(&format!("sec-{}", listener.to_lowercase()));
+        produce_consume_commit(&cfg, &topic, 50);
+
+        // Metadata answers with the addresses of the listener the client came in on.
+        let consumer: BaseConsumer = cfg.create().expect("consumer");
+        let md = consumer
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .expect("metadata");
+        let addrs: Vec<String> = md
+            .brokers()
+            .iter()
+            .map(|b| format!("{}:{}", b.host(), b.port()))
+            .collect();
+        assert_eq!(
+            addrs,
+            vec![broker.listener(listener).to_string()],
+            "{listener}"
+        );
+    }
+
+    // The CLI's own client authenticates too (SCRAM over TLS), for the admin calls.
+    let listed = strata(&[
+        "user",
+        "list",
+        "-b",
+        broker.listener("SASL_SSL"),
+        "-X",
+        "security.protocol=SASL_SSL",
+        "-X",
+        "sasl.mechanism=SCRAM-SHA-256",
+        "-X",
+        "sasl.username=alice",
+        "-X",
+        &format!("sasl.password={PASSWORD}"),
+        "-X",
+        &format!("ssl.ca.location={ca}"),
+    ]);
+    assert!(listed.contains("alice"), "{listed}");
+
+    // Deleting the user ends its logins; the next authentication fails.
+    strata(&["user", "delete", "alice", "-b", &plaintext]);
+    let cfg = client(
+        &broker,
+        "SASL_PLAINTEXT",
+        &sasl("sasl_plaintext", "SCRAM-SHA-256"),
+    );
+    assert_authentication_fails(&cfg);
+    let out = broker.output();
+    assert!(
+        !out.contains(PASSWORD),
+        "a password reached the broker's log"
+    );
+}
+
+/// A client with these settings cannot get metadata: its authentication is refused.
+fn assert_authentication_fails(cfg: &ClientConfig) {
+    let consumer: BaseConsumer = cfg.create().expect("consumer");
+    let err = consumer
+        .fetch_metadata(None, Duration::from_secs(5))
+        .expect_err("authentication must fail");
+    let text = err.to_string();
+    assert!(
+        text.contains("Authentication") || text.contains("Timed out") || text.contains("transport"),
+        "{text}"
+    );
+}
+
+#[test]
+fn wrong_credentials_and_hostile_clients_are_refused_and_nobody_else_notices() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certs::generate(dir.path());
+    let broker = secured_broker(&certs);
+    let plaintext = broker.listener("PLAINTEXT").to_string();
+    strata(&[
+        "user",
+        "create",
+        "alice",
+        "--password",
+        PASSWORD,
+        "-b",
+        &plaintext,
+    ]);
+    let sasl = broker.listener("SASL_PLAINTEXT").to_string();
+
+    // A well-behaved client keeps a connection open through all of it.
+    let mut bystander = KafkaConn::connect(&plaintext).unwrap();
+    let topic = unique_topic("bystander");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+
+    // Wrong password, unknown user, each mechanism, through librdkafka.
+    for (user, password, mechanism) in [
+        ("alice", "wrong", "SCRAM-SHA-256"),
+        ("alice", "wrong", "SCRAM-SHA-512"),
+        ("alice", "wrong", "PLAIN"),
+        ("mallory", PASSWORD, "SCRAM-SHA-256"),
+        ("mallory", PASSWORD, "PLAIN"),
+    ] {
+        let cfg = client(
+            &broker,
+            "SASL_PLAINTEXT",
+            &[
+                ("security.protocol", "sasl_plaintext"),
+                ("sasl.mechanisms", mechanism),
+                ("sasl.username", user),
+                ("sasl.password", password),
+            ],
+        );
+        assert_authentication_fails(&cfg);
+    }
+
+    // The same with raw frames, to see the exact error and the connection closing after it.
+    let mut c = KafkaConn::connect(&sasl).unwrap();
+    let hs = c
+        .request(
+            1,
+            &SaslHandshakeRequest::default().with_mechanism("PLAIN".into()),
+        )
+        .unwrap();
+    assert_eq!(hs.error_code, 0);
+    let auth = c
+        .request(
+            1,
+            &SaslAuthenticateRequest::default().with_auth_bytes(b"\0alice\0wrong"[..].into()),
+        )
+        .unwrap();
+    assert_eq!(auth.error_code, SASL_AUTHENTICATION_FAILED);
+    let message = auth
+        .error_message
+        .map(|m| m.to_string())
+        .unwrap_or_default();
+    assert!(
+        message.contains("invalid credentials") && !message.contains("wrong"),
+        "{message}"
+    );
+    assert!(
+        c.closed_within(Duration::from_secs(5)),
+        "closed after a failed authentication"
+    );
+
+    // A mechanism not offered: refused with the list, the connection stays for a retry.
+    let mut c = KafkaConn::connect(&sasl).unwrap();
+    let hs = c
+        .request(
+            1,
+            &SaslHandshakeRequest::default().with_mechanism("GSSAPI".into()),
+        )
+        .unwrap();
+    assert_eq!(hs.error_code, UNSUPPORTED_SASL_MECHANISM);
+    let offered: Vec<String> = hs.mechanisms.iter().map(|m| m.to_string()).collect();
+    assert_eq!(offered, ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]);
+    let hs = c
+        .request(
+            1,
+            &SaslHandshakeRequest::default().with_mechanism("PLAIN".into()),
+        )
+        .unwrap();
+    assert_eq!(hs.error_code, 0, "a second try with an offered mechanism");
+
+    // Out of order: authenticate before any handshake.
+    let mut c = KafkaConn::connect(&sasl).unwrap();
+    let auth = c
+        .request(
+            1,
+            &SaslAuthenticateRequest::default().with_auth_bytes(b"\0alice\0x"[..].into()),
+        )
+        .unwrap();
+    assert_eq!(auth.error_code, ILLEGAL_SASL_STATE);
+    assert!(c.closed_within(Duration::from_secs(5)));
+
+    // Any other request before authenticating closes the connection; ApiVersions is allowed.
+    let mut c = KafkaConn::connect(&sasl).unwrap();
+    c.request(3, &ApiVersionsRequest::default()).unwrap();
+    c.send_request(12, &MetadataRequest::default()).unwrap();
+    assert!(
+        c.closed_within(Duration::from_secs(5)),
+        "Metadata before SASL"
+    );
+
+    // An oversized SASL token: refused, not buffered.
+    let mut c = KafkaConn::connect(&sasl).unwrap();
+    c.request(
+        1,
+        &SaslHandshakeRequest::default().with_mechanism("SCRAM-SHA-256".into()),
+    )
+    .unwrap();
+    let auth = c
+        .request(
+            1,
+            &SaslAuthenticateRequest::default().with_auth_bytes(vec![b'n'; 1 << 20].into()),
+        )
+        .unwrap();
+    assert_eq!(auth.error_code, SASL_AUTHENTICATION_FAILED);
+
+    // SASL on a listener that does not speak it.
+    let mut c = KafkaConn::connect(&plaintext).unwrap();
+    let hs = c
+        .request(
+            1,
+            &SaslHandshakeRequest::default().with_mechanism("PLAIN".into()),
+        )
+        .unwrap();
+    assert_eq!(hs.error_code, ILLEGAL_SASL_STATE);
+
+    // A plaintext Kafka client on the TLS port, and TLS garbage: closed, nothing else.
+    let mut c = KafkaConn::connect(broker.listener("SSL")).unwrap();
+    let _ = c.send_request(3, &ApiVersionsRequest::default());
+    assert!(c.closed_within(Duration::from_secs(5)), "plaintext on TLS");
+    let mut c = KafkaConn::connect(broker.listener("SASL_SSL")).unwrap();
+    let _ = c.send_bytes(b"\x16\x03\x01\x00\x05hello, not a ClientHello");
+    assert!(c.closed_within(Duration::from_secs(5)), "TLS garbage");
+
+    // A client that does not trust the broker's CA fails its handshake on its side.
+    let other = tempfile::tempdir().unwrap();
+    let strangers = Certs::generate(other.path());
+    let cfg = client(
+        &broker,
+        "SSL",
+        &[
+            ("security.protocol", "ssl"),
+            ("ssl.ca.location", &strangers.ca_cert.display().to_string()),
+        ],
+    );
+    assert_authentication_fails(&cfg);
+
+    // The bystander saw none of it.
+    let md = bystander
+        .request(12, &MetadataRequest::default().with_topics(None))
+        .expect("the bystander is still served");
+    assert!(md
+        .topics
+        .iter()
+        .any(|t| t.name.as_ref().is_some_and(|n| n.as_str() == topic)));
+    let batch = encode_batch(&[RawRecord::new("k", "v", 0)], Compression::None, None);
+    bystander.produce_ok(&topic, 0, batch).unwrap();
+
+    // Every failure was counted, and no password reached the log.
+    let metrics = strata_tests::http_get(&broker.admin_addr, "/metrics")
+        .unwrap()
+        .body;
+    assert!(metrics.contains("strata_sasl_authentications_total{listener=\"SASL_PLAINTEXT\",mechanism=\"SCRAM-SHA-256\",result=\"failed\"}"), "{metrics}");
+    assert!(
+        metrics.contains("strata_tls_handshakes_total{listener=\"SSL\",result=\"failed\"}"),
+        "{metrics}"
+    );
+    let out = broker.output();
+    assert!(
+        !out.contains(PASSWORD) && !out.contains("alice\\0wrong"),
+        "a secret reached the log"
+    );
+}
+
+#[test]
+fn a_tls_certificate_rotates_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certs::generate(dir.path());
+    let broker = secured_broker(&certs);
+    let before = certs.served_certificate(broker.listener("SSL"));
+    // A new certificate from the same CA, written over the old files.
+    certs.reissue_server();
+    strata_tests::wait_for(
+        "the new certificate to be served",
+        Duration::from_secs(30),
+        || certs.served_certificate(broker.listener("SSL")) != before,
+    );
+    let cfg = client(
+        &broker,
+        "SSL",
+        &[
+            ("security.protocol", "ssl"),
+            ("ssl.ca.location", &certs.ca_cert.display().to_string()),
+        ],
+    );
+    produce_consume_commit(&cfg, &unique_topic("rotated"), 5);
+}
