@@ -114,6 +114,8 @@ pub fn run(args: ServeArgs) -> Result<(), ServeError> {
                 .unwrap_or_else(|_| "info,openraft=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour for a terminal only: a log file or a collector gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cfg = args.resolve()?;
     tokio::runtime::Builder::new_multi_thread()

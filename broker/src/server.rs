@@ -42,7 +42,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::broker::Broker;
-use crate::config::listeners::Listener;
+use crate::config::listeners::{Listener, SecurityProtocol};
 use crate::handlers;
 use crate::protocol::frame::{self, RequestBudget};
 use crate::protocol::{self, DecodeError, Request};
@@ -199,7 +199,7 @@ async fn secure(
     let Some(acceptor) = conn
         .protocol()
         .tls()
-        .then(|| broker.security.tls_acceptor())
+        .then(|| broker.security.tls_acceptor(conn.protocol()))
         .flatten()
     else {
         let (reader, writer) = stream.into_split();
@@ -231,6 +231,20 @@ async fn secure(
         }
     };
     metrics.tls_handshake(&conn.listener, "ok");
+    let mut conn = conn;
+    if conn.protocol() == SecurityProtocol::Ssl {
+        // mTLS: a verified client certificate names the principal (SASL_SSL's comes from SASL).
+        let certificate = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+        match broker.security.certificate_principal(certificate) {
+            Ok(Some(principal)) => conn.authenticated_by_certificate(principal),
+            Ok(None) => {}
+            Err(why) => {
+                metrics.authentication(&conn.listener, "SSL", "failed");
+                tracing::info!(peer = %conn.peer, listener = %conn.listener, "client certificate refused: {why}");
+                return Ok(());
+            }
+        }
+    }
     let (reader, writer) = tokio::io::split(tls);
     connection(
         Box::new(reader),

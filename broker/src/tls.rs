@@ -182,30 +182,56 @@ pub fn server_name(addr: &str) -> Result<ServerName<'static>, TlsError> {
         .map_err(|e| TlsError::Config(format!("server name {host}: {e}")))
 }
 
-/// A server configuration that follows its files: [`Self::reload_if_changed`] rebuilds it
-/// when any of them changed since it was built.
+/// Server configurations that follow their files: [`Self::reload_if_changed`] rebuilds them
+/// when any of the files changed since they were built. There are two: one that verifies
+/// client certificates as `client_auth` says (SSL listeners), one that asks for none (SASL_SSL
+/// listeners, whose clients authenticate with SASL, as Kafka's `ssl.client.auth` applies to
+/// SASL_SSL only when set for that listener).
 pub struct ReloadingServer {
     files: TlsFiles,
-    current: RwLock<(Arc<ServerConfig>, Vec<Option<SystemTime>>)>,
+    current: RwLock<Current>,
+}
+
+struct Current {
+    verifying: Arc<ServerConfig>,
+    plain: Arc<ServerConfig>,
+    stamps: Vec<Option<SystemTime>>,
 }
 
 impl ReloadingServer {
     pub fn load(files: TlsFiles) -> Result<ReloadingServer, TlsError> {
         let stamps = stamps(&files);
-        let config = server_config(&files)?;
+        let (verifying, plain) = Self::build(&files)?;
         Ok(ReloadingServer {
             files,
-            current: RwLock::new((config, stamps)),
+            current: RwLock::new(Current {
+                verifying,
+                plain,
+                stamps,
+            }),
         })
     }
 
-    /// The configuration for a new connection.
-    pub fn config(&self) -> Arc<ServerConfig> {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .0
-            .clone()
+    fn build(files: &TlsFiles) -> Result<(Arc<ServerConfig>, Arc<ServerConfig>), TlsError> {
+        let plain = server_config(&TlsFiles {
+            client_auth: ClientAuth::None,
+            ..files.clone()
+        })?;
+        let verifying = match files.client_auth {
+            ClientAuth::None => plain.clone(),
+            _ => server_config(files)?,
+        };
+        Ok((verifying, plain))
+    }
+
+    /// The configuration for a new connection: verifying client certificates or not.
+    pub fn config(&self, client_certificates: bool) -> Arc<ServerConfig> {
+        let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        if client_certificates {
+            current.verifying.clone()
+        } else {
+            current.plain.clone()
+        }
     }
 
     /// Rebuilds the configuration if a file changed: `Ok(true)` when it did, `Err` (the old
@@ -216,16 +242,16 @@ impl ReloadingServer {
             .current
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .1
+            .stamps
             == stamps
         {
             return Ok(false);
         }
-        let result = server_config(&self.files);
+        let result = Self::build(&self.files);
         let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
         // Seen either way: a broken file is reported once, not at every check.
-        current.1 = stamps;
-        current.0 = result?;
+        current.stamps = stamps;
+        (current.verifying, current.plain) = result?;
         Ok(true)
     }
 }
@@ -276,11 +302,15 @@ mod tests {
         std::fs::write(files.ca.as_ref().unwrap(), ca_cert.pem()).unwrap();
         write(issue(&ca));
         let server = ReloadingServer::load(files.clone()).unwrap();
-        let first = server.config();
+        let first = server.config(true);
+        assert!(
+            !Arc::ptr_eq(&first, &server.config(false)),
+            "SASL_SSL asks for no certificate"
+        );
         assert!(!server.reload_if_changed().unwrap(), "nothing changed");
 
         // Modification times have a granularity: wait until a rewrite shows as a change.
-        let touched = |s: &ReloadingServer| stamps(&s.files) != s.current.read().unwrap().1;
+        let touched = |s: &ReloadingServer| stamps(&s.files) != s.current.read().unwrap().stamps;
         let rewrite = |pem: (String, String)| {
             while {
                 write(pem.clone());
@@ -293,7 +323,7 @@ mod tests {
         let err = server.reload_if_changed().unwrap_err().to_string();
         assert!(err.contains("server.pem"), "{err}");
         assert!(
-            Arc::ptr_eq(&first, &server.config()),
+            Arc::ptr_eq(&first, &server.config(true)),
             "the old configuration stays"
         );
         assert!(
@@ -304,7 +334,7 @@ mod tests {
         rewrite(issue(&ca));
         assert!(server.reload_if_changed().unwrap());
         assert!(
-            !Arc::ptr_eq(&first, &server.config()),
+            !Arc::ptr_eq(&first, &server.config(true)),
             "new connections get the new one"
         );
 

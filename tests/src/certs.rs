@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
 
 /// PEM files of one test's CA and server.
@@ -80,12 +80,15 @@ impl Certs {
     pub fn client(&self, common_name: &str) -> (PathBuf, PathBuf) {
         let key = KeyPair::generate().expect("client key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("client params");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
+        // Encoded most general first, as CAs issue them; read back (RFC 2253) CN first. (The
+        // default name holds a CN already, which would keep its place at the front.)
+        params.distinguished_name = DistinguishedName::new();
         params
             .distinguished_name
             .push(DnType::OrganizationName, "strata-tests");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let cert = params
             .signed_by(&key, &self.issuer())

@@ -26,8 +26,11 @@ const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 /// A broker with one listener of each security protocol, every SASL mechanism, and TLS
 /// material from `certs`.
 fn secured_broker(certs: &Certs) -> Broker {
-    Broker::start(
-        BrokerOpts::new()
+    Broker::start(secured(certs))
+}
+
+fn secured(certs: &Certs) -> BrokerOpts {
+    BrokerOpts::new()
             .env(
                 "STRATA_LISTENERS",
                 "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
@@ -35,8 +38,7 @@ fn secured_broker(certs: &Certs) -> Broker {
             .env("STRATA_SASL_ENABLED_MECHANISMS", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512")
             .env("STRATA_SSL_CERTIFICATE_LOCATION", certs.server_cert.display())
             .env("STRATA_SSL_KEY_LOCATION", certs.server_key.display())
-            .env("STRATA_SSL_CA_LOCATION", certs.ca_cert.display()),
-    )
+            .env("STRATA_SSL_CA_LOCATION", certs.ca_cert.display())
 }
 
 /// Runs the `strata` CLI; its stdout, or a panic with both outputs.
@@ -427,4 +429,66 @@ fn a_tls_certificate_rotates_without_a_restart() {
         ],
     );
     produce_consume_commit(&cfg, &unique_topic("rotated"), 5);
+}
+
+#[test]
+fn a_client_certificate_names_the_principal_and_others_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certs::generate(dir.path());
+    let broker = Broker::start(
+        secured(&certs)
+            .env("STRATA_SSL_CLIENT_AUTH", "required")
+            .env(
+                "STRATA_SSL_PRINCIPAL_MAPPING_RULES",
+                "RULE:^CN=([^,]*),O=strata-tests$/$1/L,DEFAULT",
+            ),
+    );
+    let ca = certs.ca_cert.display().to_string();
+    let (cert, key) = certs.client("Alice");
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let mtls = client(
+        &broker,
+        "SSL",
+        &[
+            ("security.protocol", "ssl"),
+            ("ssl.ca.location", &ca),
+            ("ssl.certificate.location", &cert),
+            ("ssl.key.location", &key),
+        ],
+    );
+    produce_consume_commit(&mtls, &unique_topic("mtls"), 20);
+    strata_tests::wait_for("the principal in the log", Duration::from_secs(10), || {
+        broker.output().contains("principal=User:alice")
+    });
+
+    // Without a certificate, and with one another CA signed: no handshake.
+    let without = client(
+        &broker,
+        "SSL",
+        &[("security.protocol", "ssl"), ("ssl.ca.location", &ca)],
+    );
+    assert_authentication_fails(&without);
+    let other = tempfile::tempdir().unwrap();
+    let strangers = Certs::generate(other.path());
+    let (cert, key) = strangers.client("mallory");
+    let untrusted = client(
+        &broker,
+        "SSL",
+        &[
+            ("security.protocol", "ssl"),
+            ("ssl.ca.location", &ca),
+            ("ssl.certificate.location", &cert.display().to_string()),
+            ("ssl.key.location", &key.display().to_string()),
+        ],
+    );
+    assert_authentication_fails(&untrusted);
+    let metrics = strata_tests::http_get(&broker.admin_addr, "/metrics")
+        .unwrap()
+        .body;
+    assert!(
+        metrics.contains("strata_tls_handshakes_total{listener=\"SSL\",result=\"failed\"}"),
+        "{metrics}"
+    );
+    // The SASL_SSL listener asks for the certificate too, but its principal comes from SASL.
+    assert!(!broker.output().contains("principal=User:mallory"));
 }

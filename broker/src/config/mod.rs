@@ -43,6 +43,9 @@ pub struct BrokerConfig {
     pub ssl_ca_location: Option<PathBuf>,
     /// Client certificates: none, requested or required (mTLS).
     pub ssl_client_auth: String,
+    /// Kafka's `ssl.principal.mapping.rules`: a client certificate's subject (RFC 2253) to its
+    /// principal name, `RULE:pattern/replacement/[LU]` entries and `DEFAULT`.
+    pub ssl_principal_mapping_rules: String,
     /// TLS versions spoken: `TLSv1.2,TLSv1.3` or `TLSv1.3` (1.3 is preferred when both are).
     pub ssl_enabled_protocols: String,
     pub admin_addr: SocketAddr,
@@ -203,6 +206,7 @@ impl Default for BrokerConfig {
             ssl_key_location: None,
             ssl_ca_location: None,
             ssl_client_auth: "none".into(),
+            ssl_principal_mapping_rules: "DEFAULT".into(),
             ssl_enabled_protocols: "TLSv1.2,TLSv1.3".into(),
             admin_addr: "127.0.0.1:9644".parse().expect("literal"),
             raft_addr: "127.0.0.1:9093".parse().expect("literal"),

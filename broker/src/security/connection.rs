@@ -67,6 +67,12 @@ impl Connection {
         self.protocol
     }
 
+    /// The principal a verified client certificate names (mTLS, on an SSL listener).
+    pub fn authenticated_by_certificate(&mut self, principal: Principal) {
+        tracing::info!(principal = %principal, peer = %self.peer, listener = %self.listener, "authenticated by client certificate");
+        self.principal = Some(principal);
+    }
+
     /// Who the connection is; `None` before a SASL connection authenticates.
     pub fn principal(&self) -> Option<&Principal> {
         self.principal.as_ref()

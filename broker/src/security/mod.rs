@@ -14,6 +14,7 @@
 
 pub mod connection;
 mod metrics;
+pub mod principal;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -99,6 +100,8 @@ pub struct Security {
     /// PLAIN's users from `sasl_plain_users_file`; without it PLAIN checks SCRAM credentials.
     plain_users: Option<BTreeMap<String, String>>,
     reauth: Option<Duration>,
+    /// `ssl_principal_mapping_rules`: client certificate subject → principal name.
+    principal_rules: principal::MappingRules,
     metrics: SecurityMetrics,
 }
 
@@ -119,6 +122,8 @@ impl Security {
             Some(path) => Some(read_plain_users(path)?),
             None => None,
         };
+        let principal_rules = principal::MappingRules::parse(&cfg.ssl_principal_mapping_rules)
+            .map_err(|e| SecurityError::Config(format!("ssl_principal_mapping_rules: {e}")))?;
         let metrics = SecurityMetrics::default();
         node.metrics.register(|r| metrics.register(r));
         Ok(Arc::new(Security {
@@ -127,16 +132,17 @@ impl Security {
             plain_users,
             reauth: (cfg.connections_max_reauth_ms > 0)
                 .then(|| Duration::from_millis(cfg.connections_max_reauth_ms)),
+            principal_rules,
             metrics,
             node,
         }))
     }
 
-    /// The TLS acceptor for a new connection on a TLS listener.
-    pub fn tls_acceptor(&self) -> Option<tokio_rustls::TlsAcceptor> {
-        self.tls
-            .as_ref()
-            .map(|t| tokio_rustls::TlsAcceptor::from(t.config()))
+    /// The TLS acceptor for a new connection on a TLS listener: SSL listeners verify client
+    /// certificates as `ssl_client_auth` says, SASL_SSL listeners ask for none.
+    pub fn tls_acceptor(&self, protocol: SecurityProtocol) -> Option<tokio_rustls::TlsAcceptor> {
+        let config = self.tls.as_ref()?.config(protocol == SecurityProtocol::Ssl);
+        Some(tokio_rustls::TlsAcceptor::from(config))
     }
 
     /// Checks the TLS files every [`TLS_RELOAD_INTERVAL`] until shutdown; a change is
@@ -164,6 +170,27 @@ impl Security {
                 Err(e) => tracing::error!(error = %e, "TLS reload task failed"),
             }
         }
+    }
+
+    /// The principal of a client certificate (mTLS on an SSL listener): its subject, mapped by
+    /// `ssl_principal_mapping_rules`. `Ok(None)` without a certificate; `Err` for one whose
+    /// subject no rule maps.
+    pub fn certificate_principal(
+        &self,
+        certificate: Option<&rustls::pki_types::CertificateDer<'_>>,
+    ) -> Result<Option<Principal>, String> {
+        let Some(der) = certificate else {
+            return Ok(None);
+        };
+        let cert = webpki::EndEntityCert::try_from(der)
+            .map_err(|e| format!("unreadable client certificate: {e}"))?;
+        let dn = principal::distinguished_name(cert.subject())
+            .ok_or("a client certificate subject that is not a readable name")?;
+        let name = self
+            .principal_rules
+            .apply(&dn)
+            .ok_or_else(|| format!("no ssl_principal_mapping_rules rule maps '{dn}'"))?;
+        Ok(Some(Principal::user(&name)))
     }
 
     pub(crate) fn metrics(&self) -> &SecurityMetrics {

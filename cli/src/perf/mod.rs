@@ -11,6 +11,7 @@
 //! commit clients=.. partitions=.. mode=sync commits=.. seconds=.. commits_per_sec=.. p50_ms=.. ...
 //! txn mode=transactional records=.. transactions=.. ... commit_p50_ms=.. [e2e_p50_ms=..] errors=..
 //! get concurrency=.. range_bytes=.. gets=.. bytes=.. seconds=.. mb_per_sec=.. p50_ms=.. ...
+//! connect connections=.. concurrency=.. seconds=.. connections_per_sec=.. p50_ms=.. ...
 //! ```
 //!
 //! `mb_per_sec` is in MiB (2^20 bytes) per second, as Kafka's perf tools report it.
@@ -21,7 +22,8 @@
 //! - [`commit`] — OffsetCommit throughput and latency against one group coordinator;
 //! - [`txn`] — a transactional producer's throughput and commit latency, against the same
 //!   records without transactions, and read_committed end-to-end latency;
-//! - [`get`] — the object store's ranged-GET throughput (the yardstick for remote reads).
+//! - [`get`] — the object store's ranged-GET throughput (the yardstick for remote reads);
+//! - [`connect`] — new connections per second, with their TLS handshake and SASL exchange.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -38,6 +40,7 @@ use super::common::{
 
 mod broker_cpu;
 mod commit;
+mod connect;
 mod consume;
 mod e2e;
 mod get;
@@ -47,6 +50,7 @@ mod produce;
 mod txn;
 
 pub use commit::PerfCommitArgs;
+pub use connect::PerfConnectArgs;
 pub use consume::PerfConsumeArgs;
 pub use e2e::{decode_e2e_header, encode_e2e_header, PerfE2eArgs};
 pub use get::PerfGetArgs;
@@ -77,6 +81,9 @@ pub enum PerfCommand {
     /// Ranged GETs of segment objects straight from the object store, C in flight; report
     /// MB/s and GET latency.
     Get(PerfGetArgs),
+    /// Open N connections, C at a time, each with its TLS handshake and SASL exchange (as
+    /// the -X properties say) and one Metadata request; report connections/s and latency.
+    Connect(PerfConnectArgs),
     /// One member of `perf group` (internal: reports its assignment on stdout).
     #[command(hide = true)]
     GroupMember(GroupMemberArgs),
@@ -93,6 +100,7 @@ impl PerfCommand {
             PerfCommand::Commit(a) => Some(&a.conn),
             PerfCommand::Txn(a) => Some(&a.conn),
             PerfCommand::GroupMember(a) => Some(&a.conn),
+            PerfCommand::Connect(a) => Some(&a.conn),
             PerfCommand::Get(_) => None,
         }
     }
@@ -107,6 +115,7 @@ pub fn run(cmd: PerfCommand) -> anyhow::Result<()> {
         PerfCommand::Commit(args) => commit::run(args),
         PerfCommand::Txn(args) => txn::run(args),
         PerfCommand::Get(args) => get::run(args),
+        PerfCommand::Connect(args) => connect::run(args),
         PerfCommand::GroupMember(args) => member::run(args),
     }
 }
