@@ -196,12 +196,7 @@ async fn secure(
     budget: RequestBudget,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnError> {
-    let Some(acceptor) = conn
-        .protocol()
-        .tls()
-        .then(|| broker.security.tls_acceptor(conn.protocol()))
-        .flatten()
-    else {
+    if !conn.protocol().tls() {
         let (reader, writer) = stream.into_split();
         return connection(
             Box::new(reader),
@@ -212,6 +207,11 @@ async fn secure(
             shutdown,
         )
         .await;
+    }
+    let Some(acceptor) = broker.security.tls_acceptor(conn.protocol()) else {
+        // Security::new loads TLS whenever a listener needs it; never fall back to plaintext.
+        tracing::error!(listener = %conn.listener, "a TLS listener without a TLS configuration; closing the connection");
+        return Ok(());
     };
     let io_timeout = Duration::from_millis(broker.node.config.socket_io_timeout_ms);
     let metrics = broker.security.metrics();

@@ -195,6 +195,37 @@ fn every_listener_and_mechanism_serves_produce_consume_and_a_group() {
     ]);
     assert!(listed.contains("alice"), "{listed}");
 
+    // `strata perf connect` opens and authenticates connection after connection.
+    let secured = [
+        "-X".to_string(),
+        "security.protocol=SASL_SSL".to_string(),
+        "-X".to_string(),
+        "sasl.mechanism=SCRAM-SHA-256".to_string(),
+        "-X".to_string(),
+        "sasl.username=alice".to_string(),
+        "-X".to_string(),
+        format!("sasl.password={PASSWORD}"),
+        "-X".to_string(),
+        format!("ssl.ca.location={ca}"),
+    ];
+    let mut args = vec!["perf", "connect", "-n", "40", "--concurrency", "2", "-b"];
+    args.push(broker.listener("SASL_SSL"));
+    args.extend(secured.iter().map(String::as_str));
+    let out = strata(&args);
+    assert!(
+        out.starts_with("connect connections=40 concurrency=2 "),
+        "{out}"
+    );
+    let metrics = strata_tests::http_get(&broker.admin_addr, "/metrics")
+        .unwrap()
+        .body;
+    let ok = "strata_sasl_authentications_total{listener=\"SASL_SSL\",mechanism=\"SCRAM-SHA-256\",result=\"ok\"} ";
+    let count: f64 = (metrics.lines())
+        .find_map(|l| l.strip_prefix(ok))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {ok} in {metrics}"));
+    assert!(count >= 41.0, "{count} authentications counted");
+
     // Deleting the user ends its logins; the next authentication fails.
     strata(&["user", "delete", "alice", "-b", &plaintext]);
     let cfg = client(

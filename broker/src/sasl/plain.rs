@@ -62,4 +62,15 @@ mod tests {
         }
         assert!(parse(&vec![b'a'; MAX_MESSAGE + 1]).is_err());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_messages_parse_or_are_refused(
+            msg in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..100),
+        ) {
+            if let Ok((user, password)) = parse(&msg) {
+                proptest::prop_assert!(!user.is_empty() && !password.is_empty());
+            }
+        }
+    }
 }

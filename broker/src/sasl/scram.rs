@@ -589,6 +589,26 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever a client sends, first or second, the server answers or refuses; it never
+        /// panics, and only the right proof authenticates.
+        #[test]
+        fn arbitrary_messages_never_panic_or_authenticate(
+            first in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            last in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            prefix in proptest::bool::ANY,
+        ) {
+            let s = store("alice", Mechanism::Sha256, "pw");
+            let mut server = Server::new(Mechanism::Sha256);
+            // Half the time a well-formed first message, so the second one is reached.
+            let first = if prefix { Client::start(Mechanism::Sha256, "alice", "x").1 } else { first };
+            if server.step(&first, &s).is_ok() {
+                let authenticated = matches!(server.step(&last, &s), Ok(Step::Done { .. }));
+                proptest::prop_assert!(!authenticated, "arbitrary bytes authenticated");
+            }
+        }
+    }
+
     fn server_step(s: &One, msg: &[u8]) -> Step {
         Server::new(Mechanism::Sha256).step(msg, s).unwrap()
     }

@@ -257,7 +257,7 @@ fn sasl_mechanisms(cfg: &BrokerConfig) -> Result<Vec<Mechanism>, SecurityError> 
 }
 
 /// The broker's TLS files, as a server.
-pub fn tls_files(cfg: &BrokerConfig) -> Result<TlsFiles, SecurityError> {
+fn tls_files(cfg: &BrokerConfig) -> Result<TlsFiles, SecurityError> {
     Ok(TlsFiles {
         certificate: cfg.ssl_certificate_location.clone(),
         key: cfg.ssl_key_location.clone(),
@@ -298,6 +298,6 @@ fn read_plain_users(path: &Path) -> Result<BTreeMap<String, String>, SecurityErr
 }
 
 /// What a listener's connections start as.
-pub fn initial_principal(protocol: SecurityProtocol) -> Option<Principal> {
+fn initial_principal(protocol: SecurityProtocol) -> Option<Principal> {
     (!protocol.sasl()).then(Principal::anonymous)
 }
