@@ -245,9 +245,12 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
         metrics,
         Clock::system(),
     ));
-    let security = Security::new(node.clone()).map_err(failed("security"))?;
+    let security = Security::new(node.clone())
+        .await
+        .map_err(failed("security"))?;
     let broker = Arc::new(Broker::new(node.clone(), Arc::new(tier), security.clone()));
-    let tls_reloader = tokio::spawn(security.reload_tls(shutdown_rx.clone()));
+    let tls_reloader = tokio::spawn(security.clone().reload_tls(shutdown_rx.clone()));
+    let jwks_refresher = tokio::spawn(security.clone().refresh_jwks(shutdown_rx.clone()));
     let admin_task = tokio::spawn(crate::admin::http::serve(
         admin,
         broker.clone(),
@@ -322,6 +325,7 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
     broker.fetchers.stop();
     let _ = housekeeper.await;
     let _ = tls_reloader.await;
+    let _ = jwks_refresher.await;
     let _ = offloader.await;
     tokio::task::spawn_blocking(move || cleaner.stop())
         .await

@@ -1,4 +1,11 @@
-//! The Kafka listener: accepts connections, reads frames, answers requests in order.
+//! The Kafka listeners: accepts connections, reads frames, answers requests in order.
+//!
+//! One accept loop per configured listener, under connection limits they share. On a TLS
+//! listener the handshake runs first, in the connection's task and within
+//! `socket_io_timeout_ms`; the TLS stream's halves then replace the socket's and nothing below
+//! knows the difference. Each connection carries its `security::Connection` (listener,
+//! address, principal, SASL exchange), and a request the connection may not send yet (anything
+//! but ApiVersions and SASL before a SASL listener's authentication) closes it.
 //!
 //! Per connection, a reader task decodes frames into a small bounded queue while earlier
 //! requests are handled, and a processor handles them in the order they came. A produce is
@@ -11,6 +18,8 @@
 //! responses are always written in request order.
 //!
 //! Invariants (DESIGN.md §Invariants 7, bad input):
+//! - a TLS listener serves nothing in plaintext, and a SASL listener nothing before the
+//!   client authenticated;
 //! - a bad frame, a malformed request or a panic while handling one closes only its own
 //!   connection; every other connection carries on (a panic is caught at the request, counted
 //!   on `/metrics`, and never reaches the process);

@@ -19,6 +19,7 @@ pub mod proxy;
 pub mod raw;
 pub mod reassign;
 pub mod s3;
+pub mod tokens;
 pub mod util;
 
 pub use broker::{strata_bin, Broker, BrokerOpts};

@@ -8,12 +8,16 @@ use kafka_protocol::messages::{
     ApiVersionsRequest, MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
 };
 use kafka_protocol::records::Compression;
+use rdkafka::client::OAuthToken;
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::ConsumerContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::ClientContext;
 use strata_tests::certs::Certs;
+use strata_tests::tokens::TokenIssuer;
 use strata_tests::{
     encode_batch, strata_bin, unique_topic, Broker, BrokerOpts, KafkaConn, RawRecord,
 };
@@ -216,14 +220,7 @@ fn every_listener_and_mechanism_serves_produce_consume_and_a_group() {
         out.starts_with("connect connections=40 concurrency=2 "),
         "{out}"
     );
-    let metrics = strata_tests::http_get(&broker.admin_addr, "/metrics")
-        .unwrap()
-        .body;
-    let ok = "strata_sasl_authentications_total{listener=\"SASL_SSL\",mechanism=\"SCRAM-SHA-256\",result=\"ok\"} ";
-    let count: f64 = (metrics.lines())
-        .find_map(|l| l.strip_prefix(ok))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {ok} in {metrics}"));
+    let count = counter(&broker, "strata_sasl_authentications_total{listener=\"SASL_SSL\",mechanism=\"SCRAM-SHA-256\",result=\"ok\"}");
     assert!(count >= 41.0, "{count} authentications counted");
 
     // Deleting the user ends its logins; the next authentication fails.
@@ -239,6 +236,17 @@ fn every_listener_and_mechanism_serves_produce_consume_and_a_group() {
         !out.contains(PASSWORD),
         "a password reached the broker's log"
     );
+}
+
+/// The value of one series on the broker's `/metrics` (`name{labels}`).
+fn counter(broker: &Broker, series: &str) -> f64 {
+    let metrics = strata_tests::http_get(&broker.admin_addr, "/metrics")
+        .unwrap()
+        .body;
+    (metrics.lines())
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in {metrics}"))
 }
 
 /// A client with these settings cannot get metadata: its authentication is refused.
@@ -522,4 +530,248 @@ fn a_client_certificate_names_the_principal_and_others_are_refused() {
     );
     // The SASL_SSL listener asks for the certificate too, but its principal comes from SASL.
     assert!(!broker.output().contains("principal=User:mallory"));
+}
+
+/// A librdkafka context that hands librdkafka a fixed bearer token.
+struct Bearer(String);
+
+impl ClientContext for Bearer {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _config: Option<&str>,
+    ) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        Ok(OAuthToken {
+            token: self.0.clone(),
+            principal_name: "from-the-token".into(),
+            lifetime_ms: strata_tests::now_ms() + 60_000,
+        })
+    }
+}
+
+impl ConsumerContext for Bearer {}
+
+#[test]
+fn oauthbearer_tokens_signed_by_a_known_key_authenticate_and_no_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = TokenIssuer::new(dir.path(), "idp");
+    let broker = Broker::start(
+        BrokerOpts::new()
+            .env(
+                "STRATA_LISTENERS",
+                "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            )
+            .env(
+                "STRATA_SASL_ENABLED_MECHANISMS",
+                "OAUTHBEARER,SCRAM-SHA-256",
+            )
+            .env(
+                "STRATA_SASL_OAUTHBEARER_JWKS_ENDPOINT_URL",
+                format!("file://{}", issuer.jwks.display()),
+            )
+            .env(
+                "STRATA_SASL_OAUTHBEARER_EXPECTED_ISSUER",
+                strata_tests::tokens::ISSUER,
+            )
+            .env(
+                "STRATA_SASL_OAUTHBEARER_EXPECTED_AUDIENCE",
+                strata_tests::tokens::AUDIENCE,
+            )
+            .env("STRATA_CONNECTIONS_MAX_REAUTH_MS", "600000"),
+    );
+    let mut cfg = client(
+        &broker,
+        "SASL_PLAINTEXT",
+        &[
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanisms", "OAUTHBEARER"),
+        ],
+    );
+    cfg.set("group.id", unique_topic("oauth"));
+    let topic = unique_topic("oauth");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let with_token = |token: String| -> BaseConsumer<Bearer> {
+        let c: BaseConsumer<Bearer> = cfg.create_with_context(Bearer(token)).expect("consumer");
+        // librdkafka asks the context for its token while it is polled.
+        let _ = c.poll(Duration::from_millis(200));
+        c
+    };
+
+    // A valid token: metadata, then the records another client wrote.
+    let plain = KafkaConn::connect(broker.listener("PLAINTEXT"));
+    let batch = encode_batch(&[RawRecord::new("k", "v", 0)], Compression::None, None);
+    plain.unwrap().produce_ok(&topic, 0, batch).unwrap();
+    let consumer = with_token(issuer.token("alice", 300, serde_json::json!({})));
+    let md = consumer
+        .fetch_metadata(Some(&topic), Duration::from_secs(10))
+        .expect("metadata with a valid token");
+    assert_eq!(md.topics()[0].partitions().len(), 1);
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let got =
+        strata_tests::wait_for_some("a record over OAUTHBEARER", Duration::from_secs(30), || {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => Some(m.payload().map(<[u8]>::to_vec)),
+                _ => None,
+            }
+        });
+    assert_eq!(got.as_deref(), Some(&b"v"[..]));
+    strata_tests::wait_for(
+        "the token's subject as principal",
+        Duration::from_secs(10),
+        || {
+            broker
+                .output()
+                .contains("principal=User:alice mechanism=\"OAUTHBEARER\"")
+        },
+    );
+
+    // Expired, another issuer's key, a wrong audience, an unsigned one: refused.
+    let stranger = TokenIssuer::new(dir.path(), "stranger");
+    let unsigned = {
+        let good = issuer.token("mallory", 300, serde_json::json!({}));
+        let mut parts: Vec<&str> = good.split('.').collect();
+        parts[2] = "";
+        let none = base64_url(r#"{"alg":"none"}"#);
+        parts[0] = &none;
+        parts.join(".")
+    };
+    for bad in [
+        issuer.token("alice", -120, serde_json::json!({})),
+        stranger.token("alice", 300, serde_json::json!({})),
+        issuer.token("alice", 300, serde_json::json!({"aud": "another-service"})),
+        unsigned,
+    ] {
+        let c = with_token(bad);
+        assert!(c.fetch_metadata(None, Duration::from_secs(3)).is_err());
+    }
+    let count = counter(&broker, "strata_sasl_authentications_total{listener=\"SASL_PLAINTEXT\",mechanism=\"OAUTHBEARER\",result=\"failed\"}");
+    assert!(count >= 4.0, "{count} failures counted");
+    assert!(
+        !broker.output().contains("mallory"),
+        "a refused token named nobody"
+    );
+}
+
+fn base64_url(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s)
+}
+
+#[test]
+fn a_sasl_session_ends_with_connections_max_reauth_ms_unless_the_client_reauthenticates() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certs::generate(dir.path());
+    let broker = Broker::start(secured(&certs).env("STRATA_CONNECTIONS_MAX_REAUTH_MS", "1500"));
+    let plaintext = broker.listener("PLAINTEXT").to_string();
+    strata(&[
+        "user",
+        "create",
+        "alice",
+        "--password",
+        PASSWORD,
+        "-b",
+        &plaintext,
+    ]);
+    let sasl = broker.listener("SASL_PLAINTEXT").to_string();
+    let plain_auth = |c: &mut KafkaConn| {
+        let hs = c
+            .request(
+                1,
+                &SaslHandshakeRequest::default().with_mechanism("PLAIN".into()),
+            )
+            .unwrap();
+        assert_eq!(hs.error_code, 0);
+        let token = format!("\0alice\0{PASSWORD}").into_bytes();
+        c.request(
+            2,
+            &SaslAuthenticateRequest::default().with_auth_bytes(token.into()),
+        )
+        .unwrap()
+    };
+
+    // The session lifetime is announced; within it requests are served, and a
+    // re-authentication on the same connection (same principal) renews it.
+    let mut c = KafkaConn::connect(&sasl).unwrap();
+    let auth = plain_auth(&mut c);
+    assert_eq!((auth.error_code, auth.session_lifetime_ms), (0, 1500));
+    c.request(12, &MetadataRequest::default().with_topics(None))
+        .unwrap();
+    let renewed = std::time::Instant::now();
+    let auth = plain_auth(&mut c);
+    assert_eq!(auth.error_code, 0, "re-authentication");
+    c.request(12, &MetadataRequest::default().with_topics(None))
+        .unwrap();
+    // Past the session without re-authenticating: the next request closes the connection.
+    strata_tests::wait_for("the session to end", Duration::from_secs(5), || {
+        renewed.elapsed() > Duration::from_millis(1600)
+    });
+    c.send_request(12, &MetadataRequest::default().with_topics(None))
+        .unwrap();
+    assert!(
+        c.closed_within(Duration::from_secs(5)),
+        "served past its session"
+    );
+
+    // librdkafka re-authenticates on its own (KIP-368) and keeps consuming across sessions.
+    let cfg = client(
+        &broker,
+        "SASL_PLAINTEXT",
+        &[
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanisms", "SCRAM-SHA-256"),
+            ("sasl.username", "alice"),
+            ("sasl.password", PASSWORD),
+        ],
+    );
+    let topic = unique_topic("reauth");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let consumer: BaseConsumer = cfg
+        .clone()
+        .set("group.id", unique_topic("reauth"))
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let producer: ThreadedProducer<DefaultProducerContext> = cfg.create().expect("producer");
+    let started = std::time::Instant::now();
+    let mut seen = 0;
+    let mut sent = 0;
+    while started.elapsed() < Duration::from_secs(6) || seen < sent {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{seen} of {sent}"
+        );
+        if started.elapsed() < Duration::from_secs(6) && sent <= seen {
+            let value = format!("v{sent}");
+            producer
+                .send(BaseRecord::<str, str>::to(&topic).payload(&value))
+                .map_err(|(e, _)| e)
+                .unwrap();
+            sent += 1;
+        }
+        if let Some(Ok(_)) = consumer.poll(Duration::from_millis(100)) {
+            seen += 1;
+        }
+    }
+    let count = counter(&broker, "strata_sasl_authentications_total{listener=\"SASL_PLAINTEXT\",mechanism=\"SCRAM-SHA-256\",result=\"ok\"}");
+    // Sessions of 1.5 s over 6 s of fetching: each of the two clients authenticated several
+    // times, and never by being cut off (the one connection closed is the raw one above).
+    assert!(
+        count >= 6.0,
+        "{count} authentications: the clients did not re-authenticate"
+    );
+    let closed = counter(
+        &broker,
+        "strata_closed_connections_total{reason=\"unauthenticated\"}",
+    );
+    assert_eq!(
+        closed, 1.0,
+        "librdkafka was cut off instead of re-authenticating"
+    );
 }

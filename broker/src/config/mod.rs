@@ -28,8 +28,18 @@ pub struct BrokerConfig {
     pub listener_security_protocol_map: Option<String>,
     /// The listener other brokers connect to (default: the first).
     pub inter_broker_listener_name: Option<String>,
-    /// Mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
+    /// Mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.
     pub sasl_enabled_mechanisms: String,
+    /// OAUTHBEARER: the JSON Web Key Set tokens are verified with (`file:///path`, a path, or
+    /// `https://...`), re-read every `sasl_oauthbearer_jwks_endpoint_refresh_ms`; the issuer
+    /// and audiences tokens must name (unset: any), the claim naming the principal, and the
+    /// clock skew allowed on `exp`/`nbf`.
+    pub sasl_oauthbearer_jwks_endpoint_url: Option<String>,
+    pub sasl_oauthbearer_jwks_endpoint_refresh_ms: u64,
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    pub sasl_oauthbearer_expected_audience: Option<String>,
+    pub sasl_oauthbearer_sub_claim_name: String,
+    pub sasl_oauthbearer_clock_skew_seconds: i64,
     /// PLAIN's users, `user:password` per line (development); unset, PLAIN checks the
     /// password against the user's SCRAM credentials.
     pub sasl_plain_users_file: Option<PathBuf>,
@@ -201,6 +211,12 @@ impl Default for BrokerConfig {
             inter_broker_listener_name: None,
             sasl_enabled_mechanisms: "SCRAM-SHA-256,SCRAM-SHA-512".into(),
             sasl_plain_users_file: None,
+            sasl_oauthbearer_jwks_endpoint_url: None,
+            sasl_oauthbearer_jwks_endpoint_refresh_ms: 3_600_000,
+            sasl_oauthbearer_expected_issuer: None,
+            sasl_oauthbearer_expected_audience: None,
+            sasl_oauthbearer_sub_claim_name: "sub".into(),
+            sasl_oauthbearer_clock_skew_seconds: 30,
             connections_max_reauth_ms: 0,
             ssl_certificate_location: None,
             ssl_key_location: None,
@@ -310,6 +326,9 @@ const OPTIONAL_STRINGS: &[&str] = &[
     "listener_security_protocol_map",
     "inter_broker_listener_name",
     "sasl_plain_users_file",
+    "sasl_oauthbearer_jwks_endpoint_url",
+    "sasl_oauthbearer_expected_issuer",
+    "sasl_oauthbearer_expected_audience",
     "ssl_certificate_location",
     "ssl_key_location",
     "ssl_ca_location",
@@ -383,6 +402,13 @@ impl BrokerConfig {
         {
             return Err(ConfigError::Invalid(
                 "a TLS listener (SSL, SASL_SSL) needs ssl_certificate_location and ssl_key_location".into(),
+            ));
+        }
+        if self.sasl_oauthbearer_jwks_endpoint_refresh_ms == 0
+            || self.sasl_oauthbearer_clock_skew_seconds < 0
+        {
+            return Err(ConfigError::Invalid(
+                "sasl_oauthbearer_jwks_endpoint_refresh_ms must be ≥ 1 and sasl_oauthbearer_clock_skew_seconds ≥ 0".into(),
             ));
         }
         if !["none", "requested", "required"].contains(&self.ssl_client_auth.as_str()) {

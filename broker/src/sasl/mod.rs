@@ -1,7 +1,8 @@
-//! SASL mechanisms, both sides, with no I/O: PLAIN (RFC 4616) and SCRAM-SHA-256/512
-//! (RFC 5802). The broker's security subsystem drives the server side per connection; the
+//! SASL mechanisms, both sides, with no I/O: PLAIN (RFC 4616), SCRAM-SHA-256/512
+//! (RFC 5802) and OAUTHBEARER with JWTs (RFC 7628, RFC 7519). The broker's security subsystem drives the server side per connection; the
 //! broker's own client (`protocol::client`) and the CLI drive the client side.
 
+pub mod oauthbearer;
 pub mod plain;
 pub mod scram;
 

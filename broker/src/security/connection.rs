@@ -147,6 +147,8 @@ impl Connection {
         token: &[u8],
         now: Instant,
     ) -> Result<AuthStep, Refusal> {
+        // When the credential itself expires (an OAUTHBEARER token's `exp`), in seconds.
+        let mut credential_expires_s = None;
         let (mechanism, outcome) = match std::mem::replace(&mut self.exchange, Exchange::Idle) {
             Exchange::Idle => {
                 return Err(self.refuse(
@@ -168,6 +170,16 @@ impl Connection {
                     }
                 });
                 (Mechanism::Plain, outcome)
+            }
+            Exchange::Handshaken(Mechanism::OAuthBearer) => {
+                let outcome = security.check_oauth(token).map(|v| {
+                    credential_expires_s = Some(v.expires_s);
+                    scram::Step::Done {
+                        user: v.subject,
+                        response: Vec::new(),
+                    }
+                });
+                (Mechanism::OAuthBearer, outcome)
             }
             Exchange::Handshaken(Mechanism::Scram(m)) => {
                 let mut server = Box::new(scram::Server::new(m));
@@ -200,10 +212,19 @@ impl Connection {
                     .authentication(&self.listener, name, "ok");
                 tracing::info!(principal = %principal, mechanism = name, peer = %self.peer, listener = %self.listener, "authenticated");
                 self.principal = Some(principal);
-                self.expires = security.reauth.map(|d| now + d);
+                // KIP-368: with re-authentication on, a session ends at the earlier of
+                // connections_max_reauth_ms and the credential's own expiry.
+                let lifetime = security.reauth.map(|d| match credential_expires_s {
+                    Some(exp) => {
+                        let left_ms = (exp * 1000 - security.node.clock.now_ms()).max(1);
+                        d.min(std::time::Duration::from_millis(left_ms as u64))
+                    }
+                    None => d,
+                });
+                self.expires = lifetime.map(|d| now + d);
                 Ok(AuthStep::Done {
                     response,
-                    session_lifetime_ms: security.reauth.map_or(0, |d| d.as_millis() as i64),
+                    session_lifetime_ms: lifetime.map_or(0, |d| d.as_millis() as i64),
                 })
             }
             Err(e) => {

@@ -13,6 +13,7 @@
 //!   credential change applies to the next authentication on every broker.
 
 pub mod connection;
+mod jwks;
 mod metrics;
 pub mod principal;
 
@@ -24,7 +25,7 @@ use std::time::Duration;
 use crate::config::listeners::SecurityProtocol;
 use crate::config::BrokerConfig;
 use crate::node::Node;
-use crate::sasl::scram;
+use crate::sasl::{oauthbearer, scram, SaslError};
 use crate::tls::{ClientAuth, ReloadingServer, TlsError, TlsFiles};
 
 pub use connection::Connection;
@@ -47,12 +48,14 @@ pub enum SecurityError {
 pub enum Mechanism {
     Plain,
     Scram(scram::Mechanism),
+    OAuthBearer,
 }
 
 impl Mechanism {
     pub fn from_name(name: &str) -> Option<Mechanism> {
         match name {
             "PLAIN" => Some(Mechanism::Plain),
+            "OAUTHBEARER" => Some(Mechanism::OAuthBearer),
             other => scram::Mechanism::from_name(other).map(Mechanism::Scram),
         }
     }
@@ -61,6 +64,7 @@ impl Mechanism {
         match self {
             Mechanism::Plain => "PLAIN",
             Mechanism::Scram(m) => m.name(),
+            Mechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 }
@@ -102,12 +106,15 @@ pub struct Security {
     reauth: Option<Duration>,
     /// `ssl_principal_mapping_rules`: client certificate subject → principal name.
     principal_rules: principal::MappingRules,
+    /// OAUTHBEARER: the keys tokens are signed with, and what their claims must say.
+    oauth: Option<(Arc<jwks::Jwks>, oauthbearer::Expectations)>,
     metrics: SecurityMetrics,
 }
 
 impl Security {
-    /// Reads the TLS material and SASL settings the configured listeners need.
-    pub fn new(node: Arc<Node>) -> Result<Arc<Security>, SecurityError> {
+    /// Reads the TLS material, the OAUTHBEARER key set and the SASL settings the configured
+    /// listeners need.
+    pub async fn new(node: Arc<Node>) -> Result<Arc<Security>, SecurityError> {
         let cfg = &node.config;
         let (listeners, _) = cfg
             .listeners()
@@ -122,6 +129,31 @@ impl Security {
             Some(path) => Some(read_plain_users(path)?),
             None => None,
         };
+        let oauth = if mechanisms.contains(&Mechanism::OAuthBearer) {
+            let url = cfg
+                .sasl_oauthbearer_jwks_endpoint_url
+                .as_deref()
+                .ok_or_else(|| {
+                    SecurityError::Config(
+                        "OAUTHBEARER needs sasl_oauthbearer_jwks_endpoint_url (a JWKS file or URL)"
+                            .into(),
+                    )
+                })?;
+            let keys = jwks::Jwks::load(url)
+                .await
+                .map_err(|e| SecurityError::Config(format!("OAUTHBEARER key set {e}")))?;
+            let expect = oauthbearer::Expectations {
+                issuer: cfg.sasl_oauthbearer_expected_issuer.clone(),
+                audience: (cfg.sasl_oauthbearer_expected_audience.as_deref())
+                    .map(|a| a.split(',').map(|s| s.trim().to_string()).collect())
+                    .unwrap_or_default(),
+                subject_claim: cfg.sasl_oauthbearer_sub_claim_name.clone(),
+                clock_skew_s: cfg.sasl_oauthbearer_clock_skew_seconds,
+            };
+            Some((Arc::new(keys), expect))
+        } else {
+            None
+        };
         let principal_rules = principal::MappingRules::parse(&cfg.ssl_principal_mapping_rules)
             .map_err(|e| SecurityError::Config(format!("ssl_principal_mapping_rules: {e}")))?;
         let metrics = SecurityMetrics::default();
@@ -133,6 +165,7 @@ impl Security {
             reauth: (cfg.connections_max_reauth_ms > 0)
                 .then(|| Duration::from_millis(cfg.connections_max_reauth_ms)),
             principal_rules,
+            oauth,
             metrics,
             node,
         }))
@@ -170,6 +203,40 @@ impl Security {
                 Err(e) => tracing::error!(error = %e, "TLS reload task failed"),
             }
         }
+    }
+
+    /// Refreshes the OAUTHBEARER key set every `sasl_oauthbearer_jwks_endpoint_refresh_ms`
+    /// until shutdown (nothing to do without OAUTHBEARER).
+    pub async fn refresh_jwks(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let Some((jwks, _)) = self.oauth.clone() else {
+            return;
+        };
+        let every =
+            Duration::from_millis(self.node.config.sasl_oauthbearer_jwks_endpoint_refresh_ms);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            match jwks.refresh().await {
+                Ok(keys) => tracing::debug!(keys, "OAUTHBEARER key set refreshed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot refresh the OAUTHBEARER key set; keeping the keys in use")
+                }
+            }
+        }
+    }
+
+    /// OAUTHBEARER: the token of a client's message, validated now.
+    fn check_oauth(&self, msg: &[u8]) -> Result<oauthbearer::Validated, SaslError> {
+        let now_s = self.node.clock.now_ms().div_euclid(1000);
+        let (jwks, expect) = self
+            .oauth
+            .as_ref()
+            .ok_or(SaslError::Failed("OAUTHBEARER is not configured"))?;
+        let token = oauthbearer::token(msg)?;
+        oauthbearer::validate(token, &jwks.keys(), expect, now_s)
     }
 
     /// The principal of a client certificate (mTLS on an SSL listener): its subject, mapped by
@@ -249,7 +316,7 @@ fn sasl_mechanisms(cfg: &BrokerConfig) -> Result<Vec<Mechanism>, SecurityError> 
         .map(|name| {
             Mechanism::from_name(name).ok_or_else(|| {
                 SecurityError::Config(format!(
-                    "sasl_enabled_mechanisms: {name} is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                    "sasl_enabled_mechanisms: {name} is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"
                 ))
             })
         })
