@@ -395,7 +395,18 @@ impl BrokerConfig {
             ));
         }
         self.voter_map()?;
-        let (listeners, _) = self.listeners()?;
+        let (listeners, inter_broker) = self.listeners()?;
+        // Replica fetches, transaction markers and KIP-890 checks go out on the inter-broker
+        // listener with the broker's own client, which does not yet present the credentials
+        // a secured listener would ask of it: refuse rather than fail to replicate.
+        if listeners
+            .iter()
+            .any(|l| l.name == inter_broker && l.protocol != listeners::SecurityProtocol::Plaintext)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "inter_broker_listener_name {inter_broker}: brokers do not speak TLS or SASL to each other yet; name a PLAINTEXT listener (on a private network)"
+            )));
+        }
         self.ssl_min_version()?;
         if listeners.iter().any(|l| l.protocol.tls())
             && (self.ssl_certificate_location.is_none() || self.ssl_key_location.is_none())
@@ -655,6 +666,29 @@ mod tests {
         let env = vec![("STRATA_LAG_WINDOW_MS".to_string(), "1000".to_string())];
         let err = BrokerConfig::load(None, env.into_iter()).unwrap_err();
         assert!(err.to_string().contains("lag_window_ms"), "{err}");
+    }
+
+    #[test]
+    fn the_inter_broker_listener_must_be_plaintext_for_now() {
+        let secured = |inter: &str| BrokerConfig {
+            listeners: Some("PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0".into()),
+            inter_broker_listener_name: Some(inter.into()),
+            ..BrokerConfig::default()
+        };
+        assert!(secured("PLAINTEXT").validate().is_ok());
+        let err = secured("SASL_PLAINTEXT").validate().unwrap_err();
+        assert!(
+            err.to_string().contains("inter_broker_listener_name"),
+            "{err}"
+        );
+        let first = BrokerConfig {
+            listeners: Some("SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0".into()),
+            ..BrokerConfig::default()
+        };
+        assert!(
+            first.validate().is_err(),
+            "the first listener is the default"
+        );
     }
 
     #[test]
