@@ -179,10 +179,13 @@ async fn accept(
         connections.spawn(async move {
             broker.node.metrics.connection_opened();
             let span = tracing::debug_span!("conn", %peer, listener = %conn.listener);
-            if let Err(e) = secure(stream, conn, &broker, budget, shutdown)
-                .instrument(span)
-                .await
-            {
+            let served = async {
+                let (reader, writer, conn) = open(stream, conn, &broker).await?;
+                connection(reader, writer, conn, &broker, budget, shutdown)
+                    .await
+                    .err()
+            };
+            if let Some(e) = served.instrument(span).await {
                 tracing::debug!(%peer, error = %e, "connection closed with error");
             }
             broker.node.metrics.connection_closed();
@@ -196,31 +199,22 @@ async fn accept(
     while connections.join_next().await.is_some() {}
 }
 
-/// The TLS handshake on a TLS listener (bounded by `socket_io_timeout_ms`), then the
-/// connection's requests.
-async fn secure(
+/// The connection's two halves: the socket's, or on a TLS listener the TLS stream's after
+/// the handshake (bounded by `socket_io_timeout_ms`, and for mTLS naming the principal).
+/// `None`: the handshake failed and the connection is over.
+async fn open(
     stream: TcpStream,
-    conn: Connection,
-    broker: &Arc<Broker>,
-    budget: RequestBudget,
-    shutdown: watch::Receiver<bool>,
-) -> Result<(), ConnError> {
+    mut conn: Connection,
+    broker: &Broker,
+) -> Option<(ReadHalf, WriteHalf, Connection)> {
     if !conn.protocol().tls() {
         let (reader, writer) = stream.into_split();
-        return connection(
-            Box::new(reader),
-            Box::new(writer),
-            conn,
-            broker,
-            budget,
-            shutdown,
-        )
-        .await;
+        return Some((Box::new(reader), Box::new(writer), conn));
     }
     let Some(acceptor) = broker.security.tls_acceptor(conn.protocol()) else {
         // Security::new loads TLS whenever a listener needs it; never fall back to plaintext.
         tracing::error!(listener = %conn.listener, "a TLS listener without a TLS configuration; closing the connection");
-        return Ok(());
+        return None;
     };
     let io_timeout = Duration::from_millis(broker.node.config.socket_io_timeout_ms);
     let metrics = broker.security.metrics();
@@ -231,16 +225,15 @@ async fn secure(
             // Info, as Kafka logs a failed authentication: a misconfigured client retrying
             // many times a second would otherwise flood the warnings.
             tracing::info!(peer = %conn.peer, listener = %conn.listener, error = %e, "TLS handshake failed");
-            return Ok(());
+            return None;
         }
         Err(_) => {
             metrics.tls_handshake(&conn.listener, "timed_out");
             tracing::info!(peer = %conn.peer, listener = %conn.listener, "TLS handshake timed out");
-            return Ok(());
+            return None;
         }
     };
     metrics.tls_handshake(&conn.listener, "ok");
-    let mut conn = conn;
     if conn.protocol() == SecurityProtocol::Ssl {
         // mTLS: a verified client certificate names the principal (SASL_SSL's comes from SASL).
         let certificate = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
@@ -250,20 +243,12 @@ async fn secure(
             Err(why) => {
                 metrics.authentication(&conn.listener, "SSL", "failed");
                 tracing::info!(peer = %conn.peer, listener = %conn.listener, "client certificate refused: {why}");
-                return Ok(());
+                return None;
             }
         }
     }
     let (reader, writer) = tokio::io::split(tls);
-    connection(
-        Box::new(reader),
-        Box::new(writer),
-        conn,
-        broker,
-        budget,
-        shutdown,
-    )
-    .await
+    Some((Box::new(reader), Box::new(writer), conn))
 }
 
 enum Incoming {

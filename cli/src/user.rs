@@ -112,18 +112,23 @@ fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
+/// A user's result: an error when the broker refused (its code and message).
+fn answered(user: &StrBytes, code: i16, message: Option<&StrBytes>) -> anyhow::Result<()> {
+    if code != 0 {
+        bail!(
+            "user {}: {} (error {code})",
+            user.as_str(),
+            message.map_or("", |m| m.as_str())
+        );
+    }
+    Ok(())
+}
+
 async fn alter(conn: &ConnectArgs, req: AlterUserScramCredentialsRequest) -> anyhow::Result<()> {
     let mut c = kafka::connect(conn).await?;
     let resp = c.call(0, &req).await.context("AlterUserScramCredentials")?;
     for r in &resp.results {
-        if r.error_code != 0 {
-            bail!(
-                "user {}: {} (error {})",
-                r.user.as_str(),
-                r.error_message.as_ref().map_or("", |m| m.as_str()),
-                r.error_code
-            );
-        }
+        answered(&r.user, r.error_code, r.error_message.as_ref())?;
     }
     Ok(())
 }
@@ -204,14 +209,7 @@ async fn described(
     }
     let mut out = Vec::new();
     for r in resp.results {
-        if r.error_code != 0 {
-            bail!(
-                "user {}: {} (error {})",
-                r.user.as_str(),
-                r.error_message.as_ref().map_or("", |m| m.as_str()),
-                r.error_code
-            );
-        }
+        answered(&r.user, r.error_code, r.error_message.as_ref())?;
         let ms = r
             .credential_infos
             .iter()

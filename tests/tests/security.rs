@@ -45,6 +45,23 @@ fn secured(certs: &Certs) -> BrokerOpts {
             .env("STRATA_SSL_CA_LOCATION", certs.ca_cert.display())
 }
 
+/// A broker started with `opts` whose user alice (password [`PASSWORD`], both SCRAM
+/// mechanisms) was created with `strata user create` through its PLAINTEXT listener.
+fn with_alice(opts: BrokerOpts) -> Broker {
+    let broker = Broker::start(opts);
+    let plaintext = broker.listener("PLAINTEXT").to_string();
+    strata(&[
+        "user",
+        "create",
+        "alice",
+        "--password",
+        PASSWORD,
+        "-b",
+        &plaintext,
+    ]);
+    broker
+}
+
 /// Runs the `strata` CLI; its stdout, or a panic with both outputs.
 fn strata(args: &[&str]) -> String {
     let out = std::process::Command::new(strata_bin())
@@ -120,17 +137,8 @@ fn produce_consume_commit(cfg: &ClientConfig, topic: &str, n: usize) {
 fn every_listener_and_mechanism_serves_produce_consume_and_a_group() {
     let dir = tempfile::tempdir().unwrap();
     let certs = Certs::generate(dir.path());
-    let broker = secured_broker(&certs);
+    let broker = with_alice(secured(&certs));
     let plaintext = broker.listener("PLAINTEXT").to_string();
-    strata(&[
-        "user",
-        "create",
-        "alice",
-        "--password",
-        PASSWORD,
-        "-b",
-        &plaintext,
-    ]);
     let listed = strata(&["user", "list", "-b", &plaintext]);
     assert!(
         listed.contains("alice\tSCRAM-SHA-256:8192,SCRAM-SHA-512:8192"),
@@ -266,17 +274,8 @@ fn assert_authentication_fails(cfg: &ClientConfig) {
 fn wrong_credentials_and_hostile_clients_are_refused_and_nobody_else_notices() {
     let dir = tempfile::tempdir().unwrap();
     let certs = Certs::generate(dir.path());
-    let broker = secured_broker(&certs);
+    let broker = with_alice(secured(&certs));
     let plaintext = broker.listener("PLAINTEXT").to_string();
-    strata(&[
-        "user",
-        "create",
-        "alice",
-        "--password",
-        PASSWORD,
-        "-b",
-        &plaintext,
-    ]);
     let sasl = broker.listener("SASL_PLAINTEXT").to_string();
 
     // A well-behaved client keeps a connection open through all of it.
@@ -665,17 +664,7 @@ fn base64_url(s: &str) -> String {
 fn a_sasl_session_ends_with_connections_max_reauth_ms_unless_the_client_reauthenticates() {
     let dir = tempfile::tempdir().unwrap();
     let certs = Certs::generate(dir.path());
-    let broker = Broker::start(secured(&certs).env("STRATA_CONNECTIONS_MAX_REAUTH_MS", "1500"));
-    let plaintext = broker.listener("PLAINTEXT").to_string();
-    strata(&[
-        "user",
-        "create",
-        "alice",
-        "--password",
-        PASSWORD,
-        "-b",
-        &plaintext,
-    ]);
+    let broker = with_alice(secured(&certs).env("STRATA_CONNECTIONS_MAX_REAUTH_MS", "1500"));
     let sasl = broker.listener("SASL_PLAINTEXT").to_string();
     let plain_auth = |c: &mut KafkaConn| {
         let hs = c
