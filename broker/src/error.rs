@@ -100,6 +100,7 @@ error_codes! {
     UnsupportedSaslMechanism = 33,
     IllegalSaslState = 34,
     TransactionalIdAuthorizationFailed = 53,
+    SecurityDisabled = 54,
     SaslAuthenticationFailed = 58,
     ListenerNotFound = 72,
     ResourceNotFound = 91,

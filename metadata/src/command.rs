@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::AclBinding;
+
 /// Identifier of a node (broker and/or controller) in the cluster.
 pub type NodeId = u64;
 
@@ -133,6 +135,12 @@ pub enum Command {
     },
     /// Removes a user's SCRAM credential for one mechanism.
     DeleteScramCredential { user: String, mechanism: String },
+    /// Adds ACLs (CreateAcls); all or none: one invalid binding refuses the command. Adding
+    /// one that exists changes nothing.
+    CreateAcls { acls: Vec<AclBinding> },
+    /// Removes these exact ACLs (DeleteAcls, after the broker resolved its filters); absent
+    /// ones are ignored.
+    DeleteAcls { acls: Vec<AclBinding> },
 }
 
 /// The outcome of applying one [`Command`] (or a raft-internal entry, which yields `Ok`).

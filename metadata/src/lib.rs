@@ -18,7 +18,8 @@
 //! | `command` | [`Command`] and [`CommandResult`]: the raft payload and its response |
 //! | `state` | [`ClusterState`] and its pure, deterministic [`ClusterState::apply`] |
 //! | `leadership` | broker registration and fencing, and the leader elections they cause |
-//! | `security` | SCRAM credentials (KIP-554), stored as salted keys, never as passwords |
+//! | `security` | SCRAM credentials (KIP-554), stored as salted keys, never as passwords; ACLs |
+//! | `acl` | Kafka's ACL model: bindings, their wire numbers, the filters that select them |
 //! | `reassignment` | moving a partition's replicas (KIP-455): start, complete when in sync, cancel |
 //! | `controller` | broker liveness on the leader: heartbeats, session expiry |
 //! | `types` | the openraft type configuration ([`TypeConfig`]) |
@@ -43,6 +44,7 @@
 //! At open, the latest snapshot is loaded and raft re-applies the log after it; a torn log tail
 //! left by a crash is cut off first.
 
+pub mod acl;
 mod command;
 mod controller;
 mod error;

@@ -1,5 +1,5 @@
 //! Applying the security commands to the replicated state ([`crate::state::SecurityState`]):
-//! SCRAM credentials (KIP-554).
+//! SCRAM credentials (KIP-554) and ACLs ([`crate::acl`]).
 //!
 //! Invariants:
 //! - No secret is stored: a SCRAM credential is the salt, the iteration count and the two
@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use crate::acl::AclBinding;
 use crate::command::{CommandResult, ScramCredential};
 use crate::state::ClusterState;
 
@@ -47,6 +48,28 @@ impl ClusterState {
             mechanisms.remove(mechanism);
             if mechanisms.is_empty() {
                 security.scram.remove(user);
+            }
+        }
+        CommandResult::Ok
+    }
+
+    pub(crate) fn create_acls(&mut self, acls: &[AclBinding]) -> CommandResult {
+        if let Some(why) = acls.iter().find_map(AclBinding::invalid) {
+            return CommandResult::InvalidRequest(why);
+        }
+        if acls.iter().all(|a| self.security.acls.contains(a)) {
+            return CommandResult::Ok;
+        }
+        let security = Arc::make_mut(&mut self.security);
+        security.acls.extend(acls.iter().cloned());
+        CommandResult::Ok
+    }
+
+    pub(crate) fn delete_acls(&mut self, acls: &[AclBinding]) -> CommandResult {
+        if acls.iter().any(|a| self.security.acls.contains(a)) {
+            let security = Arc::make_mut(&mut self.security);
+            for acl in acls {
+                security.acls.remove(acl);
             }
         }
         CommandResult::Ok
@@ -124,5 +147,50 @@ mod tests {
             state.apply(&upsert("", "SCRAM-SHA-256", 1)),
             CommandResult::InvalidRequest(_)
         ));
+    }
+
+    #[test]
+    fn acls_are_created_all_or_none_and_deleted_exactly() {
+        use crate::acl::{AclOperation, PatternType, Permission, ResourceType};
+        let acl = |name: &str| AclBinding {
+            resource_type: ResourceType::Topic,
+            resource_name: name.into(),
+            pattern_type: PatternType::Literal,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: AclOperation::Write,
+            permission: Permission::Allow,
+        };
+        let mut state = ClusterState::default();
+        let create = |acls: Vec<AclBinding>| Command::CreateAcls { acls };
+        assert_eq!(
+            state.apply(&create(vec![acl("a"), acl("b")])),
+            CommandResult::Ok
+        );
+        let kept = state.security.clone();
+        assert_eq!(state.apply(&create(vec![acl("a")])), CommandResult::Ok);
+        assert!(
+            Arc::ptr_eq(&kept, &state.security),
+            "a repeat copies nothing"
+        );
+        assert!(matches!(
+            state.apply(&create(vec![acl("c"), acl("")])),
+            CommandResult::InvalidRequest(_)
+        ));
+        assert_eq!(
+            state.security.acls.len(),
+            2,
+            "none of a refused command is added"
+        );
+        assert_eq!(
+            state.apply(&Command::DeleteAcls {
+                acls: vec![acl("a"), acl("zz")]
+            }),
+            CommandResult::Ok
+        );
+        assert_eq!(
+            state.security.acls.iter().collect::<Vec<_>>(),
+            vec![&acl("b")]
+        );
     }
 }

@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::AclBinding;
 use crate::command::{Command, CommandResult, Endpoint, NodeId, ScramCredential};
 
 /// The first producer id handed out by a fresh cluster. Ids below it are never allocated, which
@@ -128,11 +129,14 @@ pub struct BrokerInfo {
     pub fenced: bool,
 }
 
-/// Credentials by user, then by mechanism name (`SCRAM-SHA-256`, `SCRAM-SHA-512`); changed by
-/// [`crate::security`].
+/// Who may do what, changed by [`crate::security`].
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct SecurityState {
+    /// Credentials by user, then by mechanism name (`SCRAM-SHA-256`, `SCRAM-SHA-512`).
     pub scram: BTreeMap<String, BTreeMap<String, ScramCredential>>,
+    /// Every ACL, in one order on every node.
+    #[serde(default)]
+    pub acls: BTreeSet<AclBinding>,
 }
 
 impl BrokerInfo {
@@ -413,6 +417,8 @@ impl ClusterState {
             Command::DeleteScramCredential { user, mechanism } => {
                 self.delete_scram(user, mechanism)
             }
+            Command::CreateAcls { acls } => self.create_acls(acls),
+            Command::DeleteAcls { acls } => self.delete_acls(acls),
         }
     }
 

@@ -58,6 +58,14 @@ pub struct BrokerConfig {
     pub ssl_principal_mapping_rules: String,
     /// TLS versions spoken: `TLSv1.2,TLSv1.3` or `TLSv1.3` (1.3 is preferred when both are).
     pub ssl_enabled_protocols: String,
+    /// ACLs decide what each principal may do (Kafka's `authorizer.class.name` set); off,
+    /// every authenticated principal may do everything.
+    pub authorizer_enable: bool,
+    /// Principals allowed everything whatever the ACLs say, `User:a;User:b` as Kafka lists them.
+    pub super_users: String,
+    /// With the authorizer on: a resource no ACL names is open to everyone (true) or to super
+    /// users only (false, Kafka's default).
+    pub allow_everyone_if_no_acl_found: bool,
     pub admin_addr: SocketAddr,
     /// Listener for the other nodes of the cluster: the metadata quorum's raft port.
     pub raft_addr: SocketAddr,
@@ -218,6 +226,9 @@ impl Default for BrokerConfig {
             sasl_oauthbearer_sub_claim_name: "sub".into(),
             sasl_oauthbearer_clock_skew_seconds: 30,
             connections_max_reauth_ms: 0,
+            authorizer_enable: false,
+            super_users: String::new(),
+            allow_everyone_if_no_acl_found: false,
             ssl_certificate_location: None,
             ssl_key_location: None,
             ssl_ca_location: None,

@@ -3,12 +3,28 @@ use std::sync::Arc;
 use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
 
 use crate::broker::Broker;
+use crate::error::ErrorCode;
 use crate::group::{store, validate_group_id};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 /// The group's `__consumer_offsets` partition joins the transaction, so its marker makes the
 /// offsets the producer commits there (TxnOffsetCommit) visible or drops them.
-pub async fn handle(broker: &Arc<Broker>, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse {
+/// Needs WRITE on the transactional id and READ on the group.
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: AddOffsetsToTxnRequest,
+    access: &Access,
+) -> AddOffsetsToTxnResponse {
     let group = req.group_id.0.as_str();
+    if !access.transactional_id(AclOperation::Write, &req.transactional_id) {
+        return AddOffsetsToTxnResponse::default()
+            .with_error_code(ErrorCode::TransactionalIdAuthorizationFailed.code());
+    }
+    if !access.group(AclOperation::Read, group) {
+        return AddOffsetsToTxnResponse::default()
+            .with_error_code(ErrorCode::GroupAuthorizationFailed.code());
+    }
     let result = async {
         validate_group_id(group)?;
         broker.groups.ensure_offsets_topic().await?;

@@ -8,6 +8,8 @@ use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResp
 
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 /// The partitions of a request, as `(topic, partition)`.
 fn partitions(topics: &[AddPartitionsToTxnTopic]) -> Vec<(String, i32)> {
@@ -22,15 +24,37 @@ fn partitions(topics: &[AddPartitionsToTxnTopic]) -> Vec<(String, i32)> {
 
 /// Each partition's outcome for one transaction: a producer's request (the partitions join
 /// its transaction; if one does not exist, none do and the others are OPERATION_NOT_ATTEMPTED)
-/// or a partition leader's verify-only check (KIP-890).
+/// or a partition leader's verify-only check (KIP-890). A producer needs WRITE on the
+/// transactional id and on every topic; one refused topic fails the request (the others
+/// are OPERATION_NOT_ATTEMPTED).
 async fn one(
     broker: &Broker,
+    access: &Access,
     id: &str,
     producer_id: i64,
     producer_epoch: i16,
     verify_only: bool,
     wanted: &[(String, i32)],
 ) -> Vec<ErrorCode> {
+    if !verify_only {
+        if !access.transactional_id(AclOperation::Write, id) {
+            return vec![ErrorCode::TransactionalIdAuthorizationFailed; wanted.len()];
+        }
+        let refused: Vec<bool> = (wanted.iter())
+            .map(|(t, _)| !access.topic(AclOperation::Write, t))
+            .collect();
+        if refused.contains(&true) {
+            return (refused.into_iter())
+                .map(|r| {
+                    if r {
+                        ErrorCode::TopicAuthorizationFailed
+                    } else {
+                        ErrorCode::OperationNotAttempted
+                    }
+                })
+                .collect();
+        }
+    }
     if verify_only {
         return match broker
             .txn
@@ -99,11 +123,13 @@ pub async fn handle(
     broker: &Arc<Broker>,
     req: AddPartitionsToTxnRequest,
     version: i16,
+    access: &Access,
 ) -> AddPartitionsToTxnResponse {
     if version <= 3 {
         let wanted = partitions(&req.v3_and_below_topics);
         let codes = one(
             broker,
+            access,
             req.v3_and_below_transactional_id.0.as_str(),
             req.v3_and_below_producer_id.0,
             req.v3_and_below_producer_epoch,
@@ -114,11 +140,17 @@ pub async fn handle(
         return AddPartitionsToTxnResponse::default()
             .with_results_by_topic_v3_and_below(results(&req.v3_and_below_topics, codes));
     }
+    // v4+ is the brokers' batched form (KIP-890).
+    if !access.cluster(AclOperation::ClusterAction) {
+        return AddPartitionsToTxnResponse::default()
+            .with_error_code(ErrorCode::ClusterAuthorizationFailed.code());
+    }
     let mut out = Vec::with_capacity(req.transactions.len());
     for t in &req.transactions {
         let wanted = partitions(&t.topics);
         let codes = one(
             broker,
+            access,
             t.transactional_id.0.as_str(),
             t.producer_id.0,
             t.producer_epoch,

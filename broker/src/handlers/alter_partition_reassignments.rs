@@ -18,12 +18,20 @@ use strata_metadata::Command;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 pub async fn handle(
     broker: &Arc<Broker>,
     req: AlterPartitionReassignmentsRequest,
     version: i16,
+    access: &Access,
 ) -> AlterPartitionReassignmentsResponse {
+    if !access.cluster(AclOperation::Alter) {
+        return AlterPartitionReassignmentsResponse::default()
+            .with_error_code(ErrorCode::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("ALTER on the cluster is not authorized")));
+    }
     // v0 has no flag: a replication factor change is allowed, as before KIP-860.
     let allow_rf_change = version == 0 || req.allow_replication_factor_change;
     let mut responses = Vec::with_capacity(req.topics.len());

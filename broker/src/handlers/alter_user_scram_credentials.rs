@@ -14,11 +14,15 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::sasl::scram;
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 pub async fn handle(
     broker: &Broker,
     req: AlterUserScramCredentialsRequest,
+    access: &Access,
 ) -> AlterUserScramCredentialsResponse {
+    let authorized = access.cluster(AclOperation::Alter);
     // One result per user, in the order users first appear; the first error of a user wins
     // and none of that user's changes is made.
     let mut users: BTreeMap<String, Result<Vec<Command>, ApiError>> = BTreeMap::new();
@@ -39,6 +43,9 @@ pub async fn handle(
         }
         let entry = users.entry(user.to_string()).or_insert(Ok(Vec::new()));
         let change = (|| {
+            if !authorized {
+                return Err(super::cluster_denied(AclOperation::Alter));
+            }
             if user.is_empty() {
                 return Err(ApiError::new(
                     ErrorCode::UnacceptableCredential,

@@ -5,10 +5,14 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 pub async fn handle(
     broker: &Arc<Broker>,
     req: CreatePartitionsRequest,
+    access: &Access,
 ) -> CreatePartitionsResponse {
     let mut results = Vec::with_capacity(req.topics.len());
     for t in req.topics {
@@ -17,10 +21,17 @@ pub async fn handle(
                 .map(|x| x.broker_ids.iter().map(|b| b.0 as u64).collect())
                 .collect()
         });
-        let outcome = broker
-            .node
-            .create_partitions(t.name.0.as_str(), t.count, assignments, req.validate_only)
-            .await;
+        let outcome = if access.topic(AclOperation::Alter, t.name.0.as_str()) {
+            broker
+                .node
+                .create_partitions(t.name.0.as_str(), t.count, assignments, req.validate_only)
+                .await
+        } else {
+            Err(ApiError::new(
+                ErrorCode::TopicAuthorizationFailed,
+                "ALTER on the topic is not authorized",
+            ))
+        };
         let r = CreatePartitionsTopicResult::default().with_name(t.name);
         results.push(match outcome {
             Ok(()) => r,

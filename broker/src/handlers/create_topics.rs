@@ -9,12 +9,14 @@ use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
 use crate::topic_config;
 
 pub async fn handle(
     broker: &Arc<Broker>,
     req: CreateTopicsRequest,
     version: i16,
+    access: &Access,
 ) -> CreateTopicsResponse {
     let mut results = Vec::with_capacity(req.topics.len());
     let mut seen = std::collections::HashSet::new();
@@ -54,6 +56,10 @@ pub async fn handle(
                 .collect()
         });
         let outcome = match bad {
+            _ if !access.creates_topic(&name) => Err(ApiError::new(
+                ErrorCode::TopicAuthorizationFailed,
+                "CREATE on the cluster or the topic is not authorized",
+            )),
             Some(e) => Err(e),
             None => {
                 broker

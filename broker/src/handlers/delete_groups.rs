@@ -4,11 +4,19 @@ use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
 use crate::broker::Broker;
+use crate::error::ErrorCode;
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
-pub async fn handle(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: DeleteGroupsRequest,
+    access: &Access,
+) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(req.groups_names.len());
     for id in req.groups_names {
         let code = match broker.groups.check(id.0.as_str()).await {
+            _ if !access.group(AclOperation::Delete, &id) => ErrorCode::GroupAuthorizationFailed,
             Err(e) => e.code,
             Ok(()) => broker.groups.delete(id.0.as_str()),
         };

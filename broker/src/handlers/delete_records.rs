@@ -7,15 +7,29 @@ use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 use strata_metadata::Command;
 
-pub async fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: DeleteRecordsRequest,
+    access: &Access,
+) -> DeleteRecordsResponse {
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.as_str().to_string();
+        let authorized = access.topic(AclOperation::Delete, &name);
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
             let r = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
+            if !authorized {
+                partitions.push(
+                    r.with_error_code(ErrorCode::TopicAuthorizationFailed.code())
+                        .with_low_watermark(-1),
+                );
+                continue;
+            }
             partitions.push(
                 match delete(broker, &name, p.partition_index, p.offset).await {
                     Ok(low) => r.with_low_watermark(low),

@@ -7,11 +7,14 @@ use strata_metadata::Command;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 pub async fn handle(
     broker: &Arc<Broker>,
     req: DeleteTopicsRequest,
     version: i16,
+    access: &Access,
 ) -> DeleteTopicsResponse {
     // v0–5 name topics in `topic_names`; v6+ in `topics`, by name or by id.
     let targets: Vec<(Option<TopicName>, uuid::Uuid)> = if version >= 6 {
@@ -32,7 +35,23 @@ pub async fn handle(
             Some(n) => state.topic(n.0.as_str()).cloned(),
             None => state.topic_by_id(&id).cloned(),
         };
+        // Refused before its existence is told: by name, whether or not it exists; by id,
+        // without its name.
+        let asked_name = name
+            .as_ref()
+            .map(|n| n.0.as_str())
+            .or(found.as_ref().map(|t| t.name.as_str()));
+        let denied = asked_name.is_some_and(|n| !access.topic(AclOperation::Delete, n));
+        let (name, found) = if denied && name.is_none() {
+            (None, None)
+        } else {
+            (name, found)
+        };
         let outcome = match &found {
+            _ if denied => Err(ApiError::new(
+                ErrorCode::TopicAuthorizationFailed,
+                "DELETE on the topic is not authorized",
+            )),
             None => Err(if name.is_some() {
                 ApiError::new(ErrorCode::UnknownTopicOrPartition, "unknown topic")
             } else {

@@ -5,13 +5,22 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::ErrorCode;
+use crate::security::Access;
+use strata_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 
 pub fn handle(
     broker: &Arc<Broker>,
-    _req: DescribeClusterRequest,
+    req: DescribeClusterRequest,
     _version: i16,
     listener: &str,
+    access: &Access,
 ) -> DescribeClusterResponse {
+    if !access.cluster(AclOperation::Describe) {
+        return DescribeClusterResponse::default()
+            .with_error_code(ErrorCode::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("DESCRIBE on the cluster is not authorized")));
+    }
     let state = broker.node.metadata.state();
     // Live brokers with this listener only (v2's include_fenced_brokers is not offered).
     let brokers = state
@@ -35,5 +44,9 @@ pub fn handle(
             broker.node.metadata.leader().map_or(-1, |l| l as i32),
         ))
         .with_brokers(brokers)
-        .with_cluster_authorized_operations(i32::MIN)
+        .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
+            access.operations(ResourceType::Cluster, CLUSTER_NAME)
+        } else {
+            i32::MIN
+        })
 }

@@ -8,7 +8,9 @@ use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
+use crate::security::Access;
 use crate::topic_config;
+use strata_metadata::acl::AclOperation;
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
@@ -97,6 +99,7 @@ pub fn handle(
     broker: &Arc<Broker>,
     req: DescribeConfigsRequest,
     version: i16,
+    access: &Access,
 ) -> DescribeConfigsResponse {
     let results = req
         .resources
@@ -129,6 +132,18 @@ pub fn handle(
                 }
                 e
             };
+            let denied = match r.resource_type {
+                RESOURCE_TOPIC => (!access.topic(AclOperation::DescribeConfigs, &r.resource_name))
+                    .then_some(ErrorCode::TopicAuthorizationFailed),
+                RESOURCE_BROKER => (!access.cluster(AclOperation::DescribeConfigs))
+                    .then_some(ErrorCode::ClusterAuthorizationFailed),
+                _ => None,
+            };
+            if let Some(code) = denied {
+                return result
+                    .with_error_code(code.code())
+                    .with_error_message(Some(str_bytes("DESCRIBE_CONFIGS is not authorized")));
+            }
             match r.resource_type {
                 RESOURCE_TOPIC => {
                     match broker.node.metadata.state().topic(r.resource_name.as_str()) {

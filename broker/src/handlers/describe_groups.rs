@@ -5,15 +5,26 @@ use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
+use strata_metadata::acl::{AclOperation, ResourceType};
 
 pub async fn handle(
     broker: &Arc<Broker>,
     req: DescribeGroupsRequest,
     version: i16,
+    access: &Access,
 ) -> DescribeGroupsResponse {
     let mut checks = Vec::with_capacity(req.groups.len());
     for id in &req.groups {
-        checks.push(broker.groups.check(id.0.as_str()).await);
+        checks.push(if access.group(AclOperation::Describe, id) {
+            broker.groups.check(id.0.as_str()).await
+        } else {
+            Err(ApiError::new(
+                ErrorCode::GroupAuthorizationFailed,
+                "DESCRIBE on the group is not authorized",
+            ))
+        });
     }
     let groups = req
         .groups
@@ -22,7 +33,11 @@ pub async fn handle(
         .map(|(id, checked)| {
             let g = DescribedGroup::default()
                 .with_group_id(id.clone())
-                .with_authorized_operations(i32::MIN);
+                .with_authorized_operations(if req.include_authorized_operations {
+                    access.operations(ResourceType::Group, &id)
+                } else {
+                    i32::MIN
+                });
             if let Err(e) = checked {
                 return g.with_error_code(e.code.code());
             }

@@ -13,8 +13,20 @@ use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, 
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::ErrorCode;
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
-pub fn handle(broker: &Arc<Broker>, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+/// Needs DESCRIBE on the cluster (refused: v3+ say so, earlier versions list nothing).
+pub fn handle(
+    broker: &Arc<Broker>,
+    req: DescribeLogDirsRequest,
+    access: &Access,
+) -> DescribeLogDirsResponse {
+    if !access.cluster(AclOperation::Describe) {
+        return DescribeLogDirsResponse::default()
+            .with_error_code(ErrorCode::ClusterAuthorizationFailed.code());
+    }
     let wanted: Option<BTreeMap<String, Vec<i32>>> = req.topics.map(|topics| {
         topics
             .into_iter()

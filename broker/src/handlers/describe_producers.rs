@@ -7,21 +7,38 @@ use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersRespon
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 /// KIP-664: the producers a partition leader knows, with the first offset of each one's open
 /// transaction (how an operator finds a hanging transaction).
-pub fn handle(broker: &Arc<Broker>, req: DescribeProducersRequest) -> DescribeProducersResponse {
+/// Needs READ on each topic.
+pub fn handle(
+    broker: &Arc<Broker>,
+    req: DescribeProducersRequest,
+    access: &Access,
+) -> DescribeProducersResponse {
     let topics = req
         .topics
         .into_iter()
         .map(|t| {
             let name = t.name.0.to_string();
+            let authorized = access.topic(AclOperation::Read, &name);
             let partitions = t
                 .partition_indexes
                 .iter()
                 .map(|&index| {
                     let r = PartitionResponse::default().with_partition_index(index);
-                    match broker.node.leader_partition(&name, index, -1) {
+                    let partition = if authorized {
+                        broker.node.leader_partition(&name, index, -1)
+                    } else {
+                        Err(ApiError::new(
+                            ErrorCode::TopicAuthorizationFailed,
+                            "READ on the topic is not authorized",
+                        ))
+                    };
+                    match partition {
                         Err(e) => r
                             .with_error_code(e.code.code())
                             .with_error_message(Some(str_bytes(e.message))),

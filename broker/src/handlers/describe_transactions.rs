@@ -8,16 +8,28 @@ use kafka_protocol::messages::{
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 /// KIP-664: the state of transactional ids this broker coordinates.
 pub async fn handle(
     broker: &Arc<Broker>,
     req: DescribeTransactionsRequest,
+    access: &Access,
 ) -> DescribeTransactionsResponse {
     let mut states = Vec::with_capacity(req.transactional_ids.len());
     for id in req.transactional_ids {
         let s = TransactionState::default().with_transactional_id(id.clone());
-        states.push(match broker.txn.describe(id.0.as_str()).await {
+        let described = if access.transactional_id(AclOperation::Describe, &id) {
+            broker.txn.describe(id.0.as_str()).await
+        } else {
+            Err(ApiError::new(
+                ErrorCode::TransactionalIdAuthorizationFailed,
+                "DESCRIBE on the transactional id is not authorized",
+            ))
+        };
+        states.push(match described {
             Err(e) => s
                 .with_error_code(e.code.code())
                 .with_producer_id(ProducerId(-1))

@@ -14,11 +14,19 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::sasl::scram;
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 pub fn handle(
     broker: &Broker,
     req: DescribeUserScramCredentialsRequest,
+    access: &Access,
 ) -> DescribeUserScramCredentialsResponse {
+    if !access.cluster(AclOperation::Describe) {
+        return DescribeUserScramCredentialsResponse::default()
+            .with_error_code(ErrorCode::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("DESCRIBE on the cluster is not authorized")));
+    }
     let state = broker.node.metadata.state();
     let scram_users = &state.security.scram;
     let describe = |user: &str| {

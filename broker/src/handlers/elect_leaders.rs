@@ -15,6 +15,8 @@ use strata_metadata::{ClusterState, Command, CommandResult};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 const PREFERRED: i8 = 0;
 const UNCLEAN: i8 = 1;
@@ -26,7 +28,12 @@ pub async fn handle(
     broker: &Arc<Broker>,
     req: ElectLeadersRequest,
     version: i16,
+    access: &Access,
 ) -> ElectLeadersResponse {
+    if !access.cluster(AclOperation::Alter) {
+        return ElectLeadersResponse::default()
+            .with_error_code(ErrorCode::ClusterAuthorizationFailed.code());
+    }
     // v0 has no type: preferred.
     let kind = if version == 0 {
         PREFERRED

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use indexmap::IndexMap;
 use kafka_protocol::messages::FetchRequest;
 use kafka_protocol::protocol::StrBytes;
+use strata_metadata::acl::AclOperation;
 use strata_metadata::ClusterState;
 use tokio::sync::Notify;
 
@@ -26,6 +27,7 @@ use crate::fetch_session::{Answer, Cached, Context, Session, TopicKey, View, Vis
 use crate::log::txn_index::AbortedTxn;
 use crate::partition::{Hosted, Offsets, Partition, Read};
 use crate::protocol::fetch_response::{self as wire, FetchResponse};
+use crate::security::Access;
 
 /// The partitions of one topic a fetch reads.
 struct Wanted {
@@ -49,7 +51,15 @@ struct WantedPartition {
     error: Option<ApiError>,
 }
 
-pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
+/// Consumers need READ on each topic; a follower (a broker id in the request) needs
+/// CLUSTER_ACTION on the cluster. A refused topic's partitions answer
+/// TOPIC_AUTHORIZATION_FAILED and the others are read as usual.
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: FetchRequest,
+    version: i16,
+    access: &Access,
+) -> FetchResponse {
     // A follower sets its broker id (v15+: in the replica state); consumers send -1.
     let replica_id = if version >= 15 {
         req.replica_state.replica_id.0
@@ -61,7 +71,7 @@ pub async fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Fe
         Ok(c) => c,
         Err(code) => return FetchResponse::error(code.code()),
     };
-    let resolver = Resolver::new(broker);
+    let resolver = Resolver::new(broker, access, replica.is_some());
     // A follower's incremental fetch reports to the leader's bookkeeping only the partitions
     // it names (their position moved); the others' positions are as reported before, and are
     // reported again once per quarter `replica_lag_time_max_ms`, so that a caught-up follower
@@ -296,14 +306,28 @@ struct Resolver<'a> {
     broker: &'a Arc<Broker>,
     state: Arc<ClusterState>,
     hosted: Arc<Hosted>,
+    access: &'a Access,
+    /// A follower's fetch: `Some(allowed)`, decided once for the request.
+    replica_allowed: Option<bool>,
 }
 
 impl<'a> Resolver<'a> {
-    fn new(broker: &'a Arc<Broker>) -> Resolver<'a> {
+    fn new(broker: &'a Arc<Broker>, access: &'a Access, replica: bool) -> Resolver<'a> {
         Resolver {
             broker,
             state: broker.node.metadata.state(),
             hosted: broker.node.partitions.hosted(),
+            access,
+            replica_allowed: replica.then(|| access.cluster(AclOperation::ClusterAction)),
+        }
+    }
+
+    /// Whether the fetch may read topic `name` (an unknown topic too: whether it exists is
+    /// told only to whoever may read it).
+    fn may_read(&self, name: &str) -> bool {
+        match self.replica_allowed {
+            Some(allowed) => allowed,
+            None => self.access.topic(AclOperation::Read, name),
         }
     }
 
@@ -329,9 +353,14 @@ impl<'a> Resolver<'a> {
         let slots = info
             .and_then(|i| self.hosted.topic(&i.name))
             .unwrap_or_default();
+        let authorized = matches!((&key, info), (TopicKey::Id(_), None)) || self.may_read(name);
         let partitions = asked
             .map(|(index, asked, named, place)| {
                 let result = match info {
+                    _ if !authorized => Err(ApiError::new(
+                        ErrorCode::TopicAuthorizationFailed,
+                        format!("reading {name} is not authorized"),
+                    )),
                     None => Err(ApiError::new(missing, format!("unknown {name}-{index}"))),
                     Some(i) => {
                         let at = usize::try_from(index).ok();

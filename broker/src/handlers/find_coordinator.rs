@@ -7,20 +7,36 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::{store, validate_group_id};
+use crate::security::Access;
 use crate::txn;
+use strata_metadata::acl::AclOperation;
 
 const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
 
 /// The leader of the key's coordinator partition: a group's `__consumer_offsets` partition,
 /// a transactional id's `__transaction_state` partition (each topic created on first use).
+/// Needs DESCRIBE on the group or transactional id.
 async fn locate(
     broker: &Broker,
     key: &str,
     key_type: i8,
     listener: &str,
+    access: &Access,
 ) -> Result<(i32, String, i32), ApiError> {
     let (topic, partition) = match key_type {
+        GROUP if !access.group(AclOperation::Describe, key) => {
+            return Err(ApiError::new(
+                ErrorCode::GroupAuthorizationFailed,
+                "DESCRIBE on the group is not authorized",
+            ))
+        }
+        TRANSACTION if !access.transactional_id(AclOperation::Describe, key) => {
+            return Err(ApiError::new(
+                ErrorCode::TransactionalIdAuthorizationFailed,
+                "DESCRIBE on the transactional id is not authorized",
+            ))
+        }
         GROUP => {
             validate_group_id(key)?;
             broker.groups.ensure_offsets_topic().await?;
@@ -68,13 +84,14 @@ pub async fn handle(
     req: FindCoordinatorRequest,
     version: i16,
     listener: &str,
+    access: &Access,
 ) -> FindCoordinatorResponse {
     if version >= 4 {
         let mut coordinators = Vec::with_capacity(req.coordinator_keys.len());
         for key in &req.coordinator_keys {
             let c = Coordinator::default().with_key(key.clone());
             coordinators.push(
-                match locate(broker, key.as_str(), req.key_type, listener).await {
+                match locate(broker, key.as_str(), req.key_type, listener, access).await {
                     Ok((id, host, port)) => c
                         .with_node_id(BrokerId(id))
                         .with_host(str_bytes(host))
@@ -89,7 +106,7 @@ pub async fn handle(
         }
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    match locate(broker, req.key.as_str(), req.key_type, listener).await {
+    match locate(broker, req.key.as_str(), req.key_type, listener, access).await {
         Ok((id, host, port)) => FindCoordinatorResponse::default()
             .with_node_id(BrokerId(id))
             .with_host(str_bytes(host))

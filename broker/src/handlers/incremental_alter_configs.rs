@@ -9,7 +9,9 @@ use super::describe_configs::RESOURCE_TOPIC;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
 use crate::topic_config;
+use strata_metadata::acl::AclOperation;
 
 const SET: i8 = 0;
 const DELETE: i8 = 1;
@@ -17,18 +19,30 @@ const DELETE: i8 = 1;
 pub async fn handle(
     broker: &Arc<Broker>,
     req: IncrementalAlterConfigsRequest,
+    access: &Access,
 ) -> IncrementalAlterConfigsResponse {
     let mut responses = Vec::with_capacity(req.resources.len());
     for r in req.resources {
         let name = r.resource_name.as_str().to_string();
-        let outcome = alter(
-            broker,
-            r.resource_type,
-            &name,
-            &r.configs,
-            req.validate_only,
-        )
-        .await;
+        let denied = match r.resource_type {
+            RESOURCE_TOPIC => (!access.topic(AclOperation::AlterConfigs, &name))
+                .then_some(ErrorCode::TopicAuthorizationFailed),
+            _ => (!access.cluster(AclOperation::AlterConfigs))
+                .then_some(ErrorCode::ClusterAuthorizationFailed),
+        };
+        let outcome = match denied {
+            Some(code) => Err(ApiError::new(code, "ALTER_CONFIGS is not authorized")),
+            None => {
+                alter(
+                    broker,
+                    r.resource_type,
+                    &name,
+                    &r.configs,
+                    req.validate_only,
+                )
+                .await
+            }
+        };
         let resp = AlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name);

@@ -9,6 +9,8 @@ use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::group::state::{JoinRequest, JoinResult, Reply};
 use crate::group::validate_group_id;
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 /// Kafka's `group.min.session.timeout.ms` / `group.max.session.timeout.ms`.
 const MIN_SESSION: i32 = 1_000;
@@ -48,6 +50,7 @@ pub async fn handle(
     version: i16,
     client_id: &str,
     client_host: &str,
+    access: &Access,
 ) -> JoinGroupResponse {
     let group_id = req.group_id.0.as_str().to_string();
     let fail = |code: ErrorCode| {
@@ -64,6 +67,9 @@ pub async fn handle(
             version,
         )
     };
+    if !access.group(AclOperation::Read, &group_id) {
+        return fail(ErrorCode::GroupAuthorizationFailed);
+    }
     if let Err(e) = validate_group_id(&group_id) {
         return fail(e.code);
     }

@@ -4,13 +4,21 @@ use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
 use crate::broker::Broker;
+use crate::error::ErrorCode;
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 pub async fn handle(
     broker: &Arc<Broker>,
     req: LeaveGroupRequest,
     version: i16,
+    access: &Access,
 ) -> LeaveGroupResponse {
     let group = req.group_id.0.as_str();
+    if !access.group(AclOperation::Read, group) {
+        return LeaveGroupResponse::default()
+            .with_error_code(ErrorCode::GroupAuthorizationFailed.code());
+    }
     if let Err(e) = broker.groups.check(group).await {
         return LeaveGroupResponse::default().with_error_code(e.code.code());
     }

@@ -5,12 +5,22 @@ use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::security::Access;
+use strata_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 
-pub fn handle(broker: &Arc<Broker>, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+/// The groups the caller may describe (all of them with DESCRIBE on the cluster).
+pub fn handle(
+    broker: &Arc<Broker>,
+    req: ListGroupsRequest,
+    version: i16,
+    access: &Access,
+) -> ListGroupsResponse {
+    let all = access.sees(AclOperation::Describe, ResourceType::Cluster, CLUSTER_NAME);
     let groups = broker
         .groups
         .list()
         .into_iter()
+        .filter(|(id, _, _)| all || access.sees(AclOperation::Describe, ResourceType::Group, id))
         .filter(|(_, _, state)| {
             req.states_filter.is_empty()
                 || req

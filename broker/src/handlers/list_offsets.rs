@@ -8,7 +8,9 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::partition::TimeLookup;
+use crate::security::Access;
 use crate::tier::read::RemoteSource;
+use strata_metadata::acl::AclOperation;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -22,16 +24,26 @@ pub async fn handle(
     broker: &Arc<Broker>,
     req: ListOffsetsRequest,
     version: i16,
+    access: &Access,
 ) -> ListOffsetsResponse {
     // read_committed consumers (v2+) see up to the last stable offset.
     let committed = req.isolation_level == 1;
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.as_str().to_string();
+        let authorized = access.topic(AclOperation::Describe, &name);
         let mut partitions = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
             let resp =
                 ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+            if !authorized {
+                partitions.push(
+                    resp.with_error_code(ErrorCode::TopicAuthorizationFailed.code())
+                        .with_offset(-1)
+                        .with_timestamp(-1),
+                );
+                continue;
+            }
             partitions.push(
                 match lookup(
                     broker,

@@ -15,11 +15,20 @@ use strata_metadata::{NodeId, PartitionInfo};
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::ErrorCode;
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 pub fn handle(
     broker: &Arc<Broker>,
     req: ListPartitionReassignmentsRequest,
+    access: &Access,
 ) -> ListPartitionReassignmentsResponse {
+    if !access.cluster(AclOperation::Describe) {
+        return ListPartitionReassignmentsResponse::default()
+            .with_error_code(ErrorCode::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("DESCRIBE on the cluster is not authorized")));
+    }
     let state = broker.node.metadata.state();
     let mut topics = Vec::new();
     let mut add = |name: &str, partitions: Vec<OngoingPartitionReassignment>| {

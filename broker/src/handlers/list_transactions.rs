@@ -7,7 +7,9 @@ use kafka_protocol::messages::{
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::security::Access;
 use crate::txn::state::TxnState;
+use strata_metadata::acl::{AclOperation, ResourceType};
 
 const STATES: [TxnState; 7] = [
     TxnState::Empty,
@@ -25,6 +27,7 @@ pub fn handle(
     broker: &Arc<Broker>,
     req: ListTransactionsRequest,
     version: i16,
+    access: &Access,
 ) -> ListTransactionsResponse {
     let unknown: Vec<_> = (req.state_filters.iter())
         .filter(|f| !STATES.iter().any(|s| s.name() == f.as_str()))
@@ -40,6 +43,13 @@ pub fn handle(
     views.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
     let states = views
         .into_iter()
+        .filter(|v| {
+            access.sees(
+                AclOperation::Describe,
+                ResourceType::TransactionalId,
+                &v.transactional_id,
+            )
+        })
         .filter(|v| {
             let m = &v.metadata;
             (req.state_filters.is_empty()

@@ -4,11 +4,13 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use strata_metadata::acl::{AclOperation, ResourceType};
 use strata_metadata::{ClusterState, TopicInfo};
 
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
+use crate::security::Access;
 
 fn topic_response(t: &TopicInfo, state: &ClusterState, listener: &str) -> MetadataResponseTopic {
     let fenced = |r: &u64| state.brokers.get(r).is_none_or(|b| b.fenced);
@@ -55,11 +57,15 @@ fn error_topic(name: Option<TopicName>, id: uuid::Uuid, code: ErrorCode) -> Meta
         .with_topic_authorized_operations(i32::MIN)
 }
 
+/// Lists the topics the caller may describe (all of them, quietly filtered), or the named
+/// ones, each answered TOPIC_AUTHORIZATION_FAILED where it may not (whether or not it exists,
+/// so names do not leak), and auto-created only with CREATE on the cluster or the topic.
 pub async fn handle(
     broker: &Arc<Broker>,
     req: MetadataRequest,
     version: i16,
     listener: &str,
+    access: &Access,
 ) -> MetadataResponse {
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let requested = match req.topics {
@@ -73,6 +79,7 @@ pub async fn handle(
             state
                 .topics
                 .values()
+                .filter(|t| access.sees(AclOperation::Describe, ResourceType::Topic, &t.name))
                 .map(|t| topic_response(t, &state, listener))
                 .collect()
         }
@@ -83,14 +90,45 @@ pub async fn handle(
                     // By id (v10+).
                     let state = broker.node.metadata.state();
                     match state.topic_by_id(&t.topic_id) {
+                        Some(info) if !access.topic(AclOperation::Describe, &info.name) => out
+                            .push(error_topic(
+                                None,
+                                t.topic_id,
+                                ErrorCode::TopicAuthorizationFailed,
+                            )),
                         Some(info) => out.push(topic_response(info, &state, listener)),
                         None => out.push(error_topic(None, t.topic_id, ErrorCode::UnknownTopicId)),
                     }
                     continue;
                 };
+                let unauthorized = || {
+                    error_topic(
+                        Some(name.clone()),
+                        uuid::Uuid::nil(),
+                        ErrorCode::TopicAuthorizationFailed,
+                    )
+                };
+                if !access.topic(AclOperation::Describe, &name) {
+                    out.push(unauthorized());
+                    continue;
+                }
+                let exists = broker
+                    .node
+                    .metadata
+                    .state()
+                    .topics
+                    .contains_key(name.as_str());
+                if !exists
+                    && allow_create
+                    && broker.node.config.auto_create_topics_enable
+                    && !access.creates_topic(&name)
+                {
+                    out.push(unauthorized());
+                    continue;
+                }
                 match broker
                     .node
-                    .topic_or_create(name.0.as_str(), allow_create)
+                    .topic_or_create(name.0.as_str(), || allow_create)
                     .await
                 {
                     Ok(Some(info)) => out.push(topic_response(
@@ -138,13 +176,24 @@ pub async fn handle(
     if version >= 2 {
         resp.cluster_id = Some(str_bytes(broker.node.config.cluster_id.clone()));
     }
+    // Authorized operations only on request (v8+; the cluster's until v10), Kafka's
+    // i32::MIN otherwise.
     if (8..=10).contains(&version) {
-        resp.cluster_authorized_operations = i32::MIN;
+        resp.cluster_authorized_operations = if req.include_cluster_authorized_operations {
+            access.operations(ResourceType::Cluster, strata_metadata::acl::CLUSTER_NAME)
+        } else {
+            i32::MIN
+        };
     }
-    if version < 8 {
-        for t in &mut resp.topics {
-            t.topic_authorized_operations = i32::MIN;
-        }
+    for t in &mut resp.topics {
+        t.topic_authorized_operations = match &t.name {
+            Some(name)
+                if version >= 8 && req.include_topic_authorized_operations && t.error_code == 0 =>
+            {
+                access.operations(ResourceType::Topic, name)
+            }
+            _ => i32::MIN,
+        };
     }
     resp
 }

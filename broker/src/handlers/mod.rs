@@ -7,11 +7,14 @@ mod add_partitions_to_txn;
 mod alter_partition_reassignments;
 mod alter_user_scram_credentials;
 mod api_versions;
+mod create_acls;
 mod create_partitions;
 mod create_topics;
+mod delete_acls;
 mod delete_groups;
 mod delete_records;
 mod delete_topics;
+mod describe_acls;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
@@ -51,8 +54,10 @@ use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
+use crate::error::{ApiError, ErrorCode};
 use crate::protocol::{Request, Response};
-use crate::security::Connection;
+use crate::security::{Access, Connection};
+use strata_metadata::acl::AclOperation;
 
 pub use api_versions::unsupported_version_response;
 pub use produce::Appended;
@@ -73,6 +78,7 @@ pub enum Handled {
 pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -> Handled {
     let v = req.header.request_api_version;
     let listener = conn.listener.clone();
+    let access = conn.access(&broker.security);
     let body = match req.body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, v)),
         RequestKind::SaslHandshake(r) => {
@@ -88,16 +94,25 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
             };
         }
         RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(
-            describe_user_scram_credentials::handle(broker, r),
+            describe_user_scram_credentials::handle(broker, r, &access),
         ),
         RequestKind::AlterUserScramCredentials(r) => ResponseKind::AlterUserScramCredentials(
-            alter_user_scram_credentials::handle(broker, r).await,
+            alter_user_scram_credentials::handle(broker, r, &access).await,
         ),
+        RequestKind::CreateAcls(r) => {
+            ResponseKind::CreateAcls(create_acls::handle(broker, r, &access).await)
+        }
+        RequestKind::DescribeAcls(r) => {
+            ResponseKind::DescribeAcls(describe_acls::handle(broker, r, &access))
+        }
+        RequestKind::DeleteAcls(r) => {
+            ResponseKind::DeleteAcls(delete_acls::handle(broker, r, &access).await)
+        }
         RequestKind::Metadata(r) => {
-            ResponseKind::Metadata(metadata::handle(broker, r, v, &listener).await)
+            ResponseKind::Metadata(metadata::handle(broker, r, v, &listener, &access).await)
         }
         RequestKind::Produce(r) => {
-            return match produce::append(broker, r, v, listener).await {
+            return match produce::append(broker, r, v, listener, &access).await {
                 None => Handled::Now(None),
                 Some(appended) if appended.waits() => Handled::Replicating(appended),
                 Some(appended) => {
@@ -107,45 +122,45 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
             }
         }
         RequestKind::Fetch(r) => {
-            let body = Response::Fetch(fetch::handle(broker, r, v).await);
+            let body = Response::Fetch(fetch::handle(broker, r, v, &access).await);
             return Handled::Now(Some(body));
         }
         RequestKind::ListOffsets(r) => {
-            ResponseKind::ListOffsets(list_offsets::handle(broker, r, v).await)
+            ResponseKind::ListOffsets(list_offsets::handle(broker, r, v, &access).await)
         }
         RequestKind::OffsetForLeaderEpoch(r) => {
-            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(broker, r))
+            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(broker, r, &access))
         }
         RequestKind::CreateTopics(r) => {
-            ResponseKind::CreateTopics(create_topics::handle(broker, r, v).await)
+            ResponseKind::CreateTopics(create_topics::handle(broker, r, v, &access).await)
         }
         RequestKind::DeleteTopics(r) => {
-            ResponseKind::DeleteTopics(delete_topics::handle(broker, r, v).await)
+            ResponseKind::DeleteTopics(delete_topics::handle(broker, r, v, &access).await)
         }
         RequestKind::CreatePartitions(r) => {
-            ResponseKind::CreatePartitions(create_partitions::handle(broker, r).await)
+            ResponseKind::CreatePartitions(create_partitions::handle(broker, r, &access).await)
         }
         RequestKind::DescribeConfigs(r) => {
-            ResponseKind::DescribeConfigs(describe_configs::handle(broker, r, v))
+            ResponseKind::DescribeConfigs(describe_configs::handle(broker, r, v, &access))
         }
         RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
-            incremental_alter_configs::handle(broker, r).await,
+            incremental_alter_configs::handle(broker, r, &access).await,
         ),
         RequestKind::DeleteRecords(r) => {
-            ResponseKind::DeleteRecords(delete_records::handle(broker, r).await)
+            ResponseKind::DeleteRecords(delete_records::handle(broker, r, &access).await)
         }
         RequestKind::ElectLeaders(r) => {
-            ResponseKind::ElectLeaders(elect_leaders::handle(broker, r, v).await)
+            ResponseKind::ElectLeaders(elect_leaders::handle(broker, r, v, &access).await)
         }
-        RequestKind::DescribeCluster(r) => {
-            ResponseKind::DescribeCluster(describe_cluster::handle(broker, r, v, &listener))
-        }
+        RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(describe_cluster::handle(
+            broker, r, v, &listener, &access,
+        )),
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(init_producer_id::handle(broker, r).await)
+            ResponseKind::InitProducerId(init_producer_id::handle(broker, r, &access).await)
         }
-        RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(find_coordinator::handle(broker, r, v, &listener).await)
-        }
+        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(
+            find_coordinator::handle(broker, r, v, &listener, &access).await,
+        ),
         RequestKind::JoinGroup(r) => {
             let client_id = req
                 .header
@@ -154,70 +169,94 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
                 .map(|c| c.as_str().to_string())
                 .unwrap_or_default();
             ResponseKind::JoinGroup(
-                join_group::handle(broker, r, v, &client_id, &conn.client_host).await,
+                join_group::handle(broker, r, v, &client_id, &conn.client_host, &access).await,
             )
         }
         RequestKind::SyncGroup(r) => {
-            ResponseKind::SyncGroup(sync_group::handle(broker, r, v).await)
+            ResponseKind::SyncGroup(sync_group::handle(broker, r, v, &access).await)
         }
-        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(broker, r).await),
+        RequestKind::Heartbeat(r) => {
+            ResponseKind::Heartbeat(heartbeat::handle(broker, r, &access).await)
+        }
         RequestKind::LeaveGroup(r) => {
-            ResponseKind::LeaveGroup(leave_group::handle(broker, r, v).await)
+            ResponseKind::LeaveGroup(leave_group::handle(broker, r, v, &access).await)
         }
         RequestKind::OffsetCommit(r) => {
-            ResponseKind::OffsetCommit(offset_commit::handle(broker, r).await)
+            ResponseKind::OffsetCommit(offset_commit::handle(broker, r, &access).await)
         }
         RequestKind::OffsetFetch(r) => {
-            ResponseKind::OffsetFetch(offset_fetch::handle(broker, r, v).await)
+            ResponseKind::OffsetFetch(offset_fetch::handle(broker, r, v, &access).await)
         }
-        RequestKind::ListGroups(r) => ResponseKind::ListGroups(list_groups::handle(broker, r, v)),
+        RequestKind::ListGroups(r) => {
+            ResponseKind::ListGroups(list_groups::handle(broker, r, v, &access))
+        }
         RequestKind::DescribeGroups(r) => {
-            ResponseKind::DescribeGroups(describe_groups::handle(broker, r, v).await)
+            ResponseKind::DescribeGroups(describe_groups::handle(broker, r, v, &access).await)
         }
         RequestKind::DeleteGroups(r) => {
-            ResponseKind::DeleteGroups(delete_groups::handle(broker, r).await)
+            ResponseKind::DeleteGroups(delete_groups::handle(broker, r, &access).await)
         }
         RequestKind::OffsetDelete(r) => {
-            ResponseKind::OffsetDelete(offset_delete::handle(broker, r).await)
+            ResponseKind::OffsetDelete(offset_delete::handle(broker, r, &access).await)
         }
         RequestKind::UnregisterBroker(r) => {
-            ResponseKind::UnregisterBroker(unregister_broker::handle(broker, r).await)
+            ResponseKind::UnregisterBroker(unregister_broker::handle(broker, r, &access).await)
         }
         RequestKind::DescribeLogDirs(r) => {
-            ResponseKind::DescribeLogDirs(describe_log_dirs::handle(broker, r))
+            ResponseKind::DescribeLogDirs(describe_log_dirs::handle(broker, r, &access))
         }
         RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
-            alter_partition_reassignments::handle(broker, r, v).await,
+            alter_partition_reassignments::handle(broker, r, v, &access).await,
         ),
         RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
-            list_partition_reassignments::handle(broker, r),
+            list_partition_reassignments::handle(broker, r, &access),
         ),
         // The protocol layer only lets through the APIs listed in `protocol::versions`.
-        RequestKind::AddPartitionsToTxn(r) => {
-            ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(broker, r, v).await)
-        }
+        RequestKind::AddPartitionsToTxn(r) => ResponseKind::AddPartitionsToTxn(
+            add_partitions_to_txn::handle(broker, r, v, &access).await,
+        ),
         RequestKind::AddOffsetsToTxn(r) => {
-            ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(broker, r).await)
+            ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(broker, r, &access).await)
         }
-        RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(broker, r).await),
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(broker, r, &access).await),
         RequestKind::TxnOffsetCommit(r) => {
-            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(broker, r).await)
+            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(broker, r, &access).await)
         }
         RequestKind::WriteTxnMarkers(r) => {
-            ResponseKind::WriteTxnMarkers(write_txn_markers::handle(broker, r).await)
+            ResponseKind::WriteTxnMarkers(write_txn_markers::handle(broker, r, &access).await)
         }
-        RequestKind::DescribeTransactions(r) => {
-            ResponseKind::DescribeTransactions(describe_transactions::handle(broker, r).await)
-        }
+        RequestKind::DescribeTransactions(r) => ResponseKind::DescribeTransactions(
+            describe_transactions::handle(broker, r, &access).await,
+        ),
         RequestKind::ListTransactions(r) => {
-            ResponseKind::ListTransactions(list_transactions::handle(broker, r, v))
+            ResponseKind::ListTransactions(list_transactions::handle(broker, r, v, &access))
         }
         RequestKind::DescribeProducers(r) => {
-            ResponseKind::DescribeProducers(describe_producers::handle(broker, r))
+            ResponseKind::DescribeProducers(describe_producers::handle(broker, r, &access))
         }
         _ => return Handled::Now(None),
     };
     Handled::Now(Some(body.into()))
+}
+
+/// Why a request of the ACL APIs is refused as a whole: no authorizer (SECURITY_DISABLED, as
+/// Kafka answers), or the caller may not `op` the cluster.
+fn acl_api_refusal(broker: &Broker, access: &Access, op: AclOperation) -> Option<ApiError> {
+    if !broker.security.authorizer().enabled() {
+        return Some(ApiError::new(
+            ErrorCode::SecurityDisabled,
+            "No authorizer is configured on the broker (authorizer_enable = false)",
+        ));
+    }
+    (!access.cluster(op)).then(|| cluster_denied(op))
+}
+
+/// CLUSTER_AUTHORIZATION_FAILED for `op` on the cluster.
+fn cluster_denied(op: AclOperation) -> ApiError {
+    ApiError::new(
+        ErrorCode::ClusterAuthorizationFailed,
+        format!("{op:?} on the cluster is not authorized"),
+    )
 }
 
 fn str_bytes(s: impl Into<String>) -> StrBytes {

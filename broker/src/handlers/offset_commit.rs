@@ -9,6 +9,8 @@ use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::store::CommittedOffset;
 use crate::group::{validate_group_id, Commit};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 /// `__consumer_offsets` exists (it is created on first use) and this broker coordinates the
 /// group.
@@ -18,13 +20,25 @@ async fn coordinator_ready(broker: &Broker, group: &str) -> Result<(), ApiError>
     broker.groups.check(group).await
 }
 
-pub async fn handle(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+/// Needs READ on the group and on each topic; partitions of a refused topic answer
+/// TOPIC_AUTHORIZATION_FAILED and are not committed.
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: OffsetCommitRequest,
+    access: &Access,
+) -> OffsetCommitResponse {
     let group = req.group_id.0.as_str().to_string();
+    let group_allowed = access.group(AclOperation::Read, &group);
+    let topic_allowed: Vec<bool> = (req.topics.iter())
+        .map(|t| group_allowed && access.topic(AclOperation::Read, &t.name))
+        .collect();
     let now = broker.node.clock.now_ms();
     let commits: Vec<Commit> = req
         .topics
         .iter()
-        .flat_map(|t| {
+        .zip(&topic_allowed)
+        .filter(|(_, allowed)| **allowed)
+        .flat_map(|(t, _)| {
             t.partitions.iter().map(|p| Commit {
                 topic: t.name.0.as_str().to_string(),
                 partition: p.partition_index,
@@ -43,6 +57,7 @@ pub async fn handle(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCom
         .collect();
     let total = commits.len();
     let codes = match coordinator_ready(broker, &group).await {
+        _ if total == 0 => vec![],
         Err(e) => vec![e.code; total],
         Ok(()) => {
             let (mut codes, pending) = broker.groups.commit(
@@ -63,15 +78,25 @@ pub async fn handle(broker: &Arc<Broker>, req: OffsetCommitRequest) -> OffsetCom
         }
     };
     let mut codes = codes.into_iter();
+    let refused = if group_allowed {
+        ErrorCode::TopicAuthorizationFailed
+    } else {
+        ErrorCode::GroupAuthorizationFailed
+    };
     let topics = req
         .topics
         .into_iter()
-        .map(|t| {
+        .zip(topic_allowed)
+        .map(|(t, allowed)| {
             let partitions = t
                 .partitions
                 .iter()
                 .map(|p| {
-                    let code = codes.next().map(|c| c.code()).unwrap_or(0);
+                    let code = if allowed {
+                        codes.next().map(|c| c.code()).unwrap_or(0)
+                    } else {
+                        refused.code()
+                    };
                     OffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
                         .with_error_code(code)

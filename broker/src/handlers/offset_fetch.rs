@@ -8,7 +8,9 @@ use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse,
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
+use strata_metadata::acl::{AclOperation, ResourceType};
 
 type Wanted = Option<Vec<(String, Vec<i32>)>>;
 
@@ -16,7 +18,16 @@ pub async fn handle(
     broker: &Arc<Broker>,
     req: OffsetFetchRequest,
     version: i16,
+    access: &Access,
 ) -> OffsetFetchResponse {
+    // DESCRIBE on the group; on each topic, listed (refused ones left out) or named (refused
+    // ones answered TOPIC_AUTHORIZATION_FAILED).
+    let visible = |listing_all: bool, topic: &str| {
+        !listing_all || access.sees(AclOperation::Describe, ResourceType::Topic, topic)
+    };
+    let denied = |listing_all: bool, topic: &str| {
+        !listing_all && !access.topic(AclOperation::Describe, topic)
+    };
     // KIP-447 (v7+): a consumer that requires stable offsets is told UNSTABLE_OFFSET_COMMIT for a
     // partition whose offset waits for a transaction's marker, and retries.
     let stable = req.require_stable;
@@ -26,7 +37,7 @@ pub async fn handle(
     if version >= 8 {
         let mut checks = Vec::with_capacity(req.groups.len());
         for g in &req.groups {
-            checks.push(broker.groups.check(g.group_id.0.as_str()).await);
+            checks.push(check(broker, access, g.group_id.0.as_str()).await);
         }
         let groups = req
             .groups
@@ -38,6 +49,7 @@ pub async fn handle(
                         .map(|t| (t.name.0.as_str().to_string(), t.partition_indexes))
                         .collect()
                 });
+                let listing_all = wanted.is_none();
                 let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
                 if let Err(e) = checked {
                     return group.with_error_code(e.code.code());
@@ -47,12 +59,22 @@ pub async fn handle(
                     .groups
                     .fetch(id, wanted)
                     .into_iter()
+                    .filter(|(t, _)| visible(listing_all, t))
                     .map(|(t, parts)| {
+                        let denied = denied(listing_all, &t);
                         let partitions = parts
                             .into_iter()
                             .map(|(p, v)| {
                                 let r = OffsetFetchResponsePartitions::default()
                                     .with_partition_index(p);
+                                if denied {
+                                    return r
+                                        .with_committed_offset(-1)
+                                        .with_committed_leader_epoch(-1)
+                                        .with_error_code(
+                                            ErrorCode::TopicAuthorizationFailed.code(),
+                                        );
+                                }
                                 if unstable(id, &t, p) {
                                     return r
                                         .with_committed_offset(-1)
@@ -82,7 +104,7 @@ pub async fn handle(
         return OffsetFetchResponse::default().with_groups(groups);
     }
     let group: GroupId = req.group_id;
-    if let Err(e) = broker.groups.check(group.0.as_str()).await {
+    if let Err(e) = check(broker, access, group.0.as_str()).await {
         let r = OffsetFetchResponse::default();
         return if version >= 2 {
             r.with_error_code(e.code.code())
@@ -95,15 +117,24 @@ pub async fn handle(
             .map(|t| (t.name.0.as_str().to_string(), t.partition_indexes))
             .collect()
     });
+    let listing_all = wanted.is_none();
     let topics = broker
         .groups
         .fetch(group.0.as_str(), wanted)
         .into_iter()
+        .filter(|(t, _)| visible(listing_all, t))
         .map(|(t, parts)| {
+            let denied = denied(listing_all, &t);
             let partitions = parts
                 .into_iter()
                 .map(|(p, v)| {
                     let r = OffsetFetchResponsePartition::default().with_partition_index(p);
+                    if denied {
+                        return r
+                            .with_committed_offset(-1)
+                            .with_committed_leader_epoch(-1)
+                            .with_error_code(ErrorCode::TopicAuthorizationFailed.code());
+                    }
                     if unstable(group.0.as_str(), &t, p) {
                         return r
                             .with_committed_offset(-1)
@@ -134,4 +165,14 @@ pub async fn handle(
         })
         .collect();
     OffsetFetchResponse::default().with_topics(topics)
+}
+
+async fn check(broker: &Broker, access: &Access, group: &str) -> Result<(), ApiError> {
+    if !access.group(AclOperation::Describe, group) {
+        return Err(ApiError::new(
+            ErrorCode::GroupAuthorizationFailed,
+            "DESCRIBE on the group is not authorized",
+        ));
+    }
+    broker.groups.check(group).await
 }

@@ -13,6 +13,8 @@ use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::log::AppendInfo;
 use crate::partition::{Committing, Partition};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 /// A produce request after its appends: each partition's outcome, or (acks=all) what it still
 /// waits for. [`Appended::respond`] waits and builds the response.
@@ -44,8 +46,15 @@ pub async fn append(
     req: ProduceRequest,
     version: i16,
     listener: Arc<str>,
+    access: &Access,
 ) -> Option<Appended> {
-    let refused = verify_transactional(broker, &req).await;
+    let txn_id = (req.transactional_id.as_ref()).map(|t| t.0.as_str());
+    let txn_denied = txn_id.is_some_and(|id| !access.transactional_id(AclOperation::Write, id));
+    let refused = if txn_denied {
+        HashMap::new()
+    } else {
+        verify_transactional(broker, &req).await
+    };
     let acks = req.acks;
     let timeout = std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
     let mut topics = Vec::with_capacity(req.topic_data.len());
@@ -56,13 +65,27 @@ pub async fn append(
                 ErrorCode::InvalidRequiredAcks,
                 format!("acks={acks}"),
             ))
+        } else if txn_denied {
+            Err(ApiError::new(
+                ErrorCode::TransactionalIdAuthorizationFailed,
+                "WRITE on the transactional id is not authorized",
+            ))
+        } else if !access.topic(AclOperation::Write, &name) {
+            Err(ApiError::new(
+                ErrorCode::TopicAuthorizationFailed,
+                format!("WRITE on topic '{name}' is not authorized"),
+            ))
         } else if name.starts_with("__") {
             Err(ApiError::new(
                 ErrorCode::InvalidTopicException,
                 format!("'{name}' is an internal topic"),
             ))
         } else {
-            match broker.node.topic_or_create(&name, true).await {
+            match broker
+                .node
+                .topic_or_create(&name, || access.creates_topic(&name))
+                .await
+            {
                 Ok(Some(_)) => Ok(()),
                 Ok(None) => Err(ApiError::new(
                     ErrorCode::UnknownTopicOrPartition,

@@ -6,12 +6,19 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::group::state::Reply;
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 pub async fn handle(
     broker: &Arc<Broker>,
     req: SyncGroupRequest,
     version: i16,
+    access: &Access,
 ) -> SyncGroupResponse {
+    if !access.group(AclOperation::Read, &req.group_id) {
+        return SyncGroupResponse::default()
+            .with_error_code(ErrorCode::GroupAuthorizationFailed.code());
+    }
     if let Err(e) = broker.groups.check(req.group_id.0.as_str()).await {
         return SyncGroupResponse::default().with_error_code(e.code.code());
     }

@@ -9,16 +9,37 @@ use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::store::{self, CommittedOffset};
 use crate::group::{validate_group_id, Commit};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 /// The group coordinator takes offsets committed inside a transaction: after checking with
 /// the transaction's coordinator that the group's partition is in it (KIP-890), they are
 /// written for the producer and become the group's once the transaction commits
 /// ([`crate::group`]'s `txn_offsets`).
-pub async fn handle(broker: &Arc<Broker>, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
+///
+/// Needs WRITE on the transactional id, READ on the group and on each topic (a refused
+/// topic's partitions answer TOPIC_AUTHORIZATION_FAILED).
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: TxnOffsetCommitRequest,
+    access: &Access,
+) -> TxnOffsetCommitResponse {
     let group = req.group_id.0.as_str().to_string();
     let now = broker.node.clock.now_ms();
+    let refused = if !access.transactional_id(AclOperation::Write, &req.transactional_id) {
+        Some(ErrorCode::TransactionalIdAuthorizationFailed)
+    } else if !access.group(AclOperation::Read, &group) {
+        Some(ErrorCode::GroupAuthorizationFailed)
+    } else {
+        None
+    };
+    let topic_allowed: Vec<bool> = (req.topics.iter())
+        .map(|t| refused.is_none() && access.topic(AclOperation::Read, &t.name))
+        .collect();
     let commits: Vec<Commit> = (req.topics.iter())
-        .flat_map(|t| {
+        .zip(&topic_allowed)
+        .filter(|(_, allowed)| **allowed)
+        .flat_map(|(t, _)| {
             t.partitions.iter().map(|p| Commit {
                 topic: t.name.0.as_str().to_string(),
                 partition: p.partition_index,
@@ -60,6 +81,7 @@ pub async fn handle(broker: &Arc<Broker>, req: TxnOffsetCommitRequest) -> TxnOff
         }
     };
     let codes = match ready.await {
+        _ if total == 0 => vec![],
         Err(e) => vec![e.code; total],
         Ok(()) => {
             let (mut codes, pending) = broker.groups.txn_commit(
@@ -81,15 +103,22 @@ pub async fn handle(broker: &Arc<Broker>, req: TxnOffsetCommitRequest) -> TxnOff
         }
     };
     let mut codes = codes.into_iter();
+    let refused = refused.unwrap_or(ErrorCode::TopicAuthorizationFailed);
     let topics = req
         .topics
         .into_iter()
-        .map(|t| {
+        .zip(topic_allowed)
+        .map(|(t, allowed)| {
             let partitions = (t.partitions.iter())
                 .map(|p| {
+                    let code = if allowed {
+                        codes.next().map_or(0, |c| c.code())
+                    } else {
+                        refused.code()
+                    };
                     TxnOffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
-                        .with_error_code(codes.next().map_or(0, |c| c.code()))
+                        .with_error_code(code)
                 })
                 .collect();
             TxnOffsetCommitResponseTopic::default()

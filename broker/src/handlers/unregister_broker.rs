@@ -10,12 +10,20 @@ use strata_metadata::Command;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
+use crate::security::Access;
+use strata_metadata::acl::AclOperation;
 
 pub async fn handle(
     broker: &Arc<Broker>,
     req: UnregisterBrokerRequest,
+    access: &Access,
 ) -> UnregisterBrokerResponse {
-    match unregister(broker, req.broker_id.0).await {
+    let outcome = if access.cluster(AclOperation::Alter) {
+        unregister(broker, req.broker_id.0).await
+    } else {
+        Err(super::cluster_denied(AclOperation::Alter))
+    };
+    match outcome {
         Ok(()) => UnregisterBrokerResponse::default(),
         Err(e) => {
             tracing::info!(broker = req.broker_id.0, error = %e.message, "unregistration refused");

@@ -6,11 +6,21 @@ use kafka_protocol::messages::write_txn_markers_response::{
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 
 use crate::broker::Broker;
+use crate::error::ErrorCode;
+use crate::security::Access;
 use crate::txn::markers::MarkerSpec;
+use strata_metadata::acl::AclOperation;
 
 /// A transaction coordinator's markers for partitions led here (inter-broker): each written
 /// and acknowledged by the ISR before it is answered ([`crate::txn::markers`]).
-pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
+/// From transaction coordinators only: needs CLUSTER_ACTION (refused, every partition answers
+/// CLUSTER_AUTHORIZATION_FAILED).
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: WriteTxnMarkersRequest,
+    access: &Access,
+) -> WriteTxnMarkersResponse {
+    let authorized = access.cluster(AclOperation::ClusterAction);
     let mut markers = Vec::with_capacity(req.markers.len());
     for m in req.markers {
         let spec = MarkerSpec {
@@ -25,11 +35,12 @@ pub async fn handle(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> WriteT
                 t.partition_indexes.iter().map(move |p| (name.clone(), *p))
             })
             .collect();
-        let mut codes = broker
-            .txn
-            .write_markers_here(&spec, &partitions)
-            .await
-            .into_iter();
+        let mut codes = if authorized {
+            broker.txn.write_markers_here(&spec, &partitions).await
+        } else {
+            vec![ErrorCode::ClusterAuthorizationFailed; partitions.len()]
+        }
+        .into_iter();
         let topics = m
             .topics
             .into_iter()

@@ -331,13 +331,13 @@ impl Node {
     pub async fn topic_or_create(
         &self,
         name: &str,
-        allow: bool,
+        allow: impl FnOnce() -> bool,
     ) -> Result<Option<Arc<TopicInfo>>, ApiError> {
         // Shared, not copied: a topic of 10,000 partitions is one reference count.
         if let Some(t) = self.metadata.state().topics.get(name) {
             return Ok(Some(t.clone()));
         }
-        if !(allow && self.config.auto_create_topics_enable) {
+        if !(self.config.auto_create_topics_enable && allow()) {
             return Ok(None);
         }
         match self

@@ -250,6 +250,9 @@ mod tests {
             ApiKey::AlterUserScramCredentials => {
                 RequestKind::AlterUserScramCredentials(Default::default())
             }
+            ApiKey::CreateAcls => RequestKind::CreateAcls(Default::default()),
+            ApiKey::DescribeAcls => RequestKind::DescribeAcls(Default::default()),
+            ApiKey::DeleteAcls => RequestKind::DeleteAcls(Default::default()),
             other => panic!("{other:?} is not supported"),
         }
     }

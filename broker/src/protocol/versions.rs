@@ -100,6 +100,10 @@ pub const SUPPORTED: &[Api] = &[
         0,
         0,
     ),
+    // ACLs (KIP-140, KIP-290's pattern types; v0 is gone from Kafka 4.0 and the codec).
+    api(ApiKey::CreateAcls, "CreateAcls", 1, 3),
+    api(ApiKey::DescribeAcls, "DescribeAcls", 1, 3),
+    api(ApiKey::DeleteAcls, "DeleteAcls", 1, 3),
 ];
 
 fn find(key: ApiKey) -> Option<&'static Api> {

@@ -73,6 +73,20 @@ impl Connection {
         self.principal = Some(principal);
     }
 
+    /// What this connection's principal may do, for one request (decided against the ACLs
+    /// applied now). Before authentication only the SASL APIs are served, which need nothing.
+    pub fn access(&self, security: &Security) -> super::Access {
+        match &self.principal {
+            Some(p) => security.authorizer().access(p, self.host()),
+            None => super::Access::everything(),
+        }
+    }
+
+    /// The client's IP address, as ACL hosts name it.
+    pub fn host(&self) -> &str {
+        &self.client_host[1..]
+    }
+
     /// Who the connection is; `None` before a SASL connection authenticates.
     pub fn principal(&self) -> Option<&Principal> {
         self.principal.as_ref()

@@ -12,6 +12,7 @@
 //! - credentials are read from the latest applied metadata state at each authentication, so a
 //!   credential change applies to the next authentication on every broker.
 
+pub mod authorizer;
 pub mod connection;
 mod jwks;
 mod metrics;
@@ -28,6 +29,7 @@ use crate::node::Node;
 use crate::sasl::{oauthbearer, scram, SaslError};
 use crate::tls::{ClientAuth, ReloadingServer, TlsError, TlsFiles};
 
+pub use authorizer::{Access, Authorizer};
 pub use connection::Connection;
 use metrics::SecurityMetrics;
 
@@ -108,7 +110,8 @@ pub struct Security {
     principal_rules: principal::MappingRules,
     /// OAUTHBEARER: the keys tokens are signed with, and what their claims must say.
     oauth: Option<(Arc<jwks::Jwks>, oauthbearer::Expectations)>,
-    metrics: SecurityMetrics,
+    authorizer: Authorizer,
+    metrics: Arc<SecurityMetrics>,
 }
 
 impl Security {
@@ -156,9 +159,11 @@ impl Security {
         };
         let principal_rules = principal::MappingRules::parse(&cfg.ssl_principal_mapping_rules)
             .map_err(|e| SecurityError::Config(format!("ssl_principal_mapping_rules: {e}")))?;
-        let metrics = SecurityMetrics::default();
+        let metrics = Arc::new(SecurityMetrics::default());
         node.metrics.register(|r| metrics.register(r));
+        let authorizer = Authorizer::new(node.clone(), metrics.clone())?;
         Ok(Arc::new(Security {
+            authorizer,
             tls,
             mechanisms,
             plain_users,
@@ -258,6 +263,10 @@ impl Security {
             .apply(&dn)
             .ok_or_else(|| format!("no ssl_principal_mapping_rules rule maps '{dn}'"))?;
         Ok(Some(Principal::user(&name)))
+    }
+
+    pub fn authorizer(&self) -> &Authorizer {
+        &self.authorizer
     }
 
     pub(crate) fn metrics(&self) -> &SecurityMetrics {

@@ -1,0 +1,511 @@
+//! What a principal may do: Kafka's ACL authorizer over the ACLs in the metadata quorum
+//! ([`strata_metadata::acl`]).
+//!
+//! Invariants:
+//! - deny beats allow: an operation is refused when any matching DENY names it (or ALL),
+//!   whatever ALLOW ACLs also match;
+//! - super users may do everything; on a resource that no ACL names, everyone may do
+//!   everything only with `allow_everyone_if_no_acl_found`;
+//! - DESCRIBE is implied by READ, WRITE, DELETE and ALTER; DESCRIBE_CONFIGS by ALTER_CONFIGS
+//!   (Kafka's implications, so `--operation Write` lets a producer fetch metadata);
+//! - each request is decided against the ACLs applied when it arrived: a change applies to the
+//!   next request on every broker, as soon as the broker applied it;
+//! - a decision costs lookups of the resource's own name, the wildcard and the prefix lengths
+//!   some prefixed ACL has, never a scan of the ACLs of other resources;
+//! - with the authorizer off, [`Access`] allows everything and allocates nothing.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use strata_metadata::acl::{
+    AclBinding, AclOperation, PatternType, Permission, ResourceType, WILDCARD, WILDCARD_PRINCIPAL,
+};
+use strata_metadata::SecurityState;
+
+use super::metrics::SecurityMetrics;
+use super::{Principal, SecurityError};
+use crate::config::BrokerConfig;
+use crate::node::Node;
+
+/// The authorizer of one broker.
+pub struct Authorizer {
+    enabled: bool,
+    super_users: HashSet<String>,
+    allow_if_no_acl: bool,
+    node: Arc<Node>,
+    /// The index of the ACLs of the security state it was built from; rebuilt when the state
+    /// changes (which is rare: ACL and credential changes).
+    index: Mutex<Option<(Arc<SecurityState>, Arc<AclIndex>)>>,
+    metrics: Arc<SecurityMetrics>,
+}
+
+impl Authorizer {
+    pub(super) fn new(
+        node: Arc<Node>,
+        metrics: Arc<SecurityMetrics>,
+    ) -> Result<Authorizer, SecurityError> {
+        let cfg: &BrokerConfig = &node.config;
+        let super_users = parse_super_users(&cfg.super_users)?;
+        Ok(Authorizer {
+            enabled: cfg.authorizer_enable,
+            super_users,
+            allow_if_no_acl: cfg.allow_everyone_if_no_acl_found,
+            node,
+            index: Mutex::new(None),
+            metrics,
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The decisions for one request of `principal` connected from `host` (an IP address).
+    pub fn access(&self, principal: &Principal, host: &str) -> Access {
+        if !self.enabled || self.super_users.contains(principal.as_str()) {
+            return Access { decider: None };
+        }
+        Access {
+            decider: Some(Decider {
+                index: self.index(),
+                principal: principal.clone(),
+                host: host.into(),
+                allow_if_no_acl: self.allow_if_no_acl,
+                metrics: self.metrics.clone(),
+            }),
+        }
+    }
+
+    fn index(&self) -> Arc<AclIndex> {
+        let security = self.node.metadata.state().security.clone();
+        let mut cached = self.index.lock().expect("authorizer index lock");
+        match &*cached {
+            Some((built_from, index)) if Arc::ptr_eq(built_from, &security) => index.clone(),
+            _ => {
+                let index = Arc::new(AclIndex::build(&security.acls));
+                self.metrics.acls_in_use(security.acls.len());
+                *cached = Some((security, index.clone()));
+                index
+            }
+        }
+    }
+}
+
+/// `super_users`: `User:a;User:b` (Kafka separates them with semicolons).
+fn parse_super_users(text: &str) -> Result<HashSet<String>, SecurityError> {
+    text.split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|p| match p.split_once(':') {
+            Some((kind, name)) if !kind.is_empty() && !name.is_empty() => Ok(p.to_string()),
+            _ => Err(SecurityError::Config(format!(
+                "super_users: '{p}' is not a principal (Type:name, e.g. User:admin)"
+            ))),
+        })
+        .collect()
+}
+
+/// What one request may do. Checks named `allows` count and log a refusal (an audited
+/// denial); `sees` decides what a listing shows, quietly, as Kafka's filtering does.
+pub struct Access {
+    /// `None`: everything is allowed (authorizer off, or a super user).
+    decider: Option<Decider>,
+}
+
+struct Decider {
+    index: Arc<AclIndex>,
+    principal: Principal,
+    host: Box<str>,
+    allow_if_no_acl: bool,
+    metrics: Arc<SecurityMetrics>,
+}
+
+impl Access {
+    /// Everything allowed: for the broker's own work, and for tests.
+    pub fn everything() -> Access {
+        Access { decider: None }
+    }
+
+    pub fn allows(&self, op: AclOperation, resource: ResourceType, name: &str) -> bool {
+        let Some(d) = &self.decider else { return true };
+        let allowed = d.decide(op, resource, name);
+        if !allowed {
+            d.metrics.authorization_denied(resource, op);
+            tracing::info!(
+                target: "strata::audit",
+                principal = %d.principal,
+                host = %d.host,
+                operation = ?op,
+                resource_type = ?resource,
+                resource = name,
+                "authorization denied"
+            );
+        }
+        allowed
+    }
+
+    pub fn sees(&self, op: AclOperation, resource: ResourceType, name: &str) -> bool {
+        self.decider
+            .as_ref()
+            .is_none_or(|d| d.decide(op, resource, name))
+    }
+
+    pub fn topic(&self, op: AclOperation, name: &str) -> bool {
+        self.allows(op, ResourceType::Topic, name)
+    }
+
+    pub fn group(&self, op: AclOperation, name: &str) -> bool {
+        self.allows(op, ResourceType::Group, name)
+    }
+
+    pub fn cluster(&self, op: AclOperation) -> bool {
+        self.allows(
+            op,
+            ResourceType::Cluster,
+            strata_metadata::acl::CLUSTER_NAME,
+        )
+    }
+
+    pub fn transactional_id(&self, op: AclOperation, id: &str) -> bool {
+        self.allows(op, ResourceType::TransactionalId, id)
+    }
+
+    /// Whether a topic may be created: CREATE on the cluster (any topic) or on it.
+    pub fn creates_topic(&self, name: &str) -> bool {
+        self.sees(
+            AclOperation::Create,
+            ResourceType::Cluster,
+            strata_metadata::acl::CLUSTER_NAME,
+        ) || self.topic(AclOperation::Create, name)
+    }
+
+    /// Whether `op` is allowed on some resource of the type (Kafka's
+    /// `authorizeByResourceType`: an idempotent producer needs WRITE on some topic).
+    pub fn on_some(&self, op: AclOperation, resource: ResourceType) -> bool {
+        let Some(d) = &self.decider else { return true };
+        d.index.of(resource).is_none_or(|t| t.is_empty()) && d.allow_if_no_acl
+            || d.index
+                .allowed_names(resource)
+                .any(|name| d.decide(op, resource, name))
+    }
+
+    /// Kafka's authorized-operations bit set of a resource (bit `1 << code` per operation
+    /// allowed), as Metadata, DescribeGroups and DescribeCluster report it on request.
+    pub fn operations(&self, resource: ResourceType, name: &str) -> i32 {
+        operations_of(resource)
+            .iter()
+            .filter(|op| self.sees(**op, resource, name))
+            .fold(0, |bits, op| bits | 1 << op.code())
+    }
+}
+
+/// The operations that mean something on a resource type.
+fn operations_of(resource: ResourceType) -> &'static [AclOperation] {
+    use AclOperation::*;
+    match resource {
+        ResourceType::Topic => &[
+            Read,
+            Write,
+            Create,
+            Delete,
+            Alter,
+            Describe,
+            DescribeConfigs,
+            AlterConfigs,
+        ],
+        ResourceType::Group => &[Read, Describe, Delete],
+        ResourceType::Cluster => &[
+            Create,
+            ClusterAction,
+            DescribeConfigs,
+            AlterConfigs,
+            IdempotentWrite,
+            Alter,
+            Describe,
+        ],
+        ResourceType::TransactionalId => &[Describe, Write],
+    }
+}
+
+/// The operations whose grant also grants `op`.
+fn granting(op: AclOperation) -> &'static [AclOperation] {
+    use AclOperation::*;
+    match op {
+        Describe => &[All, Describe, Read, Write, Delete, Alter],
+        DescribeConfigs => &[All, DescribeConfigs, AlterConfigs],
+        Read => &[All, Read],
+        Write => &[All, Write],
+        Create => &[All, Create],
+        Delete => &[All, Delete],
+        Alter => &[All, Alter],
+        ClusterAction => &[All, ClusterAction],
+        AlterConfigs => &[All, AlterConfigs],
+        IdempotentWrite => &[All, IdempotentWrite],
+        CreateTokens => &[All, CreateTokens],
+        DescribeTokens => &[All, DescribeTokens],
+        All => &[All],
+    }
+}
+
+impl Decider {
+    fn decide(&self, op: AclOperation, resource: ResourceType, name: &str) -> bool {
+        let Some(index) = self.index.of(resource) else {
+            return self.allow_if_no_acl;
+        };
+        let mut any = false;
+        let mut allowed = false;
+        for entry in index.matching(name) {
+            any = true;
+            if !entry.applies_to(self.principal.as_str(), &self.host) {
+                continue;
+            }
+            match entry.permission {
+                Permission::Deny
+                    if entry.operation == op || entry.operation == AclOperation::All =>
+                {
+                    return false
+                }
+                Permission::Allow if granting(op).contains(&entry.operation) => allowed = true,
+                _ => {}
+            }
+        }
+        allowed || !any && self.allow_if_no_acl
+    }
+}
+
+/// The ACLs by resource type, then by name.
+#[derive(Default)]
+pub struct AclIndex {
+    types: HashMap<ResourceType, TypeIndex>,
+}
+
+#[derive(Default)]
+struct TypeIndex {
+    literal: HashMap<String, Vec<Entry>>,
+    prefixed: HashMap<String, Vec<Entry>>,
+    /// The byte lengths of the prefixed patterns: a name is looked up at these only.
+    prefix_lengths: BTreeSet<usize>,
+}
+
+struct Entry {
+    principal: String,
+    host: String,
+    operation: AclOperation,
+    permission: Permission,
+}
+
+impl Entry {
+    fn applies_to(&self, principal: &str, host: &str) -> bool {
+        (self.principal == principal || self.principal == WILDCARD_PRINCIPAL)
+            && (self.host == host || self.host == WILDCARD)
+    }
+}
+
+impl AclIndex {
+    pub fn build<'a>(acls: impl IntoIterator<Item = &'a AclBinding>) -> AclIndex {
+        let mut index = AclIndex::default();
+        for acl in acls {
+            let t = index.types.entry(acl.resource_type).or_default();
+            let by_name = match acl.pattern_type {
+                PatternType::Literal => &mut t.literal,
+                PatternType::Prefixed => {
+                    t.prefix_lengths.insert(acl.resource_name.len());
+                    &mut t.prefixed
+                }
+            };
+            by_name
+                .entry(acl.resource_name.clone())
+                .or_default()
+                .push(Entry {
+                    principal: acl.principal.clone(),
+                    host: acl.host.clone(),
+                    operation: acl.operation,
+                    permission: acl.permission,
+                });
+        }
+        index
+    }
+
+    fn of(&self, resource: ResourceType) -> Option<&TypeIndex> {
+        self.types.get(&resource)
+    }
+
+    /// The names an ALLOW ACL of the type is on (literal names and prefixes).
+    fn allowed_names(&self, resource: ResourceType) -> impl Iterator<Item = &str> {
+        self.of(resource).into_iter().flat_map(|t| {
+            t.literal
+                .iter()
+                .chain(t.prefixed.iter())
+                .filter(|(_, entries)| entries.iter().any(|e| e.permission == Permission::Allow))
+                .map(|(name, _)| name.as_str())
+        })
+    }
+}
+
+impl TypeIndex {
+    fn is_empty(&self) -> bool {
+        self.literal.is_empty() && self.prefixed.is_empty()
+    }
+
+    /// Every ACL that applies to the resource `name`: its literal name, the wildcard, and
+    /// the prefixes of it that some prefixed ACL names.
+    fn matching<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Entry> + 'a {
+        let literal = self.literal.get(name).into_iter().flatten();
+        let wildcard = (name != WILDCARD)
+            .then(|| self.literal.get(WILDCARD))
+            .flatten()
+            .into_iter()
+            .flatten();
+        let prefixed = self
+            .prefix_lengths
+            .range(..=name.len())
+            .filter(|len| name.is_char_boundary(**len))
+            .filter_map(|len| self.prefixed.get(&name[..*len]))
+            .flatten();
+        literal.chain(wildcard).chain(prefixed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acl(
+        resource_type: ResourceType,
+        name: &str,
+        pattern_type: PatternType,
+        principal: &str,
+        operation: AclOperation,
+        permission: Permission,
+    ) -> AclBinding {
+        AclBinding {
+            resource_type,
+            resource_name: name.into(),
+            pattern_type,
+            principal: principal.into(),
+            host: "*".into(),
+            operation,
+            permission,
+        }
+    }
+
+    fn access(acls: &[AclBinding], principal: &str, allow_if_no_acl: bool) -> Access {
+        Access {
+            decider: Some(Decider {
+                index: Arc::new(AclIndex::build(acls)),
+                principal: Principal(principal.into()),
+                host: "10.0.0.1".into(),
+                allow_if_no_acl,
+                metrics: Arc::default(),
+            }),
+        }
+    }
+
+    use AclOperation::*;
+    use PatternType::*;
+    use Permission::*;
+    use ResourceType::*;
+
+    #[test]
+    fn literal_prefixed_and_wildcard_acls_apply_to_their_names_only() {
+        let acls = [
+            acl(Topic, "orders", Literal, "User:alice", Write, Allow),
+            acl(Topic, "logs-", Prefixed, "User:alice", Read, Allow),
+            acl(Group, "*", Literal, "User:alice", Read, Allow),
+        ];
+        let a = access(&acls, "User:alice", false);
+        assert!(a.topic(Write, "orders"));
+        assert!(a.topic(Describe, "orders"), "WRITE implies DESCRIBE");
+        assert!(!a.topic(Read, "orders"));
+        assert!(!a.topic(Write, "orders2"));
+        assert!(a.topic(Read, "logs-app"));
+        assert!(!a.topic(Read, "logs"), "shorter than the prefix");
+        assert!(a.group(Read, "any-group"));
+        assert!(!a.group(Delete, "any-group"));
+        assert!(
+            !a.cluster(Describe),
+            "no ACL on the cluster: refused by default"
+        );
+        let bob = access(&acls, "User:bob", false);
+        assert!(!bob.topic(Describe, "orders"), "another principal");
+        assert!(!bob.topic(Write, "unnamed"));
+        assert!(access(&acls, "User:bob", true).topic(Write, "unnamed"));
+        assert!(
+            !access(&acls, "User:bob", true).topic(Write, "orders"),
+            "allow_everyone_if_no_acl_found opens only resources no ACL names"
+        );
+    }
+
+    #[test]
+    fn deny_beats_allow_and_wildcards_match_everyone() {
+        let acls = [
+            acl(Topic, "*", Literal, "User:*", All, Allow),
+            acl(Topic, "secret-", Prefixed, "User:mallory", Read, Deny),
+            acl(Topic, "secret-keys", Literal, "User:*", All, Deny),
+        ];
+        let mallory = access(&acls, "User:mallory", false);
+        assert!(mallory.topic(Write, "public"));
+        assert!(!mallory.topic(Read, "secret-plans"));
+        assert!(
+            mallory.topic(Describe, "secret-plans"),
+            "a denied READ does not deny DESCRIBE"
+        );
+        let alice = access(&acls, "User:alice", false);
+        assert!(alice.topic(Read, "secret-plans"));
+        assert!(
+            !alice.topic(Describe, "secret-keys"),
+            "deny ALL denies every op"
+        );
+    }
+
+    #[test]
+    fn hosts_narrow_an_acl() {
+        let mut only_elsewhere = acl(Topic, "t", Literal, "User:alice", Read, Allow);
+        only_elsewhere.host = "10.9.9.9".into();
+        let mut here = only_elsewhere.clone();
+        here.host = "10.0.0.1".into();
+        assert!(!access(&[only_elsewhere.clone()], "User:alice", false).topic(Read, "t"));
+        assert!(access(&[only_elsewhere, here], "User:alice", false).topic(Read, "t"));
+    }
+
+    #[test]
+    fn operations_and_resource_type_checks() {
+        let acls = [
+            acl(Topic, "orders", Literal, "User:alice", Write, Allow),
+            acl(Topic, "orders", Literal, "User:alice", AlterConfigs, Allow),
+            acl(Topic, "held-", Prefixed, "User:bob", Write, Allow),
+            acl(Topic, "held-", Prefixed, "User:bob", Write, Deny),
+        ];
+        let a = access(&acls, "User:alice", false);
+        let bits = a.operations(Topic, "orders");
+        for op in [Write, Describe, DescribeConfigs, AlterConfigs] {
+            assert_ne!(bits & (1 << op.code()), 0, "{op:?}");
+        }
+        assert_eq!(bits & (1 << Read.code()), 0);
+        assert!(a.on_some(Write, Topic));
+        assert!(!a.on_some(Read, Topic));
+        assert!(
+            !access(&acls, "User:bob", false).on_some(Write, Topic),
+            "denied where allowed"
+        );
+        assert!(Access::everything().on_some(Write, Topic));
+    }
+
+    #[test]
+    fn prefixes_are_looked_up_on_character_boundaries() {
+        let acls = [acl(Topic, "é", Prefixed, "User:alice", Read, Allow)];
+        let a = access(&acls, "User:alice", false);
+        assert!(a.topic(Read, "éa"));
+        assert!(
+            !a.topic(Read, "e\u{301}"),
+            "a byte prefix that is not a character"
+        );
+    }
+
+    #[test]
+    fn super_users_parse_as_kafka_lists_them() {
+        let users = parse_super_users("User:admin; User:broker ;").unwrap();
+        assert!(users.contains("User:admin") && users.contains("User:broker"));
+        assert!(parse_super_users("admin").is_err());
+    }
+}
