@@ -13,7 +13,8 @@
 //!   replica moves with Kafka's reassignment APIs — [`cluster`];
 //! - `strata broker drain|remove` — taking a broker out of service — [`broker`];
 //! - `strata txn list|describe|abort|find-hanging|abort-hanging` — transactions — [`txn`];
-//! - `strata user create|delete|list` — SCRAM users — [`user`].
+//! - `strata user create|delete|list` — SCRAM users — [`user`];
+//! - `strata acl add|list|remove` — ACLs — [`acl`].
 //!
 //! Every command takes `-b/--bootstrap-server` (env `STRATA_BOOTSTRAP`), repeated
 //! `-X key=value` librdkafka properties and `--request-timeout-ms`; the security ones
@@ -21,6 +22,7 @@
 
 use clap::Subcommand;
 
+pub mod acl;
 pub mod broker;
 pub mod cluster;
 pub mod common;
@@ -62,6 +64,9 @@ pub enum ClientCommand {
     /// Create, delete and list SCRAM users.
     #[command(subcommand)]
     User(user::UserCommand),
+    /// Add, list and remove ACLs (with the broker's authorizer on).
+    #[command(subcommand)]
+    Acl(acl::AclCommand),
 }
 
 impl ClientCommand {
@@ -76,6 +81,7 @@ impl ClientCommand {
             ClientCommand::Broker(cmd) => Some(cmd.conn()),
             ClientCommand::Txn(cmd) => Some(cmd.conn()),
             ClientCommand::User(cmd) => Some(cmd.conn()),
+            ClientCommand::Acl(cmd) => Some(cmd.conn()),
         }
     }
 }
@@ -112,6 +118,7 @@ pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Broker(cmd) => broker::run(cmd),
         ClientCommand::Txn(cmd) => txn::run(cmd),
         ClientCommand::User(cmd) => user::run(cmd),
+        ClientCommand::Acl(cmd) => acl::run(cmd),
         ClientCommand::Cluster(cmd) => {
             if !cluster::run(cmd)? {
                 // Unhealthy: distinct from an error (1), for scripts that wait for health.

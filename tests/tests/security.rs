@@ -14,12 +14,14 @@ use rdkafka::consumer::ConsumerContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::DefaultProducerContext;
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, FutureProducer, FutureRecord, Producer, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 use strata_tests::certs::Certs;
 use strata_tests::tokens::TokenIssuer;
 use strata_tests::{
-    encode_batch, strata_bin, unique_topic, Broker, BrokerOpts, KafkaConn, RawRecord,
+    block_on, encode_batch, strata_bin, unique_topic, wait_for, Broker, BrokerOpts, Cluster,
+    KafkaConn, RawRecord,
 };
 
 const PASSWORD: &str = "alice-s3cret";
@@ -763,4 +765,398 @@ fn a_sasl_session_ends_with_connections_max_reauth_ms_unless_the_client_reauthen
         closed, 1.0,
         "librdkafka was cut off instead of re-authenticating"
     );
+}
+
+/// Runs the `strata` CLI expecting it to fail; its stderr.
+fn strata_refused(args: &[&str]) -> String {
+    let out = std::process::Command::new(strata_bin())
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run strata");
+    assert!(
+        !out.status.success(),
+        "strata {args:?} should have failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `-X` flags for the CLI to authenticate as `user` with SCRAM-SHA-256.
+fn scram_flags(user: &str, password: &str) -> Vec<String> {
+    [
+        "security.protocol=SASL_PLAINTEXT".to_string(),
+        "sasl.mechanism=SCRAM-SHA-256".to_string(),
+        format!("sasl.username={user}"),
+        format!("sasl.password={password}"),
+    ]
+    .into_iter()
+    .flat_map(|x| ["-X".to_string(), x])
+    .collect()
+}
+
+/// The first consumer error within 20 s: what the client was refused.
+fn consumer_refusal(cfg: &ClientConfig, group: &str, topic: &str) -> RDKafkaErrorCode {
+    let mut ccfg = cfg.clone();
+    ccfg.set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = ccfg.create().expect("consumer");
+    consumer.subscribe(&[topic]).expect("subscribe");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Err(e)) => {
+                if let Some(code) = e.rdkafka_error_code() {
+                    return code;
+                }
+            }
+            Some(Ok(m)) => panic!("{group} read {topic} at offset {}", m.offset()),
+            None => {}
+        }
+    }
+    panic!("{group} on {topic}: no error within 20 s");
+}
+
+/// What one record produced to `topic` comes to: its offset or the broker's refusal.
+fn produce_one(cfg: &ClientConfig, topic: &str) -> Result<i64, Option<RDKafkaErrorCode>> {
+    let mut pcfg = cfg.clone();
+    pcfg.set("message.timeout.ms", "10000");
+    let producer: FutureProducer = pcfg.create().expect("producer");
+    let record = FutureRecord::to(topic).key("k").payload("v");
+    match block_on(producer.send(record, Duration::from_secs(10))) {
+        Ok(delivery) => Ok(delivery.offset),
+        Err((e, _)) => Err(e.rdkafka_error_code()),
+    }
+}
+
+#[test]
+fn acls_let_a_principal_do_what_it_is_granted_on_every_broker_and_nothing_else() {
+    // Brokers reach each other on the PLAINTEXT listener as User:ANONYMOUS, a super user
+    // until brokers authenticate to each other; clients come in on SASL_PLAINTEXT.
+    let env = [
+        (
+            "STRATA_LISTENERS",
+            "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        ),
+        ("STRATA_SASL_ENABLED_MECHANISMS", "SCRAM-SHA-256"),
+        ("STRATA_AUTHORIZER_ENABLE", "true"),
+        ("STRATA_SUPER_USERS", "User:admin;User:ANONYMOUS"),
+        ("STRATA_DEFAULT_REPLICATION_FACTOR", "3"),
+    ];
+    let env: Vec<(&str, &str)> = env
+        .iter()
+        .chain(strata_tests::cluster::FAST)
+        .copied()
+        .collect();
+    let cluster = Cluster::start(3, 3, &env);
+    let sasl = |node: usize| cluster.nodes[node].listener("SASL_PLAINTEXT").to_string();
+    let admin_plaintext = cluster.nodes[0].listener("PLAINTEXT").to_string();
+    for user in ["admin", "alice"] {
+        strata(&[
+            "user",
+            "create",
+            user,
+            "--password",
+            PASSWORD,
+            "-b",
+            &admin_plaintext,
+        ]);
+    }
+    let admin: Vec<String> = scram_flags("admin", PASSWORD);
+    let alice: Vec<String> = scram_flags("alice", PASSWORD);
+    let as_user = |flags: &[String], node: usize, args: &[&str]| -> Vec<String> {
+        let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        all.extend(["-b".to_string(), sasl(node)]);
+        all.extend(flags.iter().cloned());
+        all
+    };
+    let run = |args: Vec<String>| strata(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let refused =
+        |args: Vec<String>| strata_refused(&args.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let orders = unique_topic("orders");
+    let secret = unique_topic("secret");
+    let logs_app = format!("logs-{}", unique_topic("app"));
+    let logs_private = format!("logs-private-{}", unique_topic("p"));
+    for t in [&orders, &secret, &logs_app, &logs_private] {
+        run(as_user(
+            &admin,
+            0,
+            &["topic", "create", t, "--partitions", "2"],
+        ));
+    }
+    // The admin (a super user) writes what alice will read.
+    let admin_cfg = |node: usize| {
+        let mut cfg = cluster.nodes[node].client_config();
+        cfg.set("bootstrap.servers", sasl(node))
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .set("sasl.mechanism", "SCRAM-SHA-256")
+            .set("sasl.username", "admin")
+            .set("sasl.password", PASSWORD);
+        cfg
+    };
+    for t in [&logs_app, &logs_private] {
+        produce_one(&admin_cfg(0), t).expect("the admin writes anywhere");
+    }
+    // And has a group of its own, which alice will not see.
+    produce_consume_commit(&admin_cfg(0), &secret, 3);
+
+    // Granted through broker 1: write one topic, read one group and a topic prefix, except
+    // one topic of it.
+    let grants: [&[&str]; 4] = [
+        &[
+            "acl",
+            "add",
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            "Write",
+            "--topic",
+            &orders,
+        ],
+        &[
+            "acl",
+            "add",
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            "Read",
+            "--group",
+            "g1",
+        ],
+        &[
+            "acl",
+            "add",
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            "Read",
+            "--topic",
+            "logs-",
+            "--resource-pattern-type",
+            "prefixed",
+        ],
+        &[
+            "acl",
+            "add",
+            "--deny-principal",
+            "User:alice",
+            "--operation",
+            "Read",
+            "--topic",
+            &logs_private,
+        ],
+    ];
+    for g in grants {
+        run(as_user(&admin, 0, g));
+    }
+    let listed = run(as_user(
+        &admin,
+        1,
+        &["acl", "list", "--principal", "User:alice"],
+    ));
+    assert_eq!(listed.lines().count(), 4, "{listed}");
+    assert!(
+        listed.contains(&format!(
+            "Topic\t{orders}\tLiteral\tUser:alice\t*\tWrite\tAllow"
+        )) && listed.contains("Topic\tlogs-\tPrefixed\tUser:alice\t*\tRead\tAllow")
+            && listed.contains("Group\tg1\tLiteral\tUser:alice\t*\tRead\tAllow"),
+        "{listed}"
+    );
+    let matching = run(as_user(
+        &admin,
+        2,
+        &[
+            "acl",
+            "list",
+            "--topic",
+            &logs_private,
+            "--resource-pattern-type",
+            "match",
+        ],
+    ));
+    assert_eq!(
+        matching.lines().count(),
+        2,
+        "the prefix and the deny apply: {matching}"
+    );
+
+    // Alice, on brokers 2 and 3 (the ACLs were made through broker 1).
+    let alice_cfg = |node: usize| {
+        let mut cfg = admin_cfg(node);
+        cfg.set("sasl.username", "alice");
+        cfg
+    };
+    wait_for(
+        "alice's grants on every broker",
+        Duration::from_secs(10),
+        || (0..3).all(|n| produce_one(&alice_cfg(n), &orders).is_ok()),
+    );
+    assert_eq!(
+        produce_one(&alice_cfg(1), &secret),
+        Err(Some(RDKafkaErrorCode::TopicAuthorizationFailed))
+    );
+    assert_eq!(
+        produce_one(&alice_cfg(2), &logs_app),
+        Err(Some(RDKafkaErrorCode::TopicAuthorizationFailed)),
+        "READ does not grant WRITE"
+    );
+    // Metadata lists what she may describe: WRITE and READ imply DESCRIBE; the denied READ
+    // does not deny DESCRIBE.
+    let consumer: BaseConsumer = alice_cfg(1).create().unwrap();
+    let md = consumer
+        .fetch_metadata(None, Duration::from_secs(10))
+        .unwrap();
+    let mut seen: Vec<&str> = md.topics().iter().map(|t| t.name()).collect();
+    seen.sort();
+    let mut expected = vec![orders.as_str(), logs_app.as_str(), logs_private.as_str()];
+    expected.sort();
+    assert_eq!(
+        seen, expected,
+        "no other topic (not {secret}, not internal ones)"
+    );
+    let md = consumer
+        .fetch_metadata(Some(&secret), Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(
+        md.topics()[0].error().map(RDKafkaErrorCode::from),
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed)
+    );
+    // She reads the prefix in her group, except the denied topic; no other group.
+    let mut ccfg = alice_cfg(2);
+    ccfg.set("group.id", "g1")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false");
+    let reader: BaseConsumer = ccfg.create().unwrap();
+    reader.subscribe(&[&logs_app]).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "alice read nothing of {logs_app}"
+        );
+        match reader.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                assert_eq!(m.payload(), Some(&b"v"[..]));
+                break;
+            }
+            Some(Err(e)) => eprintln!("{logs_app}: {e}"),
+            None => {}
+        }
+    }
+    reader
+        .commit_consumer_state(CommitMode::Sync)
+        .expect("commit in g1");
+    drop(reader);
+    assert_eq!(
+        consumer_refusal(&alice_cfg(1), "g1", &logs_private),
+        RDKafkaErrorCode::TopicAuthorizationFailed,
+        "deny beats the prefixed allow"
+    );
+    assert_eq!(
+        consumer_refusal(&alice_cfg(1), "g2", &logs_app),
+        RDKafkaErrorCode::GroupAuthorizationFailed
+    );
+
+    // Nothing administrative.
+    let t = unique_topic("alice-made");
+    for (args, expect) in [
+        (vec!["topic", "create", t.as_str()], "authorization"),
+        (vec!["topic", "delete", orders.as_str()], "authorization"),
+        (
+            vec![
+                "topic",
+                "alter",
+                orders.as_str(),
+                "--config",
+                "retention.ms=1000",
+            ],
+            "authorization",
+        ),
+        (vec!["acl", "list"], "error 31"),
+        (
+            vec![
+                "acl",
+                "add",
+                "--allow-principal",
+                "User:alice",
+                "--operation",
+                "All",
+                "--cluster",
+            ],
+            "error 31",
+        ),
+        (
+            vec!["user", "create", "mallory", "--password", "x"],
+            "error 31",
+        ),
+        (vec!["group", "delete", "g1"], "authorization"),
+    ] {
+        let err = refused(as_user(&alice, 1, &args));
+        assert!(
+            err.to_lowercase().contains(expect),
+            "strata {args:?}: {err}"
+        );
+    }
+    let groups = run(as_user(&alice, 2, &["group", "list"]));
+    let listed: Vec<&str> = groups.lines().skip(1).collect();
+    assert!(
+        listed.len() == 1 && listed[0].starts_with("g1 "),
+        "only her group is listed, not the admin's: {groups}"
+    );
+    assert!(
+        counter(
+            &cluster.nodes[1],
+            "strata_authorization_denials_total{resource_type=\"cluster\",operation=\"alter\"}"
+        ) >= 1.0
+    );
+
+    // A revocation applies on every broker.
+    let removed = run(as_user(
+        &admin,
+        0,
+        &[
+            "acl",
+            "remove",
+            "--topic",
+            &orders,
+            "--principal",
+            "User:alice",
+        ],
+    ));
+    assert_eq!(removed.lines().count(), 1, "{removed}");
+    wait_for(
+        "the revocation on every broker",
+        Duration::from_secs(10),
+        || {
+            (0..3).all(|n| {
+                produce_one(&alice_cfg(n), &orders)
+                    == Err(Some(RDKafkaErrorCode::TopicAuthorizationFailed))
+            })
+        },
+    );
+}
+
+#[test]
+fn acl_requests_without_an_authorizer_answer_security_disabled() {
+    let broker = Broker::start(BrokerOpts::new());
+    let err = strata_refused(&["acl", "list", "-b", &broker.kafka_addr]);
+    assert!(
+        err.contains("error 54") && err.contains("authorizer"),
+        "{err}"
+    );
+    let err = strata_refused(&[
+        "acl",
+        "add",
+        "--allow-principal",
+        "User:a",
+        "--operation",
+        "Read",
+        "--topic",
+        "t",
+        "-b",
+        &broker.kafka_addr,
+    ]);
+    assert!(err.contains("error 54"), "{err}");
 }
