@@ -143,6 +143,9 @@ def run(binary, keep):
         "STRATA_SASL_ENABLED_MECHANISMS": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "STRATA_SSL_CERTIFICATE_LOCATION": os.path.join(certs, "server.pem"),
         "STRATA_SSL_KEY_LOCATION": os.path.join(certs, "server.key"),
+        # ACLs on: the loopback PLAINTEXT client and carol are super users, dave gets grants.
+        "STRATA_AUTHORIZER_ENABLE": "true",
+        "STRATA_SUPER_USERS": "User:ANONYMOUS;User:carol",
     })
     bootstrap = broker.kafka
     print(f"strata ready: kafka={broker.kafka} admin={broker.admin} (data {broker.data_dir})", flush=True)
@@ -712,12 +715,93 @@ def run(binary, keep):
         out = r.stdout.decode(errors="replace")
         check(r.returncode == 0 and sasl_ssl in out, f"kcat -L over SASL_SSL: {r.stderr.decode(errors='replace')[-500:]}")
 
+    def sasl_conf(user):
+        return {"bootstrap.servers": sasl_plain, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": user, "sasl.password": password}
+
+    def create_dave():
+        r = subprocess.run([binary, "user", "create", "dave", "--password", password, "-b", bootstrap],
+                           capture_output=True, timeout=60)
+        check(r.returncode == 0, f"strata user create dave: {r.stderr.decode(errors='replace')}")
+
+    def dave_produces(topic):
+        """None if dave's record to `topic` is acknowledged, else the error code."""
+        results = []
+        p = Producer({**sasl_conf("dave"), "message.timeout.ms": 10000})
+        p.produce(topic, value=b"x", on_delivery=lambda err, msg: results.append(err))
+        p.flush(20)
+        check(len(results) == 1, f"no delivery report for {topic}")
+        return None if results[0] is None else results[0].code()
+
+    def confluent_acls():
+        from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
+                                           ResourcePatternType, ResourceType)
+        allowed, other = topic_name("compat-acl"), topic_name("compat-noacl")
+        admin = AdminClient(sasl_conf("carol"))
+        admin.create_topics([NewTopic(t, 1, 1) for t in (allowed, other)])["%s" % allowed].result(30)
+        grant = AclBinding(ResourceType.TOPIC, allowed, ResourcePatternType.LITERAL, "User:dave", "*",
+                           AclOperation.WRITE, AclPermissionType.ALLOW)
+        for f in admin.create_acls([grant]).values():
+            f.result(30)
+        dave_filter = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:dave", None,
+                                       AclOperation.ANY, AclPermissionType.ANY)
+        listed = admin.describe_acls(dave_filter).result(30)
+        check(listed == [grant], f"describe_acls: {listed}")
+        check(dave_produces(allowed) is None, "dave could not write the topic he was granted")
+        check(dave_produces(other) == KafkaError.TOPIC_AUTHORIZATION_FAILED, "dave wrote a topic without a grant")
+        deleted = [b for f in admin.delete_acls([dave_filter]).values() for b in f.result(30)]
+        check(deleted == [grant], f"delete_acls: {deleted}")
+        check(dave_produces(allowed) == KafkaError.TOPIC_AUTHORIZATION_FAILED, "the grant outlived its deletion")
+        try:
+            AdminClient(sasl_conf("dave")).describe_acls(dave_filter).result(30)
+        except KafkaException as e:
+            check(e.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED, f"dave listed ACLs: {e}")
+        else:
+            raise AssertionError("dave may not describe ACLs")
+
+    def kafkapython_acls():
+        from kafka.admin import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
+                                 ResourcePattern, ResourcePatternFilter, ResourceType as KpResourceType)
+        opts = dict(bootstrap_servers=sasl_plain, security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
+                    sasl_plain_password=password)
+        prefix = topic_name("compat-kpacl") + "-"
+        topic, group = prefix + "a", topic_name("compat-kpacl-group")
+        p = kafka.KafkaProducer(bootstrap_servers=bootstrap)
+        p.send(topic, value=b"for dave")
+        p.flush(30)
+        p.close()
+        admin = KafkaAdminClient(**opts, sasl_plain_username="carol")
+        grants = [
+            ACL("User:dave", "*", ACLOperation.READ, ACLPermissionType.ALLOW,
+                ResourcePattern(KpResourceType.TOPIC, prefix, ACLResourcePatternType.PREFIXED)),
+            ACL("User:dave", "*", ACLOperation.READ, ACLPermissionType.ALLOW,
+                ResourcePattern(KpResourceType.GROUP, group, ACLResourcePatternType.LITERAL)),
+        ]
+        created = admin.create_acls(grants)
+        check(len(created["succeeded"]) == 2 and not created["failed"], f"create_acls: {created}")
+        dave_filter = ACLFilter("User:dave", None, ACLOperation.ANY, ACLPermissionType.ANY,
+                                ResourcePatternFilter(KpResourceType.ANY, None, ACLResourcePatternType.ANY))
+        listed, _ = admin.describe_acls(dave_filter)
+        check(len(listed) == 2, f"describe_acls: {listed}")
+        c = kafka.KafkaConsumer(topic, **opts, sasl_plain_username="dave", group_id=group,
+                                auto_offset_reset="earliest", consumer_timeout_ms=10000)
+        got = [m.value for m in c]
+        c.close()
+        check(got == [b"for dave"], f"dave read {got} through his prefixed grant")
+        results = admin.delete_acls([dave_filter])
+        check(len(results) == 1 and len(results[0][1]) == 2, f"delete_acls: {results}")
+        admin.close()
+
     step("strata: create a SCRAM user (strata user create)", create_user)
     step("confluent-kafka: SCRAM-SHA-512 over TLS (produce, group consume, listener's metadata)",
          confluent_scram_over_tls)
     step("confluent-kafka: a wrong password is refused", confluent_wrong_password)
     step("kafka-python: SCRAM-SHA-256 over TLS and PLAIN", kafkapython_sasl)
     step("kcat: metadata over SASL_SSL (-L)", kcat_sasl_ssl)
+    step("strata: a second SCRAM user without grants", create_dave)
+    step("confluent-kafka: ACLs (create_acls, describe_acls, delete_acls) decide what a user may write",
+         confluent_acls)
+    step("kafka-python: ACLs (prefixed topic and group grants, describe_acls, delete_acls)", kafkapython_acls)
 
     def clean_shutdown():
         rc = broker.stop()

@@ -234,6 +234,7 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
                 interval: Duration::from_millis(cfg.leader_imbalance_check_interval_ms),
                 per_broker_percentage: cfg.leader_imbalance_per_broker_percentage,
             }),
+        tls: crate::security::inter_broker::raft_tls(&cfg),
     })
     .await
     .map_err(failed("cannot start the metadata quorum"))?;

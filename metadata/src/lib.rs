@@ -67,6 +67,7 @@ pub use command::{
 pub use controller::{Heartbeat, HeartbeatReply};
 pub use error::MetadataError;
 pub use quorum::{LeaderBalance, Metadata, MetadataOptions, QuorumStatus};
+pub use rpc::RaftTls;
 pub use state::{
     BrokerInfo, ClusterState, PartitionInfo, SecurityState, TopicInfo, FIRST_PRODUCER_ID,
 };

@@ -20,6 +20,9 @@
 //!   answers only requests of its quorum (a node of another cluster that reaches this address
 //!   — a reused port, a wrong `--voters` — gets its connection closed, and no vote or entry of
 //!   a foreign cluster is ever applied here).
+//! - With [`RaftTls`], every connection is mutual TLS: a node presents its certificate and
+//!   accepts a peer only if it presents one the configured CA signed, so a process without
+//!   the cluster's credentials can neither vote, nor join, nor append.
 
 use std::collections::HashMap;
 use std::io;
@@ -33,12 +36,50 @@ use openraft::raft::{
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::command::{Command, CommandResult, NodeId};
 use crate::controller::{Heartbeat, HeartbeatReply};
 use crate::types::TypeConfig;
+
+/// A TLS handshake on the raft port must finish within this.
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Mutual TLS on the raft port. The configurations are asked for at each new connection, so
+/// rotated files apply from the next one.
+#[derive(Clone)]
+pub struct RaftTls {
+    /// How this node accepts a peer (it must require a client certificate).
+    pub server: Arc<dyn Fn() -> io::Result<Arc<rustls::ServerConfig>> + Send + Sync>,
+    /// How this node connects to a peer (presenting its certificate).
+    pub client: Arc<dyn Fn() -> io::Result<Arc<rustls::ClientConfig>> + Send + Sync>,
+}
+
+impl std::fmt::Debug for RaftTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RaftTls")
+    }
+}
+
+/// A connection on the raft port: TCP, or TLS over it.
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+pub(crate) type Conn = Box<dyn Stream>;
+
+/// Accepts one connection as `tls` says: as it is, or after a TLS handshake that verified
+/// the peer's certificate.
+pub(crate) async fn accept(stream: TcpStream, tls: Option<&RaftTls>) -> io::Result<Conn> {
+    stream.set_nodelay(true)?;
+    let Some(tls) = tls else {
+        return Ok(Box::new(stream));
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from((tls.server)()?);
+    let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+    Ok(Box::new(tls))
+}
 
 /// Largest frame accepted. Snapshot chunks are the biggest messages (openraft's default chunk
 /// is 3 MiB, and JSON spells bytes as numbers: up to 4 characters per byte).
@@ -144,7 +185,7 @@ pub(crate) enum Refusal {
     Failed(String),
 }
 
-async fn write_frame<T: Serialize>(stream: &mut TcpStream, msg: &T) -> io::Result<()> {
+async fn write_frame<T: Serialize>(stream: &mut Conn, msg: &T) -> io::Result<()> {
     let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
     if body.len() > MAX_FRAME {
         return Err(io::Error::new(
@@ -159,9 +200,7 @@ async fn write_frame<T: Serialize>(stream: &mut TcpStream, msg: &T) -> io::Resul
 }
 
 /// Reads one frame; `Ok(None)` at a clean end of stream before its first byte.
-pub(crate) async fn read_frame<T: DeserializeOwned>(
-    stream: &mut TcpStream,
-) -> io::Result<Option<T>> {
+pub(crate) async fn read_frame<T: DeserializeOwned>(stream: &mut Conn) -> io::Result<Option<T>> {
     let mut len = [0u8; 4];
     match stream.read_exact(&mut len).await {
         Ok(_) => {}
@@ -200,16 +239,22 @@ pub(crate) fn decode<T: DeserializeOwned>(body: &[u8]) -> io::Result<T> {
     serde_json::from_slice(body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-pub(crate) async fn write_response(stream: &mut TcpStream, msg: &Response) -> io::Result<()> {
+pub(crate) async fn write_response(stream: &mut Conn, msg: &Response) -> io::Result<()> {
     write_frame(stream, msg).await
 }
 
 /// Connections to one peer address.
-#[derive(Debug)]
 pub(crate) struct Peer {
     addr: String,
     quorum: Arc<QuorumId>,
-    idle: Mutex<Vec<TcpStream>>,
+    tls: Option<RaftTls>,
+    idle: Mutex<Vec<Conn>>,
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Peer({})", self.addr)
+    }
 }
 
 impl Peer {
@@ -217,20 +262,32 @@ impl Peer {
         &self.addr
     }
 
-    async fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
+    async fn connect(&self, timeout: Duration) -> io::Result<Conn> {
+        let timed_out = || {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("connecting to {} timed out", self.addr),
+            )
+        };
         let stream = tokio::time::timeout(timeout, TcpStream::connect(&self.addr))
             .await
-            .map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("connecting to {} timed out", self.addr),
-                )
-            })??;
+            .map_err(|_| timed_out())??;
         stream.set_nodelay(true)?;
-        Ok(stream)
+        let Some(tls) = &self.tls else {
+            return Ok(Box::new(stream));
+        };
+        let host = self.addr.rsplit_once(':').map_or(&*self.addr, |(h, _)| h);
+        let name =
+            rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let connector = tokio_rustls::TlsConnector::from((tls.client)()?);
+        let tls = tokio::time::timeout(timeout, connector.connect(name, stream))
+            .await
+            .map_err(|_| timed_out())??;
+        Ok(Box::new(tls))
     }
 
-    async fn exchange(&self, stream: &mut TcpStream, req: &Request) -> io::Result<Response> {
+    async fn exchange(&self, stream: &mut Conn, req: &Request) -> io::Result<Response> {
         #[derive(Serialize)]
         struct EnvelopeRef<'a> {
             quorum: Option<&'a str>,
@@ -319,13 +376,15 @@ impl std::fmt::Display for CallError {
 #[derive(Debug, Default)]
 pub(crate) struct Peers {
     quorum: Arc<QuorumId>,
+    tls: Option<RaftTls>,
     by_addr: Mutex<HashMap<String, Arc<Peer>>>,
 }
 
 impl Peers {
-    pub(crate) fn new(quorum: Arc<QuorumId>) -> Peers {
+    pub(crate) fn new(quorum: Arc<QuorumId>, tls: Option<RaftTls>) -> Peers {
         Peers {
             quorum,
+            tls,
             by_addr: Mutex::new(HashMap::new()),
         }
     }
@@ -339,6 +398,7 @@ impl Peers {
                 Arc::new(Peer {
                     addr: addr.to_string(),
                     quorum: self.quorum.clone(),
+                    tls: self.tls.clone(),
                     idle: Mutex::new(Vec::new()),
                 })
             })
@@ -448,9 +508,10 @@ mod tests {
         let addr = listener.local_addr().expect("addr").to_string();
         let task = tokio::spawn(async move {
             loop {
-                let Ok((mut stream, _)) = listener.accept().await else {
+                let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
+                let mut stream: Conn = Box::new(stream);
                 tokio::spawn(async move {
                     while let Ok(Some(env)) = read_frame::<Envelope>(&mut stream).await {
                         let answer = match env.request {
@@ -518,7 +579,8 @@ mod tests {
             s.write_all(&u32::MAX.to_be_bytes()).await.expect("write");
             s
         });
-        let (mut stream, _) = listener.accept().await.expect("accept");
+        let (stream, _) = listener.accept().await.expect("accept");
+        let mut stream: Conn = Box::new(stream);
         let err = read_frame::<Request>(&mut stream)
             .await
             .expect_err("refused");

@@ -26,6 +26,7 @@ use strata_tests::{
 
 const PASSWORD: &str = "alice-s3cret";
 const SASL_AUTHENTICATION_FAILED: i16 = 58;
+const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 const ILLEGAL_SASL_STATE: i16 = 34;
 const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 
@@ -1159,4 +1160,270 @@ fn acl_requests_without_an_authorizer_answer_security_disabled() {
         &broker.kafka_addr,
     ]);
     assert!(err.contains("error 54"), "{err}");
+}
+
+const BROKER_PASSWORD: &str = "broker-s3cret-between-us";
+
+/// librdkafka settings for the inter-broker user on node `node`'s SASL_SSL listener.
+fn broker_user(cluster: &Cluster, certs: &Certs, node: usize) -> ClientConfig {
+    let mut cfg = cluster.nodes[node].client_config();
+    cfg.set(
+        "bootstrap.servers",
+        cluster.nodes[node].listener("SASL_SSL"),
+    )
+    .set("security.protocol", "SASL_SSL")
+    .set("ssl.ca.location", certs.ca_cert.display().to_string())
+    .set("sasl.mechanism", "SCRAM-SHA-256")
+    .set("sasl.username", "broker")
+    .set("sasl.password", BROKER_PASSWORD);
+    cfg
+}
+
+/// Partition leaders of `topic` as `cfg`'s client sees them.
+fn secured_leaders(cfg: &ClientConfig, topic: &str) -> Vec<i32> {
+    let consumer: BaseConsumer = cfg.create().unwrap();
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let mut parts: Vec<_> = md.topics()[0].partitions().iter().collect();
+    parts.sort_by_key(|p| p.id());
+    parts.iter().map(|p| p.leader()).collect()
+}
+
+#[test]
+fn brokers_secured_between_themselves_replicate_fail_over_reassign_and_keep_intruders_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certs::generate(dir.path());
+    let path = |p: &std::path::Path| p.display().to_string();
+    let (cert, key, ca) = (
+        path(&certs.server_cert),
+        path(&certs.server_key),
+        path(&certs.ca_cert),
+    );
+    // Brokers reach each other on SASL_SSL as the inter-broker user and over mutual TLS on
+    // raft; the SASL_PLAINTEXT listener is for the raw-frame intruder below.
+    let env: Vec<(&str, &str)> = [
+        (
+            "STRATA_LISTENERS",
+            "SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        ),
+        ("STRATA_SASL_ENABLED_MECHANISMS", "SCRAM-SHA-256,PLAIN"),
+        ("STRATA_INTER_BROKER_SASL_USERNAME", "broker"),
+        ("STRATA_INTER_BROKER_SASL_PASSWORD", BROKER_PASSWORD),
+        ("STRATA_RAFT_SECURITY_PROTOCOL", "SSL"),
+        ("STRATA_SSL_CERTIFICATE_LOCATION", &cert),
+        ("STRATA_SSL_KEY_LOCATION", &key),
+        ("STRATA_SSL_CA_LOCATION", &ca),
+        ("STRATA_AUTHORIZER_ENABLE", "true"),
+        ("STRATA_SUPER_USERS", "User:broker"),
+        ("STRATA_DEFAULT_REPLICATION_FACTOR", "3"),
+    ]
+    .into_iter()
+    .chain(strata_tests::cluster::FAST.iter().copied())
+    .collect();
+    let mut cluster = Cluster::start(3, 3, &env);
+    let run = |args: Vec<&str>, cluster: &Cluster, node: usize| {
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        all.extend([
+            "-b".to_string(),
+            cluster.nodes[node].listener("SASL_SSL").to_string(),
+        ]);
+        for x in [
+            "security.protocol=SASL_SSL".to_string(),
+            format!("ssl.ca.location={ca}"),
+            "sasl.mechanism=SCRAM-SHA-256".to_string(),
+            "sasl.username=broker".to_string(),
+            format!("sasl.password={BROKER_PASSWORD}"),
+        ] {
+            all.extend(["-X".to_string(), x]);
+        }
+        strata(&all.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+
+    // Replication: RF=3, acks=all, every replica in sync.
+    let topic = unique_topic("secured");
+    run(
+        vec!["topic", "create", &topic, "--partitions", "2"],
+        &cluster,
+        0,
+    );
+    produce_consume_commit(&broker_user(&cluster, &certs, 1), &topic, 50);
+    cluster.wait_topic_healthy(&topic);
+
+    // Failover: SIGKILL partition 0's leader; the others elect a new one and serve.
+    let leader = secured_leaders(&broker_user(&cluster, &certs, 0), &topic)[0] as u64;
+    cluster.node(leader).kill9();
+    let survivor = (1..=3).find(|n| *n != leader).unwrap() as usize - 1;
+    wait_for(
+        "a new leader of partition 0",
+        Duration::from_secs(30),
+        || {
+            let l = secured_leaders(&broker_user(&cluster, &certs, survivor), &topic)[0];
+            l >= 0 && l as u64 != leader
+        },
+    );
+    let after = unique_topic("after-failover");
+    run(
+        vec![
+            "topic",
+            "create",
+            &after,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "2",
+        ],
+        &cluster,
+        survivor,
+    );
+    produce_consume_commit(&broker_user(&cluster, &certs, survivor), &after, 20);
+    cluster.node(leader).restart();
+    cluster.wait_topic_healthy(&topic);
+
+    // A reassignment: a single replica moves to another broker, copied over the secured link.
+    let moved = unique_topic("moved");
+    run(
+        vec![
+            "topic",
+            "create",
+            &moved,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "1",
+        ],
+        &cluster,
+        0,
+    );
+    produce_consume_commit(&broker_user(&cluster, &certs, 0), &moved, 30);
+    let from = secured_leaders(&broker_user(&cluster, &certs, 0), &moved)[0];
+    let to = if from == 3 { 1 } else { from + 1 };
+    let plan = dir.path().join("plan.json");
+    std::fs::write(
+        &plan,
+        format!(r#"{{"version":1,"partitions":[{{"topic":"{moved}","partition":0,"replicas":[{to}]}}]}}"#),
+    )
+    .unwrap();
+    let out = run(
+        vec!["cluster", "reassign", "--plan", &plan.display().to_string()],
+        &cluster,
+        0,
+    );
+    assert!(out.contains(&format!("replicas={to}")), "{out}");
+    assert_eq!(
+        secured_leaders(&broker_user(&cluster, &certs, 0), &moved)[0],
+        to
+    );
+
+    // Intruders. The raft port speaks only TLS with a certificate of the cluster's CA: plain
+    // bytes and a foreign CA's certificate are both refused before any raft message.
+    let raft = cluster.nodes[0].raft_addr.clone();
+    let mut plain = std::net::TcpStream::connect(&raft).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    use std::io::{Read, Write};
+    let vote = br#"{"quorum":null,"request":{"Vote":{}}}"#;
+    let _ = plain.write_all(&(vote.len() as u32).to_be_bytes());
+    let _ = plain.write_all(vote);
+    // The answer, if any, is a TLS alert (record type 21), never a raft frame.
+    let mut buf = [0u8; 64];
+    match plain.read(&mut buf) {
+        Ok(0) | Err(_) => {}
+        Ok(_) => assert_eq!(buf[0], 21, "a plaintext raft peer got {buf:?}"),
+    }
+    // A would-be fourth broker with the right configuration but a foreign CA's certificate
+    // (and the inter-broker password) cannot join: it never registers.
+    let foreign_dir = dir.path().join("foreign");
+    std::fs::create_dir_all(&foreign_dir).unwrap();
+    let foreign = Certs::generate(&foreign_dir);
+    let voters = (0..3)
+        .map(|i| format!("{}@{}", i + 1, cluster.nodes[i].raft_addr))
+        .collect::<Vec<_>>()
+        .join(",");
+    let any = "127.0.0.1:0";
+    let mut opts = BrokerOpts::new().member(4, any, any, any, &voters);
+    for (k, v) in &env {
+        opts = opts.env(k, v);
+    }
+    let opts = opts
+        .env(
+            "STRATA_SSL_CERTIFICATE_LOCATION",
+            foreign.server_cert.display(),
+        )
+        .env("STRATA_SSL_KEY_LOCATION", foreign.server_key.display())
+        .env("STRATA_SSL_CA_LOCATION", foreign.ca_cert.display());
+    let refusals = |cluster: &Cluster| -> usize {
+        (0..3)
+            .map(|i| {
+                let out = cluster.nodes[i].output();
+                out.matches("raft port: connection refused (TLS)").count()
+            })
+            .sum()
+    };
+    let before = refusals(&cluster);
+    let intruder = Broker::launch(opts);
+    wait_for(
+        "the raft port to refuse the intruder",
+        Duration::from_secs(30),
+        || refusals(&cluster) > before,
+    );
+    assert!(
+        !intruder.output().contains("READY"),
+        "the intruder got in: {}",
+        intruder.output()
+    );
+    let view = cluster.nodes[0].admin_get("/v1/cluster").unwrap().body;
+    let v: serde_json::Value = serde_json::from_str(&view).unwrap();
+    assert!(
+        v["brokers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["id"] != 4),
+        "the intruder registered: {view}"
+    );
+    drop(intruder);
+
+    // A user who authenticates, but is not a broker, cannot fetch as a replica.
+    run(
+        vec!["user", "create", "alice", "--password", PASSWORD],
+        &cluster,
+        0,
+    );
+    let mut c = KafkaConn::connect(cluster.nodes[0].listener("SASL_PLAINTEXT")).unwrap();
+    let hs = c
+        .request(
+            1,
+            &SaslHandshakeRequest::default().with_mechanism("PLAIN".into()),
+        )
+        .unwrap();
+    assert_eq!(hs.error_code, 0);
+    let auth = c
+        .request(
+            1,
+            &SaslAuthenticateRequest::default()
+                .with_auth_bytes(format!("\0alice\0{PASSWORD}").into_bytes().into()),
+        )
+        .unwrap();
+    assert_eq!(auth.error_code, 0, "{:?}", auth.error_message);
+    let fetch = {
+        use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+        use kafka_protocol::messages::{BrokerId, FetchRequest};
+        FetchRequest::default()
+            .with_replica_id(BrokerId(2))
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(strata_tests::raw::topic_name(&topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20)])])
+    };
+    let resp = c.request(12, &fetch).unwrap();
+    assert_eq!(
+        resp.responses[0].partitions[0].error_code, TOPIC_AUTHORIZATION_FAILED,
+        "a non-broker's replica fetch must be refused"
+    );
 }

@@ -58,6 +58,18 @@ pub struct BrokerConfig {
     pub ssl_principal_mapping_rules: String,
     /// TLS versions spoken: `TLSv1.2,TLSv1.3` or `TLSv1.3` (1.3 is preferred when both are).
     pub ssl_enabled_protocols: String,
+    /// How this broker authenticates to the others when the inter-broker listener is a SASL
+    /// one: Kafka's `sasl.mechanism.inter.broker.protocol` (PLAIN, SCRAM-SHA-256,
+    /// SCRAM-SHA-512) and the credentials of a user every broker knows (list it in
+    /// `super_users`). On a TLS inter-broker listener the broker presents its own certificate
+    /// and verifies the others' against `ssl_ca_location`.
+    pub sasl_mechanism_inter_broker_protocol: String,
+    pub inter_broker_sasl_username: Option<String>,
+    pub inter_broker_sasl_password: Option<String>,
+    /// The raft port (metadata quorum): `PLAINTEXT`, or `SSL` for mutual TLS, every node
+    /// presenting its certificate and accepting only peers whose certificate `ssl_ca_location`
+    /// signed.
+    pub raft_security_protocol: String,
     /// ACLs decide what each principal may do (Kafka's `authorizer.class.name` set); off,
     /// every authenticated principal may do everything.
     pub authorizer_enable: bool,
@@ -226,6 +238,10 @@ impl Default for BrokerConfig {
             sasl_oauthbearer_sub_claim_name: "sub".into(),
             sasl_oauthbearer_clock_skew_seconds: 30,
             connections_max_reauth_ms: 0,
+            sasl_mechanism_inter_broker_protocol: "SCRAM-SHA-256".into(),
+            inter_broker_sasl_username: None,
+            inter_broker_sasl_password: None,
+            raft_security_protocol: "PLAINTEXT".into(),
             authorizer_enable: false,
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
@@ -340,6 +356,8 @@ const OPTIONAL_STRINGS: &[&str] = &[
     "sasl_oauthbearer_jwks_endpoint_url",
     "sasl_oauthbearer_expected_issuer",
     "sasl_oauthbearer_expected_audience",
+    "inter_broker_sasl_username",
+    "inter_broker_sasl_password",
     "ssl_certificate_location",
     "ssl_key_location",
     "ssl_ca_location",
@@ -408,15 +426,45 @@ impl BrokerConfig {
         self.voter_map()?;
         let (listeners, inter_broker) = self.listeners()?;
         // Replica fetches, transaction markers and KIP-890 checks go out on the inter-broker
-        // listener with the broker's own client, which does not yet present the credentials
-        // a secured listener would ask of it: refuse rather than fail to replicate.
-        if listeners
-            .iter()
-            .any(|l| l.name == inter_broker && l.protocol != listeners::SecurityProtocol::Plaintext)
+        // listener: refuse at start what would make them fail later.
+        let protocol = (listeners.iter())
+            .find(|l| l.name == inter_broker)
+            .map(|l| l.protocol);
+        if protocol.is_some_and(|p| p.sasl())
+            && (self.inter_broker_sasl_username.is_none()
+                || self.inter_broker_sasl_password.is_none())
         {
             return Err(ConfigError::Invalid(format!(
-                "inter_broker_listener_name {inter_broker}: brokers do not speak TLS or SASL to each other yet; name a PLAINTEXT listener (on a private network)"
+                "inter_broker_listener_name {inter_broker} is a SASL listener: set inter_broker_sasl_username and inter_broker_sasl_password (a user every broker knows)"
             )));
+        }
+        if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+            .contains(&self.sasl_mechanism_inter_broker_protocol.as_str())
+        {
+            return Err(ConfigError::Invalid(
+                "sasl_mechanism_inter_broker_protocol must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512".into(),
+            ));
+        }
+        let raft_tls = match self.raft_security_protocol.as_str() {
+            "PLAINTEXT" => false,
+            "SSL" => true,
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "raft_security_protocol {other}: PLAINTEXT or SSL"
+                )))
+            }
+        };
+        if (raft_tls || protocol.is_some_and(|p| p.tls())) && self.ssl_ca_location.is_none() {
+            return Err(ConfigError::Invalid(
+                "brokers speaking TLS to each other (a TLS inter-broker listener, raft_security_protocol = SSL) verify each other against ssl_ca_location: set it".into(),
+            ));
+        }
+        if raft_tls && (self.ssl_certificate_location.is_none() || self.ssl_key_location.is_none())
+        {
+            return Err(ConfigError::Invalid(
+                "raft_security_protocol = SSL needs ssl_certificate_location and ssl_key_location"
+                    .into(),
+            ));
         }
         self.ssl_min_version()?;
         if listeners.iter().any(|l| l.protocol.tls())
@@ -680,26 +728,50 @@ mod tests {
     }
 
     #[test]
-    fn the_inter_broker_listener_must_be_plaintext_for_now() {
+    fn a_secured_inter_broker_link_needs_its_credentials_and_ca() {
         let secured = |inter: &str| BrokerConfig {
-            listeners: Some("PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0".into()),
+            listeners: Some("PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0".into()),
             inter_broker_listener_name: Some(inter.into()),
+            ssl_certificate_location: Some("cert.pem".into()),
+            ssl_key_location: Some("key.pem".into()),
             ..BrokerConfig::default()
         };
         assert!(secured("PLAINTEXT").validate().is_ok());
-        let err = secured("SASL_PLAINTEXT").validate().unwrap_err();
+        let err = secured("SASL_SSL").validate().unwrap_err();
         assert!(
-            err.to_string().contains("inter_broker_listener_name"),
+            err.to_string().contains("inter_broker_sasl_username"),
             "{err}"
         );
-        let first = BrokerConfig {
-            listeners: Some("SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0".into()),
+        let with_user = BrokerConfig {
+            inter_broker_sasl_username: Some("broker".into()),
+            inter_broker_sasl_password: Some("secret".into()),
+            ..secured("SASL_SSL")
+        };
+        let err = with_user.validate().unwrap_err();
+        assert!(err.to_string().contains("ssl_ca_location"), "{err}");
+        let complete = BrokerConfig {
+            ssl_ca_location: Some("ca.pem".into()),
+            ..with_user.clone()
+        };
+        assert!(complete.validate().is_ok());
+        let bad_mechanism = BrokerConfig {
+            sasl_mechanism_inter_broker_protocol: "GSSAPI".into(),
+            ..complete.clone()
+        };
+        assert!(bad_mechanism.validate().is_err());
+        for (raft, ok) in [("SSL", true), ("PLAINTEXT", true), ("TLS", false)] {
+            let cfg = BrokerConfig {
+                raft_security_protocol: raft.into(),
+                ..complete.clone()
+            };
+            assert_eq!(cfg.validate().is_ok(), ok, "raft_security_protocol {raft}");
+        }
+        let raft_without_certificate = BrokerConfig {
+            raft_security_protocol: "SSL".into(),
+            ssl_ca_location: Some("ca.pem".into()),
             ..BrokerConfig::default()
         };
-        assert!(
-            first.validate().is_err(),
-            "the first listener is the default"
-        );
+        assert!(raft_without_certificate.validate().is_err());
     }
 
     #[test]

@@ -48,6 +48,7 @@ use crate::log::LogError;
 use crate::node::Node;
 use crate::partition::{Partition, RemoteProducers, TopicPartition};
 use crate::protocol::client::{Client, ClientError};
+use crate::security::inter_broker;
 
 /// Why a round with the leader ended early; the fetcher reconnects and starts again.
 #[derive(Debug, thiserror::Error)]
@@ -238,7 +239,15 @@ async fn run(
                 .map(|b| format!("{}:{}", b.host, b.port));
             match addr {
                 Some(addr) => {
-                    match Client::connect(&addr, &client, CALL_TIMEOUT, MAX_RESPONSE).await {
+                    match inter_broker::connect(
+                        &node.config,
+                        &addr,
+                        &client,
+                        CALL_TIMEOUT,
+                        MAX_RESPONSE,
+                    )
+                    .await
+                    {
                         Ok(c) => conn = Some(c),
                         Err(e) => {
                             tracing::debug!(leader, %addr, error = %e, "cannot reach the leader to fetch from");

@@ -14,9 +14,10 @@
 //!   some prefixed ACL has, never a scan of the ACLs of other resources;
 //! - with the authorizer off, [`Access`] allows everything and allocates nothing.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 
+use rustc_hash::FxHashMap as HashMap;
 use strata_metadata::acl::{
     AclBinding, AclOperation, PatternType, Permission, ResourceType, WILDCARD, WILDCARD_PRINCIPAL,
 };
@@ -61,19 +62,17 @@ impl Authorizer {
     }
 
     /// The decisions for one request of `principal` connected from `host` (an IP address).
-    pub fn access(&self, principal: &Principal, host: &str) -> Access {
+    pub fn access(&self, principal: &Principal, host: &Arc<str>) -> Access {
         if !self.enabled || self.super_users.contains(principal.as_str()) {
             return Access { decider: None };
         }
-        Access {
-            decider: Some(Decider {
-                index: self.index(),
-                principal: principal.clone(),
-                host: host.into(),
-                allow_if_no_acl: self.allow_if_no_acl,
-                metrics: self.metrics.clone(),
-            }),
-        }
+        Access::decided(
+            self.index(),
+            principal,
+            host.clone(),
+            self.allow_if_no_acl,
+            self.metrics.clone(),
+        )
     }
 
     fn index(&self) -> Arc<AclIndex> {
@@ -115,15 +114,50 @@ pub struct Access {
 struct Decider {
     index: Arc<AclIndex>,
     principal: Principal,
-    host: Box<str>,
+    host: Arc<str>,
     allow_if_no_acl: bool,
     metrics: Arc<SecurityMetrics>,
 }
 
 impl Access {
-    /// Everything allowed: for the broker's own work, and for tests.
+    /// Everything allowed: the authorizer is off, or the caller is a super user.
     pub fn everything() -> Access {
         Access { decider: None }
+    }
+
+    /// The decisions of `principal` from `host` under the ACLs of `index` (what
+    /// [`Authorizer::access`] gives a request; public for the benchmarks).
+    pub fn over(
+        index: Arc<AclIndex>,
+        principal: &Principal,
+        host: &str,
+        allow_if_no_acl: bool,
+    ) -> Access {
+        Access::decided(
+            index,
+            principal,
+            host.into(),
+            allow_if_no_acl,
+            Arc::default(),
+        )
+    }
+
+    fn decided(
+        index: Arc<AclIndex>,
+        principal: &Principal,
+        host: Arc<str>,
+        allow_if_no_acl: bool,
+        metrics: Arc<SecurityMetrics>,
+    ) -> Access {
+        Access {
+            decider: Some(Decider {
+                index,
+                principal: principal.clone(),
+                host,
+                allow_if_no_acl,
+                metrics,
+            }),
+        }
     }
 
     pub fn allows(&self, op: AclOperation, resource: ResourceType, name: &str) -> bool {
@@ -254,11 +288,14 @@ impl Decider {
         };
         let mut any = false;
         let mut allowed = false;
-        for entry in index.matching(name) {
-            any = true;
-            if !entry.applies_to(self.principal.as_str(), &self.host) {
-                continue;
-            }
+        let mine = (index.matching(name))
+            .inspect(|_| any = true)
+            .flat_map(|acls| {
+                let own = acls.get(self.principal.as_str()).into_iter().flatten();
+                own.chain(acls.get(WILDCARD_PRINCIPAL).into_iter().flatten())
+            })
+            .filter(|e| e.host == *self.host || e.host == WILDCARD);
+        for entry in mine {
             match entry.permission {
                 Permission::Deny
                     if entry.operation == op || entry.operation == AclOperation::All =>
@@ -273,32 +310,28 @@ impl Decider {
     }
 }
 
-/// The ACLs by resource type, then by name.
+/// The ACLs by resource type, then by name, then by principal: a resource many principals
+/// are granted costs a decision two lookups, not a scan.
 #[derive(Default)]
 pub struct AclIndex {
     types: HashMap<ResourceType, TypeIndex>,
 }
 
+/// One resource pattern's ACLs, by principal.
+type ByPrincipal = HashMap<String, Vec<Entry>>;
+
 #[derive(Default)]
 struct TypeIndex {
-    literal: HashMap<String, Vec<Entry>>,
-    prefixed: HashMap<String, Vec<Entry>>,
+    literal: HashMap<String, ByPrincipal>,
+    prefixed: HashMap<String, ByPrincipal>,
     /// The byte lengths of the prefixed patterns: a name is looked up at these only.
     prefix_lengths: BTreeSet<usize>,
 }
 
 struct Entry {
-    principal: String,
     host: String,
     operation: AclOperation,
     permission: Permission,
-}
-
-impl Entry {
-    fn applies_to(&self, principal: &str, host: &str) -> bool {
-        (self.principal == principal || self.principal == WILDCARD_PRINCIPAL)
-            && (self.host == host || self.host == WILDCARD)
-    }
 }
 
 impl AclIndex {
@@ -316,8 +349,9 @@ impl AclIndex {
             by_name
                 .entry(acl.resource_name.clone())
                 .or_default()
+                .entry(acl.principal.clone())
+                .or_default()
                 .push(Entry {
-                    principal: acl.principal.clone(),
                     host: acl.host.clone(),
                     operation: acl.operation,
                     permission: acl.permission,
@@ -336,7 +370,11 @@ impl AclIndex {
             t.literal
                 .iter()
                 .chain(t.prefixed.iter())
-                .filter(|(_, entries)| entries.iter().any(|e| e.permission == Permission::Allow))
+                .filter(|(_, acls)| {
+                    acls.values()
+                        .flatten()
+                        .any(|e| e.permission == Permission::Allow)
+                })
                 .map(|(name, _)| name.as_str())
         })
     }
@@ -347,22 +385,19 @@ impl TypeIndex {
         self.literal.is_empty() && self.prefixed.is_empty()
     }
 
-    /// Every ACL that applies to the resource `name`: its literal name, the wildcard, and
-    /// the prefixes of it that some prefixed ACL names.
-    fn matching<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Entry> + 'a {
-        let literal = self.literal.get(name).into_iter().flatten();
+    /// The ACLs, by principal, of every pattern that applies to the resource `name`: its
+    /// literal name, the wildcard, and the prefixes of it that some prefixed ACL names.
+    fn matching<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a ByPrincipal> + 'a {
+        let literal = self.literal.get(name);
         let wildcard = (name != WILDCARD)
             .then(|| self.literal.get(WILDCARD))
-            .flatten()
-            .into_iter()
             .flatten();
         let prefixed = self
             .prefix_lengths
             .range(..=name.len())
             .filter(|len| name.is_char_boundary(**len))
-            .filter_map(|len| self.prefixed.get(&name[..*len]))
-            .flatten();
-        literal.chain(wildcard).chain(prefixed)
+            .filter_map(|len| self.prefixed.get(&name[..*len]));
+        literal.into_iter().chain(wildcard).chain(prefixed)
     }
 }
 
@@ -390,15 +425,13 @@ mod tests {
     }
 
     fn access(acls: &[AclBinding], principal: &str, allow_if_no_acl: bool) -> Access {
-        Access {
-            decider: Some(Decider {
-                index: Arc::new(AclIndex::build(acls)),
-                principal: Principal(principal.into()),
-                host: "10.0.0.1".into(),
-                allow_if_no_acl,
-                metrics: Arc::default(),
-            }),
-        }
+        let index = Arc::new(AclIndex::build(acls));
+        Access::over(
+            index,
+            &Principal(principal.into()),
+            "10.0.0.1",
+            allow_if_no_acl,
+        )
     }
 
     use AclOperation::*;

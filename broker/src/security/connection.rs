@@ -17,6 +17,8 @@ pub struct Connection {
     pub peer: SocketAddr,
     /// As Kafka reports it in DescribeGroups: "/<ip>".
     pub client_host: String,
+    /// The client's IP address, as ACL hosts name it.
+    host: Arc<str>,
     pub listener: Arc<str>,
     protocol: SecurityProtocol,
     principal: Option<Principal>,
@@ -55,6 +57,7 @@ impl Connection {
         Connection {
             peer,
             client_host: format!("/{}", peer.ip()),
+            host: peer.ip().to_string().into(),
             listener,
             protocol,
             principal: super::initial_principal(protocol),
@@ -77,14 +80,9 @@ impl Connection {
     /// applied now). Before authentication only the SASL APIs are served, which need nothing.
     pub fn access(&self, security: &Security) -> super::Access {
         match &self.principal {
-            Some(p) => security.authorizer().access(p, self.host()),
+            Some(p) => security.authorizer().access(p, &self.host),
             None => super::Access::everything(),
         }
-    }
-
-    /// The client's IP address, as ACL hosts name it.
-    pub fn host(&self) -> &str {
-        &self.client_host[1..]
     }
 
     /// Who the connection is; `None` before a SASL connection authenticates.

@@ -10,10 +10,14 @@
 //!   the same), and the connection is closed after it;
 //! - no secret (password, salted password, token, key) is logged, counted or put in an error;
 //! - credentials are read from the latest applied metadata state at each authentication, so a
-//!   credential change applies to the next authentication on every broker.
+//!   credential change applies to the next authentication on every broker;
+//! - the inter-broker user (`inter_broker_sasl_username`) is known from the configuration
+//!   before any credential is in the quorum, so brokers reach each other from their first
+//!   start; its configured password wins over a quorum credential of the same name.
 
 pub mod authorizer;
 pub mod connection;
+pub mod inter_broker;
 mod jwks;
 mod metrics;
 pub mod principal;
@@ -73,13 +77,13 @@ impl Mechanism {
 
 /// A Kafka principal, `User:name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Principal(String);
+pub struct Principal(Arc<str>);
 
 impl Principal {
     pub const ANONYMOUS_NAME: &'static str = "ANONYMOUS";
 
     pub fn user(name: &str) -> Principal {
-        Principal(format!("User:{name}"))
+        Principal(format!("User:{name}").into())
     }
 
     /// Who an unauthenticated (PLAINTEXT, or SSL without a client certificate) client is.
@@ -111,6 +115,8 @@ pub struct Security {
     /// OAUTHBEARER: the keys tokens are signed with, and what their claims must say.
     oauth: Option<(Arc<jwks::Jwks>, oauthbearer::Expectations)>,
     authorizer: Authorizer,
+    /// The inter-broker user's name, password and SCRAM credentials (salted here, at start).
+    inter_broker: Option<(String, String, Vec<(scram::Mechanism, scram::Credential)>)>,
     metrics: Arc<SecurityMetrics>,
 }
 
@@ -162,8 +168,25 @@ impl Security {
         let metrics = Arc::new(SecurityMetrics::default());
         node.metrics.register(|r| metrics.register(r));
         let authorizer = Authorizer::new(node.clone(), metrics.clone())?;
+        let inter_broker = match (
+            &cfg.inter_broker_sasl_username,
+            &cfg.inter_broker_sasl_password,
+        ) {
+            (Some(user), Some(password)) => {
+                let salt = scram::random(32);
+                let credentials = (scram::Mechanism::ALL.iter())
+                    .map(|m| {
+                        let salted = m.salted_password(password, &salt, scram::MIN_ITERATIONS);
+                        (*m, m.credential(&salted, &salt, scram::MIN_ITERATIONS))
+                    })
+                    .collect();
+                Some((user.clone(), password.clone(), credentials))
+            }
+            _ => None,
+        };
         Ok(Arc::new(Security {
             authorizer,
+            inter_broker,
             tls,
             mechanisms,
             plain_users,
@@ -279,6 +302,15 @@ impl Security {
 
     /// PLAIN: the file's password if there is a file, else any SCRAM credential of the user.
     fn check_plain(&self, user: &str, password: &str) -> bool {
+        if let Some((name, configured, _)) = &self.inter_broker {
+            if name == user {
+                return aws_lc_rs::constant_time::verify_slices_are_equal(
+                    configured.as_bytes(),
+                    password.as_bytes(),
+                )
+                .is_ok();
+            }
+        }
         if let Some(users) = &self.plain_users {
             return users.get(user).is_some_and(|p| {
                 aws_lc_rs::constant_time::verify_slices_are_equal(p.as_bytes(), password.as_bytes())
@@ -297,6 +329,13 @@ impl Security {
 
 impl scram::Credentials for Security {
     fn scram(&self, user: &str, mechanism: scram::Mechanism) -> Option<scram::Credential> {
+        if let Some((name, _, credentials)) = &self.inter_broker {
+            if name == user {
+                return (credentials.iter())
+                    .find(|(m, _)| *m == mechanism)
+                    .map(|(_, c)| c.clone());
+            }
+        }
         let state = self.node.metadata.state();
         state
             .security

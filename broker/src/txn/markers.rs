@@ -25,7 +25,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::group;
 use crate::log::control::Marker;
 use crate::node::Node;
-use crate::protocol::client::Client;
+use crate::security::inter_broker;
 
 use super::TxnCoordinator;
 
@@ -203,11 +203,18 @@ async fn send(
                 .collect(),
         )]);
     let client_id = format!("strata-txn-coordinator-{}", node.config.node_id);
-    let mut client =
-        match Client::connect(&addr, &client_id, MARKER_TIMEOUT * 2, MAX_RESPONSE).await {
-            Ok(c) => c,
-            Err(e) => return failed(e.to_string()),
-        };
+    let mut client = match inter_broker::connect(
+        &node.config,
+        &addr,
+        &client_id,
+        MARKER_TIMEOUT * 2,
+        MAX_RESPONSE,
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(e) => return failed(e.to_string()),
+    };
     let resp = match client.call(1, &req).await {
         Ok(r) => r,
         Err(e) => return failed(e.to_string()),

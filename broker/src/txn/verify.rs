@@ -16,7 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{store, TxnCoordinator};
 use crate::error::{ApiError, ErrorCode};
-use crate::protocol::client::Client;
+use crate::security::inter_broker;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_RESPONSE: usize = 16 << 20;
@@ -75,9 +75,15 @@ impl TxnCoordinator {
                 ),
         ]);
         let client_id = format!("strata-txn-verify-{}", self.node.config.node_id);
-        let mut client = Client::connect(&addr, &client_id, CALL_TIMEOUT, MAX_RESPONSE)
-            .await
-            .map_err(|e| unavailable(format!("coordinator {leader}: {e}")))?;
+        let mut client = inter_broker::connect(
+            &self.node.config,
+            &addr,
+            &client_id,
+            CALL_TIMEOUT,
+            MAX_RESPONSE,
+        )
+        .await
+        .map_err(|e| unavailable(format!("coordinator {leader}: {e}")))?;
         let resp = client
             .call(4, &req)
             .await

@@ -5,7 +5,7 @@ use std::sync::{Arc, PoisonError, Weak};
 
 use openraft::error::{CheckIsLeaderError, RaftError};
 use openraft::ChangeMembers;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use super::*;
 use crate::command::{Command, CommandResult, NodeId};
@@ -176,7 +176,7 @@ impl Inner {
 }
 
 /// Accepts connections on the raft port; each carries requests answered in order.
-pub(super) async fn serve(listener: TcpListener, inner: Weak<Inner>) {
+pub(super) async fn serve(listener: TcpListener, inner: Weak<Inner>, tls: Option<RaftTls>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(rpc::MAX_CONNECTIONS));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -192,8 +192,16 @@ pub(super) async fn serve(listener: TcpListener, inner: Weak<Inner>) {
             continue;
         };
         let inner = inner.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(stream, inner).await {
+            let stream = match rpc::accept(stream, tls.as_ref()).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(%peer, error = %e, "raft port: connection refused (TLS)");
+                    return;
+                }
+            };
+            if let Err(e) = serve_connection(stream, peer, inner).await {
                 tracing::debug!(%peer, error = %e, "raft port: connection closed");
             }
             drop(slot);
@@ -201,9 +209,11 @@ pub(super) async fn serve(listener: TcpListener, inner: Weak<Inner>) {
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, inner: Weak<Inner>) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
-    let peer = stream.peer_addr()?;
+async fn serve_connection(
+    mut stream: rpc::Conn,
+    peer: std::net::SocketAddr,
+    inner: Weak<Inner>,
+) -> std::io::Result<()> {
     while let Some(Envelope { quorum, request }) = rpc::read_frame(&mut stream).await? {
         let Some(inner) = inner.upgrade() else {
             return Ok(());

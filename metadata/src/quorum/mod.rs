@@ -39,6 +39,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+pub use crate::rpc::RaftTls;
 use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
 use openraft::metrics::WaitError;
 use openraft::{Config, RaftMetrics, ServerState, SnapshotPolicy};
@@ -97,6 +98,8 @@ pub struct MetadataOptions {
     pub session_timeout: Duration,
     /// The controller's automatic preferred-leader rebalance; `None`: off.
     pub leader_balance: Option<LeaderBalance>,
+    /// Mutual TLS on the raft port; `None`: plain TCP.
+    pub tls: Option<RaftTls>,
 }
 
 /// Kafka's `auto.leader.rebalance.enable` settings: every `interval`, partitions whose

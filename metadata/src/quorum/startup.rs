@@ -32,6 +32,7 @@ impl Metadata {
             voters,
             session_timeout,
             leader_balance,
+            tls,
         } = opts;
         let bound = listener
             .local_addr()
@@ -72,7 +73,7 @@ impl Metadata {
         .await
         .map_err(|e| MetadataError::Raft(format!("opening the metadata store panicked: {e}")))??;
 
-        let peers = Arc::new(Peers::new(quorum_id.clone()));
+        let peers = Arc::new(Peers::new(quorum_id.clone(), tls.clone()));
         let config = Arc::new(raft_config()?);
         let network = TcpNetwork::new(peers.clone());
         let raft = Raft::new(node_id, config, network, log_store, state_machine).await?;
@@ -113,7 +114,7 @@ impl Metadata {
             }
         }
         let weak = Arc::downgrade(&metadata.inner);
-        let server = tokio::spawn(serve(listener, weak.clone()));
+        let server = tokio::spawn(serve(listener, weak.clone(), tls));
         let controller = tokio::spawn(run_controller(weak));
         metadata
             .inner

@@ -16,6 +16,7 @@ async fn opts(node_id: NodeId, dir: &Path) -> MetadataOptions {
         voters: BTreeMap::from([(node_id, "127.0.0.1:0".to_string())]),
         session_timeout: Duration::from_secs(3),
         leader_balance: None,
+        tls: None,
     }
 }
 
@@ -271,6 +272,7 @@ fn node_opts(
         voters: voters.clone(),
         session_timeout: Duration::from_millis(500),
         leader_balance: None,
+        tls: None,
     }
 }
 
