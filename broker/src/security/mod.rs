@@ -102,6 +102,14 @@ impl std::fmt::Display for Principal {
     }
 }
 
+/// The inter-broker user, from the configuration: its name, password and SCRAM credentials
+/// (salted at start).
+struct InterBrokerUser {
+    name: String,
+    password: String,
+    credentials: Vec<(scram::Mechanism, scram::Credential)>,
+}
+
 /// The security subsystem: TLS configuration and authentication.
 pub struct Security {
     node: Arc<Node>,
@@ -115,8 +123,7 @@ pub struct Security {
     /// OAUTHBEARER: the keys tokens are signed with, and what their claims must say.
     oauth: Option<(Arc<jwks::Jwks>, oauthbearer::Expectations)>,
     authorizer: Authorizer,
-    /// The inter-broker user's name, password and SCRAM credentials (salted here, at start).
-    inter_broker: Option<(String, String, Vec<(scram::Mechanism, scram::Credential)>)>,
+    inter_broker: Option<InterBrokerUser>,
     metrics: Arc<SecurityMetrics>,
 }
 
@@ -180,7 +187,11 @@ impl Security {
                         (*m, m.credential(&salted, &salt, scram::MIN_ITERATIONS))
                     })
                     .collect();
-                Some((user.clone(), password.clone(), credentials))
+                Some(InterBrokerUser {
+                    name: user.clone(),
+                    password: password.clone(),
+                    credentials,
+                })
             }
             _ => None,
         };
@@ -302,10 +313,10 @@ impl Security {
 
     /// PLAIN: the file's password if there is a file, else any SCRAM credential of the user.
     fn check_plain(&self, user: &str, password: &str) -> bool {
-        if let Some((name, configured, _)) = &self.inter_broker {
-            if name == user {
+        if let Some(broker) = &self.inter_broker {
+            if broker.name == user {
                 return aws_lc_rs::constant_time::verify_slices_are_equal(
-                    configured.as_bytes(),
+                    broker.password.as_bytes(),
                     password.as_bytes(),
                 )
                 .is_ok();
@@ -329,9 +340,9 @@ impl Security {
 
 impl scram::Credentials for Security {
     fn scram(&self, user: &str, mechanism: scram::Mechanism) -> Option<scram::Credential> {
-        if let Some((name, _, credentials)) = &self.inter_broker {
-            if name == user {
-                return (credentials.iter())
+        if let Some(broker) = &self.inter_broker {
+            if broker.name == user {
+                return (broker.credentials.iter())
                     .find(|(m, _)| *m == mechanism)
                     .map(|(_, c)| c.clone());
             }
