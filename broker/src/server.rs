@@ -225,6 +225,9 @@ async fn open(
             // Info, as Kafka logs a failed authentication: a misconfigured client retrying
             // many times a second would otherwise flood the warnings.
             tracing::info!(peer = %conn.peer, listener = %conn.listener, error = %e, "TLS handshake failed");
+            broker
+                .security
+                .audit_authentication(&conn, "TLS", Err(&e.to_string()));
             return None;
         }
         Err(_) => {
@@ -238,10 +241,18 @@ async fn open(
         // mTLS: a verified client certificate names the principal (SASL_SSL's comes from SASL).
         let certificate = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
         match broker.security.certificate_principal(certificate) {
-            Ok(Some(principal)) => conn.authenticated_by_certificate(principal),
+            Ok(Some(principal)) => {
+                broker
+                    .security
+                    .audit_authentication(&conn, "SSL", Ok(&principal));
+                conn.authenticated_by_certificate(principal)
+            }
             Ok(None) => {}
             Err(why) => {
                 metrics.authentication(&conn.listener, "SSL", "failed");
+                broker
+                    .security
+                    .audit_authentication(&conn, "SSL", Err(&why));
                 tracing::info!(peer = %conn.peer, listener = %conn.listener, "client certificate refused: {why}");
                 return None;
             }

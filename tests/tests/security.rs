@@ -844,6 +844,7 @@ fn acls_let_a_principal_do_what_it_is_granted_on_every_broker_and_nothing_else()
         ("STRATA_AUTHORIZER_ENABLE", "true"),
         ("STRATA_SUPER_USERS", "User:admin;User:ANONYMOUS"),
         ("STRATA_DEFAULT_REPLICATION_FACTOR", "3"),
+        ("STRATA_AUDIT_LOG", "audit.log"),
     ];
     let env: Vec<(&str, &str)> = env
         .iter()
@@ -1127,6 +1128,52 @@ fn acls_let_a_principal_do_what_it_is_granted_on_every_broker_and_nothing_else()
         ],
     ));
     assert_eq!(removed.lines().count(), 1, "{removed}");
+    // The audit log of each broker says who did what from where, and never a password.
+    let mut wrong = alice_cfg(2);
+    wrong.set("sasl.password", "not-her-password");
+    assert!(produce_one(&wrong, &orders).is_err());
+    let audit = |node: usize| -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(cluster.nodes[node].data_dir().join("audit.log"))
+            .unwrap_or_default();
+        assert!(
+            !text.contains(PASSWORD) && !text.contains("not-her-password"),
+            "{text}"
+        );
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let has = |events: &[serde_json::Value], pred: &dyn Fn(&serde_json::Value) -> bool| {
+        events.iter().any(pred)
+    };
+    let first = audit(0);
+    assert!(has(&first, &|e| e["event"] == "authentication"
+        && e["result"] == "success"
+        && e["principal"] == "User:admin"
+        && e["mechanism"] == "SCRAM-SHA-256"));
+    assert!(has(&first, &|e| e["event"] == "acl_created"
+        && e["principal"] == "User:admin"
+        && e["acl"]["principal"] == "User:alice"
+        && e["client"] == "127.0.0.1"));
+    // CreateTopics goes to the controller, whichever broker that is.
+    let everywhere: Vec<serde_json::Value> = (0..3).flat_map(audit).collect();
+    assert!(has(&everywhere, &|e| e["event"] == "topic_created"
+        && e["topic"] == orders.as_str()
+        && e["principal"] == "User:admin"));
+    let second = audit(1);
+    assert!(has(&second, &|e| e["event"] == "authorization_denied"
+        && e["principal"] == "User:alice"
+        && e["operation"] == "Alter"
+        && e["resource_type"] == "Cluster"));
+    let third = audit(2);
+    assert!(
+        has(&third, &|e| e["event"] == "authentication"
+            && e["result"] == "failure"
+            && e["principal"].is_null()
+            && e["reason"].as_str().is_some_and(|r| !r.is_empty())),
+        "{third:?}"
+    );
+
     wait_for(
         "the revocation on every broker",
         Duration::from_secs(10),

@@ -78,6 +78,8 @@ pub struct BrokerConfig {
     /// With the authorizer on: a resource no ACL names is open to everyone (true) or to super
     /// users only (false, Kafka's default).
     pub allow_everyone_if_no_acl_found: bool,
+    /// The audit log: unset (off), `stdout`, or a file (relative paths are in `data_dir`).
+    pub audit_log: Option<String>,
     pub admin_addr: SocketAddr,
     /// Listener for the other nodes of the cluster: the metadata quorum's raft port.
     pub raft_addr: SocketAddr,
@@ -245,6 +247,7 @@ impl Default for BrokerConfig {
             authorizer_enable: false,
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
+            audit_log: None,
             ssl_certificate_location: None,
             ssl_key_location: None,
             ssl_ca_location: None,
@@ -356,6 +359,7 @@ const OPTIONAL_STRINGS: &[&str] = &[
     "sasl_oauthbearer_jwks_endpoint_url",
     "sasl_oauthbearer_expected_issuer",
     "sasl_oauthbearer_expected_audience",
+    "audit_log",
     "inter_broker_sasl_username",
     "inter_broker_sasl_password",
     "ssl_certificate_location",

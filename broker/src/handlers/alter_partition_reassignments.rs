@@ -42,8 +42,16 @@ pub async fn handle(
             let target = p
                 .replicas
                 .map(|r| r.iter().map(|b| b.0).collect::<Vec<i32>>());
+            let audited = serde_json::json!({
+                "topic": &topic,
+                "partition": p.partition_index,
+                "replicas": &target,
+            });
             let outcome =
                 reassign(broker, &topic, p.partition_index, target, allow_rf_change).await;
+            if outcome.is_ok() {
+                access.audit("reassignment", audited);
+            }
             let r =
                 ReassignablePartitionResponse::default().with_partition_index(p.partition_index);
             partitions.push(match outcome {

@@ -125,6 +125,7 @@ pub async fn handle(
         results.push(match outcome {
             Ok(()) => {
                 tracing::info!(user = %user, "SCRAM credentials altered");
+                access.audit("user_altered", serde_json::json!({ "user": user }));
                 result
             }
             Err(e) => result

@@ -43,7 +43,7 @@ pub async fn handle(
     };
     if applied.is_ok() {
         for acl in &valid {
-            tracing::info!(target: "strata::audit", acl = ?acl, "ACL created");
+            access.audit("acl_created", serde_json::json!({ "acl": acl }));
         }
     }
     let results = bindings

@@ -33,6 +33,12 @@ pub async fn handle(
             ))
         };
         let r = CreatePartitionsTopicResult::default().with_name(t.name);
+        if outcome.is_ok() && !req.validate_only {
+            access.audit(
+                "partitions_created",
+                serde_json::json!({ "topic": r.name.as_str(), "count": t.count }),
+            );
+        }
         results.push(match outcome {
             Ok(()) => r,
             Err(e) => r

@@ -77,6 +77,16 @@ pub async fn handle(
         };
         results.push(match outcome {
             Ok(info) => {
+                if !req.validate_only {
+                    access.audit(
+                        "topic_created",
+                        serde_json::json!({
+                            "topic": &name,
+                            "partitions": info.partitions.len(),
+                            "configs": &info.configs,
+                        }),
+                    );
+                }
                 let mut r = result
                     .with_topic_id(info.topic_id)
                     .with_num_partitions(if req.validate_only {

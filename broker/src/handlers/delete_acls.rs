@@ -62,7 +62,7 @@ pub async fn handle(
     };
     if applied.is_ok() {
         for acl in &doomed {
-            tracing::info!(target: "strata::audit", acl = ?acl, "ACL deleted");
+            access.audit("acl_deleted", serde_json::json!({ "acl": acl }));
         }
     }
     let results = found

@@ -18,7 +18,13 @@ pub async fn handle(
         let code = match broker.groups.check(id.0.as_str()).await {
             _ if !access.group(AclOperation::Delete, &id) => ErrorCode::GroupAuthorizationFailed,
             Err(e) => e.code,
-            Ok(()) => broker.groups.delete(id.0.as_str()),
+            Ok(()) => {
+                let code = broker.groups.delete(id.0.as_str());
+                if code == ErrorCode::None {
+                    access.audit("group_deleted", serde_json::json!({ "group": id.as_str() }));
+                }
+                code
+            }
         };
         results.push(
             DeletableGroupResult::default()

@@ -32,7 +32,17 @@ pub async fn handle(
             }
             partitions.push(
                 match delete(broker, &name, p.partition_index, p.offset).await {
-                    Ok(low) => r.with_low_watermark(low),
+                    Ok(low) => {
+                        access.audit(
+                            "records_deleted",
+                            serde_json::json!({
+                                "topic": &name,
+                                "partition": p.partition_index,
+                                "before_offset": low,
+                            }),
+                        );
+                        r.with_low_watermark(low)
+                    }
                     Err(e) => r.with_error_code(e.code.code()).with_low_watermark(-1),
                 },
             );

@@ -75,6 +75,9 @@ pub async fn handle(
             .with_topic_id(found.as_ref().map(|t| t.topic_id).unwrap_or(id));
         responses.push(match outcome {
             Ok(()) => {
+                if let Some(t) = &found {
+                    access.audit("topic_deleted", serde_json::json!({ "topic": &t.name }));
+                }
                 tracing::info!(topic = ?found.map(|t| t.name), "deleted topic");
                 result
             }

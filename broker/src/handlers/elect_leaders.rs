@@ -43,6 +43,13 @@ pub async fn handle(
     if kind != PREFERRED && kind != UNCLEAN {
         return ElectLeadersResponse::default().with_error_code(ErrorCode::InvalidRequest.code());
     }
+    access.audit(
+        "leaders_elected",
+        serde_json::json!({
+            "election": if kind == PREFERRED { "preferred" } else { "unclean" },
+            "all": req.topic_partitions.is_none(),
+        }),
+    );
     let state = broker.node.metadata.state();
     let all = req.topic_partitions.is_none();
     let wanted: Vec<(String, i32)> = match req.topic_partitions {

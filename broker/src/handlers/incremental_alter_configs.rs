@@ -43,6 +43,25 @@ pub async fn handle(
                 .await
             }
         };
+        if outcome.is_ok() && !req.validate_only {
+            let changes: Vec<_> = (r.configs.iter())
+                .map(|c| {
+                    serde_json::json!({
+                        "name": c.name.as_str(),
+                        "op": c.config_operation,
+                        "value": c.value.as_deref(),
+                    })
+                })
+                .collect();
+            access.audit(
+                "config_altered",
+                serde_json::json!({
+                    "resource_type": r.resource_type,
+                    "resource": &name,
+                    "changes": changes,
+                }),
+            );
+        }
         let resp = AlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name);

@@ -24,7 +24,13 @@ pub async fn handle(
         Err(super::cluster_denied(AclOperation::Alter))
     };
     match outcome {
-        Ok(()) => UnregisterBrokerResponse::default(),
+        Ok(()) => {
+            access.audit(
+                "broker_unregistered",
+                serde_json::json!({ "broker": req.broker_id.0 }),
+            );
+            UnregisterBrokerResponse::default()
+        }
         Err(e) => {
             tracing::info!(broker = req.broker_id.0, error = %e.message, "unregistration refused");
             UnregisterBrokerResponse::default()

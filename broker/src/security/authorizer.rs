@@ -23,6 +23,7 @@ use strata_metadata::acl::{
 };
 use strata_metadata::SecurityState;
 
+use super::audit::AuditLog;
 use super::metrics::SecurityMetrics;
 use super::{Principal, SecurityError};
 use crate::config::BrokerConfig;
@@ -38,12 +39,14 @@ pub struct Authorizer {
     /// changes (which is rare: ACL and credential changes).
     index: Mutex<Option<(Arc<SecurityState>, Arc<AclIndex>)>>,
     metrics: Arc<SecurityMetrics>,
+    audit: Arc<AuditLog>,
 }
 
 impl Authorizer {
     pub(super) fn new(
         node: Arc<Node>,
         metrics: Arc<SecurityMetrics>,
+        audit: Arc<AuditLog>,
     ) -> Result<Authorizer, SecurityError> {
         let cfg: &BrokerConfig = &node.config;
         let super_users = parse_super_users(&cfg.super_users)?;
@@ -54,6 +57,7 @@ impl Authorizer {
             node,
             index: Mutex::new(None),
             metrics,
+            audit,
         })
     }
 
@@ -63,16 +67,18 @@ impl Authorizer {
 
     /// The decisions for one request of `principal` connected from `host` (an IP address).
     pub fn access(&self, principal: &Principal, host: &Arc<str>) -> Access {
-        if !self.enabled || self.super_users.contains(principal.as_str()) {
-            return Access { decider: None };
-        }
-        Access::decided(
-            self.index(),
-            principal,
-            host.clone(),
-            self.allow_if_no_acl,
-            self.metrics.clone(),
-        )
+        let caller = Some(Caller {
+            principal: principal.clone(),
+            host: host.clone(),
+            audit: self.audit.clone(),
+        });
+        let decider =
+            (self.enabled && !self.super_users.contains(principal.as_str())).then(|| Decider {
+                index: self.index(),
+                allow_if_no_acl: self.allow_if_no_acl,
+                metrics: self.metrics.clone(),
+            });
+        Access { caller, decider }
     }
 
     fn index(&self) -> Arc<AclIndex> {
@@ -104,25 +110,36 @@ fn parse_super_users(text: &str) -> Result<HashSet<String>, SecurityError> {
         .collect()
 }
 
-/// What one request may do. Checks named `allows` count and log a refusal (an audited
-/// denial); `sees` decides what a listing shows, quietly, as Kafka's filtering does.
+/// Who makes one request and what it may do. Checks named `allows` count a refusal and write
+/// it to the audit log; `sees` decides what a listing shows, quietly, as Kafka's filtering
+/// does. [`Access::audit`] records an administrative operation as the caller's.
 pub struct Access {
-    /// `None`: everything is allowed (authorizer off, or a super user).
+    /// `None` before a SASL connection authenticates (only the SASL APIs are served then).
+    caller: Option<Caller>,
+    /// `None`: everything is allowed (authorizer off, or a super user). Some only with a
+    /// caller.
     decider: Option<Decider>,
+}
+
+struct Caller {
+    principal: Principal,
+    host: Arc<str>,
+    audit: Arc<AuditLog>,
 }
 
 struct Decider {
     index: Arc<AclIndex>,
-    principal: Principal,
-    host: Arc<str>,
     allow_if_no_acl: bool,
     metrics: Arc<SecurityMetrics>,
 }
 
 impl Access {
-    /// Everything allowed: the authorizer is off, or the caller is a super user.
+    /// Everything allowed, nobody audited: no caller yet.
     pub fn everything() -> Access {
-        Access { decider: None }
+        Access {
+            caller: None,
+            decider: None,
+        }
     }
 
     /// The decisions of `principal` from `host` under the ACLs of `index` (what
@@ -133,55 +150,56 @@ impl Access {
         host: &str,
         allow_if_no_acl: bool,
     ) -> Access {
-        Access::decided(
-            index,
-            principal,
-            host.into(),
-            allow_if_no_acl,
-            Arc::default(),
-        )
-    }
-
-    fn decided(
-        index: Arc<AclIndex>,
-        principal: &Principal,
-        host: Arc<str>,
-        allow_if_no_acl: bool,
-        metrics: Arc<SecurityMetrics>,
-    ) -> Access {
         Access {
+            caller: Some(Caller {
+                principal: principal.clone(),
+                host: host.into(),
+                audit: Arc::new(AuditLog::off()),
+            }),
             decider: Some(Decider {
                 index,
-                principal: principal.clone(),
-                host,
                 allow_if_no_acl,
-                metrics,
+                metrics: Arc::default(),
             }),
         }
     }
 
+    /// Records `event` in the audit log as the caller's: `fields` (a JSON object) with the
+    /// caller's principal and address.
+    pub fn audit(&self, event: &str, mut fields: serde_json::Value) {
+        let Some(c) = &self.caller else { return };
+        if let serde_json::Value::Object(f) = &mut fields {
+            f.insert("principal".into(), c.principal.as_str().into());
+            f.insert("client".into(), (*c.host).into());
+        }
+        c.audit.record(event, fields);
+    }
+
     pub fn allows(&self, op: AclOperation, resource: ResourceType, name: &str) -> bool {
-        let Some(d) = &self.decider else { return true };
-        let allowed = d.decide(op, resource, name);
+        let (Some(d), Some(c)) = (&self.decider, &self.caller) else {
+            return true;
+        };
+        let allowed = d.decide(c, op, resource, name);
         if !allowed {
             d.metrics.authorization_denied(resource, op);
-            tracing::info!(
-                target: "strata::audit",
-                principal = %d.principal,
-                host = %d.host,
-                operation = ?op,
-                resource_type = ?resource,
-                resource = name,
-                "authorization denied"
+            tracing::debug!(principal = %c.principal, host = %c.host, operation = ?op, resource_type = ?resource, resource = name, "authorization denied");
+            self.audit(
+                "authorization_denied",
+                serde_json::json!({
+                    "operation": format!("{op:?}"),
+                    "resource_type": format!("{resource:?}"),
+                    "resource": name,
+                }),
             );
         }
         allowed
     }
 
     pub fn sees(&self, op: AclOperation, resource: ResourceType, name: &str) -> bool {
-        self.decider
-            .as_ref()
-            .is_none_or(|d| d.decide(op, resource, name))
+        match (&self.decider, &self.caller) {
+            (Some(d), Some(c)) => d.decide(c, op, resource, name),
+            _ => true,
+        }
     }
 
     pub fn topic(&self, op: AclOperation, name: &str) -> bool {
@@ -216,11 +234,11 @@ impl Access {
     /// Whether `op` is allowed on some resource of the type (Kafka's
     /// `authorizeByResourceType`: an idempotent producer needs WRITE on some topic).
     pub fn on_some(&self, op: AclOperation, resource: ResourceType) -> bool {
-        let Some(d) = &self.decider else { return true };
+        let (Some(d), Some(c)) = (&self.decider, &self.caller) else {
+            return true;
+        };
         d.index.of(resource).is_none_or(|t| t.is_empty()) && d.allow_if_no_acl
-            || d.index
-                .allowed_names(resource)
-                .any(|name| d.decide(op, resource, name))
+            || (d.index.allowed_names(resource)).any(|name| d.decide(c, op, resource, name))
     }
 
     /// Kafka's authorized-operations bit set of a resource (bit `1 << code` per operation
@@ -282,7 +300,13 @@ fn granting(op: AclOperation) -> &'static [AclOperation] {
 }
 
 impl Decider {
-    fn decide(&self, op: AclOperation, resource: ResourceType, name: &str) -> bool {
+    fn decide(
+        &self,
+        caller: &Caller,
+        op: AclOperation,
+        resource: ResourceType,
+        name: &str,
+    ) -> bool {
         let Some(index) = self.index.of(resource) else {
             return self.allow_if_no_acl;
         };
@@ -291,10 +315,10 @@ impl Decider {
         let mine = (index.matching(name))
             .inspect(|_| any = true)
             .flat_map(|acls| {
-                let own = acls.get(self.principal.as_str()).into_iter().flatten();
+                let own = acls.get(caller.principal.as_str()).into_iter().flatten();
                 own.chain(acls.get(WILDCARD_PRINCIPAL).into_iter().flatten())
             })
-            .filter(|e| e.host == *self.host || e.host == WILDCARD);
+            .filter(|e| e.host == *caller.host || e.host == WILDCARD);
         for entry in mine {
             match entry.permission {
                 Permission::Deny

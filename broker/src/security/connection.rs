@@ -141,6 +141,7 @@ impl Connection {
                     "unknown",
                     "unsupported_mechanism",
                 );
+                security.audit_authentication(self, mechanism, Err("unsupported mechanism"));
                 (
                     offered,
                     Err(Refusal {
@@ -212,6 +213,11 @@ impl Connection {
             Ok(scram::Step::Done { user, response }) => {
                 let principal = Principal::user(&user);
                 if self.principal.as_ref().is_some_and(|p| *p != principal) {
+                    security.audit_authentication(
+                        self,
+                        name,
+                        Err("a re-authentication as another principal"),
+                    );
                     return Err(self.refuse(
                         security,
                         name,
@@ -223,6 +229,7 @@ impl Connection {
                     .metrics()
                     .authentication(&self.listener, name, "ok");
                 tracing::info!(principal = %principal, mechanism = name, peer = %self.peer, listener = %self.listener, "authenticated");
+                security.audit_authentication(self, name, Ok(&principal));
                 self.principal = Some(principal);
                 // KIP-368: with re-authentication on, a session ends at the earlier of
                 // connections_max_reauth_ms and the credential's own expiry.
@@ -247,7 +254,11 @@ impl Connection {
                     other => format!("Authentication failed with SASL mechanism {name}: {other}"),
                 };
                 tracing::info!(mechanism = name, peer = %self.peer, listener = %self.listener, reason = %e, "authentication failed");
-                Err(self.refuse(security, name, ErrorCode::SaslAuthenticationFailed, message))
+                // The audit log says why (the client is only told that it failed).
+                let refusal =
+                    self.refuse(security, name, ErrorCode::SaslAuthenticationFailed, message);
+                security.audit_authentication(self, name, Err(&e.to_string()));
+                Err(refusal)
             }
         }
     }
@@ -260,6 +271,9 @@ impl Connection {
         message: String,
     ) -> Refusal {
         self.exchange = Exchange::Idle;
+        if code != ErrorCode::SaslAuthenticationFailed {
+            security.audit_authentication(self, mechanism, Err(&message));
+        }
         security.metrics().authentication(
             &self.listener,
             mechanism,

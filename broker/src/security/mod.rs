@@ -15,6 +15,7 @@
 //!   before any credential is in the quorum, so brokers reach each other from their first
 //!   start; its configured password wins over a quorum credential of the same name.
 
+pub mod audit;
 pub mod authorizer;
 pub mod connection;
 pub mod inter_broker;
@@ -124,6 +125,7 @@ pub struct Security {
     oauth: Option<(Arc<jwks::Jwks>, oauthbearer::Expectations)>,
     authorizer: Authorizer,
     inter_broker: Option<InterBrokerUser>,
+    audit: Arc<audit::AuditLog>,
     metrics: Arc<SecurityMetrics>,
 }
 
@@ -174,7 +176,8 @@ impl Security {
             .map_err(|e| SecurityError::Config(format!("ssl_principal_mapping_rules: {e}")))?;
         let metrics = Arc::new(SecurityMetrics::default());
         node.metrics.register(|r| metrics.register(r));
-        let authorizer = Authorizer::new(node.clone(), metrics.clone())?;
+        let audit = Arc::new(audit::AuditLog::open(cfg)?);
+        let authorizer = Authorizer::new(node.clone(), metrics.clone(), audit.clone())?;
         let inter_broker = match (
             &cfg.inter_broker_sasl_username,
             &cfg.inter_broker_sasl_password,
@@ -197,6 +200,7 @@ impl Security {
         };
         Ok(Arc::new(Security {
             authorizer,
+            audit,
             inter_broker,
             tls,
             mechanisms,
@@ -301,6 +305,30 @@ impl Security {
 
     pub fn authorizer(&self) -> &Authorizer {
         &self.authorizer
+    }
+
+    /// Records an authentication's outcome (`principal` on success, `reason` on failure).
+    pub(crate) fn audit_authentication(
+        &self,
+        conn: &Connection,
+        mechanism: &str,
+        outcome: Result<&Principal, &str>,
+    ) {
+        let (result, principal, reason) = match outcome {
+            Ok(p) => ("success", Some(p.as_str()), None),
+            Err(why) => ("failure", None, Some(why)),
+        };
+        self.audit.record(
+            "authentication",
+            serde_json::json!({
+                "result": result,
+                "principal": principal,
+                "mechanism": mechanism,
+                "client": conn.peer.to_string(),
+                "listener": &*conn.listener,
+                "reason": reason,
+            }),
+        );
     }
 
     pub(crate) fn metrics(&self) -> &SecurityMetrics {
