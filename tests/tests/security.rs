@@ -46,6 +46,7 @@ fn secured(certs: &Certs) -> BrokerOpts {
             .env("STRATA_SSL_CERTIFICATE_LOCATION", certs.server_cert.display())
             .env("STRATA_SSL_KEY_LOCATION", certs.server_key.display())
             .env("STRATA_SSL_CA_LOCATION", certs.ca_cert.display())
+            .env("STRATA_AUDIT_LOG", "audit.log")
 }
 
 /// A broker started with `opts` whose user alice (password [`PASSWORD`], both SCRAM
@@ -446,6 +447,33 @@ fn wrong_credentials_and_hostile_clients_are_refused_and_nobody_else_notices() {
         !out.contains(PASSWORD) && !out.contains("alice\\0wrong"),
         "a secret reached the log"
     );
+    // And each refusal is in the audit log, with why, and no secret.
+    let audit = std::fs::read_to_string(broker.data_dir().join("audit.log")).unwrap();
+    assert!(
+        !audit.contains(PASSWORD) && !audit.contains("wrong\""),
+        "{audit}"
+    );
+    let failures: Vec<serde_json::Value> = (audit.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["event"] == "authentication" && e["result"] == "failure")
+        .collect();
+    for (mechanism, reason) in [
+        ("SCRAM-SHA-256", "invalid credentials"),
+        ("SCRAM-SHA-512", "invalid credentials"),
+        ("PLAIN", "invalid credentials"),
+        ("GSSAPI", "unsupported mechanism"),
+        ("none", "SaslAuthenticate before SaslHandshake"),
+        ("TLS", ""),
+    ] {
+        assert!(
+            failures.iter().any(|e| e["mechanism"] == mechanism
+                && e["reason"].as_str().is_some_and(|r| r.contains(reason))
+                && e["client"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with("127.0.0.1:"))),
+            "no {mechanism} failure ({reason}) in {failures:?}"
+        );
+    }
 }
 
 #[test]
