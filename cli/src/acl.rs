@@ -12,7 +12,8 @@ use strata_metadata::acl::{
     AclOperation, PatternType, Permission, ResourceType, ANY_CODE, CLUSTER_NAME, MATCH_CODE,
 };
 
-use crate::cluster::{self, kafka};
+use crate::cluster;
+use crate::cluster::kafka::{self, str_bytes};
 use crate::common::{emit, ConnectArgs};
 
 /// The ACL APIs' newest version, spoken by every Kafka since 2.4 and by Strata.
@@ -188,10 +189,6 @@ pub fn run(cmd: AclCommand) -> anyhow::Result<()> {
             AclCommand::Remove(a) => remove(a).await,
         }
     })
-}
-
-fn str_bytes(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_string())
 }
 
 fn refused(api: &str, code: i16, message: Option<&StrBytes>) -> anyhow::Result<()> {

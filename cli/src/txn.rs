@@ -28,10 +28,10 @@ use kafka_protocol::messages::{
     InitProducerIdRequest, ListTransactionsRequest, ProducerId, TopicName, TransactionalId,
     WriteTxnMarkersRequest,
 };
-use kafka_protocol::protocol::StrBytes;
 use strata_broker::protocol::client::Client;
 
-use crate::cluster::{self, kafka};
+use crate::cluster;
+use crate::cluster::kafka::{self, str_bytes};
 use crate::common::{emit, ConnectArgs};
 
 #[derive(Subcommand, Debug)]
@@ -111,10 +111,6 @@ pub fn run(cmd: TxnCommand) -> anyhow::Result<()> {
             TxnCommand::AbortHanging(a) => abort_hanging(a).await,
         }
     })
-}
-
-fn str_bytes(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_string())
 }
 
 /// A transactional id as DescribeTransactions shows it.

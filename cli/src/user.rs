@@ -15,7 +15,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use strata_broker::sasl::scram;
 
-use crate::cluster::{self, kafka};
+use crate::cluster;
+use crate::cluster::kafka::{self, str_bytes};
 use crate::common::{emit, ConnectArgs};
 
 #[derive(Subcommand, Debug)]
@@ -106,10 +107,6 @@ pub fn run(cmd: UserCommand) -> anyhow::Result<()> {
             UserCommand::List(a) => list(a).await,
         }
     })
-}
-
-fn str_bytes(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_string())
 }
 
 /// A user's result: an error when the broker refused (its code and message).

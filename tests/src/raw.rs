@@ -371,6 +371,23 @@ pub fn topic_name(name: &str) -> TopicName {
     TopicName(StrBytes::from_string(name.to_string()))
 }
 
+/// A Fetch of partition 0 of `topic` from offset 0, up to 1 MiB, answered at once; a
+/// follower's when `replica_id` is a broker id, a consumer's when it is -1.
+pub fn fetch_from_start(topic: &str, replica_id: i32) -> kafka_protocol::messages::FetchRequest {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{BrokerId, FetchRequest};
+    FetchRequest::default()
+        .with_replica_id(BrokerId(replica_id))
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])])
+}
+
 /// A record for [`encode_batch`]: key, value, headers, timestamp.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawRecord {

@@ -177,7 +177,10 @@ fn a_client_that_never_reads_its_responses_is_cut_off() {
     // 1 MiB fetch responses requested over and over, never read.
     let mut flood = KafkaConn::connect(&broker.kafka_addr).unwrap();
     let (_, payload) = flood
-        .encode_request(strata_tests::raw::FETCH_VERSION, &flood_fetch(&topic))
+        .encode_request(
+            strata_tests::raw::FETCH_VERSION,
+            &strata_tests::raw::fetch_from_start(&topic, -1),
+        )
         .unwrap();
     let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
     frame.extend_from_slice(&payload);
@@ -230,21 +233,6 @@ fn a_client_that_never_reads_its_responses_is_cut_off() {
         60
     );
     broker.assert_serves_new_clients();
-}
-
-fn flood_fetch(topic: &str) -> kafka_protocol::messages::FetchRequest {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::{BrokerId, FetchRequest};
-    FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(strata_tests::raw::topic_name(topic))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)])])
 }
 
 #[test]

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use kafka_protocol::messages::{
-    ApiVersionsRequest, MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
+    ApiVersionsRequest, MetadataRequest, SaslAuthenticateRequest, SaslAuthenticateResponse,
+    SaslHandshakeRequest,
 };
 use kafka_protocol::records::Compression;
 use rdkafka::client::OAuthToken;
@@ -64,6 +65,24 @@ fn with_alice(opts: BrokerOpts) -> Broker {
         &plaintext,
     ]);
     broker
+}
+
+/// A SASL PLAIN exchange on a raw connection: the handshake (which must be accepted), then the
+/// authentication's answer.
+fn sasl_plain(c: &mut KafkaConn, user: &str, password: &str) -> SaslAuthenticateResponse {
+    let hs = c
+        .request(
+            1,
+            &SaslHandshakeRequest::default().with_mechanism("PLAIN".into()),
+        )
+        .unwrap();
+    assert_eq!(hs.error_code, 0);
+    let token = format!("\0{user}\0{password}").into_bytes();
+    c.request(
+        2,
+        &SaslAuthenticateRequest::default().with_auth_bytes(token.into()),
+    )
+    .unwrap()
 }
 
 /// Runs the `strata` CLI; its stdout, or a panic with both outputs.
@@ -310,19 +329,7 @@ fn wrong_credentials_and_hostile_clients_are_refused_and_nobody_else_notices() {
 
     // The same with raw frames, to see the exact error and the connection closing after it.
     let mut c = KafkaConn::connect(&sasl).unwrap();
-    let hs = c
-        .request(
-            1,
-            &SaslHandshakeRequest::default().with_mechanism("PLAIN".into()),
-        )
-        .unwrap();
-    assert_eq!(hs.error_code, 0);
-    let auth = c
-        .request(
-            1,
-            &SaslAuthenticateRequest::default().with_auth_bytes(b"\0alice\0wrong"[..].into()),
-        )
-        .unwrap();
+    let auth = sasl_plain(&mut c, "alice", "wrong");
     assert_eq!(auth.error_code, SASL_AUTHENTICATION_FAILED);
     let message = auth
         .error_message
@@ -697,21 +704,7 @@ fn a_sasl_session_ends_with_connections_max_reauth_ms_unless_the_client_reauthen
     let certs = Certs::generate(dir.path());
     let broker = with_alice(secured(&certs).env("STRATA_CONNECTIONS_MAX_REAUTH_MS", "1500"));
     let sasl = broker.listener("SASL_PLAINTEXT").to_string();
-    let plain_auth = |c: &mut KafkaConn| {
-        let hs = c
-            .request(
-                1,
-                &SaslHandshakeRequest::default().with_mechanism("PLAIN".into()),
-            )
-            .unwrap();
-        assert_eq!(hs.error_code, 0);
-        let token = format!("\0alice\0{PASSWORD}").into_bytes();
-        c.request(
-            2,
-            &SaslAuthenticateRequest::default().with_auth_bytes(token.into()),
-        )
-        .unwrap()
-    };
+    let plain_auth = |c: &mut KafkaConn| sasl_plain(c, "alice", PASSWORD);
 
     // The session lifetime is announced; within it requests are served, and a
     // re-authentication on the same connection (same principal) renews it.
@@ -1467,35 +1460,9 @@ fn brokers_secured_between_themselves_replicate_fail_over_reassign_and_keep_intr
         0,
     );
     let mut c = KafkaConn::connect(cluster.nodes[0].listener("SASL_PLAINTEXT")).unwrap();
-    let hs = c
-        .request(
-            1,
-            &SaslHandshakeRequest::default().with_mechanism("PLAIN".into()),
-        )
-        .unwrap();
-    assert_eq!(hs.error_code, 0);
-    let auth = c
-        .request(
-            1,
-            &SaslAuthenticateRequest::default()
-                .with_auth_bytes(format!("\0alice\0{PASSWORD}").into_bytes().into()),
-        )
-        .unwrap();
+    let auth = sasl_plain(&mut c, "alice", PASSWORD);
     assert_eq!(auth.error_code, 0, "{:?}", auth.error_message);
-    let fetch = {
-        use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-        use kafka_protocol::messages::{BrokerId, FetchRequest};
-        FetchRequest::default()
-            .with_replica_id(BrokerId(2))
-            .with_max_wait_ms(0)
-            .with_max_bytes(1 << 20)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(strata_tests::raw::topic_name(&topic))
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(0)
-                    .with_fetch_offset(0)
-                    .with_partition_max_bytes(1 << 20)])])
-    };
+    let fetch = strata_tests::raw::fetch_from_start(&topic, 2);
     let resp = c.request(12, &fetch).unwrap();
     assert_eq!(
         resp.responses[0].partitions[0].error_code, TOPIC_AUTHORIZATION_FAILED,

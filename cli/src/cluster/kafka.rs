@@ -26,6 +26,11 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_RESPONSE: usize = 256 << 20;
 const CLIENT_ID: &str = "strata-cli";
 
+/// A protocol string from a Rust one.
+pub fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
 /// A live broker as Metadata lists it.
 #[derive(Debug, Clone)]
 pub struct BrokerAddr {
