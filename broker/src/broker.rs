@@ -9,6 +9,7 @@ use crate::group::lag::LagTracker;
 use crate::group::Coordinator;
 use crate::node::Node;
 use crate::replication::fetcher::Fetchers;
+use crate::quota::Quotas;
 use crate::security::Security;
 use crate::tier::Tier;
 use crate::txn::TxnCoordinator;
@@ -29,6 +30,8 @@ pub struct Broker {
     pub fetch_sessions: FetchSessions,
     /// TLS and authentication.
     pub security: Arc<Security>,
+    /// Client quotas.
+    pub quotas: Quotas,
 }
 
 impl Broker {
@@ -43,6 +46,7 @@ impl Broker {
             txn: TxnCoordinator::new(node.clone(), groups),
             lag: LagTracker::new(node.clone()),
             fetchers: Fetchers::new(node.clone(), tier.clone()),
+            quotas: Quotas::new(node.clone()),
             tier,
             security,
             node,

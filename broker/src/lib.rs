@@ -14,8 +14,9 @@
 //!   [`replication`] (followers fetching
 //!   from leaders, ISR proposals), [`tier`] (offload, remote reads, remote retention),
 //!   [`cleaner`] (compaction thread), [`session`] (registration and heartbeats),
-//!   [`fetch_session`] (incremental fetch sessions, KIP-227), [`security`] (TLS, SASL
-//!   authentication, principals);
+//!   [`fetch_session`] (incremental fetch sessions, KIP-227), [`quota`] (client quotas:
+//!   sensors and throttles, above [`security`], whose principals it charges), [`security`]
+//!   (TLS, SASL authentication, principals, ACLs);
 //! - [`node`] — the shared core: settings, metadata handle, partitions, metrics, clock; topic
 //!   operations, leader lookup, producer ids;
 //! - [`partition`] — a hosted partition: log operations, replica state, its view across
@@ -48,6 +49,7 @@ pub mod node;
 pub mod partition;
 pub mod placement;
 pub mod protocol;
+pub mod quota;
 pub mod replication;
 pub mod sasl;
 pub mod security;

@@ -43,7 +43,8 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
-use kafka_protocol::messages::{ApiKey, ResponseKind};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use strata_metadata::quota::QuotaKey;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
@@ -55,6 +56,7 @@ use crate::config::listeners::{Listener, SecurityProtocol};
 use crate::handlers;
 use crate::protocol::frame::{self, RequestBudget};
 use crate::protocol::{self, DecodeError, Request};
+use crate::quota::{self, ConnectionQuotas};
 use crate::security::Connection;
 
 /// Requests decoded ahead of the one being handled, and appended produces waiting for their
@@ -354,6 +356,9 @@ async fn connection(
         shutdown,
     ));
 
+    let mut quotas = ConnectionQuotas::default();
+    // A quota's throttle: no request is taken from the connection until then.
+    let mut muted_until: Option<tokio::time::Instant> = None;
     // Responses not yet written, oldest first; see the module's invariants.
     let mut queue: FuturesOrdered<BoxFuture<'_, Result<Reply, ConnError>>> = FuturesOrdered::new();
     let mut out = Writer {
@@ -363,6 +368,7 @@ async fn connection(
         io_timeout,
     };
     loop {
+        let muted = muted_until.filter(|t| *t > tokio::time::Instant::now());
         let item = tokio::select! {
             biased;
             Some(done) = queue.next(), if !queue.is_empty() => {
@@ -371,7 +377,11 @@ async fn connection(
                 }
                 continue;
             }
-            item = rx.recv(), if queue.len() < PIPELINE_DEPTH => item,
+            _ = sleep_until_some(muted), if muted.is_some() => {
+                muted_until = None;
+                continue;
+            }
+            item = rx.recv(), if queue.len() < PIPELINE_DEPTH && muted.is_none() => item,
         };
         let Some(item) = item else { break };
         let produce = matches!(&item, Incoming::Request(r, _) if r.api_key == ApiKey::Produce);
@@ -387,7 +397,11 @@ async fn connection(
                 }
             }
         }
-        match handle(broker, item, &mut conn).await? {
+        let (step, throttle) = handle(broker, item, &mut conn, &mut quotas).await?;
+        if !throttle.is_zero() {
+            muted_until = Some(tokio::time::Instant::now() + throttle);
+        }
+        match step {
             Step::Reply(reply) if queue.is_empty() => {
                 if !out.write(reply).await? {
                     return Ok(());
@@ -409,6 +423,12 @@ async fn connection(
     }
 }
 
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    if let Some(t) = deadline {
+        tokio::time::sleep_until(t).await;
+    }
+}
+
 /// A response ready to write: its encoded chunks (`None` when the request gets no answer) and
 /// the request budget it still holds, given back once written, and whether the connection
 /// ends with it.
@@ -427,21 +447,24 @@ enum Step<'a> {
 }
 
 /// Handles one request (stage one of a produce: its appends); the response, or for an acks=all
-/// produce the future of its response.
+/// produce the future of its response, and how long the connection is muted after it (a
+/// quota's throttle, which the response also tells the client).
 async fn handle<'a>(
     broker: &'a Arc<Broker>,
     item: Incoming,
     conn: &mut Connection,
-) -> Result<Step<'a>, ConnError> {
+    quotas: &mut ConnectionQuotas,
+) -> Result<(Step<'a>, Duration), ConnError> {
     let (req, budget) = match item {
         Incoming::UnsupportedApiVersions(correlation_id) => {
             let body = ResponseKind::ApiVersions(handlers::unsupported_version_response()).into();
             let chunks = protocol::encode_response(ApiKey::ApiVersions, 0, correlation_id, &body)?;
-            return Ok(Step::Reply(Reply {
+            let reply = Reply {
                 chunks: Some(chunks),
                 budget: None,
                 close: false,
-            }));
+            };
+            return Ok((Step::Reply(reply), Duration::ZERO));
         }
         Incoming::Request(req, budget) => (req, budget),
     };
@@ -463,11 +486,38 @@ async fn handle<'a>(
         correlation_id,
         client_id = req.header.client_id.as_ref().map(|c| c.as_str()).unwrap_or(""),
     );
+    let mut req = req;
+    let charges = (conn.principal()).and_then(|p| {
+        (broker.quotas).charges(quotas, &req, p, &broker.security)
+    });
+    if let (Some(c), RequestKind::Fetch(fetch)) = (&charges, &mut req.body) {
+        if let Some(bound) = c.fetch_bytes_bound() {
+            fetch.max_bytes = if fetch.max_bytes <= 0 {
+                bound
+            } else {
+                fetch.max_bytes.min(bound)
+            };
+        }
+    }
+    let size = req.size;
+    let timed = charges.as_ref().is_some_and(|c| c.times_requests());
     let started = Instant::now();
-    let handled = AssertUnwindSafe(handlers::handle(broker, *req, conn).instrument(span.clone()))
+    let handler = handlers::handle(broker, *req, conn).instrument(span.clone());
+    let (handled, busy) = AssertUnwindSafe(quota::timed(handler, timed))
         .catch_unwind()
         .await
         .map_err(|_| panicked(broker, api, version, correlation_id))?;
+    let throttle = charges.map_or(Duration::ZERO, |c| {
+        let bytes = match (api, &handled) {
+            (ApiKey::Produce, _) => c.bytes(QuotaKey::ProducerByteRate, size),
+            (_, handlers::Handled::Now(Some(protocol::Response::Fetch(r)))) => {
+                c.bytes(QuotaKey::ConsumerByteRate, r.record_bytes())
+            }
+            _ => Duration::ZERO,
+        };
+        bytes.max(c.time(busy))
+    });
+    let throttle_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
     let finish = move |body: Option<protocol::Response>, budget, close| {
         broker.node.metrics.request(
             crate::protocol::versions::name(api),
@@ -487,8 +537,13 @@ async fn handle<'a>(
             close,
         })
     };
-    match handled {
-        handlers::Handled::Now(body) => finish(body, Some(budget), false).map(Step::Reply),
+    let step = match handled {
+        handlers::Handled::Now(mut body) => {
+            if let Some(body) = &mut body {
+                body.set_throttle_time_ms(throttle_ms);
+            }
+            finish(body, Some(budget), false).map(Step::Reply)
+        }
         handlers::Handled::ThenClose(body) => {
             finish(Some(body), Some(budget), true).map(Step::Reply)
         }
@@ -499,16 +554,18 @@ async fn handle<'a>(
             drop(budget);
             Ok(Step::Replicating(
                 async move {
-                    let body = AssertUnwindSafe(appended.respond().instrument(span))
+                    let mut body = AssertUnwindSafe(appended.respond().instrument(span))
                         .catch_unwind()
                         .await
                         .map_err(|_| panicked(broker, api, version, correlation_id))?;
+                    body.throttle_time_ms = throttle_ms;
                     finish(Some(ResponseKind::Produce(body).into()), None, false)
                 }
                 .boxed(),
             ))
         }
-    }
+    };
+    Ok((step?, throttle))
 }
 
 /// A handler panicked: the panic hook counted and logged it; the client sees its connection

@@ -14,7 +14,8 @@
 //! - `strata broker drain|remove` — taking a broker out of service — [`broker`];
 //! - `strata txn list|describe|abort|find-hanging|abort-hanging` — transactions — [`txn`];
 //! - `strata user create|delete|list` — SCRAM users — [`user`];
-//! - `strata acl add|list|remove` — ACLs — [`acl`].
+//! - `strata acl add|list|remove` — ACLs — [`acl`];
+//! - `strata quota alter|describe` — client quotas — [`quota`].
 //!
 //! Every command takes `-b/--bootstrap-server` (env `STRATA_BOOTSTRAP`), repeated
 //! `-X key=value` librdkafka properties and `--request-timeout-ms`; the security ones
@@ -31,6 +32,7 @@ pub mod group;
 mod incremental_alter;
 pub mod perf;
 pub mod produce;
+pub mod quota;
 pub mod topic;
 pub mod txn;
 pub mod user;
@@ -67,6 +69,9 @@ pub enum ClientCommand {
     /// Add, list and remove ACLs (with the broker's authorizer on).
     #[command(subcommand)]
     Acl(acl::AclCommand),
+    /// Set, remove and describe client quotas (users and client ids).
+    #[command(subcommand)]
+    Quota(quota::QuotaCommand),
 }
 
 impl ClientCommand {
@@ -82,6 +87,7 @@ impl ClientCommand {
             ClientCommand::Txn(cmd) => Some(cmd.conn()),
             ClientCommand::User(cmd) => Some(cmd.conn()),
             ClientCommand::Acl(cmd) => Some(cmd.conn()),
+            ClientCommand::Quota(cmd) => Some(cmd.conn()),
         }
     }
 }
@@ -119,6 +125,7 @@ pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Txn(cmd) => txn::run(cmd),
         ClientCommand::User(cmd) => user::run(cmd),
         ClientCommand::Acl(cmd) => acl::run(cmd),
+        ClientCommand::Quota(cmd) => quota::run(cmd),
         ClientCommand::Cluster(cmd) => {
             if !cluster::run(cmd)? {
                 // Unhealthy: distinct from an error (1), for scripts that wait for health.

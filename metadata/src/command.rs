@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::acl::AclBinding;
+use crate::quota::QuotaAlteration;
 
 /// Identifier of a node (broker and/or controller) in the cluster.
 pub type NodeId = u64;
@@ -141,6 +142,9 @@ pub enum Command {
     /// Removes these exact ACLs (DeleteAcls, after the broker resolved its filters); absent
     /// ones are ignored.
     DeleteAcls { acls: Vec<AclBinding> },
+    /// Sets and removes client quotas (AlterClientQuotas), all or none: one invalid
+    /// alteration refuses the command.
+    AlterClientQuotas { alterations: Vec<QuotaAlteration> },
 }
 
 /// The outcome of applying one [`Command`] (or a raft-internal entry, which yields `Ok`).

@@ -18,8 +18,9 @@
 //! | `command` | [`Command`] and [`CommandResult`]: the raft payload and its response |
 //! | `state` | [`ClusterState`] and its pure, deterministic [`ClusterState::apply`] |
 //! | `leadership` | broker registration and fencing, and the leader elections they cause |
-//! | `security` | SCRAM credentials (KIP-554), stored as salted keys, never as passwords; ACLs |
+//! | `security` | SCRAM credentials (KIP-554), stored as salted keys, never as passwords; ACLs; client quotas |
 //! | `acl` | Kafka's ACL model: bindings, their wire numbers, the filters that select them |
+//! | `quota` | client quota entities (user, client id, named or default) and the quotas on them |
 //! | `reassignment` | moving a partition's replicas (KIP-455): start, complete when in sync, cancel |
 //! | `controller` | broker liveness on the leader: heartbeats, session expiry |
 //! | `types` | the openraft type configuration ([`TypeConfig`]) |
@@ -53,6 +54,7 @@ mod leadership;
 mod log_store;
 mod network;
 mod quorum;
+pub mod quota;
 mod reassignment;
 pub mod remote;
 mod rpc;

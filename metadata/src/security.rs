@@ -1,5 +1,5 @@
 //! Applying the security commands to the replicated state ([`crate::state::SecurityState`]):
-//! SCRAM credentials (KIP-554) and ACLs ([`crate::acl`]).
+//! SCRAM credentials (KIP-554), ACLs ([`crate::acl`]) and client quotas ([`crate::quota`]).
 //!
 //! Invariants:
 //! - No secret is stored: a SCRAM credential is the salt, the iteration count and the two
@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::acl::AclBinding;
 use crate::command::{CommandResult, ScramCredential};
+use crate::quota::QuotaAlteration;
 use crate::state::ClusterState;
 
 impl ClusterState {
@@ -70,6 +71,24 @@ impl ClusterState {
             let security = Arc::make_mut(&mut self.security);
             for acl in acls {
                 security.acls.remove(acl);
+            }
+        }
+        CommandResult::Ok
+    }
+
+    pub(crate) fn alter_quotas(&mut self, alterations: &[QuotaAlteration]) -> CommandResult {
+        if let Some(why) = alterations.iter().find_map(QuotaAlteration::invalid) {
+            return CommandResult::InvalidRequest(why);
+        }
+        let quotas = &mut Arc::make_mut(&mut self.security).quotas;
+        for a in alterations {
+            let values = quotas.entry(a.entity.clone()).or_default();
+            for key in &a.remove {
+                values.remove(key);
+            }
+            values.extend(a.set.iter().copied());
+            if values.is_empty() {
+                quotas.remove(&a.entity);
             }
         }
         CommandResult::Ok
@@ -192,5 +211,78 @@ mod tests {
             state.security.acls.iter().collect::<Vec<_>>(),
             vec![&acl("b")]
         );
+    }
+
+    #[test]
+    fn quotas_are_set_and_removed_per_entity_and_an_emptied_entity_is_gone() {
+        use crate::quota::{EntityName, QuotaEntity, QuotaKey};
+        let alice = QuotaEntity {
+            user: Some(EntityName::Named("alice".into())),
+            client_id: None,
+        };
+        let default_client = QuotaEntity {
+            user: None,
+            client_id: Some(EntityName::Default),
+        };
+        let alter = |entity: &QuotaEntity, set: Vec<(QuotaKey, f64)>, remove: Vec<QuotaKey>| {
+            Command::AlterClientQuotas {
+                alterations: vec![QuotaAlteration {
+                    entity: entity.clone(),
+                    set,
+                    remove,
+                }],
+            }
+        };
+        let mut state = ClusterState::default();
+        let produce = QuotaKey::ProducerByteRate;
+        let request = QuotaKey::RequestPercentage;
+        assert_eq!(
+            state.apply(&alter(&alice, vec![(produce, 1024.0), (request, 12.5)], vec![])),
+            CommandResult::Ok
+        );
+        assert_eq!(
+            state.apply(&alter(&default_client, vec![(produce, 10.0)], vec![])),
+            CommandResult::Ok
+        );
+        assert_eq!(state.security.quotas[&alice][&request], 12.5);
+        assert_eq!(
+            state.apply(&alter(&alice, vec![(produce, 2048.0)], vec![request])),
+            CommandResult::Ok
+        );
+        assert_eq!(
+            state.security.quotas[&alice].iter().collect::<Vec<_>>(),
+            vec![(&produce, &2048.0)]
+        );
+        // Refusals change nothing: a fractional byte rate, a non-positive quota, no entity.
+        let kept = state.security.clone();
+        for refused in [
+            alter(&alice, vec![(produce, 1.5)], vec![]),
+            alter(&alice, vec![(request, 0.0)], vec![]),
+            alter(&alice, vec![(request, f64::NAN)], vec![]),
+            alter(&alice, vec![(request, 1.0)], vec![request]),
+            alter(
+                &QuotaEntity {
+                    user: None,
+                    client_id: None,
+                },
+                vec![(produce, 1.0)],
+                vec![],
+            ),
+        ] {
+            assert!(matches!(
+                state.apply(&refused),
+                CommandResult::InvalidRequest(_)
+            ));
+        }
+        assert!(Arc::ptr_eq(&kept, &state.security));
+        assert_eq!(
+            state.apply(&alter(&alice, vec![], vec![produce])),
+            CommandResult::Ok
+        );
+        assert!(!state.security.quotas.contains_key(&alice));
+        // The stored quotas survive a snapshot (JSON, whose map keys are strings).
+        let json = serde_json::to_string(&*state.security).unwrap();
+        let back: crate::SecurityState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, *state.security);
     }
 }

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::acl::AclBinding;
+use crate::quota::{QuotaEntity, QuotaKey};
 use crate::command::{Command, CommandResult, Endpoint, NodeId, ScramCredential};
 
 /// The first producer id handed out by a fresh cluster. Ids below it are never allocated, which
@@ -129,7 +130,8 @@ pub struct BrokerInfo {
     pub fenced: bool,
 }
 
-/// Who may do what, changed by [`crate::security`].
+/// Who may do what, and how much of a broker a client may use; changed by
+/// [`crate::security`].
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct SecurityState {
     /// Credentials by user, then by mechanism name (`SCRAM-SHA-256`, `SCRAM-SHA-512`).
@@ -137,6 +139,9 @@ pub struct SecurityState {
     /// Every ACL, in one order on every node.
     #[serde(default)]
     pub acls: BTreeSet<AclBinding>,
+    /// Client quotas by entity (never an empty map of quotas).
+    #[serde(default, with = "crate::quota::entries")]
+    pub quotas: BTreeMap<QuotaEntity, BTreeMap<QuotaKey, f64>>,
 }
 
 impl BrokerInfo {
@@ -419,6 +424,7 @@ impl ClusterState {
             }
             Command::CreateAcls { acls } => self.create_acls(acls),
             Command::DeleteAcls { acls } => self.delete_acls(acls),
+            Command::AlterClientQuotas { alterations } => self.alter_quotas(alterations),
         }
     }
 

@@ -80,6 +80,12 @@ pub struct BrokerConfig {
     pub allow_everyone_if_no_acl_found: bool,
     /// The audit log: unset (off), `stdout`, or a file (relative paths are in `data_dir`).
     pub audit_log: Option<String>,
+    /// Client quotas are measured over `quota_window_num` samples of
+    /// `quota_window_size_seconds` each (Kafka's `quota.window.num` and
+    /// `quota.window.size.seconds`): a client may burst for about the window, then is held to
+    /// its quota on average.
+    pub quota_window_num: u32,
+    pub quota_window_size_seconds: u32,
     pub admin_addr: SocketAddr,
     /// Listener for the other nodes of the cluster: the metadata quorum's raft port.
     pub raft_addr: SocketAddr,
@@ -248,6 +254,8 @@ impl Default for BrokerConfig {
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
             audit_log: None,
+            quota_window_num: 11,
+            quota_window_size_seconds: 1,
             ssl_certificate_location: None,
             ssl_key_location: None,
             ssl_ca_location: None,
@@ -441,6 +449,12 @@ impl BrokerConfig {
             return Err(ConfigError::Invalid(format!(
                 "inter_broker_listener_name {inter_broker} is a SASL listener: set inter_broker_sasl_username and inter_broker_sasl_password (a user every broker knows)"
             )));
+        }
+        if self.quota_window_num < 2 || self.quota_window_size_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "quota_window_num must be at least 2 and quota_window_size_seconds at least 1"
+                    .into(),
+            ));
         }
         if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
             .contains(&self.sasl_mechanism_inter_broker_protocol.as_str())

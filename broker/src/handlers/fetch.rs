@@ -614,7 +614,8 @@ async fn read_all(
     }
     Reply {
         response: FetchResponse {
-            error_code: 0,
+            throttle_time_ms: 0,
+                error_code: 0,
             session_id: 0,
             topics,
         },

@@ -4,6 +4,7 @@
 
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
+mod alter_client_quotas;
 mod alter_partition_reassignments;
 mod alter_user_scram_credentials;
 mod api_versions;
@@ -15,6 +16,7 @@ mod delete_groups;
 mod delete_records;
 mod delete_topics;
 mod describe_acls;
+mod describe_client_quotas;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
@@ -108,6 +110,12 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         RequestKind::DeleteAcls(r) => {
             ResponseKind::DeleteAcls(delete_acls::handle(broker, r, &access).await)
         }
+        RequestKind::DescribeClientQuotas(r) => ResponseKind::DescribeClientQuotas(
+            describe_client_quotas::handle(broker, r, &access),
+        ),
+        RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
+            alter_client_quotas::handle(broker, r, &access).await,
+        ),
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(broker, r, v, &listener, &access).await)
         }

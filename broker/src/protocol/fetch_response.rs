@@ -11,8 +11,8 @@
 //!
 //! Invariant: for every Fetch version Strata speaks (4 to 16), the bytes are exactly those
 //! `kafka-protocol` encodes for the same response (`the_frame_is_what_the_codec_encodes`
-//! below). Fields Strata never sets are written as their defaults: no throttle, no preferred
-//! read replica, no tagged fields.
+//! below). Fields Strata never sets are written as their defaults: no preferred read
+//! replica, no tagged fields.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
@@ -29,6 +29,8 @@ const VERSIONS: std::ops::RangeInclusive<i16> = 4..=16;
 /// A Fetch response.
 #[derive(Debug, Default)]
 pub struct FetchResponse {
+    /// How long the client should back off (a consumer quota's throttle).
+    pub throttle_time_ms: i32,
     pub error_code: i16,
     /// 0 when the fetch has no session (and always below v7).
     pub session_id: i32,
@@ -67,6 +69,14 @@ impl FetchResponse {
         }
     }
 
+    /// The record bytes it carries: what a consumer quota charges.
+    pub fn record_bytes(&self) -> usize {
+        (self.topics.iter())
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.records.len())
+            .sum()
+    }
+
     /// The response frame, length prefix and header included, as chunks.
     pub fn encode(&self, version: i16, correlation_id: i32) -> Result<Vec<Bytes>, EncodeError> {
         if !VERSIONS.contains(&version) {
@@ -85,7 +95,7 @@ impl FetchResponse {
         if ApiKey::Fetch.response_header_version(version) >= 1 {
             w.buf.put_u8(0); // no tagged fields
         }
-        w.buf.put_i32(0); // throttle_time_ms
+        w.buf.put_i32(self.throttle_time_ms);
         if version >= 7 {
             w.buf.put_i16(self.error_code);
             w.buf.put_i32(self.session_id);
@@ -233,6 +243,7 @@ mod tests {
     /// The same response through the generic codec.
     fn codec(r: &FetchResponse, version: i16, correlation_id: i32) -> Vec<u8> {
         let body = kafka_protocol::messages::FetchResponse::default()
+            .with_throttle_time_ms(r.throttle_time_ms)
             .with_error_code(r.error_code)
             .with_session_id(r.session_id)
             .with_responses(
@@ -305,6 +316,7 @@ mod tests {
                 })
                 .collect();
             out.push(FetchResponse {
+                throttle_time_ms: 0,
                 error_code: 0,
                 session_id: 0,
                 topics,
@@ -327,6 +339,7 @@ mod tests {
             }
         }
         let with_session = FetchResponse {
+            throttle_time_ms: 1234,
             error_code: 0,
             session_id: 77,
             topics: responses().pop().unwrap().topics,
@@ -360,6 +373,7 @@ mod tests {
             records: records.clone(),
         };
         let r = FetchResponse {
+            throttle_time_ms: 0,
             error_code: 0,
             session_id: 0,
             topics: vec![Topic {

@@ -39,6 +39,8 @@ pub struct Request {
     pub api_key: ApiKey,
     pub header: RequestHeader,
     pub body: RequestKind,
+    /// The frame's size (without its length prefix): what a produce quota charges.
+    pub size: usize,
 }
 
 /// Decodes one frame (without its length prefix).
@@ -46,6 +48,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
     if frame.len() < 8 {
         return Err(DecodeError::Short(frame.len()));
     }
+    let size = frame.len();
     let key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
@@ -77,6 +80,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
         );
     }
     Ok(Request {
+        size,
         api_key,
         header,
         body,
@@ -103,6 +107,70 @@ impl From<anyhow::Error> for EncodeError {
 pub enum Response {
     Kafka(ResponseKind),
     Fetch(fetch_response::FetchResponse),
+}
+
+impl Response {
+    /// Tells the client to back off for `ms` (a quota's throttle), in the responses whose
+    /// version has the field; older versions drop it.
+    pub fn set_throttle_time_ms(&mut self, ms: i32) {
+        macro_rules! throttled {
+            ($body:expr, $($kind:ident),*) => {
+                match $body {
+                    $(ResponseKind::$kind(r) => r.throttle_time_ms = ms,)*
+                    _ => {}
+                }
+            };
+        }
+        match self {
+            Response::Fetch(r) => r.throttle_time_ms = ms,
+            Response::Kafka(body) => throttled!(
+                body,
+                Produce,
+                ListOffsets,
+                Metadata,
+                OffsetCommit,
+                OffsetFetch,
+                FindCoordinator,
+                JoinGroup,
+                Heartbeat,
+                LeaveGroup,
+                SyncGroup,
+                DescribeGroups,
+                ListGroups,
+                ApiVersions,
+                CreateTopics,
+                DeleteTopics,
+                DeleteRecords,
+                InitProducerId,
+                OffsetForLeaderEpoch,
+                AddPartitionsToTxn,
+                AddOffsetsToTxn,
+                EndTxn,
+                TxnOffsetCommit,
+                DescribeAcls,
+                CreateAcls,
+                DeleteAcls,
+                DescribeConfigs,
+                DescribeLogDirs,
+                CreatePartitions,
+                DeleteGroups,
+                ElectLeaders,
+                IncrementalAlterConfigs,
+                AlterPartitionReassignments,
+                ListPartitionReassignments,
+                OffsetDelete,
+                DescribeClientQuotas,
+                AlterClientQuotas,
+                DescribeUserScramCredentials,
+                AlterUserScramCredentials,
+                DescribeCluster,
+                DescribeProducers,
+                UnregisterBroker,
+                DescribeTransactions,
+                ListTransactions
+            ),
+        }
+    }
 }
 
 impl From<ResponseKind> for Response {
@@ -253,6 +321,10 @@ mod tests {
             ApiKey::CreateAcls => RequestKind::CreateAcls(Default::default()),
             ApiKey::DescribeAcls => RequestKind::DescribeAcls(Default::default()),
             ApiKey::DeleteAcls => RequestKind::DeleteAcls(Default::default()),
+            ApiKey::DescribeClientQuotas => {
+                RequestKind::DescribeClientQuotas(Default::default())
+            }
+            ApiKey::AlterClientQuotas => RequestKind::AlterClientQuotas(Default::default()),
             other => panic!("{other:?} is not supported"),
         }
     }

@@ -104,6 +104,9 @@ pub const SUPPORTED: &[Api] = &[
     api(ApiKey::CreateAcls, "CreateAcls", 1, 3),
     api(ApiKey::DescribeAcls, "DescribeAcls", 1, 3),
     api(ApiKey::DeleteAcls, "DeleteAcls", 1, 3),
+    // Client quotas (KIP-546); user and client-id entities.
+    api(ApiKey::DescribeClientQuotas, "DescribeClientQuotas", 0, 1),
+    api(ApiKey::AlterClientQuotas, "AlterClientQuotas", 0, 1),
 ];
 
 fn find(key: ApiKey) -> Option<&'static Api> {

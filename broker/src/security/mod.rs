@@ -335,6 +335,13 @@ impl Security {
         &self.metrics
     }
 
+    /// Whether `principal` is the inter-broker user (another broker of the cluster).
+    pub fn is_inter_broker(&self, principal: &Principal) -> bool {
+        self.inter_broker
+            .as_ref()
+            .is_some_and(|b| principal.as_str().strip_prefix("User:") == Some(b.name.as_str()))
+    }
+
     fn mechanisms(&self) -> &[Mechanism] {
         &self.mechanisms
     }
