@@ -487,9 +487,8 @@ async fn handle<'a>(
         client_id = req.header.client_id.as_ref().map(|c| c.as_str()).unwrap_or(""),
     );
     let mut req = req;
-    let charges = (conn.principal()).and_then(|p| {
-        (broker.quotas).charges(quotas, &req, p, &broker.security)
-    });
+    let charges =
+        (conn.principal()).and_then(|p| (broker.quotas).charges(quotas, &req, p, &broker.security));
     if let (Some(c), RequestKind::Fetch(fetch)) = (&charges, &mut req.body) {
         if let Some(bound) = c.fetch_bytes_bound() {
             fetch.max_bytes = if fetch.max_bytes <= 0 {

@@ -65,7 +65,11 @@ impl EntityArgs {
         }
         [
             side(QuotaEntity::USER, &self.user, self.user_default),
-            side(QuotaEntity::CLIENT_ID, &self.client_id, self.client_id_default),
+            side(
+                QuotaEntity::CLIENT_ID,
+                &self.client_id,
+                self.client_id_default,
+            ),
         ]
         .into_iter()
         .flatten()
@@ -124,7 +128,9 @@ fn set_op(text: &str) -> anyhow::Result<OpData> {
 
 fn known_key(name: &str) -> anyhow::Result<QuotaKey> {
     QuotaKey::from_name(name).with_context(|| {
-        format!("unknown quota {name:?}: producer_byte_rate, consumer_byte_rate or request_percentage")
+        format!(
+            "unknown quota {name:?}: producer_byte_rate, consumer_byte_rate or request_percentage"
+        )
     })
 }
 
@@ -197,7 +203,10 @@ async fn describe(a: DescribeArgs) -> anyhow::Result<()> {
         .with_components(components)
         .with_strict(!sides.is_empty());
     let mut c = kafka::connect(&a.conn).await?;
-    let resp = c.call(VERSION, &req).await.context("DescribeClientQuotas")?;
+    let resp = c
+        .call(VERSION, &req)
+        .await
+        .context("DescribeClientQuotas")?;
     if resp.error_code != 0 {
         bail!(
             "DescribeClientQuotas: {} (error {})",

@@ -237,7 +237,11 @@ mod tests {
         let produce = QuotaKey::ProducerByteRate;
         let request = QuotaKey::RequestPercentage;
         assert_eq!(
-            state.apply(&alter(&alice, vec![(produce, 1024.0), (request, 12.5)], vec![])),
+            state.apply(&alter(
+                &alice,
+                vec![(produce, 1024.0), (request, 12.5)],
+                vec![]
+            )),
             CommandResult::Ok
         );
         assert_eq!(

@@ -27,8 +27,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::acl::AclBinding;
-use crate::quota::{QuotaEntity, QuotaKey};
 use crate::command::{Command, CommandResult, Endpoint, NodeId, ScramCredential};
+use crate::quota::{QuotaEntity, QuotaKey};
 
 /// The first producer id handed out by a fresh cluster. Ids below it are never allocated, which
 /// leaves room for well-known or test ids and keeps `0` (a common "unset" value) out of use.

@@ -43,6 +43,7 @@ pub mod error {
 pub struct KafkaConn {
     stream: TcpStream,
     next_correlation_id: i32,
+    client_id: &'static str,
 }
 
 impl KafkaConn {
@@ -54,7 +55,14 @@ impl KafkaConn {
         Ok(KafkaConn {
             stream,
             next_correlation_id: 1,
+            client_id: "strata-tests-raw",
         })
+    }
+
+    /// The client id its requests carry (what client quotas are set on).
+    pub fn with_client_id(mut self, client_id: &'static str) -> KafkaConn {
+        self.client_id = client_id;
+        self
     }
 
     pub fn set_read_timeout(&self, timeout: Duration) -> Result<()> {
@@ -132,7 +140,7 @@ impl KafkaConn {
     pub fn encode_request<R: Request>(&mut self, version: i16, req: &R) -> Result<(i32, BytesMut)> {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id += 1;
-        let mut buf = request_header(R::KEY, version, correlation_id, "strata-tests-raw");
+        let mut buf = request_header(R::KEY, version, correlation_id, self.client_id);
         req.encode(&mut buf, version)?;
         Ok((correlation_id, buf))
     }

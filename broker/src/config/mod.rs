@@ -80,10 +80,10 @@ pub struct BrokerConfig {
     pub allow_everyone_if_no_acl_found: bool,
     /// The audit log: unset (off), `stdout`, or a file (relative paths are in `data_dir`).
     pub audit_log: Option<String>,
-    /// Client quotas are measured over `quota_window_num` samples of
-    /// `quota_window_size_seconds` each (Kafka's `quota.window.num` and
-    /// `quota.window.size.seconds`): a client may burst for about the window, then is held to
-    /// its quota on average.
+    /// Client quotas allow a burst of `quota_window_num − 1` windows of
+    /// `quota_window_size_seconds` of the quota (Kafka's `quota.window.num` and
+    /// `quota.window.size.seconds`, 10 s by default), then hold the client to its rate; one
+    /// response's throttle is at most `quota_window_num` windows.
     pub quota_window_num: u32,
     pub quota_window_size_seconds: u32,
     pub admin_addr: SocketAddr,

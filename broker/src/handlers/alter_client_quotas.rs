@@ -42,8 +42,9 @@ pub async fn handle(
     };
     if applied.is_ok() && !req.validate_only {
         for a in &valid {
-            let set: serde_json::Map<String, serde_json::Value> =
-                (a.set.iter()).map(|(k, v)| (k.name().into(), (*v).into())).collect();
+            let set: serde_json::Map<String, serde_json::Value> = (a.set.iter())
+                .map(|(k, v)| (k.name().into(), (*v).into()))
+                .collect();
             let removed: Vec<&str> = a.remove.iter().map(|k| k.name()).collect();
             access.audit(
                 "quota_altered",
@@ -110,7 +111,8 @@ fn alteration(e: &EntryData) -> Result<QuotaAlteration, ApiError> {
                 op.key.as_str()
             ))
         })?;
-        let seen = alteration.set.iter().any(|(k, _)| *k == key) || alteration.remove.contains(&key);
+        let seen =
+            alteration.set.iter().any(|(k, _)| *k == key) || alteration.remove.contains(&key);
         if seen {
             return Err(invalid(format!("quota key {} is given twice", key.name())));
         }

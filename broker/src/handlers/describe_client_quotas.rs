@@ -55,7 +55,11 @@ pub fn handle(
                 }
             }
             let values = (values.iter())
-                .map(|(k, v)| ValueData::default().with_key(str_bytes(k.name())).with_value(*v))
+                .map(|(k, v)| {
+                    ValueData::default()
+                        .with_key(str_bytes(k.name()))
+                        .with_value(*v)
+                })
                 .collect();
             EntryData::default()
                 .with_entity(components)
@@ -157,9 +161,18 @@ mod tests {
         let user_alice = [component("user", MATCH_EXACT, Some("alice"))];
         assert_eq!(selected(&user_alice, false), vec![0, 1]);
         assert_eq!(selected(&user_alice, true), vec![0]);
-        assert_eq!(selected(&[component("user", MATCH_ANY, None)], false), vec![0, 1, 2]);
-        assert_eq!(selected(&[component("user", MATCH_DEFAULT, None)], true), vec![2]);
-        assert_eq!(selected(&[component("client-id", MATCH_ANY, None)], true), vec![3]);
+        assert_eq!(
+            selected(&[component("user", MATCH_ANY, None)], false),
+            vec![0, 1, 2]
+        );
+        assert_eq!(
+            selected(&[component("user", MATCH_DEFAULT, None)], true),
+            vec![2]
+        );
+        assert_eq!(
+            selected(&[component("client-id", MATCH_ANY, None)], true),
+            vec![3]
+        );
         assert_eq!(selected(&[], false), vec![0, 1, 2, 3]);
         assert!(selected(&[component("ip", MATCH_ANY, None)], false).is_empty());
         assert!(filter(&[component("user", MATCH_EXACT, None)]).is_err());

@@ -615,7 +615,7 @@ async fn read_all(
     Reply {
         response: FetchResponse {
             throttle_time_ms: 0,
-                error_code: 0,
+            error_code: 0,
             session_id: 0,
             topics,
         },

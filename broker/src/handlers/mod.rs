@@ -110,12 +110,12 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         RequestKind::DeleteAcls(r) => {
             ResponseKind::DeleteAcls(delete_acls::handle(broker, r, &access).await)
         }
-        RequestKind::DescribeClientQuotas(r) => ResponseKind::DescribeClientQuotas(
-            describe_client_quotas::handle(broker, r, &access),
-        ),
-        RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
-            alter_client_quotas::handle(broker, r, &access).await,
-        ),
+        RequestKind::DescribeClientQuotas(r) => {
+            ResponseKind::DescribeClientQuotas(describe_client_quotas::handle(broker, r, &access))
+        }
+        RequestKind::AlterClientQuotas(r) => {
+            ResponseKind::AlterClientQuotas(alter_client_quotas::handle(broker, r, &access).await)
+        }
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(broker, r, v, &listener, &access).await)
         }

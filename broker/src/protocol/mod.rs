@@ -321,9 +321,7 @@ mod tests {
             ApiKey::CreateAcls => RequestKind::CreateAcls(Default::default()),
             ApiKey::DescribeAcls => RequestKind::DescribeAcls(Default::default()),
             ApiKey::DeleteAcls => RequestKind::DeleteAcls(Default::default()),
-            ApiKey::DescribeClientQuotas => {
-                RequestKind::DescribeClientQuotas(Default::default())
-            }
+            ApiKey::DescribeClientQuotas => RequestKind::DescribeClientQuotas(Default::default()),
             ApiKey::AlterClientQuotas => RequestKind::AlterClientQuotas(Default::default()),
             other => panic!("{other:?} is not supported"),
         }

@@ -21,7 +21,7 @@ pub(super) struct SensorLabels {
 
 #[derive(Default)]
 pub(super) struct QuotaMetrics {
-    rate: Family<SensorLabels, Gauge<f64, AtomicU64>>,
+    usage: Family<SensorLabels, Counter<f64, AtomicU64>>,
     limit: Family<SensorLabels, Gauge<f64, AtomicU64>>,
     throttle: Family<SensorLabels, Counter<f64, AtomicU64>>,
     throttled: Family<SensorLabels, Counter>,
@@ -30,9 +30,9 @@ pub(super) struct QuotaMetrics {
 impl QuotaMetrics {
     pub(super) fn register(&self, r: &mut Registry) {
         r.register(
-            "client_quota_rate",
-            "What the user/client id used, as its quota measures it: bytes/s (producer_byte_rate, consumer_byte_rate) or percent of a thread (request_percentage)",
-            self.rate.clone(),
+            "client_quota_usage",
+            "What the user/client id used, in its quota's unit: bytes (producer_byte_rate, consumer_byte_rate) or percent-seconds of a thread (request_percentage), so that its rate compares with the limit",
+            self.usage.clone(),
         );
         r.register(
             "client_quota_limit",
@@ -55,16 +55,20 @@ impl QuotaMetrics {
         self.limit.get_or_create(labels).set(quota);
     }
 
-    pub(super) fn measured(&self, labels: &SensorLabels, rate: f64, throttle_s: f64) {
-        self.rate.get_or_create(labels).set(rate);
+    pub(super) fn used(&self, labels: &SensorLabels, used: f64, throttle_s: f64) {
+        self.usage.get_or_create(labels).inc_by(used);
         if throttle_s > 0.0 {
             self.throttle.get_or_create(labels).inc_by(throttle_s);
             self.throttled.get_or_create(labels).inc();
         }
     }
 
+    pub(super) fn forget_limit(&self, labels: &SensorLabels) {
+        self.limit.remove(labels);
+    }
+
     pub(super) fn forget(&self, labels: &SensorLabels) {
-        self.rate.remove(labels);
+        self.usage.remove(labels);
         self.limit.remove(labels);
         self.throttle.remove(labels);
         self.throttled.remove(labels);

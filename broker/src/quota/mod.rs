@@ -23,8 +23,8 @@
 //! - sensors of clients gone for an hour are dropped with their metrics, so made-up client
 //!   ids cannot grow memory without bound.
 
+mod bucket;
 mod metrics;
-mod rate;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -36,8 +36,8 @@ use rustc_hash::FxHashMap as HashMap;
 use strata_metadata::quota::{EntityName, QuotaEntity, QuotaKey};
 use strata_metadata::SecurityState;
 
+use self::bucket::Bucket;
 use self::metrics::{QuotaMetrics, SensorLabels};
-use self::rate::Rate;
 use crate::node::Node;
 use crate::protocol::Request;
 use crate::security::{Principal, Security};
@@ -50,8 +50,10 @@ const SWEEP_EVERY_MS: u64 = 60_000;
 /// The quotas of one broker.
 pub struct Quotas {
     node: Arc<Node>,
-    samples: u32,
-    sample_ms: u64,
+    /// What a client may use at once beyond its rate: `quota_window_num − 1` windows' worth.
+    burst: Duration,
+    /// The longest one response's throttle: `quota_window_num` windows.
+    max_throttle: Duration,
     epoch: Instant,
     sensors: Mutex<Sensors>,
     metrics: Arc<QuotaMetrics>,
@@ -66,7 +68,7 @@ struct Sensors {
 /// What one quota measures for the clients sharing it.
 struct Sensor {
     labels: SensorLabels,
-    rate: Mutex<Rate>,
+    bucket: Mutex<Bucket>,
 }
 
 /// One connection's quotas, resolved on its first request (see the module's invariants).
@@ -98,9 +100,10 @@ impl Quotas {
         let metrics = Arc::new(QuotaMetrics::default());
         let registered = metrics.clone();
         node.metrics.register(move |r| registered.register(r));
+        let window = Duration::from_secs(node.config.quota_window_size_seconds.into());
         Quotas {
-            samples: node.config.quota_window_num,
-            sample_ms: u64::from(node.config.quota_window_size_seconds) * 1000,
+            burst: window * (node.config.quota_window_num - 1),
+            max_throttle: window * node.config.quota_window_num,
             epoch: Instant::now(),
             sensors: Mutex::default(),
             metrics,
@@ -131,10 +134,14 @@ impl Quotas {
             conn.0 = Some(self.resolve(&state.security, principal, client_id));
         }
         let resolved = conn.0.as_ref()?;
-        resolved.bounds.iter().any(Option::is_some).then(|| Charges {
-            quotas: self,
-            bounds: &resolved.bounds,
-        })
+        resolved
+            .bounds
+            .iter()
+            .any(Option::is_some)
+            .then(|| Charges {
+                quotas: self,
+                bounds: &resolved.bounds,
+            })
     }
 
     fn resolve(
@@ -169,8 +176,14 @@ impl Quotas {
         if now.saturating_sub(sensors.last_sweep_ms) >= SWEEP_EVERY_MS {
             sensors.last_sweep_ms = now;
             sensors.by_labels.retain(|labels, s| {
-                let last = s.rate.lock().unwrap_or_else(PoisonError::into_inner).last_ms();
-                let keep = Arc::strong_count(s) > 1 || now.saturating_sub(last) < SENSOR_EXPIRY_MS;
+                if Arc::strong_count(s) > 1 {
+                    return true;
+                }
+                let last = (s.bucket.lock().unwrap_or_else(PoisonError::into_inner)).last_ms();
+                // No connection applies it now, so no limit applies; the bucket is kept for
+                // the hour, so that reconnecting does not buy a new burst.
+                self.metrics.forget_limit(labels);
+                let keep = now.saturating_sub(last) < SENSOR_EXPIRY_MS;
                 if !keep {
                     self.metrics.forget(labels);
                 }
@@ -181,7 +194,7 @@ impl Quotas {
             .or_insert_with(|| {
                 Arc::new(Sensor {
                     labels,
-                    rate: Mutex::new(Rate::new(self.samples, self.sample_ms)),
+                    bucket: Mutex::new(Bucket::new()),
                 })
             })
             .clone()
@@ -193,12 +206,12 @@ impl Quotas {
 }
 
 impl Charges<'_> {
-    /// The most a consumer's fetch may return: what its quota allows over the window, so
-    /// one response cannot take many windows' worth.
+    /// The most a consumer's fetch may return: one burst's worth of its quota (Kafka's
+    /// bound), so one response cannot run up a debt of many throttles.
     pub fn fetch_bytes_bound(&self) -> Option<i32> {
         let b = self.bounds[QuotaKey::ConsumerByteRate as usize].as_ref()?;
-        let window_s = (self.quotas.samples - 1) as f64 * self.quotas.sample_ms as f64 / 1000.0;
-        Some((b.quota * window_s).clamp(1.0, i32::MAX as f64) as i32)
+        let bound = b.quota * self.quotas.burst.as_secs_f64();
+        Some(bound.clamp(1.0, i32::MAX as f64) as i32)
     }
 
     /// Whether request handling time is charged (and so worth measuring).
@@ -220,11 +233,12 @@ impl Charges<'_> {
         let Some(b) = &self.bounds[key as usize] else {
             return Duration::ZERO;
         };
-        let now = self.quotas.now_ms();
-        let (throttle, rate) = (b.sensor.rate.lock())
+        let q = self.quotas;
+        let now = q.now_ms();
+        let throttle = (b.sensor.bucket.lock())
             .unwrap_or_else(PoisonError::into_inner)
-            .record(value, now, b.quota);
-        (self.quotas.metrics).measured(&b.sensor.labels, rate, throttle.as_secs_f64());
+            .record(value, now, b.quota, q.burst, q.max_throttle);
+        (q.metrics).used(&b.sensor.labels, value, throttle.as_secs_f64());
         throttle
     }
 }
