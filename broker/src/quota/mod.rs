@@ -134,14 +134,11 @@ impl Quotas {
             conn.0 = Some(self.resolve(&state.security, principal, client_id));
         }
         let resolved = conn.0.as_ref()?;
-        resolved
-            .bounds
-            .iter()
-            .any(Option::is_some)
-            .then(|| Charges {
-                quotas: self,
-                bounds: &resolved.bounds,
-            })
+        let any = resolved.bounds.iter().any(Option::is_some);
+        any.then_some(Charges {
+            quotas: self,
+            bounds: &resolved.bounds,
+        })
     }
 
     fn resolve(
