@@ -1115,6 +1115,18 @@ fn acls_let_a_principal_do_what_it_is_granted_on_every_broker_and_nothing_else()
             "error 31",
         ),
         (vec!["group", "delete", "g1"], "authorization"),
+        (
+            vec![
+                "quota",
+                "alter",
+                "--user",
+                "alice",
+                "--delete",
+                "producer_byte_rate",
+            ],
+            "error 31",
+        ),
+        (vec!["quota", "describe"], "error 31"),
     ] {
         let err = refused(as_user(&alice, 1, &args));
         assert!(
@@ -1122,6 +1134,19 @@ fn acls_let_a_principal_do_what_it_is_granted_on_every_broker_and_nothing_else()
             "strata {args:?}: {err}"
         );
     }
+    // The admin sets alice's quota; she cannot lift it.
+    run(as_user(
+        &admin,
+        0,
+        &[
+            "quota",
+            "alter",
+            "--user",
+            "alice",
+            "--add",
+            "producer_byte_rate=1048576",
+        ],
+    ));
     let groups = run(as_user(&alice, 2, &["group", "list"]));
     let listed: Vec<&str> = groups.lines().skip(1).collect();
     assert!(
@@ -1176,6 +1201,10 @@ fn acls_let_a_principal_do_what_it_is_granted_on_every_broker_and_nothing_else()
         && e["principal"] == "User:admin"
         && e["acl"]["principal"] == "User:alice"
         && e["client"] == "127.0.0.1"));
+    assert!(has(&first, &|e| e["event"] == "quota_altered"
+        && e["principal"] == "User:admin"
+        && e["entity"]["user"] == "alice"
+        && e["set"]["producer_byte_rate"] == 1048576.0));
     // CreateTopics goes to the controller, whichever broker that is.
     let everywhere: Vec<serde_json::Value> = (0..3).flat_map(audit).collect();
     assert!(has(&everywhere, &|e| e["event"] == "topic_created"
