@@ -805,6 +805,38 @@ def run(binary, keep):
         finally:
             dave_admin.close()
 
+    def quotas_throttle_clients():
+        def strata_quota(*args):
+            r = subprocess.run([binary, "quota", *args, "-b", bootstrap], capture_output=True, timeout=60)
+            check(r.returncode == 0, f"strata quota {args}: {r.stderr.decode(errors='replace')}")
+            return r.stdout.decode()
+        # 64 KiB/s shared by all of carol's clients: after the 10 s burst (640 KiB), every
+        # produce is throttled, and both clients are told so.
+        strata_quota("alter", "--user", "carol", "--add", "producer_byte_rate=65536")
+        listed = strata_quota("describe", "--user", "carol")
+        check(listed.strip() == "user=carol\tproducer_byte_rate=65536", f"strata quota describe: {listed!r}")
+        topic, value = topic_name("compat-quota"), b"q" * 8192
+        throttles = []
+        p = Producer({**sasl_conf("carol"), "throttle_cb": lambda e: throttles.append(e.throttle_time)})
+        for _ in range(128):
+            p.produce(topic, value=value)
+            p.poll(0)
+        check(p.flush(60) == 0, "undelivered records under a quota")
+        check(max(throttles, default=0) > 0, "confluent-kafka got no throttle_cb")
+        kp = kafka.KafkaProducer(bootstrap_servers=sasl_plain, security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="carol",
+                                 sasl_plain_password=password, acks="all", batch_size=16384, linger_ms=0)
+        for _ in range(32):
+            kp.send(topic, value=value)
+        kp.flush(60)
+        # kafka-python keeps the throttle times it honoured per connection and overall.
+        throttle_max = max((v for group in kp.metrics().values() for k, v in group.items()
+                            if k.endswith("throttle-time-max") and v == v), default=0)
+        kp.close()
+        check(throttle_max > 0, f"kafka-python saw no throttle (throttle-time-max {throttle_max})")
+        strata_quota("alter", "--user", "carol", "--delete", "producer_byte_rate")
+        check(strata_quota("describe").strip() == "", "the quota outlived its removal")
+
     step("strata: create a SCRAM user (strata user create)", create_user)
     step("confluent-kafka: SCRAM-SHA-512 over TLS (produce, group consume, listener's metadata)",
          confluent_scram_over_tls)
@@ -815,6 +847,8 @@ def run(binary, keep):
     step("confluent-kafka: ACLs (create_acls, describe_acls, delete_acls) decide what a user may write",
          confluent_acls)
     step("kafka-python: ACLs (prefixed topic and group grants, describe_acls, delete_acls)", kafkapython_acls)
+    step("strata quota + confluent-kafka and kafka-python: a user's produce quota throttles its clients",
+         quotas_throttle_clients)
 
     def clean_shutdown():
         rc = broker.stop()
