@@ -3,8 +3,7 @@
 //! a window instead and throttles by `(rate − quota) / quota × window`; that forgets a
 //! sample's bytes all at once when it leaves the window, so clients whose requests or
 //! responses are large next to the window (a fetch of whole batches) got 15–40 % over their
-//! quota in our tests. The bucket holds them to it exactly, with the same burst (Redpanda
-//! made the same choice).
+//! quota in our tests. The bucket holds them to it exactly, with the same burst.
 //!
 //! Invariants:
 //! - over any time, the clients get at most the quota's rate plus one burst: a request's use
