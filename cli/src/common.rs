@@ -382,19 +382,38 @@ pub fn per_sec(count: u64, seconds: f64) -> f64 {
 }
 
 /// A plain HTTP/1.0 request to a broker's admin endpoint (no HTTP client is worth a
-/// dependency here). Returns the body of a 200 answer; anything else is an error carrying the
-/// status line and the body.
+/// dependency here), over TLS for an `https://host:port` address (see [`admin_tls`]).
+/// Returns the body of a 200 answer; anything else is an error carrying the status line and
+/// the body.
 pub fn admin_request(addr: &str, method: &str, path: &str) -> anyhow::Result<String> {
     use std::io::{Read, Write};
-    let sock: std::net::SocketAddr = addr.parse().context("admin address")?;
+    let (https, host_port) = match addr.strip_prefix("https://") {
+        Some(a) => (true, a),
+        None => (false, addr.strip_prefix("http://").unwrap_or(addr)),
+    };
+    let sock: std::net::SocketAddr = host_port.parse().context("admin address")?;
     let mut conn = std::net::TcpStream::connect_timeout(&sock, std::time::Duration::from_secs(2))?;
     conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
-    write!(
-        conn,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    conn.read_to_string(&mut text)?;
+    let request =
+        format!("{method} {path} HTTP/1.0\r\nHost: {host_port}\r\nContent-Length: 0\r\n\r\n");
+    let mut raw = Vec::new();
+    if https {
+        let name = strata_broker::tls::server_name(host_port)?;
+        let session = rustls::ClientConnection::new(admin_tls()?, name)?;
+        let mut tls = rustls::StreamOwned::new(session, conn);
+        tls.write_all(request.as_bytes())
+            .with_context(|| format!("TLS to {addr}"))?;
+        match tls.read_to_end(&mut raw) {
+            Ok(_) => {}
+            // The server closes after an HTTP/1.0 answer, with or without close_notify.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("TLS to {addr}"))),
+        }
+    } else {
+        conn.write_all(request.as_bytes())?;
+        conn.read_to_end(&mut raw)?;
+    }
+    let text = String::from_utf8_lossy(&raw);
     let (head, body) = text
         .split_once("\r\n\r\n")
         .ok_or_else(|| anyhow::anyhow!("malformed HTTP response"))?;
@@ -402,6 +421,24 @@ pub fn admin_request(addr: &str, method: &str, path: &str) -> anyhow::Result<Str
         anyhow::bail!("{}: {}", head.lines().next().unwrap_or(head), body.trim());
     }
     Ok(body.to_string())
+}
+
+/// The TLS client of `https://` admin addresses: the CA that signed the brokers' certificate
+/// from `STRATA_ADMIN_SSL_CA_LOCATION`, and a client certificate and key (for an admin port
+/// that requires them) from `STRATA_ADMIN_SSL_CERTIFICATE_LOCATION` and
+/// `STRATA_ADMIN_SSL_KEY_LOCATION`.
+fn admin_tls() -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
+    let file = |name: &str| std::env::var_os(name).map(std::path::PathBuf::from);
+    let files = strata_broker::tls::TlsFiles {
+        certificate: file("STRATA_ADMIN_SSL_CERTIFICATE_LOCATION"),
+        key: file("STRATA_ADMIN_SSL_KEY_LOCATION"),
+        ca: Some(file("STRATA_ADMIN_SSL_CA_LOCATION").context(
+            "an https:// admin address needs STRATA_ADMIN_SSL_CA_LOCATION (the CA of the brokers' certificate)",
+        )?),
+        client_auth: strata_broker::tls::ClientAuth::None,
+        min_version: 2,
+    };
+    Ok(strata_broker::tls::client_config(&files)?)
 }
 
 #[cfg(test)]

@@ -59,7 +59,8 @@ pub struct DescribeArgs {
     /// Topic name.
     pub name: String,
     /// Admin HTTP address of the broker hosting the partitions, for their local and remote
-    /// (tiered) ranges; skipped with a note when unreachable.
+    /// (tiered) ranges; skipped with a note when unreachable. `https://HOST:PORT` for an
+    /// admin port with TLS (see `strata cluster status --help`).
     #[arg(
         long = "admin-addr",
         env = "STRATA_ADMIN_ADDR",

@@ -1498,3 +1498,47 @@ fn brokers_secured_between_themselves_replicate_fail_over_reassign_and_keep_intr
         "a non-broker's replica fetch must be refused"
     );
 }
+
+#[test]
+fn the_admin_port_speaks_https_only_and_asks_operators_for_a_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certs::generate(dir.path());
+    let broker = Broker::start(
+        BrokerOpts::new()
+            .env("STRATA_ADMIN_SECURITY_PROTOCOL", "SSL")
+            .env(
+                "STRATA_SSL_CERTIFICATE_LOCATION",
+                certs.server_cert.display(),
+            )
+            .env("STRATA_SSL_KEY_LOCATION", certs.server_key.display())
+            .env("STRATA_SSL_CA_LOCATION", certs.ca_cert.display())
+            .env("STRATA_SSL_CLIENT_AUTH", "required"),
+    );
+    let https = format!("https://{}", broker.admin_addr);
+    let (cert, key) = certs.client("operator");
+    let status = |client: Option<(&std::path::Path, &std::path::Path)>, addr: &str| {
+        let mut cmd = std::process::Command::new(strata_bin());
+        cmd.args(["cluster", "status", "--admin-addr", addr])
+            .env("RUST_BACKTRACE", "0")
+            .env("STRATA_ADMIN_SSL_CA_LOCATION", &certs.ca_cert);
+        if let Some((cert, key)) = client {
+            cmd.env("STRATA_ADMIN_SSL_CERTIFICATE_LOCATION", cert)
+                .env("STRATA_ADMIN_SSL_KEY_LOCATION", key);
+        }
+        cmd.output().expect("run strata cluster status")
+    };
+    // An operator with a certificate the CA signed sees the cluster over HTTPS.
+    let out = status(Some((&cert, &key)), &https);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("controller"));
+    // Without a certificate the handshake fails; in plain HTTP nothing is answered.
+    let out = status(None, &https);
+    assert!(!out.status.success(), "served without a client certificate");
+    let out = status(Some((&cert, &key)), &broker.admin_addr);
+    assert!(!out.status.success(), "served plain HTTP on the TLS port");
+    assert!(strata_tests::http_get(&broker.admin_addr, "/metrics").is_err());
+}

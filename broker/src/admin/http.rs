@@ -6,6 +6,11 @@
 //! Requests are parsed into a [`Route`] before anything runs (the admin fuzz target drives
 //! [`Route::parse`]); no handler reads a request body. At most [`MAX_CONNECTIONS`] connections
 //! are served at once, and a request's headers must arrive within [`HEADER_TIMEOUT`].
+//!
+//! With `admin_security_protocol = "SSL"` the port speaks HTTPS only: the TLS handshake (with
+//! the broker's reloading certificate, and client certificates as `ssl_client_auth` says)
+//! must complete within [`HEADER_TIMEOUT`], and a connection that does not complete it is
+//! closed before any request is read.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::broker::Broker;
+use crate::config::listeners::SecurityProtocol;
 
 /// Admin connections served at once (Prometheus, probes and operators need a handful).
 const MAX_CONNECTIONS: usize = 64;
@@ -32,6 +38,10 @@ pub async fn serve(
     ready: Arc<AtomicBool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // Security::new loaded the TLS files whenever the configuration asks for HTTPS.
+    let tls = (broker.node.config.admin_tls().unwrap_or(false))
+        .then(|| broker.security.tls_acceptor(SecurityProtocol::Ssl))
+        .flatten();
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let stream = tokio::select! {
@@ -50,22 +60,47 @@ pub async fn serve(
         };
         let broker = broker.clone();
         let ready = ready.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let broker = broker.clone();
-                let ready = ready.clone();
-                async move { Ok::<_, Infallible>(respond(&req, &broker, &ready).await) }
-            });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(error = %e, "admin connection ended with an error");
+            match tls {
+                None => connection(stream, broker, ready).await,
+                Some(acceptor) => {
+                    let metrics = broker.security.metrics();
+                    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            metrics.tls_handshake("admin", "ok");
+                            connection(tls, broker, ready).await
+                        }
+                        Ok(Err(e)) => {
+                            metrics.tls_handshake("admin", "failed");
+                            tracing::info!(error = %e, "admin TLS handshake failed");
+                        }
+                        Err(_) => metrics.tls_handshake("admin", "timed_out"),
+                    }
+                }
             }
             drop(slot);
         });
+    }
+}
+
+/// Serves HTTP/1.1 on one connection, plain or TLS.
+async fn connection<S>(stream: S, broker: Arc<Broker>, ready: Arc<AtomicBool>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        let broker = broker.clone();
+        let ready = ready.clone();
+        async move { Ok::<_, Infallible>(respond(&req, &broker, &ready).await) }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(error = %e, "admin connection ended with an error");
     }
 }
 

@@ -87,6 +87,9 @@ pub struct BrokerConfig {
     pub quota_window_num: u32,
     pub quota_window_size_seconds: u32,
     pub admin_addr: SocketAddr,
+    /// The admin HTTP port: `PLAINTEXT`, or `SSL` for HTTPS with the broker's certificate,
+    /// asking for client certificates as `ssl_client_auth` says (as on an SSL listener).
+    pub admin_security_protocol: String,
     /// Listener for the other nodes of the cluster: the metadata quorum's raft port.
     pub raft_addr: SocketAddr,
     /// The metadata voters, `id@host:port,...` (Kafka's `controller.quorum.voters`). Unset:
@@ -263,6 +266,7 @@ impl Default for BrokerConfig {
             ssl_principal_mapping_rules: "DEFAULT".into(),
             ssl_enabled_protocols: "TLSv1.2,TLSv1.3".into(),
             admin_addr: "127.0.0.1:9644".parse().expect("literal"),
+            admin_security_protocol: "PLAINTEXT".into(),
             raft_addr: "127.0.0.1:9093".parse().expect("literal"),
             voters: None,
             broker_session_timeout_ms: 3000,
@@ -449,6 +453,14 @@ impl BrokerConfig {
             return Err(ConfigError::Invalid(format!(
                 "inter_broker_listener_name {inter_broker} is a SASL listener: set inter_broker_sasl_username and inter_broker_sasl_password (a user every broker knows)"
             )));
+        }
+        if self.admin_tls()?
+            && (self.ssl_certificate_location.is_none() || self.ssl_key_location.is_none())
+        {
+            return Err(ConfigError::Invalid(
+                "admin_security_protocol = SSL needs ssl_certificate_location and ssl_key_location"
+                    .into(),
+            ));
         }
         if self.quota_window_num < 2 || self.quota_window_size_seconds == 0 {
             return Err(ConfigError::Invalid(
@@ -689,6 +701,17 @@ impl BrokerConfig {
     }
 
     /// The oldest TLS version of `ssl_enabled_protocols`: 2 (TLS 1.2) or 3 (TLS 1.3).
+    /// Whether the admin HTTP port speaks TLS (`admin_security_protocol`).
+    pub fn admin_tls(&self) -> Result<bool, ConfigError> {
+        match self.admin_security_protocol.as_str() {
+            "PLAINTEXT" => Ok(false),
+            "SSL" => Ok(true),
+            other => Err(ConfigError::Invalid(format!(
+                "admin_security_protocol {other}: PLAINTEXT or SSL"
+            ))),
+        }
+    }
+
     pub fn ssl_min_version(&self) -> Result<u8, ConfigError> {
         let mut min = None;
         for p in self.ssl_enabled_protocols.split(',').map(str::trim) {

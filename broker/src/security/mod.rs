@@ -137,7 +137,10 @@ impl Security {
         let (listeners, _) = cfg
             .listeners()
             .map_err(|e| SecurityError::Config(e.to_string()))?;
-        let tls = if listeners.iter().any(|l| l.protocol.tls()) {
+        let admin_tls = cfg
+            .admin_tls()
+            .map_err(|e| SecurityError::Config(e.to_string()))?;
+        let tls = if admin_tls || listeners.iter().any(|l| l.protocol.tls()) {
             Some(Arc::new(ReloadingServer::load(tls_files(cfg)?)?))
         } else {
             None

@@ -42,7 +42,9 @@ pub enum ClusterCommand {
 
 #[derive(Args, Debug)]
 pub struct AdminArgs {
-    /// Admin HTTP address of any node of the cluster.
+    /// Admin HTTP address of any node of the cluster; `https://HOST:PORT` for an admin port
+    /// with TLS (CA and client certificate from `STRATA_ADMIN_SSL_CA_LOCATION`,
+    /// `STRATA_ADMIN_SSL_CERTIFICATE_LOCATION`, `STRATA_ADMIN_SSL_KEY_LOCATION`).
     #[arg(
         long = "admin-addr",
         env = "STRATA_ADMIN_ADDR",
