@@ -28,6 +28,9 @@
 //!   their records), the read buffer, and one response being written; memory across
 //!   connections is bounded by `queued_max_request_bytes` (see [`frame`]), `max_connections`
 //!   and `max_connections_per_ip`;
+//! - a client over a quota is told to back off (`throttle_time_ms`) and its connection takes no
+//!   further request until the throttle has passed (responses already due are still
+//!   written), so a client ignoring the hint is held to its quota too;
 //! - no connection is held forever by a client that does nothing: idle ones close after
 //!   `connections_max_idle_ms`, and a request must arrive, and its response be written, within
 //!   `socket_io_timeout_ms` (a client that pipelines without reading its responses stops
@@ -43,8 +46,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
-use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
-use strata_metadata::quota::QuotaKey;
+use kafka_protocol::messages::{ApiKey, ResponseKind};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
@@ -489,14 +491,8 @@ async fn handle<'a>(
     let mut req = req;
     let charges =
         (conn.principal()).and_then(|p| (broker.quotas).charges(quotas, &req, p, &broker.security));
-    if let (Some(c), RequestKind::Fetch(fetch)) = (&charges, &mut req.body) {
-        if let Some(bound) = c.fetch_bytes_bound() {
-            fetch.max_bytes = if fetch.max_bytes <= 0 {
-                bound
-            } else {
-                fetch.max_bytes.min(bound)
-            };
-        }
+    if let Some(c) = &charges {
+        c.bound_fetch(&mut req);
     }
     let size = req.size;
     let timed = charges.as_ref().is_some_and(|c| c.times_requests());
@@ -506,16 +502,11 @@ async fn handle<'a>(
         .catch_unwind()
         .await
         .map_err(|_| panicked(broker, api, version, correlation_id))?;
-    let throttle = charges.map_or(Duration::ZERO, |c| {
-        let bytes = match (api, &handled) {
-            (ApiKey::Produce, _) => c.bytes(QuotaKey::ProducerByteRate, size),
-            (_, handlers::Handled::Now(Some(protocol::Response::Fetch(r)))) => {
-                c.bytes(QuotaKey::ConsumerByteRate, r.record_bytes())
-            }
-            _ => Duration::ZERO,
-        };
-        bytes.max(c.time(busy))
-    });
+    let fetched = match &handled {
+        handlers::Handled::Now(Some(protocol::Response::Fetch(r))) => r.record_bytes(),
+        _ => 0,
+    };
+    let throttle = charges.map_or(Duration::ZERO, |c| c.charge(api, size, fetched, busy));
     let throttle_ms = throttle.as_millis().min(i32::MAX as u128) as i32;
     let finish = move |body: Option<protocol::Response>, budget, close| {
         broker.node.metrics.request(

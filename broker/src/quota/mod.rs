@@ -203,12 +203,21 @@ impl Quotas {
 }
 
 impl Charges<'_> {
-    /// The most a consumer's fetch may return: one burst's worth of its quota (Kafka's
-    /// bound), so one response cannot run up a debt of many throttles.
-    pub fn fetch_bytes_bound(&self) -> Option<i32> {
-        let b = self.bounds[QuotaKey::ConsumerByteRate as usize].as_ref()?;
-        let bound = b.quota * self.quotas.burst.as_secs_f64();
-        Some(bound.clamp(1.0, i32::MAX as f64) as i32)
+    /// Cuts a consumer's fetch to one burst's worth of its quota (Kafka's bound), so one
+    /// response cannot run up a debt of many throttles.
+    pub fn bound_fetch(&self, req: &mut Request) {
+        let (RequestKind::Fetch(fetch), Some(b)) = (
+            &mut req.body,
+            &self.bounds[QuotaKey::ConsumerByteRate as usize],
+        ) else {
+            return;
+        };
+        let bound = (b.quota * self.quotas.burst.as_secs_f64()).clamp(1.0, i32::MAX as f64) as i32;
+        fetch.max_bytes = if fetch.max_bytes <= 0 {
+            bound
+        } else {
+            fetch.max_bytes.min(bound)
+        };
     }
 
     /// Whether request handling time is charged (and so worth measuring).
@@ -216,17 +225,26 @@ impl Charges<'_> {
         self.bounds[QuotaKey::RequestPercentage as usize].is_some()
     }
 
-    /// Charges `bytes` against the producer or consumer byte rate; the throttle it earned.
-    pub fn bytes(&self, key: QuotaKey, bytes: usize) -> Duration {
-        self.charge(key, bytes as f64)
+    /// Charges a handled request of `api`: a produce its `request_bytes`, a fetch the
+    /// `fetched_bytes` of its response, any request the time its handler was `busy`; the
+    /// longest throttle this earned.
+    pub fn charge(
+        &self,
+        api: ApiKey,
+        request_bytes: usize,
+        fetched_bytes: usize,
+        busy: Duration,
+    ) -> Duration {
+        let bytes = match api {
+            ApiKey::Produce => self.record(QuotaKey::ProducerByteRate, request_bytes as f64),
+            ApiKey::Fetch => self.record(QuotaKey::ConsumerByteRate, fetched_bytes as f64),
+            _ => Duration::ZERO,
+        };
+        let time = self.record(QuotaKey::RequestPercentage, busy.as_secs_f64() * 100.0);
+        bytes.max(time)
     }
 
-    /// Charges handling time against the request percentage; the throttle it earned.
-    pub fn time(&self, busy: Duration) -> Duration {
-        self.charge(QuotaKey::RequestPercentage, busy.as_secs_f64() * 100.0)
-    }
-
-    fn charge(&self, key: QuotaKey, value: f64) -> Duration {
+    fn record(&self, key: QuotaKey, value: f64) -> Duration {
         let Some(b) = &self.bounds[key as usize] else {
             return Duration::ZERO;
         };
