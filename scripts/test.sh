@@ -25,9 +25,10 @@ if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
 fi
 
 # ---- system packages (kcat for the CLI checks; cmake, pkg-config, zlib, zstd and OpenSSL
-# headers for the bundled librdkafka behind the rdkafka crate; openssl for scripts/make-certs.sh) ----
+# headers for the bundled librdkafka behind the rdkafka crate; openssl for scripts/make-certs.sh;
+# systemd for `systemd-analyze verify` of the deploy/ec2 unit) ----
 need_apt=()
-for pkg in kcat cmake pkg-config zlib1g-dev libzstd-dev libssl-dev openssl build-essential; do
+for pkg in kcat cmake pkg-config zlib1g-dev libzstd-dev libssl-dev openssl build-essential systemd; do
     if ! dpkg -s "$pkg" >/dev/null 2>&1; then
         need_apt+=("$pkg")
     fi

@@ -73,6 +73,10 @@ pub struct ServeArgs {
     /// [default: file://<data-dir>/objects].
     #[arg(long)]
     pub object_store: Option<String>,
+    /// Check the configuration (file, STRATA_* variables and flags) and exit: 0 and a summary
+    /// when `serve` would accept it, else the error (a unit's ExecStartPre, a CI step).
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 impl ServeArgs {
@@ -118,6 +122,20 @@ pub fn run(args: ServeArgs) -> Result<(), ServeError> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cfg = args.resolve()?;
+    if args.check_config {
+        println!(
+            "configuration ok: node_id={} data_dir={} listeners={} admin={} raft={} voters={} object_store={} rack={}",
+            cfg.node_id,
+            cfg.data_dir.display(),
+            cfg.listeners.as_deref().unwrap_or("(kafka_addr)"),
+            cfg.admin_addr,
+            cfg.raft_addr,
+            cfg.voters.as_deref().unwrap_or("(this node alone)"),
+            cfg.object_store.as_deref().unwrap_or("(file://<data_dir>/objects)"),
+            cfg.rack.as_deref().unwrap_or("(none)"),
+        );
+        return Ok(());
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("strata")
