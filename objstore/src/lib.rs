@@ -12,10 +12,12 @@
 
 mod config;
 mod metrics;
+mod ops;
 mod store;
 
 pub use config::{Location, StoreConfig};
 pub use metrics::StoreMetrics;
+pub use ops::Op;
 pub use store::{ObjectInfo, Store};
 
 /// What went wrong with the object store, by what a caller can do about it.

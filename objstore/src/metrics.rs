@@ -51,7 +51,7 @@ impl StoreMetrics {
         let r = registry.sub_registry_with_prefix("object_store");
         r.register(
             "requests",
-            "Object store requests, by operation (put, put_part, get, head, list, delete)",
+            "Object store requests, by operation (put, put_multipart, put_part, complete_multipart, abort_multipart, get, head, list, delete)",
             self.requests.clone(),
         );
         r.register(

@@ -17,6 +17,7 @@ use object_store::{
 
 use crate::config::{Location, StoreConfig};
 use crate::metrics::StoreMetrics;
+use crate::ops::Op;
 use crate::{ObjStoreError, Result};
 
 /// Parts of one multipart upload in flight at once.
@@ -180,17 +181,16 @@ impl Store {
     /// Times `fut` as operation `op`, classifies its error and counts it.
     async fn request<T>(
         &self,
-        op: &str,
+        op: Op,
         key: &str,
         fut: impl std::future::Future<Output = object_store::Result<T>>,
     ) -> Result<T> {
         let started = Instant::now();
         let result = fut.await.map_err(|e| self.classify(e, key));
         let kind = result.as_ref().err().map(ObjStoreError::kind);
-        self.metrics
-            .observe(op, started.elapsed().as_secs_f64(), kind);
+        (self.metrics).observe(op.label(), started.elapsed().as_secs_f64(), kind);
         if let Err(e) = &result {
-            tracing::debug!(store = %self, op, key, error = %e, "object store request failed");
+            tracing::debug!(store = %self, op = op.label(), key, error = %e, "object store request failed");
         }
         result
     }
@@ -198,9 +198,13 @@ impl Store {
     /// Checks that the bucket (or directory) is reachable with these credentials.
     pub async fn check(&self) -> Result<()> {
         let prefix = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
-        self.request("list", "", self.inner.list_with_delimiter(prefix.as_ref()))
-            .await
-            .map(|_| ())
+        self.request(
+            Op::List,
+            "",
+            self.inner.list_with_delimiter(prefix.as_ref()),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Writes a whole object: one PUT, or a multipart upload above the threshold (parts sent
@@ -209,18 +213,18 @@ impl Store {
         let path = self.path(key);
         let len = data.len() as u64;
         if data.len() <= self.multipart_threshold {
-            self.request("put", key, self.inner.put(&path, PutPayload::from(data)))
+            self.request(Op::Put, key, self.inner.put(&path, PutPayload::from(data)))
                 .await?;
         } else {
             let mut upload = self
-                .request("put_multipart", key, self.inner.put_multipart(&path))
+                .request(Op::PutMultipart, key, self.inner.put_multipart(&path))
                 .await?;
             let mut parts = FuturesOrdered::new();
             let mut failed = None;
             for start in (0..data.len()).step_by(self.part_size) {
                 let end = (start + self.part_size).min(data.len());
                 let part = upload.put_part(PutPayload::from(data.slice(start..end)));
-                parts.push_back(self.request("put_part", key, part));
+                parts.push_back(self.request(Op::PutPart, key, part));
                 if parts.len() >= PARTS_IN_FLIGHT {
                     if let Some(Err(e)) = parts.next().await {
                         failed = Some(e);
@@ -237,12 +241,12 @@ impl Store {
             }
             if let Some(e) = failed {
                 drop(parts);
-                if let Err(abort) = upload.abort().await {
+                if let Err(abort) = self.request(Op::AbortMultipart, key, upload.abort()).await {
                     tracing::warn!(store = %self, key, error = %abort, "cannot abort multipart upload");
                 }
                 return Err(e);
             }
-            self.request("complete_multipart", key, upload.complete())
+            self.request(Op::CompleteMultipart, key, upload.complete())
                 .await?;
         }
         self.metrics.written(len);
@@ -253,7 +257,7 @@ impl Store {
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
         let path = self.path(key);
         let bytes = self
-            .request("get", key, self.inner.get_range(&path, range))
+            .request(Op::Get, key, self.inner.get_range(&path, range))
             .await?;
         self.metrics.read(bytes.len() as u64);
         Ok(bytes)
@@ -264,14 +268,14 @@ impl Store {
         let path = self.path(key);
         // One request: the response and its body, counted once.
         let fetch = async { self.inner.get(&path).await?.bytes().await };
-        let bytes = self.request("get", key, fetch).await?;
+        let bytes = self.request(Op::Get, key, fetch).await?;
         self.metrics.read(bytes.len() as u64);
         Ok(bytes)
     }
 
     pub async fn head(&self, key: &str) -> Result<ObjectInfo> {
         let path = self.path(key);
-        let meta = self.request("head", key, self.inner.head(&path)).await?;
+        let meta = self.request(Op::Head, key, self.inner.head(&path)).await?;
         Ok(ObjectInfo {
             key: key.to_string(),
             size: meta.size,
@@ -284,7 +288,7 @@ impl Store {
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         let path = self.path(prefix.trim_end_matches('/'));
         let listed: Vec<object_store::ObjectMeta> = self
-            .request("list", prefix, self.inner.list(Some(&path)).try_collect())
+            .request(Op::List, prefix, self.inner.list(Some(&path)).try_collect())
             .await?;
         let mut out: Vec<ObjectInfo> = listed
             .into_iter()
@@ -302,7 +306,10 @@ impl Store {
     /// Deletes an object; deleting one that does not exist is not an error (S3 semantics).
     pub async fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key);
-        match self.request("delete", key, self.inner.delete(&path)).await {
+        match self
+            .request(Op::Delete, key, self.inner.delete(&path))
+            .await
+        {
             Err(ObjStoreError::NotFound { .. }) => Ok(()),
             other => other,
         }

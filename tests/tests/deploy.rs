@@ -118,3 +118,51 @@ fn the_example_configuration_is_accepted_and_broken_ones_are_refused_with_the_ca
         assert!(stderr.contains(cause), "{text:?}: {stderr}");
     }
 }
+
+#[test]
+fn the_iam_policy_grants_exactly_the_s3_actions_the_store_issues_on_its_prefix() {
+    let text = std::fs::read_to_string(repo().join("deploy/ec2/iam-policy.json")).unwrap();
+    let policy: serde_json::Value = serde_json::from_str(&text).expect("the policy is JSON");
+    assert_eq!(policy["Version"], "2012-10-17");
+    let statements = policy["Statement"].as_array().expect("statements");
+    let mut granted = std::collections::BTreeMap::new();
+    for s in statements {
+        assert_eq!(s["Effect"], "Allow");
+        let resource = s["Resource"].as_str().expect("one resource per statement");
+        for action in s["Action"].as_array().expect("an action list") {
+            let action = action.as_str().unwrap().to_string();
+            assert!(!action.contains('*'), "a wildcard action: {action}");
+            granted.insert(action, resource.to_string());
+        }
+    }
+    let needed: std::collections::BTreeSet<String> = (strata_objstore::Op::ALL.iter())
+        .map(|op| op.s3_action().to_string())
+        .collect();
+    let given: std::collections::BTreeSet<String> = granted.keys().cloned().collect();
+    assert_eq!(
+        given, needed,
+        "the policy must grant what the store issues, and nothing more"
+    );
+    // Listing is a bucket action, limited to the cluster's prefix; the rest act on objects
+    // under the prefix only.
+    assert_eq!(granted["s3:ListBucket"], "arn:aws:s3:::my-strata-bucket");
+    let list = statements
+        .iter()
+        .find(|s| s["Action"][0] == "s3:ListBucket")
+        .unwrap();
+    assert_eq!(
+        list["Condition"]["StringLike"]["s3:prefix"],
+        serde_json::json!(["cluster-1", "cluster-1/*"])
+    );
+    for (action, resource) in &granted {
+        if action != "s3:ListBucket" {
+            assert_eq!(
+                resource, "arn:aws:s3:::my-strata-bucket/cluster-1/*",
+                "{action}"
+            );
+        }
+    }
+    // The example configuration names the same bucket and prefix.
+    let config = std::fs::read_to_string(repo().join("deploy/ec2/strata.toml")).unwrap();
+    assert!(config.contains("object_store = \"s3://my-strata-bucket/cluster-1\""));
+}
