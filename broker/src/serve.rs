@@ -211,6 +211,7 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
     let ready = Arc::new(AtomicBool::new(false));
     let metrics = Metrics::new();
     count_panics(metrics.panic_counter());
+    metrics.register_log_dir(&cfg.data_dir);
     let fd_limit = raise_fd_limit(cfg.max_connections);
     crate::log::handles::set_capacity(match cfg.max_open_segment_files {
         0 => (fd_limit / 2).max(64),

@@ -29,7 +29,9 @@ pub mod cluster;
 pub mod common;
 pub mod consume;
 pub mod group;
+pub mod health;
 mod incremental_alter;
+pub mod objstore;
 pub mod perf;
 pub mod produce;
 pub mod quota;
@@ -72,6 +74,11 @@ pub enum ClientCommand {
     /// Set, remove and describe client quotas (users and client ids).
     #[command(subcommand)]
     Quota(quota::QuotaCommand),
+    /// Prepare the object store: create the bucket, add the multipart-abort lifecycle rule.
+    #[command(subcommand)]
+    Objstore(objstore::ObjstoreCommand),
+    /// Probe one node: exit 0 when it is ready to serve (`--live`: when its process is up).
+    Health(health::HealthArgs),
 }
 
 impl ClientCommand {
@@ -88,6 +95,7 @@ impl ClientCommand {
             ClientCommand::User(cmd) => Some(cmd.conn()),
             ClientCommand::Acl(cmd) => Some(cmd.conn()),
             ClientCommand::Quota(cmd) => Some(cmd.conn()),
+            ClientCommand::Health(_) | ClientCommand::Objstore(_) => None,
         }
     }
 }
@@ -126,6 +134,8 @@ pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::User(cmd) => user::run(cmd),
         ClientCommand::Acl(cmd) => acl::run(cmd),
         ClientCommand::Quota(cmd) => quota::run(cmd),
+        ClientCommand::Health(args) => health::run(args),
+        ClientCommand::Objstore(cmd) => objstore::run(cmd),
         ClientCommand::Cluster(cmd) => {
             if !cluster::run(cmd)? {
                 // Unhealthy: distinct from an error (1), for scripts that wait for health.

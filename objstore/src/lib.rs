@@ -10,11 +10,13 @@
 //! - errors are classified once ([`ObjStoreError`]) so callers decide retry vs. give up on the
 //!   kind, never on message text.
 
+mod bucket;
 mod config;
 mod metrics;
 mod ops;
 mod store;
 
+pub use bucket::{init_bucket, BucketInit};
 pub use config::{Location, StoreConfig};
 pub use metrics::StoreMetrics;
 pub use ops::Op;
@@ -29,12 +31,12 @@ pub enum ObjStoreError {
     Config(String),
     #[error("object {key} not found")]
     NotFound { key: String },
-    #[error("bucket '{bucket}' does not exist (create it, or check the URL and endpoint)")]
+    #[error("bucket '{bucket}' does not exist: create it with `strata objstore init` (same configuration), or check the URL, region and endpoint")]
     BucketNotFound { bucket: String },
     #[error("access denied by the object store (check credentials and bucket policy): {0}")]
     AccessDenied(String),
     /// Unreachable, timed out, or failing with server errors after retries: worth retrying later.
-    #[error("object store unavailable: {0}")]
+    #[error("object store unavailable (check object_store_endpoint, the network, and that the server is up): {0}")]
     Unavailable(String),
     #[error("object store error: {0}")]
     Other(String),

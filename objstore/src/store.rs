@@ -55,6 +55,24 @@ impl fmt::Display for Store {
     }
 }
 
+/// The S3 client settings of `cfg`: endpoint, region, addressing and credentials (static
+/// keys, else the `AWS_*` environment, else instance metadata).
+pub(crate) fn s3_builder(cfg: &StoreConfig, bucket: &str) -> AmazonS3Builder {
+    let mut b = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_virtual_hosted_style_request(cfg.virtual_hosted_style);
+    if let Some(e) = &cfg.endpoint {
+        b = b.with_endpoint(e);
+    }
+    if let Some(r) = &cfg.region {
+        b = b.with_region(r);
+    }
+    if let (Some(id), Some(secret)) = (&cfg.access_key_id, &cfg.secret_access_key) {
+        b = b.with_access_key_id(id).with_secret_access_key(secret);
+    }
+    b
+}
+
 impl Store {
     /// Builds the client. Nothing is contacted until the first request: call [`Store::check`]
     /// at start-up to fail early on a wrong bucket or credentials.
@@ -71,21 +89,9 @@ impl Store {
                     max_retries: cfg.max_retries,
                     retry_timeout: cfg.retry_timeout,
                 };
-                let mut b = AmazonS3Builder::from_env()
-                    .with_bucket_name(bucket)
+                let s3 = s3_builder(cfg, bucket)
                     .with_client_options(options)
                     .with_retry(retry)
-                    .with_virtual_hosted_style_request(cfg.virtual_hosted_style);
-                if let Some(e) = &cfg.endpoint {
-                    b = b.with_endpoint(e);
-                }
-                if let Some(r) = &cfg.region {
-                    b = b.with_region(r);
-                }
-                if let (Some(id), Some(secret)) = (&cfg.access_key_id, &cfg.secret_access_key) {
-                    b = b.with_access_key_id(id).with_secret_access_key(secret);
-                }
-                let s3 = b
                     .build()
                     .map_err(|e| ObjStoreError::Config(e.to_string()))?;
                 (Arc::new(s3), prefix.clone())

@@ -1,4 +1,5 @@
-//! A minimal HTTP/1.0 GET over a plain TcpStream, for the admin endpoints.
+//! Minimal HTTP/1.0 requests over a plain TcpStream, for the admin endpoints and the S3 test
+//! server.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -17,20 +18,26 @@ pub struct HttpResponse {
 
 /// `GET path` on `addr` with HTTP/1.0, reading until the server closes.
 pub fn http_get(addr: &str, path: &str) -> Result<HttpResponse> {
+    http_request(addr, "GET", path, "")
+}
+
+/// `method path` with `body` on `addr` with HTTP/1.0, reading until the server closes.
+pub fn http_request(addr: &str, method: &str, path: &str, body: &str) -> Result<HttpResponse> {
     let mut stream = TcpStream::connect(addr).with_context(|| format!("connect {addr}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     stream.set_write_timeout(Some(Duration::from_secs(10)))?;
     write!(
         stream,
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\nAccept: */*\r\n\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\nAccept: */*\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
     )?;
     let mut raw = Vec::new();
     stream
         .read_to_end(&mut raw)
-        .with_context(|| format!("read response to GET {path}"))?;
+        .with_context(|| format!("read response to {method} {path}"))?;
     let text = String::from_utf8_lossy(&raw).into_owned();
     let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        bail!("malformed HTTP response to GET {path}: {text:?}");
+        bail!("malformed HTTP response to {method} {path}: {text:?}");
     };
     let status_line = head.lines().next().unwrap_or_default();
     let status = status_line

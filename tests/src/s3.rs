@@ -17,6 +17,8 @@ pub struct MotoServer {
     child: Option<Child>,
     pub endpoint: String,
     port: u16,
+    /// Refuse every request: moto's IAM knows no key (a server given wrong credentials).
+    authenticating: bool,
 }
 
 fn moto_bin() -> PathBuf {
@@ -30,6 +32,16 @@ fn moto_bin() -> PathBuf {
 impl MotoServer {
     /// Starts moto and waits until it answers.
     pub fn start() -> MotoServer {
+        MotoServer::launch(false)
+    }
+
+    /// A server that checks signatures against its IAM, where no key exists: every request
+    /// is refused as wrong credentials would be.
+    pub fn start_authenticating() -> MotoServer {
+        MotoServer::launch(true)
+    }
+
+    fn launch(authenticating: bool) -> MotoServer {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -38,6 +50,7 @@ impl MotoServer {
             child: None,
             endpoint: format!("http://127.0.0.1:{port}"),
             port,
+            authenticating,
         };
         s.spawn();
         s
@@ -50,7 +63,11 @@ impl MotoServer {
             "moto_server not found at {} (scripts/test.sh installs it; or set STRATA_MOTO_SERVER)",
             bin.display()
         );
-        let child = Command::new(&bin)
+        let mut cmd = Command::new(&bin);
+        if self.authenticating {
+            cmd.env("INITIAL_NO_AUTH_ACTION_COUNT", "0");
+        }
+        let child = cmd
             .args(["-H", "127.0.0.1", "-p", &self.port.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -86,6 +103,11 @@ impl MotoServer {
             resp.starts_with("HTTP/1.1 200") || resp.starts_with("HTTP/1.0 200"),
             "create bucket {bucket}: {resp}"
         );
+    }
+
+    /// `host:port` of the server, for raw HTTP requests (moto needs no signature).
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 
     /// A store config for `s3://bucket/prefix` on this server.

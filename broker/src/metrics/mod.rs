@@ -18,6 +18,7 @@ use prometheus_client::registry::Registry;
 
 use crate::error::ErrorCode;
 
+mod disk;
 mod process;
 
 pub use process::usage_json;
@@ -275,6 +276,12 @@ impl Metrics {
             on_scrape: Mutex::new(Vec::new()),
         };
         m.cluster.register(&mut registry);
+        // Both series exist from the start, so `increase()` sees a broker's first change.
+        for change in ["shrink", "expand"] {
+            let _ = m.cluster.isr_changes.get_or_create(&IsrChangeLabels {
+                change: change.into(),
+            });
+        }
         let process = process::ProcessMetrics::default();
         process.register(&mut registry);
         m.on_scrape(move || process.update());
@@ -480,6 +487,13 @@ impl Metrics {
     }
 
     /// A leader committed an ISR change: a shrink, or an expand.
+    /// Publishes the size and free space of the filesystem holding `dir` (the data directory).
+    pub fn register_log_dir(&self, dir: &std::path::Path) {
+        let disk = disk::DiskMetrics::new(dir);
+        self.register(|registry| disk.register(registry));
+        self.on_scrape(move || disk.update());
+    }
+
     pub fn isr_changed(&self, expand: bool) {
         self.cluster
             .isr_changes

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds the Strata image from a cargo build output, wherever cargo put it:
+#
+#   deploy/docker/build.sh                      # cargo build --release, then the image strata:latest
+#   deploy/docker/build.sh --binary PATH [--tag TAG]   # an existing binary (the tests pass theirs)
+#
+# The binary is stripped into a small build context (the image is then ~100 MB: the base,
+# libssl and the binary), so the repository is not sent to the engine.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+tag="strata:latest"
+bin=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --binary) bin="$2"; shift 2 ;;
+        --tag) tag="$2"; shift 2 ;;
+        *) echo "usage: $0 [--binary PATH] [--tag TAG]" >&2; exit 2 ;;
+    esac
+done
+if [ -z "$bin" ]; then
+    (cd "$ROOT" && cargo build --release -p strata-cli --bin strata)
+    target="${CARGO_TARGET_DIR:-$ROOT/target}"
+    bin="$target/release/strata"
+fi
+[ -x "$bin" ] || { echo "no executable at $bin" >&2; exit 1; }
+
+ctx="$(mktemp -d)"
+trap 'rm -rf "$ctx"' EXIT
+strip -o "$ctx/strata" "$bin"
+docker build --quiet -f "$ROOT/deploy/docker/Dockerfile" --build-arg STRATA_BIN=strata -t "$tag" "$ctx" >/dev/null
+echo "built $tag ($(docker image inspect -f '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
