@@ -2,7 +2,8 @@
 # Makes the container tests' world on a machine that has no image registry (../TESTING.md):
 # a running Docker engine, and the base image the Dockerfiles name (debian:bookworm-slim)
 # built locally with debootstrap from the machine's Debian mirror. Idempotent and cached:
-# a second run only checks. Used by scripts/test.sh; runs as root (dockerd must).
+# a second run only checks. Also the S3 test server image the compose test swaps in for
+# MinIO. Used by scripts/test.sh; runs as root (dockerd must).
 #
 #   scripts/docker-base.sh        engine + base image
 set -euo pipefail
@@ -16,13 +17,23 @@ if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2
     apt-get update -qq </dev/null
     apt-get install -y -qq --no-install-recommends docker.io debootstrap </dev/null
 fi
-# Compose: the v2 plugin where it exists; Debian bookworm packages only v1 (docker-compose),
-# which reads the same file.
-if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
-    log "installing docker-compose"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq </dev/null
-    apt-get install -y -qq --no-install-recommends docker-compose </dev/null
+# Compose v2 (`docker compose`, what testcontainers drives): Debian bookworm packages only
+# v1, so the plugin binary is taken from trixie's package (a static Go binary), downloaded
+# with a private apt state and unpacked into the CLI plugin directory; nothing else changes.
+if ! docker compose version >/dev/null 2>&1; then
+    log "installing the docker compose plugin (from Debian trixie's docker-compose package)"
+    tmp="$(mktemp -d)"
+    mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
+    echo 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main' >"$tmp/sources.list"
+    apt_tmp=(-o "Dir::Etc::sourcelist=$tmp/sources.list" -o Dir::Etc::sourceparts=- \
+        -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o APT::Sandbox::User=root)
+    apt-get -qq "${apt_tmp[@]}" update </dev/null
+    (cd "$tmp" && apt-get -qq "${apt_tmp[@]}" download 'docker-compose=2.*' </dev/null 2>/dev/null)
+    dpkg -x "$tmp"/docker-compose_2*.deb "$tmp/root"
+    install -D -m 0755 "$tmp/root/usr/libexec/docker/cli-plugins/docker-compose" \
+        /usr/local/lib/docker/cli-plugins/docker-compose
+    rm -rf "$tmp"
+    docker compose version >/dev/null
 fi
 
 if ! docker info >/dev/null 2>&1; then
@@ -50,4 +61,14 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
         "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*
     tar -C "$root" -c . | docker import -c 'CMD ["bash"]' - "$BASE" >/dev/null
 fi
-log "docker engine up, $BASE present"
+# The S3 server of the compose test (tests/docker/moto): MinIO's image cannot be pulled.
+S3_IMAGE="strata-s3-test:latest"
+if ! docker image inspect "$S3_IMAGE" >/dev/null 2>&1; then
+    log "building $S3_IMAGE (moto on $BASE, once)"
+    ctx="$(mktemp -d)"
+    cp "$(dirname "${BASH_SOURCE[0]}")/../tests/docker/moto/Dockerfile" "$ctx/"
+    cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca.crt"
+    docker build -q -t "$S3_IMAGE" "$ctx" >/dev/null
+    rm -rf "$ctx"
+fi
+log "docker engine up, $BASE and $S3_IMAGE present"

@@ -26,9 +26,10 @@ fi
 
 # ---- system packages (kcat for the CLI checks; cmake, pkg-config, zlib, zstd and OpenSSL
 # headers for the bundled librdkafka behind the rdkafka crate; openssl for scripts/make-certs.sh;
-# systemd for `systemd-analyze verify` of the deploy/ec2 unit) ----
+# systemd for `systemd-analyze verify` of the deploy/ec2 unit; prometheus for `promtool` on
+# deploy/monitoring) ----
 need_apt=()
-for pkg in kcat cmake pkg-config zlib1g-dev libzstd-dev libssl-dev openssl build-essential systemd; do
+for pkg in kcat cmake pkg-config zlib1g-dev libzstd-dev libssl-dev openssl build-essential systemd prometheus; do
     if ! dpkg -s "$pkg" >/dev/null 2>&1; then
         need_apt+=("$pkg")
     fi
@@ -75,6 +76,18 @@ if [ ! -x "$VENV/bin/moto_server" ]; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "moto[s3]==5.2.5" flask flask-cors </dev/null
 fi
 export STRATA_MOTO_SERVER="$VENV/bin/moto_server"
+
+# kubernetes-validate: deploy/kubernetes checked offline against the API schemas.
+if [ ! -x "$VENV/bin/kubernetes-validate" ]; then
+    log "installing kubernetes-validate into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check kubernetes-validate </dev/null
+fi
+export STRATA_VENV_PYTHON="$VENV/bin/python"
+
+# The container tests' world: a Docker engine, the locally made base image and the S3 test
+# server image (no registry is reachable; ../shared/TESTING.md).
+log "docker engine and base images (scripts/docker-base.sh)"
+$SUDO bash scripts/docker-base.sh
 
 # ---- build and test ----
 log "building strata"

@@ -166,3 +166,148 @@ fn the_iam_policy_grants_exactly_the_s3_actions_the_store_issues_on_its_prefix()
     let config = std::fs::read_to_string(repo().join("deploy/ec2/strata.toml")).unwrap();
     assert!(config.contains("object_store = \"s3://my-strata-bucket/cluster-1\""));
 }
+
+fn promtool(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new("promtool")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("promtool (Debian's prometheus package) runs")
+}
+
+#[test]
+fn the_alert_rules_pass_promtool_and_every_alert_has_unit_tests() {
+    let monitoring = repo().join("deploy/monitoring");
+    let check = promtool(&["check", "rules", "alerts.yml"], &monitoring);
+    assert!(
+        check.status.success(),
+        "promtool check rules: {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let test = promtool(&["test", "rules", "alerts.test.yml"], &monitoring);
+    assert!(
+        test.status.success(),
+        "promtool test rules: {}{}",
+        String::from_utf8_lossy(&test.stdout),
+        String::from_utf8_lossy(&test.stderr)
+    );
+
+    // Every alert is named by a test case (each has firing and quiet cases in the file).
+    let rules = std::fs::read_to_string(monitoring.join("alerts.yml")).unwrap();
+    let tests = std::fs::read_to_string(monitoring.join("alerts.test.yml")).unwrap();
+    let alerts: Vec<&str> = (rules.lines())
+        .filter_map(|l| l.trim().strip_prefix("- alert:"))
+        .map(str::trim)
+        .collect();
+    assert!(alerts.len() >= 10, "{alerts:?}");
+    for alert in &alerts {
+        assert!(
+            tests.contains(&format!("alertname: {alert}")),
+            "{alert} has no promtool test"
+        );
+    }
+
+    // The unit tests can fail: a disk alert moved from 80 % to 90 % breaks them.
+    let dir = tempfile::tempdir().unwrap();
+    assert!(rules.contains("> 0.8"), "the disk alert's threshold");
+    std::fs::write(
+        dir.path().join("alerts.yml"),
+        rules.replace("> 0.8", "> 0.9"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("alerts.test.yml"), &tests).unwrap();
+    let test = promtool(&["test", "rules", "alerts.test.yml"], dir.path());
+    assert!(!test.status.success(), "a wrong threshold passed the tests");
+}
+
+/// Every `expr` string anywhere in a Grafana dashboard.
+fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
+                    _ => exprs(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| exprs(v, out)),
+        _ => {}
+    }
+}
+
+/// The `strata_*` names a query mentions.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("strata_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+#[test]
+fn the_dashboard_and_alerts_query_only_metrics_a_running_broker_exports() {
+    let broker = strata_tests::Broker::start_default();
+    let text = broker.metrics();
+    // Families by their `# TYPE` line (present even before a first sample), as Prometheus
+    // names their series.
+    let mut exported = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (name, kind) = rest.split_once(' ').unwrap();
+        match kind {
+            "counter" => {
+                exported.insert(format!("{name}_total"));
+            }
+            "histogram" => {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    exported.insert(format!("{name}{suffix}"));
+                }
+            }
+            _ => {
+                exported.insert(name.to_string());
+            }
+        }
+    }
+    assert!(exported.contains("strata_log_dir_available_bytes"));
+
+    let monitoring = repo().join("deploy/monitoring");
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(monitoring.join("grafana/strata.json")).unwrap(),
+    )
+    .expect("the dashboard is JSON");
+    let mut queries = Vec::new();
+    exprs(&dashboard, &mut queries);
+    assert!(queries.len() >= 20, "{} queries", queries.len());
+    // The alert rules whole: their expressions, and the metrics their descriptions name.
+    queries.push(std::fs::read_to_string(monitoring.join("alerts.yml")).unwrap());
+    let mut unknown = std::collections::BTreeSet::new();
+    for q in &queries {
+        for name in metric_names(q) {
+            if !exported.contains(&name) {
+                unknown.insert(name);
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "queried but not exported by /metrics: {unknown:?}"
+    );
+    // The lag page: records, seconds and the trend.
+    let all = queries.join("\n");
+    for lag in [
+        "strata_consumer_lag_records",
+        "strata_consumer_lag_seconds",
+        "strata_consumer_lag_trend_records_per_second",
+    ] {
+        assert!(all.contains(lag), "the dashboard lacks {lag}");
+    }
+}

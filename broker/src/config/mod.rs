@@ -360,31 +360,6 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// Keys whose default is "unset", so they are absent from the defaults table; all are strings.
-const OPTIONAL_STRINGS: &[&str] = &[
-    "advertised_kafka_addr",
-    "listeners",
-    "advertised_listeners",
-    "listener_security_protocol_map",
-    "inter_broker_listener_name",
-    "sasl_plain_users_file",
-    "sasl_oauthbearer_jwks_endpoint_url",
-    "sasl_oauthbearer_expected_issuer",
-    "sasl_oauthbearer_expected_audience",
-    "audit_log",
-    "inter_broker_sasl_username",
-    "inter_broker_sasl_password",
-    "ssl_certificate_location",
-    "ssl_key_location",
-    "ssl_ca_location",
-    "rack",
-    "object_store",
-    "object_store_endpoint",
-    "object_store_region",
-    "object_store_access_key_id",
-    "object_store_secret_access_key",
-];
-
 impl BrokerConfig {
     /// File (if any) then `STRATA_*` variables from `env`. Flags are applied by the caller.
     pub fn load(
@@ -404,6 +379,15 @@ impl BrokerConfig {
         };
         let known = toml::Table::try_from(BrokerConfig::default())
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        // Keys whose default is "unset" are absent from that table; every one is a string
+        // (an address, a path, a name), so an environment value is taken as a string.
+        let optional: Vec<String> = match serde_json::to_value(BrokerConfig::default()) {
+            Ok(serde_json::Value::Object(map)) => (map.into_iter())
+                .filter(|(_, v)| v.is_null())
+                .map(|(k, _)| k)
+                .collect(),
+            _ => Vec::new(),
+        };
         for (name, value) in env {
             let Some(key) = name.strip_prefix("STRATA_") else {
                 continue;
@@ -411,8 +395,13 @@ impl BrokerConfig {
             let key = key.to_ascii_lowercase();
             let is_string = match known.get(&key) {
                 Some(v) => v.is_str(),
-                // Options default to absent in the table; they are strings (addresses, rack).
-                None if OPTIONAL_STRINGS.contains(&key.as_str()) => true,
+                // Empty unsets an optional key: how a container overrides an image's default
+                // (the image advertises 127.0.0.1:9092; compose and Kubernetes use listeners).
+                None if optional.contains(&key) && value.is_empty() => {
+                    table.remove(&key);
+                    continue;
+                }
+                None if optional.contains(&key) => true,
                 None => continue,
             };
             let parsed = if is_string {
@@ -759,6 +748,23 @@ mod tests {
         std::fs::write(&file, "no_such_key = 1\n").unwrap();
         let err = BrokerConfig::load(Some(&file), std::iter::empty()).unwrap_err();
         assert!(err.to_string().contains("no_such_key"), "{err}");
+        // An empty variable unsets an optional key, whatever the file said.
+        let file_dir = tempfile::tempdir().unwrap();
+        let file = file_dir.path().join("strata.toml");
+        std::fs::write(&file, "advertised_kafka_addr = \"127.0.0.1:9092\"\n").unwrap();
+        let env = vec![("STRATA_ADVERTISED_KAFKA_ADDR".to_string(), String::new())];
+        let cfg = BrokerConfig::load(Some(&file), env.into_iter()).unwrap();
+        assert_eq!(cfg.advertised_kafka_addr, None);
+
+        // Every optional key has its variable (STRATA_VOTERS was once silently ignored).
+        let env = vec![
+            ("STRATA_VOTERS".to_string(), "1@a:9093".to_string()),
+            ("STRATA_RACK".to_string(), "z".to_string()),
+        ];
+        let cfg = BrokerConfig::load(None, env.into_iter()).unwrap();
+        assert_eq!(cfg.voters.as_deref(), Some("1@a:9093"));
+        assert_eq!(cfg.rack.as_deref(), Some("z"));
+
         let env = vec![("STRATA_NUM_PARTITIONS".to_string(), "lots".to_string())];
         assert!(BrokerConfig::load(None, env.into_iter()).is_err());
         let env = vec![("STRATA_NUM_PARTITIONS".to_string(), "0".to_string())];

@@ -1,0 +1,261 @@
+//! The container deliverables run for real, driven by `testcontainers` against images built
+//! here (no registry is reachable: `scripts/docker-base.sh` starts the engine and makes the
+//! base image and the S3 test server image, which `scripts/test.sh` runs first):
+//! - the image (`deploy/docker`) is a complete single node with no configuration, runs as a
+//!   non-root user, turns healthy, and stops cleanly on SIGTERM;
+//! - the compose quick start (`deploy/compose`, MinIO swapped for the S3 test server) forms a
+//!   three-voter cluster whose bucket `strata objstore init` made, serves a librdkafka
+//!   producer and consumer on the published ports, elects new leaders when a broker is
+//!   SIGKILLed, and `down -v` leaves no container or volume behind.
+//!
+//! Both tests build the image `strata:test` from this build's binary (`STRATA_BIN`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+use strata_tests::{strata_bin, unique_topic, wait_for, wait_for_some, TrackingProducer};
+use testcontainers::compose::DockerCompose;
+use testcontainers::core::{ExecCommand, IntoContainerPort, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{GenericImage, ImageExt};
+
+const IMAGE: &str = "strata";
+const TAG: &str = "test";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf()
+}
+
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("run docker");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Builds `strata:test` once per test binary with the deploy script users run.
+fn image() -> String {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let info = Command::new("docker").arg("info").output();
+        assert!(
+            info.is_ok_and(|o| o.status.success()),
+            "no Docker engine: run scripts/docker-base.sh (as root) first"
+        );
+        let out = Command::new("bash")
+            .arg(repo().join("deploy/docker/build.sh"))
+            .arg("--binary")
+            .arg(strata_bin())
+            .args(["--tag", &format!("{IMAGE}:{TAG}")])
+            .output()
+            .expect("run deploy/docker/build.sh");
+        assert!(
+            out.status.success(),
+            "deploy/docker/build.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    format!("{IMAGE}:{TAG}")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+fn client(bootstrap: &str) -> ClientConfig {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", bootstrap)
+        .set("broker.address.family", "v4")
+        .set("reconnect.backoff.max.ms", "500");
+    cfg
+}
+
+/// Produces `n` records with acks=all and reads back all `before + n` from offset 0.
+fn produce_and_consume(bootstrap: &str, topic: &str, before: usize, n: usize) {
+    let mut cfg = client(bootstrap);
+    cfg.set("acks", "all").set("message.timeout.ms", "60000");
+    let producer = TrackingProducer::new(&cfg);
+    for i in 0..n {
+        producer.send(i, topic, None, b"k", format!("v{i}").as_bytes(), &[], None);
+    }
+    producer.flush(Duration::from_secs(60));
+    let delivered = producer.all_delivered(n);
+    let partitions: std::collections::BTreeSet<i32> = delivered.iter().map(|d| d.0).collect();
+
+    let mut cfg = client(bootstrap);
+    cfg.set("group.id", unique_topic("containers"))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = cfg.create().expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut got = 0;
+    wait_for("every record consumed", Duration::from_secs(60), || {
+        while let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            m.expect("consume");
+            got += 1;
+        }
+        got >= before + n
+    });
+    assert_eq!(got, before + n);
+}
+
+/// Leader of `topic`-0 as the cluster reports it (None while there is none).
+fn leader(bootstrap: &str, topic: &str) -> Option<i32> {
+    let consumer: BaseConsumer = client(bootstrap).create().ok()?;
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(5))
+        .ok()?;
+    let p = md.topics().first()?.partitions().first()?;
+    (p.error().is_none() && p.leader() >= 0).then_some(p.leader())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_is_a_single_node_that_runs_unprivileged_turns_healthy_and_stops_cleanly() {
+    let image = image();
+    let port = free_port();
+    let (name, tag) = image.split_once(':').unwrap();
+    let node = GenericImage::new(name, tag)
+        .with_wait_for(WaitFor::message_on_stdout("READY"))
+        .with_mapped_port(port, 9092.tcp())
+        .with_env_var("STRATA_ADVERTISED_KAFKA_ADDR", format!("127.0.0.1:{port}"))
+        .start()
+        .await
+        .expect("start the image");
+
+    let mut id = node.exec(ExecCommand::new(["id", "-u"])).await.unwrap();
+    let uid = String::from_utf8(id.stdout_to_vec().await.unwrap()).unwrap();
+    assert_eq!(uid.trim(), "10001", "the broker runs as the strata user");
+
+    let bootstrap = format!("127.0.0.1:{port}");
+    let topic = unique_topic("image");
+    tokio::task::spawn_blocking(move || produce_and_consume(&bootstrap, &topic, 0, 500))
+        .await
+        .unwrap();
+
+    // The HEALTHCHECK (`strata health`, /readyz) turns the container healthy.
+    let id = node.id().to_string();
+    tokio::task::spawn_blocking(move || {
+        wait_for(
+            "the container to turn healthy",
+            Duration::from_secs(60),
+            || docker(&["inspect", "-f", "{{.State.Health.Status}}", &id]) == "healthy",
+        )
+    })
+    .await
+    .unwrap();
+
+    // SIGTERM (docker stop) is the controlled shutdown, ending with a clean close.
+    node.stop_with_timeout(Some(120)).await.unwrap();
+    assert_eq!(node.exit_code().await.unwrap(), Some(0));
+    let log = String::from_utf8(node.stdout_to_vec().await.unwrap()).unwrap()
+        + &String::from_utf8(node.stderr_to_vec().await.unwrap()).unwrap();
+    assert!(log.contains("stopped cleanly"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compose_quick_start_serves_clients_and_survives_a_killed_broker() {
+    let image = image();
+    let compose_dir = repo().join("deploy/compose");
+    let project = unique_topic("strata-compose").to_lowercase();
+    let ports = [free_port(), free_port(), free_port()];
+    let mut compose = DockerCompose::with_local_client(&[
+        compose_dir.join("compose.yaml"),
+        compose_dir.join("compose.test.yaml"),
+    ])
+    .with_project_name(project.clone())
+    .with_env("STRATA_IMAGE", image)
+    .with_env("STRATA_PORT_1", ports[0].to_string())
+    .with_env("STRATA_PORT_2", ports[1].to_string())
+    .with_env("STRATA_PORT_3", ports[2].to_string())
+    .with_env("STRATA_ADMIN_PORT", free_port().to_string());
+    compose
+        .up()
+        .await
+        .expect("docker compose up (waits for every broker's health check)");
+
+    // The bucket service made the bucket before any broker started.
+    let bucket = compose
+        .service("bucket")
+        .expect("bucket service")
+        .id()
+        .to_string();
+    let bucket_log = docker(&["logs", &bucket]);
+    assert!(
+        bucket_log.contains("bucket=strata created=true lifecycle_rule=added"),
+        "{bucket_log}"
+    );
+
+    let bootstrap = format!("127.0.0.1:{}", ports[0]);
+    let topic = unique_topic("compose");
+    let victim = {
+        let (bootstrap, topic) = (bootstrap.clone(), topic.clone());
+        tokio::task::spawn_blocking(move || {
+            produce_and_consume(&bootstrap, &topic, 0, 1000);
+            let brokers = client(&bootstrap)
+                .create::<BaseConsumer>()
+                .unwrap()
+                .fetch_metadata(None, Duration::from_secs(10))
+                .unwrap()
+                .brokers()
+                .len();
+            assert_eq!(brokers, 3, "three brokers registered");
+            leader(&bootstrap, &topic).expect("a leader")
+        })
+        .await
+        .unwrap()
+    };
+
+    // SIGKILL the leader's container: the others elect a new leader and keep every record.
+    let service = format!("strata-{victim}");
+    let id = compose.service(&service).expect("service").id().to_string();
+    docker(&["kill", "--signal", "KILL", &id]);
+    // Bootstrap from a survivor (the victim may be the one on the first port).
+    let survivor = (1..=3).find(|n| *n != victim).unwrap();
+    let bootstrap = format!("127.0.0.1:{}", ports[survivor as usize - 1]);
+    tokio::task::spawn_blocking(move || {
+        let new = wait_for_some("a new leader", Duration::from_secs(60), || {
+            leader(&bootstrap, &topic).filter(|l| *l != victim)
+        });
+        assert_ne!(new, victim);
+        produce_and_consume(&bootstrap, &topic, 1000, 200);
+    })
+    .await
+    .unwrap();
+
+    // `docker compose down -v` (on drop) leaves nothing of the project running or stored.
+    drop(compose);
+    let label = format!("label=com.docker.compose.project={project}");
+    tokio::task::spawn_blocking(move || {
+        wait_for(
+            "compose down to remove everything",
+            Duration::from_secs(120),
+            || {
+                docker(&["ps", "-aq", "--filter", &label]).is_empty()
+                    && docker(&["volume", "ls", "-q", "--filter", &label]).is_empty()
+            },
+        )
+    })
+    .await
+    .unwrap();
+}
