@@ -61,14 +61,18 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
         "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/*
     tar -C "$root" -c . | docker import -c 'CMD ["bash"]' - "$BASE" >/dev/null
 fi
-# The S3 server of the compose test (tests/docker/moto): MinIO's image cannot be pulled.
-S3_IMAGE="strata-s3-test:latest"
-if ! docker image inspect "$S3_IMAGE" >/dev/null 2>&1; then
-    log "building $S3_IMAGE (moto on $BASE, once)"
-    ctx="$(mktemp -d)"
-    cp "$(dirname "${BASH_SOURCE[0]}")/../tests/docker/moto/Dockerfile" "$ctx/"
-    cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca.crt"
-    docker build -q -t "$S3_IMAGE" "$ctx" >/dev/null
-    rm -rf "$ctx"
-fi
-log "docker engine up, $BASE and $S3_IMAGE present"
+# Test images: the S3 server the compose test swaps in for MinIO (whose image cannot be
+# pulled), and a stand-in EC2 instance for the user-data script. The build machine's CA
+# bundle goes into each context, for registries behind a TLS-intercepting proxy.
+for spec in strata-s3-test:latest=moto strata-ec2-test:latest=ec2; do
+    image="${spec%%=*}"
+    if ! docker image inspect "$image" >/dev/null 2>&1; then
+        log "building $image (once)"
+        ctx="$(mktemp -d)"
+        cp "$(dirname "${BASH_SOURCE[0]}")/../tests/docker/${spec#*=}/Dockerfile" "$ctx/"
+        cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca.crt"
+        docker build -q -t "$image" "$ctx" >/dev/null
+        rm -rf "$ctx"
+    fi
+done
+log "docker engine up, $BASE and the test images present"

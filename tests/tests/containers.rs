@@ -259,3 +259,143 @@ async fn the_compose_quick_start_serves_clients_and_survives_a_killed_broker() {
     .await
     .unwrap();
 }
+
+/// A stand-in for the EC2 instance metadata service that speaks only IMDSv2: a token from
+/// `PUT /latest/api/token`, then reads carrying it; a read without it is refused (and
+/// counted). `tags/instance/strata-node-id` is served when `node_id` is set.
+struct FakeImds {
+    addr: String,
+    tokenless_reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl FakeImds {
+    fn start(node_id: Option<&str>) -> FakeImds {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let tokenless_reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = tokenless_reads.clone();
+        let node_id = node_id.map(str::to_string);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut request = String::new();
+                let _ = reader.read_line(&mut request);
+                let mut headers = Vec::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                        break;
+                    }
+                    headers.push(line.trim().to_ascii_lowercase());
+                }
+                let mut parts = request.split_whitespace();
+                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                let has = |h: &str| headers.iter().any(|l| l.starts_with(h));
+                let (status, body) = match (method, path) {
+                    ("PUT", "/latest/api/token")
+                        if has("x-aws-ec2-metadata-token-ttl-seconds:") =>
+                    {
+                        ("200 OK", "imds-token".to_string())
+                    }
+                    ("GET", _) if !has("x-aws-ec2-metadata-token: imds-token") => {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        ("401 Unauthorized", String::new())
+                    }
+                    ("GET", p) => match p.strip_prefix("/latest/meta-data/") {
+                        Some("placement/availability-zone") => ("200 OK", "us-east-1b".into()),
+                        Some("placement/region") => ("200 OK", "us-east-1".into()),
+                        Some("local-ipv4") => ("200 OK", "10.0.2.11".into()),
+                        Some("tags/instance/strata-node-id") if node_id.is_some() => {
+                            ("200 OK", node_id.clone().unwrap())
+                        }
+                        _ => ("404 Not Found", String::new()),
+                    },
+                    _ => ("400 Bad Request", String::new()),
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        FakeImds {
+            addr,
+            tokenless_reads,
+        }
+    }
+}
+
+/// Runs deploy/ec2/user-data.sh on a stand-in instance (`strata-ec2-test`, made by
+/// scripts/docker-base.sh) with the release served from this build, then prints what it
+/// installed.
+fn run_user_data(imds: &FakeImds) -> std::process::Output {
+    let repo = repo();
+    Command::new("docker")
+        .args(["run", "--rm", "--network", "host"])
+        .arg("-v")
+        .arg(format!(
+            "{}:/user-data.sh:ro",
+            repo.join("deploy/ec2/user-data.sh").display()
+        ))
+        .arg("-v")
+        .arg(format!("{}:/release/strata:ro", strata_bin().display()))
+        .arg("-v")
+        .arg(format!(
+            "{}:/release/strata.service:ro",
+            repo.join("deploy/ec2/strata.service").display()
+        ))
+        .args(["-e", &format!("IMDS=http://{}", imds.addr)])
+        .args(["-e", "RELEASE=file:///release"])
+        .args(["strata-ec2-test:latest", "bash", "-c"])
+        .arg(
+            "bash /user-data.sh && cat /etc/strata/strata.toml /var/log/systemctl.log \
+             && id -un strata && cmp /release/strata.service /etc/systemd/system/strata.service \
+             && echo unit-installed",
+        )
+        .output()
+        .expect("docker run")
+}
+
+#[test]
+fn the_ec2_user_data_configures_a_node_from_imdsv2_and_starts_it() {
+    let imds = FakeImds::start(Some("2"));
+    let out = run_user_data(&imds);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "user-data failed: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "node_id = 2\n",
+        "rack = \"us-east-1b\"\n",
+        "advertised_listeners = \"PLAINTEXT://10.0.2.11:9092\"\n",
+        "object_store_region = \"us-east-1\"\n",
+        "voters = \"1@10.0.1.11:9093,2@10.0.2.11:9093,3@10.0.3.11:9093\"\n",
+        "transaction_state_log_min_isr = 2\n",
+        "systemctl daemon-reload\nsystemctl enable strata\nsystemctl restart strata\n",
+        "strata\n",
+        "unit-installed",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} not in:\n{stdout}");
+    }
+    assert_eq!(
+        imds.tokenless_reads
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "every metadata read is IMDSv2"
+    );
+
+    // Without the tag (and no NODE_ID) it stops before installing, saying what to do.
+    let imds = FakeImds::start(None);
+    let out = run_user_data(&imds);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("no node id") && stderr.contains("strata-node-id"),
+        "{stderr}"
+    );
+}
