@@ -69,8 +69,9 @@ fn filesystem_bytes(dir: &Path) -> Option<(u64, u64)> {
         return None;
     }
     let st = unsafe { st.assume_init() };
-    let unit = st.f_frsize as u64;
-    Some((st.f_blocks as u64 * unit, st.f_bavail as u64 * unit))
+    // fsblkcnt_t and c_ulong are u64 on the 64-bit Linux targets Strata builds for.
+    let unit = st.f_frsize;
+    Some((st.f_blocks * unit, st.f_bavail * unit))
 }
 
 #[cfg(test)]
