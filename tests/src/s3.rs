@@ -2,7 +2,6 @@
 //! port per test and killed on drop. `scripts/test.sh` installs it and sets
 //! `STRATA_MOTO_SERVER`; otherwise `~/.cache/strata-venv/bin/moto_server` is tried.
 
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -90,19 +89,9 @@ impl MotoServer {
 
     /// Creates a bucket (moto needs no signature).
     pub fn create_bucket(&self, bucket: &str) {
-        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to moto");
-        write!(
-            conn,
-            "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.port
-        )
-        .unwrap();
-        let mut resp = String::new();
-        conn.read_to_string(&mut resp).unwrap();
-        assert!(
-            resp.starts_with("HTTP/1.1 200") || resp.starts_with("HTTP/1.0 200"),
-            "create bucket {bucket}: {resp}"
-        );
+        let resp = crate::http::http_request(&self.addr(), "PUT", &format!("/{bucket}"), "")
+            .expect("PUT bucket to moto");
+        assert_eq!(resp.status, 200, "create bucket {bucket}: {}", resp.body);
     }
 
     /// `host:port` of the server, for raw HTTP requests (moto needs no signature).
