@@ -311,7 +311,8 @@ def check_statefulset(c, objs, kust, d):
         c.check(
             f"Service {svc_name} is headless",
             sspec.get("clusterIP") == "None",
-            f"clusterIP is {sspec.get('clusterIP')!r}, not None: pods get no DNS names of their own",
+            f"clusterIP is {sspec.get('clusterIP', 'unset (a cluster IP is allocated)')!r}, not \"None\": "
+            "pods get no DNS names of their own",
         )
         c.check(
             f"Service {svc_name} publishes not-ready addresses",
@@ -352,18 +353,14 @@ def check_statefulset(c, objs, kust, d):
     from_label = nid is not None and field_ref(nid) == POD_INDEX_FIELD
     script_sets = script_assignments(script, "STRATA_NODE_ID")
     from_name = bool(script_sets) and all("##*-}" in rhs for rhs in script_sets)
+    # Either the env var is the pod-index label (and the script, if it sets the id at all,
+    # falls back to the pod name's ordinal), or there is no env var and the script derives it.
     c.check(
         "node id = pod ordinal",
-        (from_label or from_name) and not (nid is not None and "value" in nid),
-        f"STRATA_NODE_ID must come from {POD_INDEX_FIELD} or the ordinal of the pod name "
-        f"(${{POD_NAME##*-}}); env: {nid}, script assignments: {script_sets}",
+        (from_label and (not script_sets or from_name)) or (nid is None and from_name),
+        f"STRATA_NODE_ID must come from {POD_INDEX_FIELD} (env) or the ordinal of the pod name "
+        f"(${{POD_NAME##*-}} in the script); env: {nid}, script assignments: {script_sets}",
     )
-    if script_sets:
-        c.check(
-            "the script's node id fallback is the ordinal",
-            from_name,
-            f"STRATA_NODE_ID={script_sets} in the script is not ${{...##*-}}",
-        )
 
     # Voters: pods 0..2 by their stable names on the raft port.
     voters = str((env.get("STRATA_VOTERS") or {}).get("value", ""))
@@ -396,6 +393,15 @@ def check_statefulset(c, objs, kust, d):
         c.check("the raft address binds the raft port", not bad, f"{bad} do not end in :{raft_port}")
         loop = [r for r in raft_sets if "127.0.0.1" in r or "localhost" in r]
         c.check("the raft address is not loopback", not loop, f"{loop}")
+    # Every pod is known to the quorum by its stable name, so a learner re-created with a new
+    # IP is still reached (and a voter's name is its voters entry).
+    advertised_raft = str((env.get("STRATA_ADVERTISED_RAFT_ADDR") or {}).get("value", ""))
+    want_raft = [f"$(POD_NAME).{svc_name}.{n}.{CLUSTER_DOMAIN}:{raft_port}" for n in sorted(ns_forms)]
+    c.check(
+        "the raft address advertised is the pod's name on the headless service",
+        advertised_raft in want_raft,
+        f"STRATA_ADVERTISED_RAFT_ADDR={advertised_raft!r}, expected one of {want_raft}",
+    )
 
     # Listeners and what is advertised.
     listeners = str((env.get("STRATA_LISTENERS") or {}).get("value", ""))
@@ -626,10 +632,13 @@ def main():
     if files:
         validate(c, files, versions, "manifests")
     kubectl = shutil.which("kubectl")
-    rendered = False
-    if kubectl and not args.no_render:
+    if args.no_render:
+        render_note = "kustomize render skipped (--no-render)"
+    elif kubectl:
         check_render(c, d, versions, kubectl)
-        rendered = True
+        render_note = "kustomize render checked"
+    else:
+        render_note = "kustomize render not checked (no kubectl on PATH)"
     check_statefulset(c, objs, kust, d)
 
     if c.failures:
@@ -642,7 +651,7 @@ def main():
         return 1
     print(
         f"validated with kubernetes-validate --strict against Kubernetes {', '.join(versions)}"
-        + ("; kustomize render checked" if rendered else "; kustomize render not checked (no kubectl)")
+        + f"; {render_note}"
     )
     print(f"ok: {len(files)} manifests, {c.count} invariants")
     return 0

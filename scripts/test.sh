@@ -80,7 +80,7 @@ export STRATA_MOTO_SERVER="$VENV/bin/moto_server"
 # kubernetes-validate: deploy/kubernetes checked offline against the API schemas.
 if [ ! -x "$VENV/bin/kubernetes-validate" ]; then
     log "installing kubernetes-validate into $VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check kubernetes-validate </dev/null
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "kubernetes-validate==1.37.0" </dev/null
 fi
 export STRATA_VENV_PYTHON="$VENV/bin/python"
 

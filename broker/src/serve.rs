@@ -107,6 +107,8 @@ impl ServeArgs {
             cfg.object_store = Some(v.clone());
         }
         cfg.validate()?;
+        // Needs the node id and voters as the flags left them.
+        cfg.advertised_raft()?;
         Ok(cfg)
     }
 }
@@ -246,6 +248,7 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
         dir: cfg.data_dir.join("metadata"),
         listener: raft,
         voters: cfg.voter_map()?,
+        advertised: cfg.advertised_raft()?,
         session_timeout: Duration::from_millis(cfg.broker_session_timeout_ms),
         leader_balance: cfg
             .auto_leader_rebalance_enable

@@ -51,7 +51,8 @@ impl Location {
 
 /// Everything needed to open a [`crate::Store`]. S3 credentials are the static keys below when
 /// set, else the environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-/// `AWS_SESSION_TOKEN`), else the EC2 instance metadata service, as `object_store` resolves them.
+/// `AWS_SESSION_TOKEN`), else web identity (EKS IRSA), ECS container credentials, EKS Pod
+/// Identity, else the EC2 instance metadata service (IMDSv2), as `object_store` resolves them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreConfig {
     pub url: String,

@@ -56,7 +56,7 @@ impl fmt::Display for Store {
 }
 
 /// The S3 client settings of `cfg`: endpoint, region, addressing and credentials (static
-/// keys, else the `AWS_*` environment, else instance metadata).
+/// keys, else the `AWS_*` environment, web identity, container credentials, instance metadata).
 pub(crate) fn s3_builder(cfg: &StoreConfig, bucket: &str) -> AmazonS3Builder {
     let mut b = AmazonS3Builder::from_env()
         .with_bucket_name(bucket)

@@ -16,7 +16,7 @@ use crate::util::{wait_for, wait_for_some};
 /// A free loopback port: bound, then released for the broker to take. Picked at random
 /// below Linux's ephemeral range (32768–60999), where the port-0 listeners of other tests
 /// never land, and never handed out twice by this process (tests run in parallel threads).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Mutex;
     static SEED: AtomicU64 = AtomicU64::new(0);
@@ -158,12 +158,20 @@ impl Cluster {
     /// Starts one more member (the next node id) as a learner with the cluster's settings,
     /// as an operator adds a broker, and waits until it is ready; returns its node id.
     pub fn add_member(&mut self) -> u64 {
+        self.add_member_with(&format!("127.0.0.1:{}", free_port()), &[])
+    }
+
+    /// [`Cluster::add_member`] with its raft port bound at `raft` and `env` on top of the
+    /// cluster's settings.
+    pub fn add_member_with(&mut self, raft: &str, env: &[(&str, String)]) -> u64 {
         let id = self.nodes.len() as u64 + 1;
         let kafka = format!("127.0.0.1:{}", free_port());
         let admin = format!("127.0.0.1:{}", free_port());
-        let raft = format!("127.0.0.1:{}", free_port());
-        let mut opts = BrokerOpts::new().member(id, &kafka, &admin, &raft, &self.voter_list);
+        let mut opts = BrokerOpts::new().member(id, &kafka, &admin, raft, &self.voter_list);
         for (k, v) in &self.env {
+            opts = opts.env(k, v);
+        }
+        for (k, v) in env {
             opts = opts.env(k, v);
         }
         let mut broker = Broker::launch(opts);

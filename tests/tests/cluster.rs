@@ -256,6 +256,32 @@ fn five_nodes_with_two_learners_promoted_to_voters_survive_losing_two() {
 }
 
 #[test]
+fn a_learner_binding_every_interface_is_known_by_its_advertised_name_across_restarts() {
+    let mut cluster = Cluster::start(3, 3, FAST);
+    cluster.wait_controller();
+    // As a Kubernetes pod: bound on every interface, known by a name that outlives its IP.
+    let port = strata_tests::cluster::free_port();
+    let name = format!("localhost:{port}");
+    let id = cluster.add_member_with(
+        &format!("0.0.0.0:{port}"),
+        &[("STRATA_ADVERTISED_RAFT_ADDR", name.clone())],
+    );
+    let learner_is_named = |v: &serde_json::Value| {
+        v["quorum"]["learners"][id.to_string()].as_str() == Some(name.as_str())
+    };
+    cluster.wait_all("the learner known by its name", learner_is_named);
+    cluster.node(id).kill9();
+    cluster.node(id).relaunch();
+    cluster.node(id).wait_ready();
+    cluster.wait_all("the learner still known by its name", learner_is_named);
+    let topic = unique_topic("named-learner");
+    cluster
+        .node(id)
+        .create_topic(&topic, 4, &[])
+        .expect("the restarted learner serves");
+}
+
+#[test]
 fn a_full_cluster_restart_keeps_topics_data_committed_offsets_and_groups() {
     let mut cluster = Cluster::start(3, 3, FAST);
     cluster.wait_controller();

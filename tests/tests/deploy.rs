@@ -311,3 +311,49 @@ fn the_dashboard_and_alerts_query_only_metrics_a_running_broker_exports() {
         assert!(all.contains(lag), "the dashboard lacks {lag}");
     }
 }
+
+#[test]
+fn the_kubernetes_manifests_validate_offline_and_keep_their_invariants() {
+    // scripts/test.sh installs kubernetes-validate into its venv and names that python.
+    let python = std::env::var("STRATA_VENV_PYTHON").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+        format!("{home}/.cache/strata-venv/bin/python")
+    });
+    let checker = repo().join("scripts/check-kubernetes.py");
+    let out = Command::new(&python)
+        .arg(&checker)
+        .output()
+        .expect("run scripts/check-kubernetes.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("ok: "),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The checker fails a StatefulSet whose pods would wait for each other forever.
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(repo().join("deploy/kubernetes")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    let sts = dir.path().join("statefulset.yaml");
+    let text = std::fs::read_to_string(&sts).unwrap();
+    assert!(text.contains("podManagementPolicy: Parallel"));
+    std::fs::write(
+        &sts,
+        text.replace(
+            "podManagementPolicy: Parallel",
+            "podManagementPolicy: OrderedReady",
+        ),
+    )
+    .unwrap();
+    let out = Command::new(&python)
+        .arg(&checker)
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(said.contains("FAIL podManagementPolicy"), "{said}");
+}

@@ -92,6 +92,11 @@ pub struct BrokerConfig {
     pub admin_security_protocol: String,
     /// Listener for the other nodes of the cluster: the metadata quorum's raft port.
     pub raft_addr: SocketAddr,
+    /// `host:port` the other nodes reach this node's raft port at, when it is not a voter (a
+    /// voter is reached at its `voters` entry, which this may repeat). Unset: `raft_addr`. A learner is known by this
+    /// address for the life of the cluster, so where its IP changes (a Kubernetes pod) it must
+    /// be a name.
+    pub advertised_raft_addr: Option<String>,
     /// The metadata voters, `id@host:port,...` (Kafka's `controller.quorum.voters`). Unset:
     /// this node alone. A node not listed joins the quorum as a learner through them.
     pub voters: Option<String>,
@@ -185,7 +190,8 @@ pub struct BrokerConfig {
     /// S3-compatible endpoint (MinIO), e.g. `http://127.0.0.1:9000`.
     pub object_store_endpoint: Option<String>,
     pub object_store_region: Option<String>,
-    /// Static S3 keys; when unset, the AWS_* environment, then EC2 instance metadata.
+    /// Static S3 keys; when unset, the AWS_* environment, web identity (EKS IRSA), ECS/EKS
+    /// container credentials, then EC2 instance metadata (IMDSv2).
     pub object_store_access_key_id: Option<String>,
     pub object_store_secret_access_key: Option<String>,
     pub object_store_allow_http: bool,
@@ -268,6 +274,7 @@ impl Default for BrokerConfig {
             admin_addr: "127.0.0.1:9644".parse().expect("literal"),
             admin_security_protocol: "PLAINTEXT".into(),
             raft_addr: "127.0.0.1:9093".parse().expect("literal"),
+            advertised_raft_addr: None,
             voters: None,
             broker_session_timeout_ms: 3000,
             broker_heartbeat_interval_ms: 500,
@@ -592,6 +599,37 @@ impl BrokerConfig {
         Ok(())
     }
 
+    /// The raft address this node gives when it joins as a learner; `None`: the address it
+    /// binds (known once bound, for port 0), or its `voters` entry when it is a voter.
+    pub fn advertised_raft(&self) -> Result<Option<String>, ConfigError> {
+        let voters = self.voter_map()?;
+        let bad = |why: String| ConfigError::Invalid(format!("advertised_raft_addr: {why}"));
+        match &self.advertised_raft_addr {
+            // One template for every node (a StatefulSet): a voter may name itself as its
+            // voters entry does, and is reached there either way.
+            Some(addr) if voters.get(&self.node_id).is_some_and(|v| v != addr) => {
+                Err(bad(format!(
+                    "'{addr}' differs from node {}'s voters entry {}, where the quorum reaches it",
+                    self.node_id, voters[&self.node_id]
+                )))
+            }
+            Some(addr) => match addr.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                    Ok(Some(addr.clone()))
+                }
+                _ => Err(bad(format!("'{addr}' is not host:port"))),
+            },
+            None if !voters.contains_key(&self.node_id) && self.raft_addr.ip().is_unspecified() => {
+                Err(bad(format!(
+                    "raft_addr {} binds every interface, which the voters cannot call back: set \
+                     advertised_raft_addr to this node's name or address",
+                    self.raft_addr
+                )))
+            }
+            None => Ok(None),
+        }
+    }
+
     /// The metadata voters by node id: `voters` parsed, or this node alone on `raft_addr`.
     pub fn voter_map(&self) -> Result<BTreeMap<u64, String>, ConfigError> {
         let Some(spec) = &self.voters else {
@@ -856,5 +894,45 @@ mod tests {
             cfg.validate().is_err(),
             "heartbeat above half the session timeout"
         );
+    }
+
+    #[test]
+    fn a_learner_advertises_a_raft_address_the_voters_can_call() {
+        let learner = |raft: &str, advertised: Option<&str>| BrokerConfig {
+            node_id: 4,
+            voters: Some("1@a:9093,2@b:9093,3@c:9093".into()),
+            raft_addr: raft.parse().unwrap(),
+            advertised_raft_addr: advertised.map(str::to_string),
+            ..BrokerConfig::default()
+        };
+        let name = "strata-4.strata.ns.svc.cluster.local:9093";
+        let cfg = learner("0.0.0.0:9093", Some(name));
+        assert_eq!(cfg.advertised_raft().unwrap().as_deref(), Some(name));
+        assert_eq!(
+            learner("10.0.0.4:9093", None).advertised_raft().unwrap(),
+            None
+        );
+        let voter = BrokerConfig {
+            node_id: 1,
+            ..learner("0.0.0.0:9093", Some("a:9093"))
+        };
+        assert!(
+            voter.advertised_raft().is_ok(),
+            "a voter naming itself as voters does"
+        );
+        for (cfg, cause) in [
+            (learner("0.0.0.0:9093", None), "binds every interface"),
+            (learner("0.0.0.0:9093", Some("no-port")), "not host:port"),
+            (
+                BrokerConfig {
+                    node_id: 1,
+                    ..learner("0.0.0.0:9093", Some(name))
+                },
+                "differs from node 1's voters entry a:9093",
+            ),
+        ] {
+            let err = cfg.advertised_raft().unwrap_err().to_string();
+            assert!(err.contains(cause), "{err}");
+        }
     }
 }

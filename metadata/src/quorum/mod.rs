@@ -94,6 +94,8 @@ pub struct MetadataOptions {
     /// these when this node is one of them; a node not listed joins as a learner through them.
     /// This node's own entry may name port 0: the bound address is used instead.
     pub voters: BTreeMap<NodeId, String>,
+    /// The address a learner gives the voters for its raft port; `None`: the bound address.
+    pub advertised: Option<String>,
     /// A broker silent for this long is fenced by the controller.
     pub session_timeout: Duration,
     /// The controller's automatic preferred-leader rebalance; `None`: off.

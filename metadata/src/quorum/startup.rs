@@ -30,6 +30,7 @@ impl Metadata {
             dir,
             listener,
             voters,
+            advertised,
             session_timeout,
             leader_balance,
             tls,
@@ -48,9 +49,8 @@ impl Metadata {
                 (id, addr)
             })
             .collect();
-        let my_addr = voters
-            .get(&node_id)
-            .cloned()
+        let my_addr = (voters.get(&node_id).cloned())
+            .or(advertised)
             .unwrap_or_else(|| bound.to_string());
         let quorum_id = Arc::new(QuorumId::default());
         if let Some(id) = crate::fs_util::read_json::<String>(&dir.join(QUORUM_ID_FILE))? {
