@@ -27,5 +27,11 @@ fi
 ctx="$(mktemp -d)"
 trap 'rm -rf "$ctx"' EXIT
 strip -o "$ctx/strata" "$bin"
+old="$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)"
 docker build --quiet -f "$ROOT/deploy/docker/Dockerfile" --build-arg STRATA_BIN=strata -t "$tag" "$ctx" >/dev/null
+# The image the tag named before is left untagged by the rebuild: remove it unless a
+# container still uses it (repeated builds, as the tests make, would pile them up).
+if [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "$tag")" ]; then
+    docker rmi "$old" >/dev/null 2>&1 || true
+fi
 echo "built $tag ($(docker image inspect -f '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1/1e6}'))"
