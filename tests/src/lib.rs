@@ -31,5 +31,5 @@ pub use netsplit::NetSplit;
 pub use proxy::FaultProxy;
 pub use raw::{encode_batch, Idempotence, KafkaConn, RawRecord};
 pub use util::{
-    now_ms, poll_until, unique_topic, wait_for, wait_for_some, wait_until, Rng, Steady,
+    now_ms, poll_until, repo_root, unique_topic, wait_for, wait_for_some, wait_until, Rng, Steady,
 };

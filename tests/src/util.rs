@@ -1,5 +1,6 @@
 //! Waiting on conditions, deterministic pseudo-random data, unique names.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -134,4 +135,12 @@ impl Rng {
             .map(|_| ALPHABET[self.below(ALPHABET.len() as u64) as usize])
             .collect()
     }
+}
+
+/// The workspace root: where `deploy/` and `scripts/` are.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf()
 }

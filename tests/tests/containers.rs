@@ -10,14 +10,16 @@
 //!
 //! Both tests build the image `strata:test` from this build's binary (`STRATA_BIN`).
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
-use strata_tests::{strata_bin, unique_topic, wait_for, wait_for_some, TrackingProducer};
+use strata_tests::cluster::free_port;
+use strata_tests::{
+    repo_root, strata_bin, unique_topic, wait_for, wait_for_some, TrackingProducer,
+};
 use testcontainers::compose::DockerCompose;
 use testcontainers::core::{ExecCommand, IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
@@ -25,13 +27,6 @@ use testcontainers::{GenericImage, ImageExt};
 
 const IMAGE: &str = "strata";
 const TAG: &str = "test";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace")
-        .to_path_buf()
-}
 
 fn docker(args: &[&str]) -> String {
     let out = Command::new("docker")
@@ -56,7 +51,7 @@ fn image() -> String {
             "no Docker engine: run scripts/docker-base.sh (as root) first"
         );
         let out = Command::new("bash")
-            .arg(repo().join("deploy/docker/build.sh"))
+            .arg(repo_root().join("deploy/docker/build.sh"))
             .arg("--binary")
             .arg(strata_bin())
             .args(["--tag", &format!("{IMAGE}:{TAG}")])
@@ -69,13 +64,6 @@ fn image() -> String {
         );
     });
     format!("{IMAGE}:{TAG}")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
 }
 
 fn client(bootstrap: &str) -> ClientConfig {
@@ -176,7 +164,7 @@ async fn the_image_is_a_single_node_that_runs_unprivileged_turns_healthy_and_sto
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_compose_quick_start_serves_clients_and_survives_a_killed_broker() {
     let image = image();
-    let compose_dir = repo().join("deploy/compose");
+    let compose_dir = repo_root().join("deploy/compose");
     let project = unique_topic("strata-compose").to_lowercase();
     let ports = [free_port(), free_port(), free_port()];
     let mut compose = DockerCompose::with_local_client(&[
@@ -332,7 +320,7 @@ impl FakeImds {
 /// scripts/docker-base.sh) with the release served from this build, then prints what it
 /// installed.
 fn run_user_data(imds: &FakeImds) -> std::process::Output {
-    let repo = repo();
+    let repo = repo_root();
     Command::new("docker")
         .args(["run", "--rm", "--network", "host"])
         .arg("-v")

@@ -2,17 +2,10 @@
 //! passes `systemd-analyze verify` against this build's binary and keeps the settings a broker
 //! needs, and the example configuration is what `strata serve --check-config` accepts.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use strata_tests::strata_bin;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace")
-        .to_path_buf()
-}
+use strata_tests::{repo_root, strata_bin};
 
 fn check_config(config: &Path) -> std::process::Output {
     Command::new(strata_bin())
@@ -27,7 +20,7 @@ fn check_config(config: &Path) -> std::process::Output {
 
 #[test]
 fn the_ec2_unit_verifies_and_keeps_what_a_broker_needs() {
-    let text = std::fs::read_to_string(repo().join("deploy/ec2/strata.service")).unwrap();
+    let text = std::fs::read_to_string(repo_root().join("deploy/ec2/strata.service")).unwrap();
     for needed in [
         "ExecStartPre=/usr/local/bin/strata serve --config /etc/strata/strata.toml --check-config",
         "ExecStart=/usr/local/bin/strata serve --config /etc/strata/strata.toml",
@@ -82,7 +75,7 @@ fn the_ec2_unit_verifies_and_keeps_what_a_broker_needs() {
 
 #[test]
 fn the_example_configuration_is_accepted_and_broken_ones_are_refused_with_the_cause() {
-    let out = check_config(&repo().join("deploy/ec2/strata.toml"));
+    let out = check_config(&repo_root().join("deploy/ec2/strata.toml"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -121,7 +114,7 @@ fn the_example_configuration_is_accepted_and_broken_ones_are_refused_with_the_ca
 
 #[test]
 fn the_iam_policy_grants_exactly_the_s3_actions_the_store_issues_on_its_prefix() {
-    let text = std::fs::read_to_string(repo().join("deploy/ec2/iam-policy.json")).unwrap();
+    let text = std::fs::read_to_string(repo_root().join("deploy/ec2/iam-policy.json")).unwrap();
     let policy: serde_json::Value = serde_json::from_str(&text).expect("the policy is JSON");
     assert_eq!(policy["Version"], "2012-10-17");
     let statements = policy["Statement"].as_array().expect("statements");
@@ -163,7 +156,7 @@ fn the_iam_policy_grants_exactly_the_s3_actions_the_store_issues_on_its_prefix()
         }
     }
     // The example configuration names the same bucket and prefix.
-    let config = std::fs::read_to_string(repo().join("deploy/ec2/strata.toml")).unwrap();
+    let config = std::fs::read_to_string(repo_root().join("deploy/ec2/strata.toml")).unwrap();
     assert!(config.contains("object_store = \"s3://my-strata-bucket/cluster-1\""));
 }
 
@@ -177,7 +170,7 @@ fn promtool(args: &[&str], dir: &Path) -> std::process::Output {
 
 #[test]
 fn the_alert_rules_pass_promtool_and_every_alert_has_unit_tests() {
-    let monitoring = repo().join("deploy/monitoring");
+    let monitoring = repo_root().join("deploy/monitoring");
     let check = promtool(&["check", "rules", "alerts.yml"], &monitoring);
     assert!(
         check.status.success(),
@@ -279,7 +272,7 @@ fn the_dashboard_and_alerts_query_only_metrics_a_running_broker_exports() {
     }
     assert!(exported.contains("strata_log_dir_available_bytes"));
 
-    let monitoring = repo().join("deploy/monitoring");
+    let monitoring = repo_root().join("deploy/monitoring");
     let dashboard: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(monitoring.join("grafana/strata.json")).unwrap(),
     )
@@ -319,7 +312,7 @@ fn the_kubernetes_manifests_validate_offline_and_keep_their_invariants() {
         let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
         format!("{home}/.cache/strata-venv/bin/python")
     });
-    let checker = repo().join("scripts/check-kubernetes.py");
+    let checker = repo_root().join("scripts/check-kubernetes.py");
     let out = Command::new(&python)
         .arg(&checker)
         .output()
@@ -333,7 +326,7 @@ fn the_kubernetes_manifests_validate_offline_and_keep_their_invariants() {
 
     // The checker fails a StatefulSet whose pods would wait for each other forever.
     let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(repo().join("deploy/kubernetes")).unwrap() {
+    for entry in std::fs::read_dir(repo_root().join("deploy/kubernetes")).unwrap() {
         let path = entry.unwrap().path();
         std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
     }

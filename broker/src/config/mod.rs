@@ -93,9 +93,9 @@ pub struct BrokerConfig {
     /// Listener for the other nodes of the cluster: the metadata quorum's raft port.
     pub raft_addr: SocketAddr,
     /// `host:port` the other nodes reach this node's raft port at, when it is not a voter (a
-    /// voter is reached at its `voters` entry, which this may repeat). Unset: `raft_addr`. A learner is known by this
-    /// address for the life of the cluster, so where its IP changes (a Kubernetes pod) it must
-    /// be a name.
+    /// voter is reached at its `voters` entry, which this may repeat). Unset: `raft_addr`. A
+    /// learner is known by this address for the life of the cluster, so where its IP changes
+    /// (a Kubernetes pod) it must be a name.
     pub advertised_raft_addr: Option<String>,
     /// The metadata voters, `id@host:port,...` (Kafka's `controller.quorum.voters`). Unset:
     /// this node alone. A node not listed joins the quorum as a learner through them.
@@ -367,6 +367,12 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// `host:port` with a host (a name or an address) and a port number.
+fn is_host_port(addr: &str) -> bool {
+    addr.rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+}
+
 impl BrokerConfig {
     /// File (if any) then `STRATA_*` variables from `env`. Flags are applied by the caller.
     pub fn load(
@@ -613,12 +619,8 @@ impl BrokerConfig {
                     self.node_id, voters[&self.node_id]
                 )))
             }
-            Some(addr) => match addr.rsplit_once(':') {
-                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
-                    Ok(Some(addr.clone()))
-                }
-                _ => Err(bad(format!("'{addr}' is not host:port"))),
-            },
+            Some(addr) if is_host_port(addr) => Ok(Some(addr.clone())),
+            Some(addr) => Err(bad(format!("'{addr}' is not host:port"))),
             None if !voters.contains_key(&self.node_id) && self.raft_addr.ip().is_unspecified() => {
                 Err(bad(format!(
                     "raft_addr {} binds every interface, which the voters cannot call back: set \
@@ -648,10 +650,7 @@ impl BrokerConfig {
             let id: u64 = id
                 .parse()
                 .map_err(|_| bad(format!("'{id}' is not a node id")))?;
-            if !addr
-                .rsplit_once(':')
-                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
-            {
+            if !is_host_port(addr) {
                 return Err(bad(format!("'{addr}' is not host:port")));
             }
             if voters.insert(id, addr.to_string()).is_some() {

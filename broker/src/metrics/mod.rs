@@ -486,7 +486,6 @@ impl Metrics {
             .inc();
     }
 
-    /// A leader committed an ISR change: a shrink, or an expand.
     /// Publishes the size and free space of the filesystem holding `dir` (the data directory).
     pub fn register_log_dir(&self, dir: &std::path::Path) {
         let disk = disk::DiskMetrics::new(dir);
@@ -494,6 +493,7 @@ impl Metrics {
         self.on_scrape(move || disk.update());
     }
 
+    /// A leader committed an ISR change: a shrink, or an expand.
     pub fn isr_changed(&self, expand: bool) {
         self.cluster
             .isr_changes
