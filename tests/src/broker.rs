@@ -242,9 +242,12 @@ impl Broker {
         if let Some(adv) = &self.opts.advertised_kafka_addr {
             cmd.args(["--advertised-kafka-addr", adv]);
         }
-        // As in Kafka's own test brokers, a new group forms at once unless a test asks for the
-        // initial rebalance delay (3 s by default) with its own STRATA_ setting.
-        cmd.env("STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0");
+        // A node alone forms a new group at once by default (Kafka's quick-start value); as in
+        // Kafka's own test clusters, so do members of a cluster, unless a test asks for the
+        // initial rebalance delay with its own STRATA_ setting.
+        if opts.voters.is_some() {
+            cmd.env("STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0");
+        }
         for (k, v) in &self.opts.env {
             cmd.env(k, v);
         }

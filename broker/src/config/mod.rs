@@ -164,8 +164,12 @@ pub struct BrokerConfig {
     pub transaction_max_timeout_ms: u64,
     /// How often the coordinator aborts transactions past their timeout.
     pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
-    /// The first rebalance of an empty group waits this long for more members to join.
-    pub group_initial_rebalance_delay_ms: u64,
+    /// The first rebalance of an empty group waits this long for more members to join. Unset:
+    /// 0 on a single node (Kafka's quick-start `server.properties`, so a first consumer is
+    /// assigned at once), 3000 in a cluster (Kafka's default); see
+    /// [`BrokerConfig::group_initial_rebalance_delay`].
+    #[serde(deserialize_with = "number_or_numeric_string")]
+    pub group_initial_rebalance_delay_ms: Option<u64>,
     /// How often consumer lag is sampled.
     pub lag_sample_interval_ms: u64,
     /// The window over which the lag trend (least-squares slope) is computed.
@@ -311,7 +315,7 @@ impl Default for BrokerConfig {
             transaction_state_log_min_isr: 2,
             transaction_max_timeout_ms: 900_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
-            group_initial_rebalance_delay_ms: 3000,
+            group_initial_rebalance_delay_ms: None,
             lag_sample_interval_ms: 5_000,
             lag_window_ms: 60_000,
             message_max_bytes: 1_048_588,
@@ -365,6 +369,28 @@ pub enum ConfigError {
     },
     #[error("invalid configuration: {0}")]
     Invalid(String),
+}
+
+/// An optional number from the file (a number) or a `STRATA_*` variable (the loader takes an
+/// optional key's value as a string: it cannot tell an optional number from an optional name).
+fn number_or_numeric_string<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(u64),
+        Text(String),
+    }
+    match Option::<Raw>::deserialize(d)? {
+        None => Ok(None),
+        Some(Raw::Number(n)) => Ok(Some(n)),
+        Some(Raw::Text(t)) => t
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("'{t}' is not a whole number"))),
+    }
 }
 
 /// `host:port` with a host (a name or an address) and a port number.
@@ -632,6 +658,18 @@ impl BrokerConfig {
         }
     }
 
+    /// `group_initial_rebalance_delay_ms` as set, else by the cluster's shape: a node alone
+    /// (no `voters`) is a development or test node and uses Kafka's quick-start 0; a cluster
+    /// keeps Kafka's production 3 s so members starting together form one generation.
+    pub fn group_initial_rebalance_delay(&self) -> std::time::Duration {
+        let ms = (self.group_initial_rebalance_delay_ms).unwrap_or(if self.voters.is_none() {
+            0
+        } else {
+            3000
+        });
+        std::time::Duration::from_millis(ms)
+    }
+
     /// The metadata voters by node id: `voters` parsed, or this node alone on `raft_addr`.
     pub fn voter_map(&self) -> Result<BTreeMap<u64, String>, ConfigError> {
         let Some(spec) = &self.voters else {
@@ -759,6 +797,8 @@ impl BrokerConfig {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -809,6 +849,48 @@ mod tests {
         let env = vec![("STRATA_LAG_WINDOW_MS".to_string(), "1000".to_string())];
         let err = BrokerConfig::load(None, env.into_iter()).unwrap_err();
         assert!(err.to_string().contains("lag_window_ms"), "{err}");
+    }
+
+    #[test]
+    fn the_initial_rebalance_delay_follows_the_cluster_shape_unless_set() {
+        let alone = BrokerConfig::load(None, std::iter::empty()).unwrap();
+        assert_eq!(alone.group_initial_rebalance_delay(), Duration::ZERO);
+        let cluster = BrokerConfig {
+            voters: Some("1@a:9093,2@b:9093,3@c:9093".into()),
+            ..BrokerConfig::default()
+        };
+        assert_eq!(
+            cluster.group_initial_rebalance_delay(),
+            Duration::from_secs(3)
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("strata.toml");
+        std::fs::write(&file, "group_initial_rebalance_delay_ms = 700\n").unwrap();
+        let cfg = BrokerConfig::load(Some(&file), std::iter::empty()).unwrap();
+        assert_eq!(
+            cfg.group_initial_rebalance_delay(),
+            Duration::from_millis(700)
+        );
+        let env = |v: &str| {
+            vec![(
+                "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS".to_string(),
+                v.to_string(),
+            )]
+        };
+        let cfg = BrokerConfig::load(Some(&file), env("2500").into_iter()).unwrap();
+        assert_eq!(
+            cfg.group_initial_rebalance_delay(),
+            Duration::from_millis(2500)
+        );
+        let err = BrokerConfig::load(None, env("soon").into_iter()).unwrap_err();
+        assert!(
+            err.to_string().contains("'soon' is not a whole number"),
+            "{err}"
+        );
+        // Empty unsets it: back to the shape's default.
+        let cfg = BrokerConfig::load(Some(&file), env("").into_iter()).unwrap();
+        assert_eq!(cfg.group_initial_rebalance_delay(), Duration::ZERO);
     }
 
     #[test]

@@ -20,8 +20,7 @@ impl Coordinator {
         if group.state == GroupState::Dead {
             *group = Group::new(group_id);
         }
-        group.initial_rebalance_delay =
-            std::time::Duration::from_millis(self.node.config.group_initial_rebalance_delay_ms);
+        group.initial_rebalance_delay = self.node.config.group_initial_rebalance_delay();
         let reply = group.join(req, Instant::now());
         // A join is activity: a group that only handed out a member id is not expired before
         // the member comes back with it.
