@@ -166,6 +166,11 @@ def run(binary, keep):
     def ck_admin():
         return admin_client
 
+    def ck_create(topic, partitions, config=None):
+        fs = ck_admin().create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                                config=config or {})])
+        fs[topic].result(15)
+
     def ck_consume(topic, partitions, expected_count, timeout=30):
         c = Consumer({**ck_conf, "group.id": topic_name("compat-group"), "enable.auto.commit": False,
                       "auto.offset.reset": "earliest"})
@@ -282,6 +287,18 @@ def run(binary, keep):
         check(total == len(ck_msgs), f"AdminClient.list_offsets latest sums to {total}")
         res = ck_admin().list_offsets({TopicPartition(ck_topic, 0): OffsetSpec.earliest()})
         check(list(res.values())[0].result(15).offset == 0, "AdminClient.list_offsets earliest")
+        # MAX_TIMESTAMP answers the record holding the newest timestamp, not the last of its
+        # batch (KAFKA-16310): three records in one batch, the newest in the middle.
+        max_topic = topic_name("compat-max-ts")
+        ck_create(max_topic, 1)
+        p = Producer({**ck_conf, "linger.ms": 200})
+        for i, dt in enumerate([100, 400, 200]):
+            p.produce(max_topic, key=f"m{i}".encode(), value=b"v", timestamp=ts_base + dt)
+        check(p.flush(30) == 0, "max-timestamp records not delivered")
+        res = ck_admin().list_offsets({TopicPartition(max_topic, 0): OffsetSpec.max_timestamp()})
+        got = list(res.values())[0].result(15)
+        check((got.offset, got.timestamp) == (1, ts_base + 400),
+              f"AdminClient.list_offsets max_timestamp = ({got.offset}, {got.timestamp}), expected (1, base+400)")
 
     def confluent_describe_configs():
         fs = ck_admin().describe_configs([ConfigResource(ConfigResource.Type.TOPIC, ck_topic)])

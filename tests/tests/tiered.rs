@@ -221,6 +221,34 @@ fn offload_and_replay(broker: &Broker, topic: &str, n: usize) -> i64 {
     assert!(tier.contains(&format!("tiered=true log=[0,{n})")), "{tier}");
     assert!(tier.contains("remote=[0,"), "{tier}");
     assert!(tier.contains("upload_lag_segments=0"), "{tier}");
+
+    // KIP-1005 as a tiered Kafka answers: EARLIEST_LOCAL (-4) is the first offset on local
+    // disk, LATEST_TIERED (-5) the last one in the object store; MAX_TIMESTAMP (-3) the
+    // newest record.
+    let range = |name: &str| -> (i64, i64) {
+        let at = tier
+            .find(&format!(" {name}=["))
+            .unwrap_or_else(|| panic!("{name} in {tier}"));
+        let rest = &tier[at + name.len() + 3..];
+        let (a, b) = rest[..rest.find(')').unwrap()].split_once(',').unwrap();
+        (a.parse().unwrap(), b.parse().unwrap())
+    };
+    let (local_start, _) = range("local");
+    let (_, remote_end) = range("remote");
+    assert!(local_start > 0 && remote_end > 0, "{tier}");
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    assert_eq!(
+        conn.list_offset(topic, 0, -4).unwrap(),
+        (0, local_start, -1)
+    );
+    assert_eq!(
+        conn.list_offset(topic, 0, -5).unwrap(),
+        (0, remote_end - 1, -1)
+    );
+    assert_eq!(
+        conn.list_offset(topic, 0, -3).unwrap(),
+        (0, n as i64 - 1, ts0 + n as i64 - 1)
+    );
     ts0
 }
 

@@ -128,3 +128,76 @@ fn list_offsets_by_timestamp_returns_the_found_records_timestamp() {
         failures.join("\n")
     );
 }
+
+/// ListOffsets MAX_TIMESTAMP (-3) answers the first record holding the newest timestamp, not
+/// the last record of its batch (KAFKA-16310), whatever the batch's codec, and the leader
+/// epoch of that record; with LogAppendTime every record of a batch holds the batch's time,
+/// so the answer is the newest batch's first record.
+#[test]
+fn max_timestamp_answers_the_exact_record_holding_it() {
+    const MAX_TIMESTAMP: i64 = -3;
+    let broker = Broker::start_default();
+    let base = now_ms() - 3_600_000;
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    for codec in [Compression::None, Compression::Gzip, Compression::Zstd] {
+        let topic = unique_topic("max-ts");
+        broker.create_topic(&topic, 1, &[]).unwrap();
+        let rec = |i: i64, ts: i64| RawRecord::new(format!("k{i}"), "v", base + ts);
+        // The newest timestamp is the middle record of the first batch; a later batch holds
+        // only older ones, and a record with the same newest timestamp comes after it.
+        let first = vec![rec(0, 100), rec(1, 400), rec(2, 200)];
+        let second = vec![rec(3, 50), rec(4, 400), rec(5, 300)];
+        for b in [&first, &second] {
+            conn.produce_ok(&topic, 0, encode_batch(b, codec, None))
+                .unwrap();
+        }
+        assert_eq!(
+            conn.list_offset(&topic, 0, MAX_TIMESTAMP).unwrap(),
+            (0, 1, base + 400),
+            "MAX_TIMESTAMP with {codec:?} batches"
+        );
+    }
+
+    let topic = unique_topic("max-ts-append");
+    broker
+        .create_topic(&topic, 1, &[("message.timestamp.type", "LogAppendTime")])
+        .unwrap();
+    let rec = |i: i64| RawRecord::new(format!("k{i}"), "v", base + 1000 - i);
+    conn.produce_ok(
+        &topic,
+        0,
+        encode_batch(&[rec(0), rec(1)], Compression::None, None),
+    )
+    .unwrap();
+    // The next batch must get a later append time: wait out the first one's millisecond.
+    let (_, _, first_time) = conn.list_offset(&topic, 0, MAX_TIMESTAMP).unwrap();
+    while now_ms() <= first_time {
+        std::hint::spin_loop();
+    }
+    conn.produce_ok(
+        &topic,
+        0,
+        encode_batch(&[rec(2), rec(3)], Compression::None, None),
+    )
+    .unwrap();
+    let (err, offset, ts) = conn.list_offset(&topic, 0, MAX_TIMESTAMP).unwrap();
+    assert_eq!(
+        (err, offset),
+        (0, 2),
+        "MAX_TIMESTAMP of a LogAppendTime topic"
+    );
+    assert!(
+        ts > base + 1000,
+        "append time {ts}, not a record's own time"
+    );
+
+    // An empty partition has no such record.
+    let topic = unique_topic("max-ts-empty");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    assert_eq!(
+        conn.list_offset(&topic, 0, MAX_TIMESTAMP).unwrap(),
+        (0, -1, -1)
+    );
+    // Nor anything in the object store yet (LATEST_TIERED, KIP-1005).
+    assert_eq!(conn.list_offset(&topic, 0, -5).unwrap(), (0, -1, -1));
+}

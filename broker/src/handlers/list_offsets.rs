@@ -16,6 +16,8 @@ const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
+/// KIP-1005: the last offset in the object store.
+const LATEST_TIERED: i64 = -5;
 /// KIP-1023: the first offset not yet in the object store; followers joining a tiered
 /// partition start there.
 const EARLIEST_PENDING_UPLOAD: i64 = -6;
@@ -121,7 +123,7 @@ async fn find(
     } else {
         o.high_watermark
     };
-    let found = match ts {
+    let target = match ts {
         LATEST => return Ok(((fetchable, -1), p.epoch_for_offset(i64::MAX))),
         EARLIEST => return Ok(((o.log_start, -1), p.epoch_for_offset(o.log_start))),
         EARLIEST_LOCAL => {
@@ -132,16 +134,26 @@ async fn find(
             let start = p.first_pending_upload().max(o.log_start);
             return Ok(((start, -1), p.epoch_for_offset(start)));
         }
-        MAX_TIMESTAMP => p.max_timestamp(),
+        LATEST_TIERED => {
+            return Ok(match p.last_tiered() {
+                Some(last) => ((last, -1), p.epoch_for_offset(last)),
+                None => ((-1, -1), -1),
+            })
+        }
+        // The first record holding the newest timestamp, found as any timestamp is.
+        MAX_TIMESTAMP => match p.max_timestamp() {
+            Some(newest) => newest,
+            None => return Ok(((-1, -1), -1)),
+        },
         ts if ts < 0 => {
             return Err(ApiError::new(
                 ErrorCode::InvalidRequest,
                 format!("timestamp {ts}"),
             ))
         }
-        ts => p.offset_for_timestamp(ts)?,
+        ts => ts,
     };
-    let found = match found {
+    let found = match p.offset_for_timestamp(target)? {
         TimeLookup::Local(found) => found,
         TimeLookup::Remote(segment) => {
             let src = RemoteSource {
@@ -150,14 +162,9 @@ async fn find(
                 segment: &segment,
                 next: None,
             };
-            if ts == MAX_TIMESTAMP {
-                Some(broker.tier.max_timestamp(&src).await?)
-            } else {
-                broker
-                    .tier
-                    .offset_for_timestamp(&src, ts, o.log_start)
-                    .await?
-            }
+            (broker.tier)
+                .offset_for_timestamp(&src, target, o.log_start)
+                .await?
         }
     };
     Ok(match found {

@@ -166,22 +166,25 @@ impl Partition {
         Ok(TimeLookup::Local(log.offset_for_timestamp(ts)?))
     }
 
-    /// ListOffsets MAX_TIMESTAMP over both tiers: the local answer, or the remote segment
-    /// whose newest record is newer than anything local.
-    pub fn max_timestamp(&self) -> TimeLookup {
+    /// The newest record timestamp in either tier (ListOffsets MAX_TIMESTAMP then finds the
+    /// first record holding it with [`Partition::offset_for_timestamp`], so the answer is that
+    /// record and not the last of its batch: KAFKA-16310).
+    pub fn max_timestamp(&self) -> Option<i64> {
         let remote = self.remote();
         let log = self.log();
-        let local = log.max_timestamp();
-        let newest_remote = remote
-            .segments
-            .iter()
+        let local = log.max_timestamp().map(|(_, ts)| ts);
+        let remote = (remote.segments.iter())
             .filter(|s| s.base_offset < log.log_start_offset() && s.last_offset >= remote.floor)
-            .max_by_key(|s| s.max_timestamp);
-        match (newest_remote, local) {
-            (Some(seg), Some((_, ts))) if seg.max_timestamp > ts => TimeLookup::Remote(seg.clone()),
-            (Some(seg), None) => TimeLookup::Remote(seg.clone()),
-            _ => TimeLookup::Local(local),
-        }
+            .map(|s| s.max_timestamp)
+            .max();
+        local.max(remote)
+    }
+
+    /// The last offset ever uploaded to the object store (ListOffsets LATEST_TIERED,
+    /// KIP-1005), `None` when the topic is not tiered or nothing was uploaded yet.
+    pub fn last_tiered(&self) -> Option<i64> {
+        let end = self.remote().end;
+        (self.is_tiered() && end > 0).then_some(end - 1)
     }
 
     /// Closed local segments the offloader may upload: those holding anything at or past

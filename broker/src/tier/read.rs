@@ -422,13 +422,6 @@ impl Tier {
         }
         Ok(None)
     }
-
-    /// `(offset, timestamp)` of the newest record of a remote segment (ListOffsets
-    /// MAX_TIMESTAMP), as its index recorded it.
-    pub async fn max_timestamp(&self, src: &RemoteSource<'_>) -> Result<(i64, i64), TierError> {
-        let index = self.index(src).await?;
-        Ok((index.offset_of_max_timestamp, src.segment.max_timestamp))
-    }
 }
 
 #[cfg(test)]
