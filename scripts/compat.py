@@ -308,6 +308,51 @@ def run(binary, keep):
         check(configs["segment.bytes"].value == "1048576", f"segment.bytes = {configs['segment.bytes'].value}")
         check("cleanup.policy" in configs, "no cleanup.policy (a default) in the described configs")
 
+    def confluent_alter_configs():
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+        topic = topic_name("compat-alter")
+        ck_create(topic, 1, {"retention.ms": "3600000", "segment.bytes": "1048576"})
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+
+        def described(key):
+            return ck_admin().describe_configs([res])[res].result(15)[key].value
+
+        # Legacy AlterConfigs: the named configs become the whole set of overrides.
+        legacy = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"max.message.bytes": "2000"})
+        ck_admin().alter_configs([legacy])[legacy].result(15)
+        check(described("max.message.bytes") == "2000", "legacy alter_configs did not set max.message.bytes")
+        check(described("retention.ms") == "604800000", "legacy alter_configs kept an override it did not name")
+        bad = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"cleanup.policy": "shred"})
+        try:
+            ck_admin().alter_configs([bad])[bad].result(15)
+        except KafkaException as e:
+            check(e.args[0].code() == KafkaError.INVALID_CONFIG, f"bad legacy alter failed with {e}")
+        else:
+            raise AssertionError("cleanup.policy=shred was accepted")
+        check(described("max.message.bytes") == "2000", "a refused alter changed the topic")
+        # IncrementalAlterConfigs APPEND on the LIST config cleanup.policy.
+        inc = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+        ck_admin().incremental_alter_configs([inc])[inc].result(15)
+        check(described("cleanup.policy") == "delete,compact",
+              f"cleanup.policy after APPEND compact: {described('cleanup.policy')}")
+        # KIP-467: a batch of keyed and keyless records to the now compacted topic fails the
+        # keyless ones (INVALID_RECORD), the others as "a different record was invalid".
+        reports = {}
+        p = Producer({**ck_conf, "linger.ms": 300, "enable.idempotence": False})
+        for i in range(6):
+            key = None if i in (1, 4) else f"k{i}".encode()
+            p.produce(topic, key=key, value=b"v", partition=0,
+                      on_delivery=lambda err, msg, i=i: reports.__setitem__(i, err))
+        p.flush(30)
+        check(len(reports) == 6, f"{len(reports)} delivery reports of 6")
+        for i, err in sorted(reports.items()):
+            if i in (1, 4):
+                check(err is not None and err.code() == KafkaError.INVALID_RECORD, f"keyless record {i}: {err}")
+            else:
+                check(err is not None and err.code() == KafkaError._INVALID_DIFFERENT_RECORD,
+                      f"keyed record {i}: {err}")
+
     def confluent_elect_leaders():
         from confluent_kafka import ElectionType
         parts = [TopicPartition(ck_topic, p) for p in range(3)]
@@ -326,6 +371,8 @@ def run(binary, keep):
     step("confluent-kafka: list offsets (watermarks, offsets_for_times, AdminClient.list_offsets)",
          confluent_list_offsets)
     step("confluent-kafka: describe configs", confluent_describe_configs)
+    step("confluent-kafka: legacy alter_configs, APPEND to cleanup.policy, per-record produce errors (KIP-467)",
+         confluent_alter_configs)
     step("confluent-kafka: preferred leader election (AdminClient.elect_leaders)", confluent_elect_leaders)
 
     # ---------------------------------------------------------------- kafka-python

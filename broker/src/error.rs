@@ -119,6 +119,8 @@ impl ErrorCode {
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
+    /// The records of a produce refused because of them (KIP-467): index and why.
+    pub record_errors: Vec<(i32, String)>,
 }
 
 impl ApiError {
@@ -126,6 +128,7 @@ impl ApiError {
         ApiError {
             code,
             message: message.into(),
+            record_errors: Vec::new(),
         }
     }
 }
@@ -143,8 +146,17 @@ impl From<BatchError> for ApiError {
             BatchError::UnsupportedMagic(_) => ErrorCode::UnsupportedForMessageFormat,
             BatchError::Invalid(_) => ErrorCode::InvalidRecord,
             BatchError::TooLarge { .. } => ErrorCode::MessageTooLarge,
+            BatchError::RecordsRejected(_) => ErrorCode::InvalidRecord,
         };
-        ApiError::new(code, e.to_string())
+        let message = e.to_string();
+        ApiError {
+            code,
+            message,
+            record_errors: match e {
+                BatchError::RecordsRejected(records) => records,
+                _ => Vec::new(),
+            },
+        }
     }
 }
 

@@ -16,6 +16,8 @@ pub enum Kind {
     Bool,
     Str,
     Double,
+    /// Comma-separated values; IncrementalAlterConfigs may APPEND to and SUBTRACT from it.
+    List,
 }
 
 impl Kind {
@@ -27,6 +29,7 @@ impl Kind {
             Kind::Int => 3,
             Kind::Long => 5,
             Kind::Double => 6,
+            Kind::List => 7,
         }
     }
 }
@@ -41,7 +44,7 @@ pub struct KeyDef {
 pub const KEYS: &[KeyDef] = &[
     KeyDef {
         name: "cleanup.policy",
-        kind: Kind::Str,
+        kind: Kind::List,
         doc: "delete, compact, or compact,delete",
     },
     KeyDef {
@@ -210,7 +213,7 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             Ok(v) if (0.0..=1.0).contains(&v) => {}
             _ => return bad("must be a number between 0 and 1"),
         },
-        Kind::Str => {
+        Kind::Str | Kind::List => {
             let ok = match name {
                 "cleanup.policy" => cleanup_policy(value).is_some(),
                 "compression.type" => value == "producer",
@@ -223,6 +226,27 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A LIST key's values (`compact,delete`): trimmed, empty ones dropped.
+pub fn list_values(value: &str) -> Vec<&str> {
+    (value.split(',').map(str::trim))
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// IncrementalAlterConfigs APPEND (`subtract` false) or SUBTRACT on a LIST key's `current`
+/// value: values appended once, in order; subtracted wherever they are.
+pub fn list_change(current: &str, change: &str, subtract: bool) -> String {
+    let mut values = list_values(current);
+    for v in list_values(change) {
+        if subtract {
+            values.retain(|x| *x != v);
+        } else if !values.contains(&v) {
+            values.push(v);
+        }
+    }
+    values.join(",")
 }
 
 /// Checks the keys of one topic together (after a create or an alter), as Kafka does.

@@ -6,11 +6,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kafka_protocol::records::Compression;
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::Offset;
 use strata_tests::{
-    block_on, now_ms, poll_until, unique_topic, wait_for, Broker, BrokerOpts, ConsumedRecord, Rng,
-    TrackingProducer,
+    block_on, encode_batch, now_ms, poll_until, unique_topic, wait_for, Broker, BrokerOpts,
+    ConsumedRecord, KafkaConn, RawRecord, Rng, TrackingProducer,
 };
 
 const HOUR_MS: i64 = 3_600_000;
@@ -212,6 +215,83 @@ fn a_record_without_a_key_is_refused_by_a_compacted_topic() {
     let keyed = FutureRecord::to(&topic).key("k").payload("v").partition(0);
     let delivery = block_on(producer.send(keyed, Duration::from_secs(10))).unwrap();
     assert_eq!(delivery.offset, 0, "the refused record took no offset");
+}
+
+/// KIP-467: a batch of keyed and keyless records is refused whole, and the response names
+/// each keyless record by its index with why, so a client fails exactly those with
+/// INVALID_RECORD and the others with "a different record was invalid" (librdkafka's
+/// delivery reports), free to send them again.
+#[test]
+fn a_batch_with_some_keyless_records_names_exactly_those() {
+    let broker = Broker::start(fast_cleaner());
+    let topic = unique_topic("compact-record-errors");
+    compacted_topic(&broker, &topic);
+
+    // The raw answer: error INVALID_RECORD, one record error per keyless record.
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let keyless = |ts| RawRecord {
+        key: None,
+        ..RawRecord::new("", "v", ts)
+    };
+    let now = now_ms();
+    let records = [
+        RawRecord::new("a", "v", now),
+        keyless(now),
+        RawRecord::new("b", "v", now),
+        keyless(now),
+    ];
+    let resp = conn
+        .produce(&topic, 0, encode_batch(&records, Compression::Lz4, None))
+        .unwrap();
+    assert_eq!(resp.error_code, 87, "INVALID_RECORD");
+    let named: Vec<(i32, String)> = (resp.record_errors.iter())
+        .map(|e| {
+            let why = e.batch_index_error_message.as_deref().unwrap_or("");
+            (e.batch_index, why.to_string())
+        })
+        .collect();
+    assert_eq!(named.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [1, 3]);
+    assert!(
+        named.iter().all(|(_, why)| why.contains("needs a key")),
+        "{named:?}"
+    );
+    assert_eq!(
+        broker.watermarks(&topic, 0),
+        (0, 0),
+        "nothing of the batch was appended"
+    );
+
+    // librdkafka's delivery reports: 6 records in one batch, 2 keyless.
+    let mut cfg = broker.producer_config();
+    cfg.set("linger.ms", "500")
+        .set("enable.idempotence", "false");
+    let producer: FutureProducer = cfg.create().unwrap();
+    let keyless_at = [2, 5];
+    let pending: Vec<_> = (0..6)
+        .map(|i| {
+            let key = format!("k{i}");
+            let rec = FutureRecord::to(&topic).payload("v").partition(0);
+            let rec = if keyless_at.contains(&i) {
+                rec
+            } else {
+                rec.key(&key)
+            };
+            producer.send_result(rec).map_err(|(e, _)| e).unwrap()
+        })
+        .collect();
+    for (i, report) in pending.into_iter().enumerate() {
+        let code = match block_on(report).expect("a delivery report") {
+            Err((KafkaError::MessageProduction(code), _)) => Some(code),
+            other => panic!("record {i}: {other:?}"),
+        };
+        let want = if keyless_at.contains(&i) {
+            RDKafkaErrorCode::InvalidRecord
+        } else {
+            RDKafkaErrorCode::InvalidDifferentRecord
+        };
+        assert_eq!(code, Some(want), "record {i}");
+    }
+    assert_eq!(broker.watermarks(&topic, 0), (0, 0));
 }
 
 #[test]

@@ -4,12 +4,18 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminOptions, ResourceSpecifier};
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+use kafka_protocol::protocol::StrBytes;
+use rdkafka::admin::{AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Message, Timestamp};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Offset;
 use strata_tests::{
-    block_on, now_ms, unique_topic, wait_for_some, Broker, BrokerOpts, TrackingProducer,
+    block_on, now_ms, unique_topic, wait_for_some, Broker, BrokerOpts, KafkaConn, TrackingProducer,
 };
 
 #[test]
@@ -199,4 +205,194 @@ fn log_append_time_topics_stamp_records_with_the_broker_clock() {
         }
         seen += 1;
     }
+}
+
+/// The effective value of one topic config, read with librdkafka's DescribeConfigs.
+fn described(broker: &Broker, topic: &str, key: &str) -> Option<String> {
+    let res = block_on(broker.admin().describe_configs(
+        [&ResourceSpecifier::Topic(topic)],
+        &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
+    ))
+    .expect("DescribeConfigs");
+    let resource = res[0].as_ref().expect("the topic's configs");
+    resource.get(key).and_then(|e| e.value.clone())
+}
+
+/// Librdkafka's `alter_configs` is the legacy AlterConfigs: the configs it names become the
+/// topic's whole set of overrides; the others go back to their defaults.
+#[test]
+fn legacy_alter_configs_replaces_the_whole_set_of_overrides() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("legacy-alter");
+    broker
+        .create_topic(
+            &topic,
+            1,
+            &[("retention.ms", "3600000"), ("segment.bytes", "1048576")],
+        )
+        .unwrap();
+    let admin = broker.admin();
+    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let alter = |configs: &[(&str, &str)], opts: &AdminOptions| {
+        let mut change = AlterConfig::new(ResourceSpecifier::Topic(&topic));
+        for (k, v) in configs {
+            change = change.set(k, v);
+        }
+        let res = block_on(admin.alter_configs([&change], opts)).expect("AlterConfigs");
+        res.into_iter().next().expect("one result").map(|_| ())
+    };
+
+    alter(&[("max.message.bytes", "2000")], &opts).expect("a valid set is accepted");
+    assert_eq!(
+        described(&broker, &topic, "max.message.bytes").as_deref(),
+        Some("2000")
+    );
+    assert_eq!(
+        described(&broker, &topic, "retention.ms").as_deref(),
+        Some("604800000"),
+        "an override not named went back to the default"
+    );
+    assert_eq!(
+        described(&broker, &topic, "segment.bytes").as_deref(),
+        Some("1073741824")
+    );
+
+    // Refused as a whole, nothing changes: an invalid value, an unknown key, an unknown topic
+    // (the rdkafka crate drops per-resource errors of this call, so they are read raw).
+    for bad in [("cleanup.policy", "shred"), ("no.such.key", "1")] {
+        let (code, why) = legacy_alter(&broker, &topic, &[("retention.ms", "1000"), bad]);
+        assert_eq!(code, 40, "INVALID_CONFIG for {bad:?}: {why}");
+    }
+    assert_eq!(
+        legacy_alter(&broker, "no-such-topic", &[("retention.ms", "1")]).0,
+        3
+    );
+    // validate_only checks and changes nothing.
+    alter(
+        &[("retention.ms", "1000")],
+        &AdminOptions::new()
+            .request_timeout(Some(Duration::from_secs(10)))
+            .validate_only(true),
+    )
+    .unwrap();
+    assert_eq!(
+        described(&broker, &topic, "max.message.bytes").as_deref(),
+        Some("2000")
+    );
+    assert_eq!(
+        described(&broker, &topic, "retention.ms").as_deref(),
+        Some("604800000")
+    );
+}
+
+/// The legacy AlterConfigs on one topic, raw: the resource's (error code, message).
+fn legacy_alter(broker: &Broker, topic: &str, configs: &[(&str, &str)]) -> (i16, String) {
+    use kafka_protocol::messages::alter_configs_request as legacy;
+    let req = kafka_protocol::messages::AlterConfigsRequest::default().with_resources(vec![
+        legacy::AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_string(topic.to_string()))
+            .with_configs(
+                (configs.iter())
+                    .map(|(k, v)| {
+                        legacy::AlterableConfig::default()
+                            .with_name(StrBytes::from_string(k.to_string()))
+                            .with_value(Some(StrBytes::from_string(v.to_string())))
+                    })
+                    .collect(),
+            ),
+    ]);
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let resp = conn.request(1, &req).unwrap();
+    let r = &resp.responses[0];
+    (
+        r.error_code,
+        r.error_message.as_deref().unwrap_or("").to_string(),
+    )
+}
+
+/// IncrementalAlterConfigs on one topic config; the resource's (error code, message).
+fn incremental(broker: &Broker, topic: &str, key: &str, op: i8, value: &str) -> (i16, String) {
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_string(topic.to_string()))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.to_string()))
+                .with_config_operation(op)
+                .with_value(Some(StrBytes::from_string(value.to_string())))]),
+    ]);
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let resp = conn.request(1, &req).unwrap();
+    let r = &resp.responses[0];
+    (
+        r.error_code,
+        r.error_message.as_deref().unwrap_or("").to_string(),
+    )
+}
+
+/// `cleanup.policy` is a LIST config as in Kafka: tools APPEND `compact` to it (and the topic
+/// then behaves as a compacted one) or SUBTRACT a policy; a non-list key refuses both.
+#[test]
+fn list_configs_take_append_and_subtract() {
+    const APPEND: i8 = 2;
+    const SUBTRACT: i8 = 3;
+    const INVALID_CONFIG: i16 = 40;
+    let broker = Broker::start_default();
+    let topic = unique_topic("list-config");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+
+    assert_eq!(
+        incremental(&broker, &topic, "cleanup.policy", APPEND, "compact").0,
+        0
+    );
+    assert_eq!(
+        described(&broker, &topic, "cleanup.policy").as_deref(),
+        Some("delete,compact")
+    );
+    // Compacted now: a record without a key is refused.
+    let producer: FutureProducer = broker.producer_config().create().unwrap();
+    let keyless = FutureRecord::<(), str>::to(&topic)
+        .payload("v")
+        .partition(0);
+    let err = block_on(producer.send(keyless, Duration::from_secs(10)))
+        .unwrap_err()
+        .0;
+    assert!(err.to_string().contains("InvalidRecord"), "{err}");
+    // Appending what is there changes nothing.
+    assert_eq!(
+        incremental(&broker, &topic, "cleanup.policy", APPEND, "compact").0,
+        0
+    );
+    assert_eq!(
+        described(&broker, &topic, "cleanup.policy").as_deref(),
+        Some("delete,compact")
+    );
+    assert_eq!(
+        incremental(&broker, &topic, "cleanup.policy", SUBTRACT, "delete").0,
+        0
+    );
+    assert_eq!(
+        described(&broker, &topic, "cleanup.policy").as_deref(),
+        Some("compact")
+    );
+
+    // Refused, nothing changes: no policy left, a value that is no policy, a key that is not
+    // a list, an unknown operation.
+    let (code, why) = incremental(&broker, &topic, "cleanup.policy", SUBTRACT, "compact");
+    assert_eq!(code, INVALID_CONFIG, "{why}");
+    let (code, why) = incremental(&broker, &topic, "cleanup.policy", APPEND, "shred");
+    assert_eq!(code, INVALID_CONFIG, "{why}");
+    let (code, why) = incremental(&broker, &topic, "retention.ms", APPEND, "1000");
+    assert_eq!(
+        (code, why.contains("not one")),
+        (INVALID_CONFIG, true),
+        "{why}"
+    );
+    let (code, why) = incremental(&broker, &topic, "cleanup.policy", 9, "delete");
+    assert_eq!(code, 42, "INVALID_REQUEST: {why}");
+    assert_eq!(
+        described(&broker, &topic, "cleanup.policy").as_deref(),
+        Some("compact")
+    );
 }

@@ -5,6 +5,7 @@
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_client_quotas;
+mod alter_configs;
 mod alter_partition_reassignments;
 mod alter_user_scram_credentials;
 mod api_versions;
@@ -150,6 +151,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         }
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(describe_configs::handle(broker, r, v, &access))
+        }
+        RequestKind::AlterConfigs(r) => {
+            ResponseKind::AlterConfigs(alter_configs::handle(broker, r, &access).await)
         }
         RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
             incremental_alter_configs::handle(broker, r, &access).await,

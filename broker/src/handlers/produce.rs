@@ -2,7 +2,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::produce_response::{
-    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
 use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 
@@ -303,12 +304,22 @@ impl Appended {
                         e.code,
                         ErrorCode::NotLeaderOrFollower | ErrorCode::FencedLeaderEpoch
                     );
+                    // From v8 (KIP-467); older clients have the message only.
+                    let record_errors = (e.record_errors.into_iter())
+                        .filter(|_| version >= 8)
+                        .map(|(index, why)| {
+                            BatchIndexAndErrorMessage::default()
+                                .with_batch_index(index)
+                                .with_batch_index_error_message(Some(str_bytes(why)))
+                        })
+                        .collect();
                     let resp = resp
                         .with_error_code(e.code.code())
                         .with_base_offset(-1)
                         .with_log_append_time_ms(-1)
                         .with_log_start_offset(-1)
-                        .with_error_message(Some(str_bytes(e.message)));
+                        .with_error_message(Some(str_bytes(e.message)))
+                        .with_record_errors(record_errors);
                     match broker.node.metadata.state().partition(&name, index) {
                         Some(info) if moved && version >= 10 => {
                             if let Some(l) = info.leader {

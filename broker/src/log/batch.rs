@@ -45,6 +45,10 @@ pub enum BatchError {
     Invalid(String),
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     TooLarge { size: usize, max: usize },
+    /// Some records are refused, each by its index among the partition's records and why
+    /// (KIP-467 `record_errors`); never empty.
+    #[error("{} record(s) rejected, the first: record {}: {}", .0.len(), .0[0].0, .0[0].1)]
+    RecordsRejected(Vec<(i32, String)>),
 }
 
 /// The header of one batch, read from its first 61 bytes.

@@ -141,22 +141,31 @@ pub fn filter_batch(
 }
 
 /// A compacted topic refuses records without a key (Kafka: INVALID_RECORD), since the cleaner
-/// could never decide which of them is the latest.
-pub fn check_keys(batch: &Bytes, header: &BatchHeader) -> Result<(), batch::BatchError> {
-    let section =
-        records::section(batch, header).map_err(|e| batch::BatchError::Invalid(e.to_string()))?;
-    let mut missing = None;
-    records::for_each(&section, header, |r| {
-        if r.key.is_none() && missing.is_none() {
-            missing = Some(r.offset - header.base_offset);
-        }
-    })
-    .map_err(|e| batch::BatchError::Invalid(e.to_string()))?;
-    match missing {
-        Some(i) => Err(batch::BatchError::Invalid(format!(
-            "record {i} of the batch has no key; a compacted topic needs a key on every record"
-        ))),
-        None => Ok(()),
+/// could never decide which of them is the latest. Every keyless record of the partition's
+/// batches is named by its index among them (KIP-467), so a client fails exactly those; the
+/// batches are refused whole, as Kafka refuses them.
+pub fn check_keys(batches: &[(BatchHeader, Bytes)]) -> Result<(), batch::BatchError> {
+    let mut rejected = Vec::new();
+    let mut first_index = 0i64;
+    for (header, bytes) in batches {
+        let section = records::section(bytes, header)
+            .map_err(|e| batch::BatchError::Invalid(e.to_string()))?;
+        records::for_each(&section, header, |r| {
+            if r.key.is_none() {
+                let index = first_index + (r.offset - header.base_offset);
+                rejected.push((
+                    i32::try_from(index).unwrap_or(i32::MAX),
+                    "a compacted topic needs a key on every record; this one has none".to_string(),
+                ));
+            }
+        })
+        .map_err(|e| batch::BatchError::Invalid(e.to_string()))?;
+        first_index += i64::from(header.record_count);
+    }
+    if rejected.is_empty() {
+        Ok(())
+    } else {
+        Err(batch::BatchError::RecordsRejected(rejected))
     }
 }
 
@@ -309,10 +318,25 @@ mod tests {
             Compression::None,
         );
         let h = batch::validate(&b).unwrap();
-        let err = check_keys(&b, &h).unwrap_err();
+        let second = encode(
+            &[
+                (0, None, Some("v")),
+                (1, Some("k"), Some("v")),
+                (2, None, None),
+            ],
+            Compression::Gzip,
+        );
+        let h2 = batch::validate(&second).unwrap();
+        // Indexes run across the partition's batches: 1 in the first, 0 and 2 in the second.
+        let err = check_keys(&[(h, b), (h2, second)]).unwrap_err();
+        let batch::BatchError::RecordsRejected(rejected) = &err else {
+            panic!("{err:?}")
+        };
+        let indexes: Vec<i32> = rejected.iter().map(|(i, _)| *i).collect();
+        assert_eq!(indexes, [1, 2, 4]);
         assert!(err.to_string().contains("record 1"), "{err}");
         let ok = encode(&[(0, Some("k"), None)], Compression::Snappy);
-        check_keys(&ok, &batch::validate(&ok).unwrap()).unwrap();
+        check_keys(&[(batch::validate(&ok).unwrap(), ok)]).unwrap();
     }
 
     #[test]

@@ -229,9 +229,7 @@ impl Partition {
         };
         let batches = crate::log::batch::split_and_validate(records, max_message_bytes)?;
         if compact {
-            for (header, bytes) in &batches {
-                crate::log::compact::check_keys(bytes, header)?;
-            }
+            crate::log::compact::check_keys(&batches)?;
         }
         let epoch = self.leader_epoch.load(Ordering::Acquire);
         let info = self.log().append(&batches, epoch, self.clock.now_ms())?;

@@ -155,6 +155,7 @@ impl Response {
                 CreatePartitions,
                 DeleteGroups,
                 ElectLeaders,
+                AlterConfigs,
                 IncrementalAlterConfigs,
                 AlterPartitionReassignments,
                 ListPartitionReassignments,
@@ -277,6 +278,7 @@ mod tests {
             ApiKey::InitProducerId => RequestKind::InitProducerId(Default::default()),
             ApiKey::DescribeConfigs => RequestKind::DescribeConfigs(Default::default()),
             ApiKey::CreatePartitions => RequestKind::CreatePartitions(Default::default()),
+            ApiKey::AlterConfigs => RequestKind::AlterConfigs(Default::default()),
             ApiKey::IncrementalAlterConfigs => {
                 RequestKind::IncrementalAlterConfigs(Default::default())
             }

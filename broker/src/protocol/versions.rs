@@ -36,6 +36,7 @@ pub const SUPPORTED: &[Api] = &[
     api(ApiKey::InitProducerId, "InitProducerId", 0, 4),
     api(ApiKey::DescribeConfigs, "DescribeConfigs", 1, 4),
     api(ApiKey::CreatePartitions, "CreatePartitions", 0, 3),
+    api(ApiKey::AlterConfigs, "AlterConfigs", 0, 2),
     api(
         ApiKey::IncrementalAlterConfigs,
         "IncrementalAlterConfigs",
