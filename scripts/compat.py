@@ -431,6 +431,29 @@ def run(binary, keep):
         got = ck_consume(kp_topic, [0, 1], len(kp_msgs))
         compare_per_partition(state["kp_by_partition"], got, "confluent reading kafka-python's gzip batches")
 
+    def gzip_topic_recompresses():
+        # compression.type=gzip on the topic: lz4, zstd and uncompressed producers' batches are
+        # stored as gzip (Kafka's broker-side recompression); both clients read all back.
+        topic = topic_name("compat-gzip-topic")
+        ck_create(topic, 1, {"compression.type": "gzip"})
+        sent = []
+        for codec in ["lz4", "zstd", "none"]:
+            p = Producer({**ck_conf, "compression.type": codec, "linger.ms": 20})
+            for i in range(100):
+                key, value = f"{codec}-{i}".encode(), f"value {i} via {codec}".encode() * 3
+                p.produce(topic, key=key, value=value, partition=0)
+                sent.append((key, value, []))
+            check(p.flush(30) == 0, f"{codec} records not delivered")
+        kp = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        for i in range(100):
+            key, value = f"kp-{i}".encode(), f"kafka-python value {i}".encode()
+            kp.send(topic, key=key, value=value, partition=0)
+            sent.append((key, value, []))
+        kp.flush(30)
+        kp.close(10)
+        compare_per_partition({0: sent}, ck_consume(topic, [0], len(sent)), "confluent reading a gzip topic")
+        compare_per_partition({0: sent}, kp_consume(topic, [0], len(sent)), "kafka-python reading a gzip topic")
+
     def kafkapython_list_offsets():
         c = kafka.KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         try:
@@ -551,6 +574,8 @@ def run(binary, keep):
     step("kafka-python: produce 200 keyed records with headers (gzip)", kafkapython_produce)
     step("kafka-python: consume and compare per partition", kafkapython_consume)
     step("kafka-python: read back confluent-kafka's records", kafkapython_reads_confluent)
+    step("confluent-kafka + kafka-python: a compression.type=gzip topic fed lz4, zstd and uncompressed batches",
+         gzip_topic_recompresses)
     step("confluent-kafka: read back kafka-python's records", confluent_reads_kafkapython)
     step("kafka-python: list offsets (end_offsets, beginning_offsets, offsets_for_times)", kafkapython_list_offsets)
     step("kafka-python: describe configs", kafkapython_describe_configs)

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::config::BrokerConfig;
+use crate::log::compression::{self, Codec, Target};
 use crate::log::config::{cleanup_policy, LogConfig, TimestampType};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -48,9 +49,25 @@ pub const KEYS: &[KeyDef] = &[
         doc: "delete, compact, or compact,delete",
     },
     KeyDef {
+        name: "compression.gzip.level",
+        kind: Kind::Int,
+        doc: "gzip level of compression.type=gzip: -1 (default, 6) or 1..9",
+    },
+    KeyDef {
+        name: "compression.lz4.level",
+        kind: Kind::Int,
+        doc: "lz4 level of compression.type=lz4: 1..17",
+    },
+    KeyDef {
         name: "compression.type",
         kind: Kind::Str,
-        doc: "producer: batches are stored as sent",
+        doc: "producer (batches stored as sent), uncompressed, gzip, snappy, lz4 or zstd \
+              (batches under another codec are recompressed at append)",
+    },
+    KeyDef {
+        name: "compression.zstd.level",
+        kind: Kind::Int,
+        doc: "zstd level of compression.type=zstd: -131072..22",
     },
     KeyDef {
         name: "delete.retention.ms",
@@ -148,7 +165,10 @@ pub fn key(name: &str) -> Option<&'static KeyDef> {
 pub fn default_value(cfg: &BrokerConfig, name: &str) -> String {
     match name {
         "cleanup.policy" => cfg.log_cleanup_policy.clone(),
-        "compression.type" => "producer".into(),
+        "compression.type" => cfg.compression_type.clone(),
+        "compression.gzip.level" => cfg.compression_gzip_level.to_string(),
+        "compression.lz4.level" => cfg.compression_lz4_level.to_string(),
+        "compression.zstd.level" => cfg.compression_zstd_level.to_string(),
         "delete.retention.ms" => cfg.log_cleaner_delete_retention_ms.to_string(),
         "min.cleanable.dirty.ratio" => cfg.log_cleaner_min_cleanable_ratio.to_string(),
         "min.compaction.lag.ms" => cfg.log_cleaner_min_compaction_lag_ms.to_string(),
@@ -195,6 +215,15 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             let Ok(v) = value.parse::<i32>() else {
                 return bad("not a 32-bit number");
             };
+            let codec = match name {
+                "compression.gzip.level" => Some(Codec::Gzip),
+                "compression.lz4.level" => Some(Codec::Lz4),
+                "compression.zstd.level" => Some(Codec::Zstd),
+                _ => None,
+            };
+            if let Some(codec) = codec {
+                return compression::check_level(codec, v.into()).or_else(|why| bad(&why));
+            }
             let min = match name {
                 "segment.bytes" => 1024,
                 "max.message.bytes" => 0,
@@ -216,7 +245,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         Kind::Str | Kind::List => {
             let ok = match name {
                 "cleanup.policy" => cleanup_policy(value).is_some(),
-                "compression.type" => value == "producer",
+                "compression.type" => {
+                    return Codec::parse(value).map(drop).or_else(|why| bad(&why));
+                }
                 "message.timestamp.type" => value == "CreateTime" || value == "LogAppendTime",
                 _ => true,
             };
@@ -333,6 +364,15 @@ pub fn log_config(cfg: &BrokerConfig, overrides: &BTreeMap<String, String>) -> L
             num("retention.bytes", -1),
         ),
         min_insync_replicas: usize::try_from(num("min.insync.replicas", 1)).unwrap_or(1),
+        compression: Codec::parse(&get("compression.type"))
+            .ok()
+            .flatten()
+            .map(|codec| {
+                let level = codec.level_key().map_or(0, |(key, _, default)| {
+                    get(key).parse::<i32>().unwrap_or(default)
+                });
+                Target { codec, level }
+            }),
     }
 }
 

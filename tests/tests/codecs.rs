@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use strata_tests::{by_partition, unique_topic, Broker, Rng, TrackingProducer};
+use strata_tests::{
+    by_partition, strata_bin, unique_topic, Broker, BrokerOpts, KafkaConn, Rng, TrackingProducer,
+};
 
 const RECORDS: usize = 100_000;
 const PARTITIONS: i32 = 3;
@@ -151,4 +153,137 @@ fn records_round_trip_through_lz4() {
 #[test]
 fn records_round_trip_through_zstd() {
     round_trip("zstd");
+}
+
+/// `(base offset, codec)` of every batch stored in partition 0 below `end`, read with raw
+/// fetches (the bytes on disk, as a consumer gets them).
+fn stored_codecs(broker: &Broker, topic: &str, end: i64) -> Vec<(i64, i16)> {
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let mut out = Vec::new();
+    let mut next = 0;
+    while next < end {
+        let resp = conn.fetch(topic, 0, next, 500).unwrap();
+        let records = resp.responses[0].partitions[0]
+            .records
+            .clone()
+            .unwrap_or_default();
+        let mut rest = &records[..];
+        while rest.len() >= 61 {
+            let base = i64::from_be_bytes(rest[0..8].try_into().unwrap());
+            let len = i32::from_be_bytes(rest[8..12].try_into().unwrap()) as usize + 12;
+            let attributes = i16::from_be_bytes(rest[21..23].try_into().unwrap());
+            let last_delta = i32::from_be_bytes(rest[23..27].try_into().unwrap());
+            if rest.len() < len {
+                break;
+            }
+            out.push((base, attributes & 0x7));
+            next = base + i64::from(last_delta) + 1;
+            rest = &rest[len..];
+        }
+    }
+    out
+}
+
+/// Sends `records` through a librdkafka producer with `compression.type=codec`; returns the
+/// offsets they landed at.
+fn produce_with(broker: &Broker, topic: &str, codec: &str, records: &[Sent]) -> Vec<i64> {
+    let mut cfg = broker.producer_config();
+    cfg.set("compression.type", codec).set("linger.ms", "20");
+    let producer = TrackingProducer::new(&cfg);
+    for (i, r) in records.iter().enumerate() {
+        producer.send(i, topic, Some(0), &r.key, &r.value, &r.headers, None);
+    }
+    producer.flush(Duration::from_secs(60));
+    (producer.all_delivered(records.len()).into_iter())
+        .map(|(_, offset)| offset)
+        .collect()
+}
+
+/// A topic with `compression.type=gzip` (Kafka's broker-side recompression): the batches of
+/// uncompressed, lz4 and zstd producers are stored as gzip, a gzip producer's as sent, and
+/// every record reads back whole and in order.
+#[test]
+fn a_gzip_topic_stores_every_producers_batches_as_gzip() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("recompress-gzip");
+    broker
+        .create_topic(
+            &topic,
+            1,
+            &[
+                ("compression.type", "gzip"),
+                ("compression.gzip.level", "9"),
+            ],
+        )
+        .unwrap();
+    let records = make_records(42);
+    let chunks: Vec<&[Sent]> = records[..8000].chunks(2000).collect();
+    let mut recompressed_in = Vec::new();
+    for (codec, chunk) in ["none", "lz4", "zstd", "gzip"].into_iter().zip(&chunks) {
+        produce_with(&broker, &topic, codec, chunk);
+        recompressed_in.push(broker.metric("strata_recompressed_input_bytes_total"));
+    }
+    assert!(
+        recompressed_in[0] > 0.0,
+        "the uncompressed batches were rewritten"
+    );
+    assert!(recompressed_in[1] > recompressed_in[0] && recompressed_in[2] > recompressed_in[1]);
+    assert_eq!(
+        recompressed_in[3], recompressed_in[2],
+        "gzip batches are stored as sent"
+    );
+    let stored = stored_codecs(&broker, &topic, 8000);
+    assert!(stored.len() >= 4, "{stored:?}");
+    assert!(
+        stored.iter().all(|(_, codec)| *codec == 1),
+        "not all gzip: {stored:?}"
+    );
+
+    let consumed = broker.consume_n(&topic, &[0], 8000, Duration::from_secs(60));
+    assert_eq!(consumed.len(), 8000);
+    for (n, (c, sent)) in consumed.iter().zip(&records).enumerate() {
+        assert_eq!(c.offset, n as i64);
+        assert_eq!(c.key.as_deref(), Some(&sent.key[..]), "key at {n}");
+        assert_eq!(c.value.as_deref(), Some(&sent.value[..]), "value at {n}");
+        assert_eq!(c.headers.len(), sent.headers.len(), "headers at {n}");
+    }
+}
+
+/// The broker's `compression_type` is every new topic's default; an unknown codec or a level
+/// out of range is refused with INVALID_CONFIG and creates nothing, and a broker configured
+/// with one does not start.
+#[test]
+fn the_broker_default_codec_applies_and_bad_codecs_and_levels_are_refused() {
+    let broker = Broker::start(BrokerOpts::new().env("STRATA_COMPRESSION_TYPE", "zstd"));
+    let topic = unique_topic("recompress-default");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    produce_with(&broker, &topic, "lz4", &make_records(7)[..500]);
+    let stored = stored_codecs(&broker, &topic, 500);
+    assert!(
+        stored.iter().all(|(_, codec)| *codec == 4),
+        "not all zstd: {stored:?}"
+    );
+
+    for bad in [
+        ("compression.type", "brotli"),
+        ("compression.zstd.level", "23"),
+        ("compression.lz4.level", "0"),
+        ("compression.gzip.level", "0"),
+    ] {
+        let name = unique_topic("recompress-bad");
+        let err = broker.create_topic(&name, 1, &[bad]).expect_err("refused");
+        assert!(
+            format!("{err:#}").contains("InvalidConfig"),
+            "{bad:?}: {err:#}"
+        );
+    }
+
+    let out = std::process::Command::new(strata_bin())
+        .args(["serve", "--check-config"])
+        .env("STRATA_COMPRESSION_ZSTD_LEVEL", "99")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a level out of range was accepted");
+    assert!(text.contains("compression_zstd_level"), "{text}");
 }

@@ -175,6 +175,15 @@ pub struct BrokerConfig {
     /// The window over which the lag trend (least-squares slope) is computed.
     pub lag_window_ms: u64,
     pub message_max_bytes: u32,
+    /// Default `compression.type` of topics: `producer` (batches stored as sent) or the
+    /// codec every batch is stored under (uncompressed, gzip, snappy, lz4, zstd).
+    pub compression_type: String,
+    /// Default `compression.gzip.level` (-1: the library's default, or 1..=9).
+    pub compression_gzip_level: i32,
+    /// Default `compression.lz4.level` (1..=17).
+    pub compression_lz4_level: i32,
+    /// Default `compression.zstd.level` (-131072..=22).
+    pub compression_zstd_level: i32,
     pub log_message_timestamp_type: String,
     /// Default `cleanup.policy` of topics.
     pub log_cleanup_policy: String,
@@ -319,6 +328,10 @@ impl Default for BrokerConfig {
             lag_sample_interval_ms: 5_000,
             lag_window_ms: 60_000,
             message_max_bytes: 1_048_588,
+            compression_type: "producer".into(),
+            compression_gzip_level: -1,
+            compression_lz4_level: 9,
+            compression_zstd_level: 3,
             log_message_timestamp_type: "CreateTime".into(),
             log_cleanup_policy: "delete".into(),
             log_cleaner_enable: true,
@@ -489,6 +502,33 @@ impl BrokerConfig {
                 "admin_security_protocol = SSL needs ssl_certificate_location and ssl_key_location"
                     .into(),
             ));
+        }
+        use crate::log::compression::{check_level, Codec};
+        Codec::parse(&self.compression_type).map_err(|why| {
+            ConfigError::Invalid(format!(
+                "compression_type '{}': {why}",
+                self.compression_type
+            ))
+        })?;
+        for (codec, key, level) in [
+            (
+                Codec::Gzip,
+                "compression_gzip_level",
+                self.compression_gzip_level,
+            ),
+            (
+                Codec::Lz4,
+                "compression_lz4_level",
+                self.compression_lz4_level,
+            ),
+            (
+                Codec::Zstd,
+                "compression_zstd_level",
+                self.compression_zstd_level,
+            ),
+        ] {
+            check_level(codec, level.into())
+                .map_err(|why| ConfigError::Invalid(format!("{key} = {level}: {why}")))?;
         }
         if self.quota_window_num < 2 || self.quota_window_size_seconds == 0 {
             return Err(ConfigError::Invalid(

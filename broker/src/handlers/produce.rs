@@ -233,6 +233,7 @@ fn append_partition(
         let (info, committing) = p.produce_append(records, acks, |info| {
             if !info.duplicate {
                 broker.node.metrics.produced(name, info.records, info.bytes);
+                broker.node.metrics.recompressed(info.recompressed);
             }
         })?;
         Ok((p, info, committing))

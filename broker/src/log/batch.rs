@@ -345,6 +345,7 @@ fn build_as(
 
 /// Field offsets used by tests and by the recovery scanner.
 pub mod field {
+    pub const ATTRIBUTES: usize = super::ATTRIBUTES;
     pub const BATCH_LENGTH: usize = super::BATCH_LENGTH;
     pub const BASE_TIMESTAMP: usize = super::BASE_TIMESTAMP;
     pub const MAX_TIMESTAMP: usize = super::MAX_TIMESTAMP;

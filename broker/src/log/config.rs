@@ -37,6 +37,9 @@ pub struct LogConfig {
     pub local_retention_bytes: i64,
     /// `min.insync.replicas`: acks=all writes are refused while the ISR is smaller.
     pub min_insync_replicas: usize,
+    /// `compression.type` and its level: what produced batches are stored as (`None`:
+    /// `producer`, as sent).
+    pub compression: Option<super::compression::Target>,
 }
 
 impl LogConfig {
@@ -62,6 +65,7 @@ impl LogConfig {
             local_retention_ms: -1,
             local_retention_bytes: -1,
             min_insync_replicas: 1,
+            compression: None,
         }
     }
 }

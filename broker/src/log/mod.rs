@@ -32,6 +32,7 @@
 pub mod batch;
 pub mod cleaning;
 pub mod compact;
+pub mod compression;
 pub mod config;
 pub mod control;
 mod error;
@@ -83,6 +84,9 @@ pub struct AppendInfo {
     pub duplicate: bool,
     /// The log start offset after the append (Produce responses carry it).
     pub log_start: i64,
+    /// Bytes of the batches recompressed to the topic's `compression.type`: as sent, as
+    /// stored (0 and 0 when every batch was stored as sent).
+    pub recompressed: (u64, u64),
 }
 
 pub struct Log {
@@ -252,6 +256,7 @@ impl Log {
             bytes: 0,
             duplicate: false,
             log_start: self.log_start_offset,
+            recompressed: (0, 0),
         };
         for (header, bytes) in batches {
             if header.is_control() {

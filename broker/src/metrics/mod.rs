@@ -221,6 +221,9 @@ pub struct Metrics {
     bad_requests: Family<ErrorLabels, Counter>,
     produced_records: Family<TopicLabels, Counter<u64, AtomicU64>>,
     produced_bytes: Family<TopicLabels, Counter>,
+    /// Bytes of recompressed batches as sent and as stored (topic `compression.type`).
+    recompressed_in: Counter,
+    recompressed_out: Counter,
     produce_errors: Family<ErrorLabels, Counter>,
     fetched_bytes: Counter,
     cluster: Arc<ClusterMetrics>,
@@ -255,6 +258,8 @@ impl Metrics {
             bad_requests: Family::default(),
             produced_records: Family::default(),
             produced_bytes: Family::default(),
+            recompressed_in: Counter::default(),
+            recompressed_out: Counter::default(),
             produce_errors: Family::default(),
             fetched_bytes: Counter::default(),
             cluster: Arc::new(ClusterMetrics {
@@ -354,6 +359,16 @@ impl Metrics {
             "produced_bytes",
             "Record batch bytes appended, by topic",
             m.produced_bytes.clone(),
+        );
+        registry.register(
+            "recompressed_input_bytes",
+            "Bytes of produced batches recompressed to their topic's compression.type, as sent",
+            m.recompressed_in.clone(),
+        );
+        registry.register(
+            "recompressed_output_bytes",
+            "Bytes of produced batches recompressed to their topic's compression.type, as stored",
+            m.recompressed_out.clone(),
         );
         registry.register(
             "produce_errors",
@@ -462,6 +477,12 @@ impl Metrics {
         };
         self.produced_records.get_or_create(&labels).inc_by(records);
         self.produced_bytes.get_or_create(&labels).inc_by(bytes);
+    }
+
+    /// Batches rewritten under their topic's codec: bytes as sent, as stored.
+    pub fn recompressed(&self, (sent, stored): (u64, u64)) {
+        self.recompressed_in.inc_by(sent);
+        self.recompressed_out.inc_by(stored);
     }
 
     pub fn produce_error(&self, code: ErrorCode) {

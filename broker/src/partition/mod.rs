@@ -47,6 +47,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::clock::Clock;
+use crate::log::batch::BatchError;
 use crate::log::cleaning::CleanStats;
 use crate::log::config::LogConfig;
 use crate::log::control::Marker;
@@ -223,16 +224,37 @@ impl Partition {
     /// `max.message.bytes` (outside the log lock: the CRC pass touches every byte) and appends
     /// them.
     pub fn append(&self, records: &Bytes) -> Result<AppendInfo, LogError> {
-        let (max_message_bytes, compact) = {
+        let (max_message_bytes, compact, compression) = {
             let log = self.log();
-            (log.config().max_message_bytes, log.config().compact)
+            let c = log.config();
+            (c.max_message_bytes, c.compact, c.compression)
         };
-        let batches = crate::log::batch::split_and_validate(records, max_message_bytes)?;
+        let mut batches = crate::log::batch::split_and_validate(records, max_message_bytes)?;
         if compact {
             crate::log::compact::check_keys(&batches)?;
         }
+        let mut recompressed = (0, 0);
+        if let Some(target) = compression {
+            for (header, bytes) in &mut batches {
+                let Some(rewritten) = crate::log::compression::recompress(bytes, header, target)?
+                else {
+                    continue;
+                };
+                if rewritten.len() > max_message_bytes {
+                    return Err(LogError::Batch(BatchError::TooLarge {
+                        size: rewritten.len(),
+                        max: max_message_bytes,
+                    }));
+                }
+                recompressed.0 += bytes.len() as u64;
+                recompressed.1 += rewritten.len() as u64;
+                *header = crate::log::batch::BatchHeader::parse(&rewritten)?;
+                *bytes = rewritten;
+            }
+        }
         let epoch = self.leader_epoch.load(Ordering::Acquire);
-        let info = self.log().append(&batches, epoch, self.clock.now_ms())?;
+        let mut info = self.log().append(&batches, epoch, self.clock.now_ms())?;
+        info.recompressed = recompressed;
         if info.duplicate {
             self.advance_hw();
         } else {
