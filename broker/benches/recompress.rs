@@ -2,10 +2,10 @@
 //! produced batch under the topic's codec, per uncompressed byte:
 //! `cargo bench -p strata-broker --bench recompress`.
 //!
-//! One batch holds 4,000 records of ~250 bytes shaped like application events (JSON-ish text
-//! with repeating field names and varying values): ~1 MiB uncompressed, librdkafka's default
-//! `batch.size`. Criterion's throughput is in uncompressed bytes, so seconds of CPU per GB is
-//! 1 / (GB/s).
+//! One batch holds 4,000 records of ~150 bytes shaped like application events (JSON-ish text
+//! with repeating field names and varying values): ~616 KB uncompressed. Criterion's
+//! throughput is in uncompressed bytes, so seconds of CPU per GB is 1 / (GB/s). Results:
+//! docs/benchmarks.md.
 
 use bytes::{Bytes, BytesMut};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
