@@ -396,3 +396,143 @@ fn list_configs_take_append_and_subtract() {
         Some("compact")
     );
 }
+
+/// One DescribeTopicPartitions page: (topic, partition, leader) of each partition, the error
+/// of each topic that has one, and the next cursor.
+type Page = (
+    Vec<(String, i32, i32)>,
+    Vec<(String, i16)>,
+    Option<(String, i32)>,
+);
+
+fn describe_page(
+    conn: &mut KafkaConn,
+    topics: &[&str],
+    limit: i32,
+    cursor: Option<(&str, i32)>,
+) -> Page {
+    use kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicRequest};
+    use kafka_protocol::messages::{DescribeTopicPartitionsRequest, TopicName};
+    let name = |n: &str| TopicName(StrBytes::from_string(n.to_string()));
+    let req = DescribeTopicPartitionsRequest::default()
+        .with_topics(
+            topics
+                .iter()
+                .map(|t| TopicRequest::default().with_name(name(t)))
+                .collect(),
+        )
+        .with_response_partition_limit(limit)
+        .with_cursor(cursor.map(|(t, p)| {
+            Cursor::default()
+                .with_topic_name(name(t))
+                .with_partition_index(p)
+        }));
+    let resp = conn.request(0, &req).unwrap();
+    let mut partitions = Vec::new();
+    let mut errors = Vec::new();
+    for t in resp.topics {
+        let topic = t.name.map(|n| n.0.to_string()).unwrap_or_default();
+        if t.error_code != 0 {
+            errors.push((topic, t.error_code));
+            continue;
+        }
+        for p in t.partitions {
+            partitions.push((topic.clone(), p.partition_index, p.leader_id.0));
+        }
+    }
+    let next = resp
+        .next_cursor
+        .map(|c| (c.topic_name.0.to_string(), c.partition_index));
+    (partitions, errors, next)
+}
+
+/// KIP-966: pages of at most the limit, topics in name order, a cursor that continues exactly
+/// where the last page stopped; bad cursors answered as Kafka answers them.
+#[test]
+fn describe_topic_partitions_pages_with_a_cursor() {
+    let broker = Broker::start_default();
+    let prefix = unique_topic("dtp");
+    let (a, b, c) = (
+        format!("{prefix}-a"),
+        format!("{prefix}-b"),
+        format!("{prefix}-c"),
+    );
+    for (t, n) in [(&a, 5), (&b, 3), (&c, 1)] {
+        broker.create_topic(t, n, &[]).unwrap();
+    }
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let named = [c.as_str(), a.as_str(), b.as_str()];
+
+    let mut seen = Vec::new();
+    let mut cursor: Option<(String, i32)> = None;
+    let mut pages = 0;
+    loop {
+        let (parts, errors, next) = describe_page(
+            &mut conn,
+            &named,
+            4,
+            cursor.as_ref().map(|(t, p)| (t.as_str(), *p)),
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(parts.len() <= 4, "page of {} partitions", parts.len());
+        assert!(parts.iter().all(|(_, _, leader)| *leader == 1));
+        seen.extend(parts.into_iter().map(|(t, p, _)| (t, p)));
+        pages += 1;
+        match next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    let want: Vec<(String, i32)> = [(&a, 5), (&b, 3), (&c, 1)]
+        .into_iter()
+        .flat_map(|(t, n)| (0..n).map(move |p| (t.clone(), p)))
+        .collect();
+    assert_eq!(seen, want, "every partition once, in topic-name order");
+    assert_eq!(pages, 3);
+    // Exactly at the end of a topic, the cursor names the next topic's first partition.
+    let (_, _, next) = describe_page(&mut conn, &named, 5, None);
+    assert_eq!(next, Some((b.clone(), 0)));
+
+    // Every topic (none named): ours among them, each partition once.
+    let mut all = Vec::new();
+    let mut cursor: Option<(String, i32)> = None;
+    loop {
+        let (parts, _, next) = describe_page(
+            &mut conn,
+            &[],
+            2,
+            cursor.as_ref().map(|(t, p)| (t.as_str(), *p)),
+        );
+        all.extend(parts.into_iter().map(|(t, p, _)| (t, p)));
+        match next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    let ours: Vec<_> = all
+        .into_iter()
+        .filter(|(t, _)| t.starts_with(&prefix))
+        .collect();
+    assert_eq!(ours, want);
+
+    // An unknown named topic; a cursor outside the named topics or at a negative partition.
+    let (_, errors, _) = describe_page(&mut conn, &[&a, "dtp-no-such-topic"], 100, None);
+    assert_eq!(errors, [("dtp-no-such-topic".to_string(), 3)]);
+    let (parts, errors, _) = describe_page(&mut conn, &[&a], 100, Some((&c, 0)));
+    assert_eq!((parts.len(), errors), (0, vec![(a.clone(), 42)]));
+    let (_, errors, _) = describe_page(&mut conn, &[&a], 100, Some((&a, -1)));
+    assert_eq!(errors, [(a.clone(), 42)]);
+
+    // A cursor naming a topic deleted since: every-topic listing goes on after its name.
+    let deleted = block_on(
+        broker
+            .admin()
+            .delete_topics(&[b.as_str()], &AdminOptions::new()),
+    );
+    deleted.unwrap()[0].as_ref().expect("topic deleted");
+    let (parts, _, _) = describe_page(&mut conn, &[], 2000, Some((&b, 1)));
+    assert!(
+        parts.iter().all(|(t, _, _)| *t > b) && parts.iter().any(|(t, _, _)| *t == c),
+        "{parts:?}"
+    );
+}

@@ -12,33 +12,53 @@ use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::security::Access;
 
-fn topic_response(t: &TopicInfo, state: &ClusterState, listener: &str) -> MetadataResponseTopic {
-    let fenced = |r: &u64| state.brokers.get(r).is_none_or(|b| b.fenced);
+/// One partition as Metadata and DescribeTopicPartitions describe it to a client of
+/// `listener`: its error (no leader, or a leader without that listener), leader, epoch,
+/// replicas, ISR and the replicas on fenced brokers.
+pub(super) struct PartitionView {
+    pub error: ErrorCode,
+    pub leader: BrokerId,
+    pub leader_epoch: i32,
+    pub replicas: Vec<BrokerId>,
+    pub isr: Vec<BrokerId>,
+    pub offline: Vec<BrokerId>,
+}
+
+pub(super) fn partition_views<'a>(
+    t: &'a TopicInfo,
+    state: &'a ClusterState,
+    listener: &'a str,
+) -> impl Iterator<Item = PartitionView> + 'a {
+    let fenced = |r: &&u64| state.brokers.get(*r).is_none_or(|b| b.fenced);
     let reachable =
-        |l: u64| (state.brokers.get(&l)).is_some_and(|b| b.endpoint(listener).is_some());
-    let partitions = t
-        .partitions
-        .iter()
+        move |l: u64| (state.brokers.get(&l)).is_some_and(|b| b.endpoint(listener).is_some());
+    let ids = |v: &mut dyn Iterator<Item = &u64>| v.map(|r| BrokerId(*r as i32)).collect();
+    t.partitions.iter().map(move |p| PartitionView {
+        error: match p.leader {
+            Some(l) if reachable(l) => ErrorCode::None,
+            Some(_) => ErrorCode::ListenerNotFound,
+            None => ErrorCode::LeaderNotAvailable,
+        },
+        leader: BrokerId(p.leader.map(|l| l as i32).unwrap_or(-1)),
+        leader_epoch: p.leader_epoch,
+        replicas: ids(&mut p.replicas.iter()),
+        isr: ids(&mut p.isr.iter()),
+        offline: ids(&mut p.replicas.iter().filter(fenced)),
+    })
+}
+
+fn topic_response(t: &TopicInfo, state: &ClusterState, listener: &str) -> MetadataResponseTopic {
+    let partitions = partition_views(t, state, listener)
         .enumerate()
         .map(|(i, p)| {
             MetadataResponsePartition::default()
                 .with_partition_index(i as i32)
-                .with_error_code(match p.leader {
-                    Some(l) if reachable(l) => ErrorCode::None.code(),
-                    Some(_) => ErrorCode::ListenerNotFound.code(),
-                    None => ErrorCode::LeaderNotAvailable.code(),
-                })
-                .with_leader_id(BrokerId(p.leader.map(|l| l as i32).unwrap_or(-1)))
+                .with_error_code(p.error.code())
+                .with_leader_id(p.leader)
                 .with_leader_epoch(p.leader_epoch)
-                .with_replica_nodes(p.replicas.iter().map(|r| BrokerId(*r as i32)).collect())
-                .with_isr_nodes(p.isr.iter().map(|r| BrokerId(*r as i32)).collect())
-                .with_offline_replicas(
-                    p.replicas
-                        .iter()
-                        .filter(|r| fenced(r))
-                        .map(|r| BrokerId(*r as i32))
-                        .collect(),
-                )
+                .with_replica_nodes(p.replicas)
+                .with_isr_nodes(p.isr)
+                .with_offline_replicas(p.offline)
         })
         .collect();
     MetadataResponseTopic::default()

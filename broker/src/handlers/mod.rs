@@ -23,6 +23,7 @@ mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
 mod describe_producers;
+mod describe_topic_partitions;
 mod describe_transactions;
 mod describe_user_scram_credentials;
 mod elect_leaders;
@@ -120,6 +121,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(broker, r, v, &listener, &access).await)
         }
+        RequestKind::DescribeTopicPartitions(r) => ResponseKind::DescribeTopicPartitions(
+            describe_topic_partitions::handle(broker, r, &listener, &access),
+        ),
         RequestKind::Produce(r) => {
             return match produce::append(broker, r, v, listener, &access).await {
                 None => Handled::Now(None),

@@ -168,7 +168,8 @@ impl Response {
                 DescribeProducers,
                 UnregisterBroker,
                 DescribeTransactions,
-                ListTransactions
+                ListTransactions,
+                DescribeTopicPartitions
             ),
         }
     }
@@ -279,6 +280,9 @@ mod tests {
             ApiKey::DescribeConfigs => RequestKind::DescribeConfigs(Default::default()),
             ApiKey::CreatePartitions => RequestKind::CreatePartitions(Default::default()),
             ApiKey::AlterConfigs => RequestKind::AlterConfigs(Default::default()),
+            ApiKey::DescribeTopicPartitions => {
+                RequestKind::DescribeTopicPartitions(Default::default())
+            }
             ApiKey::IncrementalAlterConfigs => {
                 RequestKind::IncrementalAlterConfigs(Default::default())
             }

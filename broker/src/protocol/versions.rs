@@ -29,6 +29,12 @@ pub const SUPPORTED: &[Api] = &[
     api(ApiKey::Fetch, "Fetch", 4, 16),
     api(ApiKey::ListOffsets, "ListOffsets", 1, 8),
     api(ApiKey::Metadata, "Metadata", 0, 12),
+    api(
+        ApiKey::DescribeTopicPartitions,
+        "DescribeTopicPartitions",
+        0,
+        0,
+    ),
     api(ApiKey::ApiVersions, "ApiVersions", 0, 4),
     api(ApiKey::CreateTopics, "CreateTopics", 2, 7),
     api(ApiKey::DeleteTopics, "DeleteTopics", 1, 6),
