@@ -53,6 +53,7 @@ mod fs_util;
 mod leadership;
 mod log_store;
 mod network;
+pub use network::Contact;
 mod quorum;
 pub mod quota;
 mod reassignment;
@@ -68,7 +69,7 @@ pub use command::{
 };
 pub use controller::{Heartbeat, HeartbeatReply};
 pub use error::MetadataError;
-pub use quorum::{LeaderBalance, Metadata, MetadataOptions, QuorumStatus};
+pub use quorum::{LeaderBalance, Metadata, MetadataOptions, QuorumStatus, ReplicaView};
 pub use rpc::RaftTls;
 pub use state::{
     BrokerInfo, ClusterState, PartitionInfo, SecurityState, TopicInfo, FIRST_PRODUCER_ID,

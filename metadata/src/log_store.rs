@@ -98,6 +98,13 @@ pub struct RecoveryReport {
 }
 
 impl LogStore {
+    /// A reader of this log's positions and entries.
+    pub fn reader(&self) -> LogReader {
+        LogReader {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// Opens (creating if missing) the log in `dir`, repairing a torn tail. Blocking.
     pub fn open(dir: &Path) -> Result<(LogStore, RecoveryReport), MetadataError> {
         fs_util::create_dir(dir)?;
@@ -491,6 +498,19 @@ where
     tokio::task::spawn_blocking(move || op(&shared))
         .await
         .map_err(|e| MetadataError::io("running a log store task", io::Error::other(e)))?
+}
+
+impl LogReader {
+    /// The index of the last entry (or of the last purged one, in an empty log).
+    pub fn last_index(&self) -> Option<u64> {
+        let mem = read(&self.shared.mem);
+        (mem.entries.last_key_value().map(|(i, _)| *i)).or(mem.purged.map(|l| l.index))
+    }
+
+    /// The last index known committed (raft's high watermark).
+    pub fn committed_index(&self) -> Option<u64> {
+        read(&self.shared.mem).committed.map(|l| l.index)
+    }
 }
 
 impl RaftLogReader<TypeConfig> for LogReader {

@@ -5,8 +5,9 @@
 //!   `Unreachable` (raft backs off and retries), any other failure as a network error, and
 //!   only what the peer answered is returned as its answer.
 
+use std::collections::BTreeMap;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -18,26 +19,71 @@ use openraft::raft::{
 };
 
 use crate::command::NodeId;
+use crate::log_store::LogReader;
 use crate::rpc::{Peer, Peers, Request, Response};
 use crate::types::{Node, TypeConfig};
 
+/// When the leader last heard from each node, as DescribeQuorum reports it (KIP-595's
+/// `lastFetchTimestamp` and `lastCaughtUpTimestamp`, in ms since the epoch): openraft's metrics
+/// carry each node's replicated index but not when it answered.
+#[derive(Debug, Default)]
+pub struct Contacts(Mutex<BTreeMap<NodeId, Contact>>);
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Contact {
+    /// The last AppendEntries (heartbeats included) the node accepted.
+    pub last_fetch_ms: i64,
+    /// The last time an accepted AppendEntries brought the node to the leader's log end as it
+    /// was when sent.
+    pub last_caught_up_ms: i64,
+}
+
+impl Contacts {
+    pub fn get(&self, node: NodeId) -> Option<Contact> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&node)
+            .copied()
+    }
+
+    fn accepted(&self, node: NodeId, caught_up: bool) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let c = all.entry(node).or_default();
+        c.last_fetch_ms = now;
+        if caught_up {
+            c.last_caught_up_ms = now;
+        }
+    }
+}
+
 /// Creates a [`TcpConnection`] per raft replication stream or vote.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct TcpNetwork {
     peers: Arc<Peers>,
+    contacts: Arc<Contacts>,
+    log: LogReader,
 }
 
 impl TcpNetwork {
-    pub(crate) fn new(peers: Arc<Peers>) -> TcpNetwork {
-        TcpNetwork { peers }
+    pub(crate) fn new(peers: Arc<Peers>, contacts: Arc<Contacts>, log: LogReader) -> TcpNetwork {
+        TcpNetwork {
+            peers,
+            contacts,
+            log,
+        }
     }
 }
 
 /// Raft's view of one peer.
-#[derive(Debug)]
 pub(crate) struct TcpConnection {
     target: NodeId,
     peer: Arc<Peer>,
+    contacts: Arc<Contacts>,
+    log: LogReader,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
@@ -47,6 +93,8 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
         TcpConnection {
             target,
             peer: self.peers.get(&node.addr),
+            contacts: self.contacts.clone(),
+            log: self.log.clone(),
         }
     }
 }
@@ -98,8 +146,16 @@ impl RaftNetwork<TypeConfig> for TcpConnection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RPCResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        // What the node holds once it accepts this, against the log end when it was sent.
+        let end = (rpc.entries.last().map(|e| e.log_id.index)).or(rpc.prev_log_id.map(|l| l.index));
+        let leader_end = self.log.last_index();
         match self.send(Request::AppendEntries(rpc), &option).await? {
-            Response::AppendEntries(answer) => self.remote(answer),
+            Response::AppendEntries(answer) => {
+                if let Ok(AppendEntriesResponse::Success) = &answer {
+                    self.contacts.accepted(self.target, end >= leader_end);
+                }
+                self.remote(answer)
+            }
             other => self.unexpected(&other),
         }
     }

@@ -157,6 +157,8 @@ pub(crate) enum Request {
         add: Vec<NodeId>,
         remove: Vec<NodeId>,
     },
+    /// The quorum as the leader sees it (DescribeQuorum asked of a node that does not lead).
+    Status,
 }
 
 /// The answer to a [`Request`], variant for variant.
@@ -174,6 +176,7 @@ pub(crate) enum Response {
     Heartbeat(Result<HeartbeatReply, Refusal>),
     ReadIndex(Result<u64, Refusal>),
     VotersChanged(Result<(), Refusal>),
+    Status(Result<crate::QuorumStatus, Refusal>),
 }
 
 /// Why a node did not do what a leader-only request asked.

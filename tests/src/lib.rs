@@ -29,7 +29,7 @@ pub use cluster::Cluster;
 pub use http::{http_get, parse_prometheus, HttpResponse, Sample};
 pub use netsplit::NetSplit;
 pub use proxy::FaultProxy;
-pub use raw::{encode_batch, Idempotence, KafkaConn, RawRecord};
+pub use raw::{encode_batch, Idempotence, KafkaConn, QuorumAnswer, RawRecord};
 pub use util::{
     now_ms, poll_until, repo_root, unique_topic, wait_for, wait_for_some, wait_until, Rng, Steady,
 };

@@ -505,3 +505,71 @@ pub fn decode_records(mut records: Bytes) -> Result<Vec<FetchedRecord>> {
     }
     Ok(out)
 }
+
+/// One node of a DescribeQuorum answer: (id, log end offset, last fetch, last caught up).
+pub type QuorumReplica = (i32, i64, i64, i64);
+
+/// A DescribeQuorum (v2) answer for `__cluster_metadata`-0, in a form tests compare.
+#[derive(Debug)]
+pub struct QuorumAnswer {
+    pub error_code: i16,
+    pub leader: i32,
+    pub epoch: i32,
+    pub high_watermark: i64,
+    pub voters: Vec<QuorumReplica>,
+    pub observers: Vec<QuorumReplica>,
+    /// (node id, host, port) of each voter's controller listener.
+    pub nodes: Vec<(i32, String, u16)>,
+}
+
+impl KafkaConn {
+    /// DescribeQuorum v2 for `topic`-`partition` (Kafka's quorum is `__cluster_metadata`-0).
+    pub fn describe_quorum(&mut self, topic: &str, partition: i32) -> Result<QuorumAnswer> {
+        use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+        use kafka_protocol::messages::DescribeQuorumRequest;
+        let req = DescribeQuorumRequest::default().with_topics(vec![TopicData::default()
+            .with_topic_name(topic_name(topic))
+            .with_partitions(vec![
+                PartitionData::default().with_partition_index(partition)
+            ])]);
+        let resp = self.request(2, &req)?;
+        ensure!(
+            resp.error_code == 0,
+            "DescribeQuorum error {}",
+            resp.error_code
+        );
+        let p = resp
+            .topics
+            .into_iter()
+            .next()
+            .and_then(|t| t.partitions.into_iter().next())
+            .context("no partition in DescribeQuorum response")?;
+        let replicas =
+            |v: Vec<kafka_protocol::messages::describe_quorum_response::ReplicaState>| {
+                v.into_iter()
+                    .map(|r| {
+                        (
+                            r.replica_id.0,
+                            r.log_end_offset,
+                            r.last_fetch_timestamp,
+                            r.last_caught_up_timestamp,
+                        )
+                    })
+                    .collect()
+            };
+        Ok(QuorumAnswer {
+            error_code: p.error_code,
+            leader: p.leader_id.0,
+            epoch: p.leader_epoch,
+            high_watermark: p.high_watermark,
+            voters: replicas(p.current_voters),
+            observers: replicas(p.observers),
+            nodes: (resp.nodes.into_iter())
+                .flat_map(|n| {
+                    (n.listeners.into_iter())
+                        .map(move |l| (n.node_id.0, l.host.to_string(), l.port))
+                })
+                .collect(),
+        })
+    }
+}

@@ -255,6 +255,49 @@ fn five_nodes_with_two_learners_promoted_to_voters_survive_losing_two() {
     assert!(!out.status.success(), "node 9 is not a learner");
 }
 
+/// DescribeQuorum asked of any node (a follower, a learner) answers with the leader's view:
+/// three voters, the learner as an observer, each one's log end and when it last fetched and
+/// caught up; `strata cluster status` shows the same.
+#[test]
+fn describe_quorum_from_any_node_is_the_leaders_view_of_voters_and_observers() {
+    let mut cluster = Cluster::start(4, 3, FAST);
+    let controller = cluster.wait_controller() as i32;
+    for asked in 1..=4u64 {
+        let addr = cluster.node(asked).kafka_addr.clone();
+        let mut conn = KafkaConn::connect(&addr).unwrap();
+        let q = wait_for_some(
+            "every node caught up in the leader's view",
+            CLUSTER_TIMEOUT,
+            || {
+                let q = conn.describe_quorum("__cluster_metadata", 0).ok()?;
+                let all = q.voters.iter().chain(&q.observers);
+                all.clone()
+                    .all(|(_, end, fetch, caught)| *end > 0 && *fetch > 0 && *caught > 0)
+                    .then_some(q)
+            },
+        );
+        assert_eq!(
+            (q.error_code, q.leader),
+            (0, controller),
+            "asked node {asked}: {q:?}"
+        );
+        let ids =
+            |v: &[strata_tests::raw::QuorumReplica]| v.iter().map(|r| r.0).collect::<Vec<_>>();
+        assert_eq!(ids(&q.voters), [1, 2, 3], "asked node {asked}");
+        assert_eq!(ids(&q.observers), [4], "asked node {asked}");
+        assert!(q.high_watermark > 0, "{q:?}");
+        assert_eq!(q.nodes.len(), 3, "each voter's controller listener: {q:?}");
+    }
+    let admin = cluster.node(4).admin_addr.clone();
+    let (_, text) = cluster_status(&admin);
+    for line in [
+        "quorum_replica id=1 kind=voter",
+        "quorum_replica id=4 kind=observer",
+    ] {
+        assert!(text.contains(line), "{line} in:\n{text}");
+    }
+}
+
 #[test]
 fn a_learner_binding_every_interface_is_known_by_its_advertised_name_across_restarts() {
     let mut cluster = Cluster::start(3, 3, FAST);

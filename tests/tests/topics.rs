@@ -536,3 +536,33 @@ fn describe_topic_partitions_pages_with_a_cursor() {
         "{parts:?}"
     );
 }
+
+/// DescribeQuorum on a node alone: it leads, is the only voter, holds the whole log, and its
+/// controller listener is its raft port; any other partition is unknown.
+#[test]
+fn describe_quorum_on_a_single_voter() {
+    let broker = Broker::start_default();
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let q = conn.describe_quorum("__cluster_metadata", 0).unwrap();
+    assert_eq!((q.error_code, q.leader), (0, 1), "{q:?}");
+    assert!(q.epoch >= 1, "{q:?}");
+    assert_eq!(q.voters.len(), 1, "{q:?}");
+    let (id, log_end, fetch, caught_up) = q.voters[0];
+    assert_eq!(id, 1);
+    assert!(q.high_watermark > 0 && q.high_watermark <= log_end, "{q:?}");
+    assert!(fetch > 0 && caught_up > 0, "{q:?}");
+    assert!(q.observers.is_empty());
+    let raft_port: u16 = broker
+        .raft_addr
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    assert_eq!(q.nodes, [(1, "127.0.0.1".to_string(), raft_port)]);
+
+    let other = conn.describe_quorum("__cluster_metadata", 1).unwrap();
+    assert_eq!(other.error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    let other = conn.describe_quorum("not-the-quorum", 0).unwrap();
+    assert_eq!(other.error_code, 3);
+}

@@ -121,7 +121,9 @@ fn partitions_json(topic: Option<&str>, broker: &Broker) -> String {
 /// The cluster as this node sees it: the controller, the quorum, every broker, every
 /// partition that is not healthy (offline, or an ISR smaller than its replication factor) and
 /// every partition being reassigned.
-fn cluster_json(broker: &Broker) -> String {
+/// The cluster as this node sees it, with the quorum's replicas as the leader sees them
+/// (`None` when no leader answered).
+fn cluster_json(broker: &Broker, leader_view: Option<strata_metadata::QuorumStatus>) -> String {
     let quorum = broker.node.metadata.status();
     let state = broker.node.metadata.state();
     let mut total = 0usize;
@@ -177,6 +179,8 @@ fn cluster_json(broker: &Broker) -> String {
         "node_id": broker.node.config.node_id,
         "controller": quorum.leader,
         "quorum": quorum,
+        "quorum_high_watermark": leader_view.as_ref().map(|l| l.high_watermark()),
+        "quorum_replicas": leader_view.map(|l| l.replicas(crate::clock::now_ms())),
         "brokers": brokers,
         "partitions": total,
         "unhealthy": unhealthy,
@@ -280,7 +284,14 @@ async fn respond(
     ready: &AtomicBool,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match Route::parse(req.method(), req.uri()) {
-        Route::Cluster => (StatusCode::OK, "application/json", cluster_json(broker)),
+        Route::Cluster => {
+            let leader_view = broker.node.metadata.leader_status().await.ok();
+            (
+                StatusCode::OK,
+                "application/json",
+                cluster_json(broker, leader_view),
+            )
+        }
         Route::ChangeVoters { add, remove } => {
             let (status, body) = change_voters(add, remove, broker).await;
             (status, "text/plain", body)

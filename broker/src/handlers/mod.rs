@@ -23,6 +23,7 @@ mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
 mod describe_producers;
+mod describe_quorum;
 mod describe_topic_partitions;
 mod describe_transactions;
 mod describe_user_scram_credentials;
@@ -120,6 +121,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         }
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(broker, r, v, &listener, &access).await)
+        }
+        RequestKind::DescribeQuorum(r) => {
+            ResponseKind::DescribeQuorum(describe_quorum::handle(broker, r, v, &access).await)
         }
         RequestKind::DescribeTopicPartitions(r) => ResponseKind::DescribeTopicPartitions(
             describe_topic_partitions::handle(broker, r, &listener, &access),

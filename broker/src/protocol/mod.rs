@@ -280,6 +280,7 @@ mod tests {
             ApiKey::DescribeConfigs => RequestKind::DescribeConfigs(Default::default()),
             ApiKey::CreatePartitions => RequestKind::CreatePartitions(Default::default()),
             ApiKey::AlterConfigs => RequestKind::AlterConfigs(Default::default()),
+            ApiKey::DescribeQuorum => RequestKind::DescribeQuorum(Default::default()),
             ApiKey::DescribeTopicPartitions => {
                 RequestKind::DescribeTopicPartitions(Default::default())
             }

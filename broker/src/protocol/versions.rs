@@ -50,6 +50,7 @@ pub const SUPPORTED: &[Api] = &[
         1,
     ),
     api(ApiKey::DescribeCluster, "DescribeCluster", 0, 1),
+    api(ApiKey::DescribeQuorum, "DescribeQuorum", 0, 2),
     api(ApiKey::FindCoordinator, "FindCoordinator", 0, 4),
     api(ApiKey::JoinGroup, "JoinGroup", 0, 7),
     api(ApiKey::SyncGroup, "SyncGroup", 0, 5),

@@ -106,6 +106,11 @@ struct Status {
     node_id: u64,
     controller: Option<u64>,
     quorum: Quorum,
+    /// The quorum's replicas as its leader sees them (absent when no leader answered).
+    #[serde(default)]
+    quorum_replicas: Option<Vec<QuorumReplica>>,
+    #[serde(default)]
+    quorum_high_watermark: Option<i64>,
     brokers: Vec<BrokerView>,
     partitions: usize,
     unhealthy: Vec<Unhealthy>,
@@ -130,6 +135,15 @@ struct Quorum {
     last_applied_index: Option<u64>,
     voters: std::collections::BTreeMap<u64, String>,
     learners: std::collections::BTreeMap<u64, String>,
+}
+
+#[derive(Deserialize)]
+struct QuorumReplica {
+    id: u64,
+    voter: bool,
+    log_end: i64,
+    last_fetch_ms: i64,
+    last_caught_up_ms: i64,
 }
 
 #[derive(Deserialize)]
@@ -285,6 +299,36 @@ fn status(admin_addr: &str) -> anyhow::Result<bool> {
         s.quorum.role,
         s.quorum.last_applied_index.map_or("-".to_string(), |i| i.to_string()),
     ))?;
+    // As `kafka-metadata-quorum describe --replication`: each node's log end, lag behind the
+    // leader's, and how long ago it last fetched and was caught up.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let ago = |t: i64| {
+        if t < 0 {
+            "-".to_string()
+        } else {
+            format!("{}ms", (now - t).max(0))
+        }
+    };
+    let leader_end = (s.quorum_replicas.iter().flatten())
+        .find(|r| Some(r.id) == s.controller)
+        .map(|r| r.log_end);
+    for r in s.quorum_replicas.iter().flatten() {
+        emit(format_args!(
+            "quorum_replica id={} kind={} log_end={} lag={} last_fetch={} last_caught_up={} high_watermark={}",
+            r.id,
+            if r.voter { "voter" } else { "observer" },
+            r.log_end,
+            match leader_end {
+                Some(end) if r.log_end >= 0 => (end - r.log_end).max(0).to_string(),
+                _ => "-".to_string(),
+            },
+            ago(r.last_fetch_ms),
+            ago(r.last_caught_up_ms),
+            s.quorum_high_watermark.unwrap_or(-1),
+        ))?;
+    }
     for b in &s.brokers {
         emit(format_args!(
             "broker id={} addr={}:{} rack={} epoch={} state={}",

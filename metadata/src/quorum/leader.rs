@@ -171,6 +171,7 @@ impl Inner {
             Request::ChangeVoters { add, remove } => {
                 Response::VotersChanged(self.local_change_voters(add, remove).await)
             }
+            Request::Status => Response::Status(self.local_status()),
         }
     }
 }

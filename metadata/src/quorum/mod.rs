@@ -52,7 +52,7 @@ use tokio::time::Instant;
 use crate::command::NodeId;
 use crate::controller::Liveness;
 use crate::error::MetadataError;
-use crate::rpc::{Peers, QuorumId, Refusal};
+use crate::rpc::{Peers, QuorumId, Refusal, Request, Response};
 use crate::state::ClusterState;
 use crate::types::{Node, Raft};
 
@@ -124,6 +124,10 @@ struct Inner {
     raft: Raft,
     state: watch::Receiver<Arc<ClusterState>>,
     metrics: watch::Receiver<RaftMetrics<NodeId, Node>>,
+    /// When the other nodes last accepted this node's AppendEntries (meaningful on the leader).
+    contacts: Arc<crate::network::Contacts>,
+    /// This node's raft log: its committed index (the quorum's high watermark).
+    log: crate::log_store::LogReader,
     peers: Arc<Peers>,
     quorum_id: Arc<QuorumId>,
     dir: PathBuf,
@@ -138,11 +142,11 @@ struct Inner {
 }
 
 /// The quorum as this node sees it, for status pages and metrics.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct QuorumStatus {
     pub node_id: NodeId,
     /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
-    pub role: &'static str,
+    pub role: String,
     pub leader: Option<NodeId>,
     pub term: u64,
     pub last_log_index: Option<u64>,
@@ -151,6 +155,62 @@ pub struct QuorumStatus {
     pub learners: BTreeMap<NodeId, String>,
     /// On the leader: the last log index each node is known to hold.
     pub replication: Option<BTreeMap<NodeId, Option<u64>>>,
+    /// The last index this node knows committed (the quorum's high watermark).
+    pub committed_index: Option<u64>,
+    /// On the leader: when each other node last accepted an AppendEntries, and last caught up
+    /// with the leader's log end (ms since the epoch).
+    pub contacts: BTreeMap<NodeId, crate::network::Contact>,
+}
+
+/// One node of the quorum as its leader sees it (KIP-595's replica state): log end offsets are
+/// raft indexes + 1 (exclusive, as Kafka's), -1 where unknown; times in ms since the epoch.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ReplicaView {
+    pub id: NodeId,
+    /// A voter, else an observer (a learner).
+    pub voter: bool,
+    pub log_end: i64,
+    pub last_fetch_ms: i64,
+    pub last_caught_up_ms: i64,
+}
+
+impl QuorumStatus {
+    /// The raft log's high watermark as a Kafka offset: the committed index + 1.
+    pub fn high_watermark(&self) -> i64 {
+        self.committed_index.map_or(-1, |i| i as i64 + 1)
+    }
+
+    /// Every voter then every learner as this status (a leader's) sees it at `now_ms`; the
+    /// leader's own times are now, as Kafka reports them.
+    pub fn replicas(&self, now_ms: i64) -> Vec<ReplicaView> {
+        let view = |id: NodeId, voter: bool| {
+            if Some(id) == self.leader {
+                let log_end = self.last_log_index.map_or(0, |i| i as i64 + 1);
+                return ReplicaView {
+                    id,
+                    voter,
+                    log_end,
+                    last_fetch_ms: now_ms,
+                    last_caught_up_ms: now_ms,
+                };
+            }
+            let log_end = (self.replication.as_ref())
+                .and_then(|r| r.get(&id).copied().flatten())
+                .map_or(-1, |i| i as i64 + 1);
+            let contact = self.contacts.get(&id);
+            let time = |t: Option<i64>| t.filter(|t| *t > 0).unwrap_or(-1);
+            ReplicaView {
+                id,
+                voter,
+                log_end,
+                last_fetch_ms: time(contact.map(|c| c.last_fetch_ms)),
+                last_caught_up_ms: time(contact.map(|c| c.last_caught_up_ms)),
+            }
+        };
+        (self.voters.keys().map(|id| view(*id, true)))
+            .chain(self.learners.keys().map(|id| view(*id, false)))
+            .collect()
+    }
 }
 
 /// The raft configuration of the metadata quorum.
@@ -231,38 +291,23 @@ impl Metadata {
 
     /// Role, leader, term, log position and membership as this node sees them.
     pub fn status(&self) -> QuorumStatus {
-        let m = self.inner.metrics.borrow();
-        let membership = m.membership_config.membership();
-        let voter_ids: BTreeSet<NodeId> = membership.voter_ids().collect();
-        let (mut voters, mut learners) = (BTreeMap::new(), BTreeMap::new());
-        for (id, node) in membership.nodes() {
-            if voter_ids.contains(id) {
-                voters.insert(*id, node.addr.clone());
-            } else {
-                learners.insert(*id, node.addr.clone());
-            }
-        }
-        QuorumStatus {
-            node_id: self.inner.node_id,
-            role: match m.state {
-                ServerState::Leader => "leader",
-                ServerState::Follower => "follower",
-                ServerState::Candidate => "candidate",
-                ServerState::Learner => "learner",
-                ServerState::Shutdown => "shutdown",
+        self.inner.status()
+    }
+
+    /// The quorum as its leader sees it (with every node's log end and last contact), asked
+    /// of the leader when this node does not lead.
+    pub async fn leader_status(&self) -> Result<QuorumStatus, MetadataError> {
+        let inner = &self.inner;
+        self.on_leader(
+            Request::Status,
+            false,
+            || async { inner.local_status() },
+            |r| match r {
+                Response::Status(a) => Some(a),
+                _ => None,
             },
-            leader: m.current_leader,
-            term: m.current_term,
-            last_log_index: m.last_log_index,
-            last_applied_index: m.last_applied.map(|l| l.index),
-            voters,
-            learners,
-            replication: m.replication.as_ref().map(|r| {
-                r.iter()
-                    .map(|(id, log)| (*id, log.map(|l| l.index)))
-                    .collect()
-            }),
-        }
+        )
+        .await
     }
 
     /// Builds a snapshot of everything applied so far and waits until it is on disk.
@@ -321,5 +366,60 @@ impl Metadata {
             .shutdown()
             .await
             .map_err(|e| MetadataError::Raft(format!("raft task failed during shutdown: {e}")))
+    }
+}
+
+impl Inner {
+    fn status(&self) -> QuorumStatus {
+        let m = self.metrics.borrow();
+        let membership = m.membership_config.membership();
+        let voter_ids: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let (mut voters, mut learners) = (BTreeMap::new(), BTreeMap::new());
+        for (id, node) in membership.nodes() {
+            if voter_ids.contains(id) {
+                voters.insert(*id, node.addr.clone());
+            } else {
+                learners.insert(*id, node.addr.clone());
+            }
+        }
+        QuorumStatus {
+            node_id: self.node_id,
+            role: match m.state {
+                ServerState::Leader => "leader",
+                ServerState::Follower => "follower",
+                ServerState::Candidate => "candidate",
+                ServerState::Learner => "learner",
+                ServerState::Shutdown => "shutdown",
+            }
+            .to_string(),
+            leader: m.current_leader,
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            last_applied_index: m.last_applied.map(|l| l.index),
+            voters,
+            learners,
+            replication: m.replication.as_ref().map(|r| {
+                r.iter()
+                    .map(|(id, log)| (*id, log.map(|l| l.index)))
+                    .collect()
+            }),
+            committed_index: self.log.committed_index(),
+            contacts: (membership.nodes())
+                .filter_map(|(id, _)| Some((*id, self.contacts.get(*id)?)))
+                .collect(),
+        }
+    }
+
+    /// This node's status if it leads the quorum, else who does.
+    fn local_status(&self) -> Result<QuorumStatus, Refusal> {
+        let status = self.status();
+        if status.role == "leader" && status.leader == Some(self.node_id) {
+            return Ok(status);
+        }
+        let leader = status.leader.and_then(|l| {
+            let addr = (status.voters.get(&l)).or_else(|| status.learners.get(&l))?;
+            Some((l, addr.clone()))
+        });
+        Err(Refusal::NotLeader { leader })
     }
 }

@@ -75,12 +75,16 @@ impl Metadata {
 
         let peers = Arc::new(Peers::new(quorum_id.clone(), tls.clone()));
         let config = Arc::new(raft_config()?);
-        let network = TcpNetwork::new(peers.clone());
+        let contacts = Arc::new(crate::network::Contacts::default());
+        let log = log_store.reader();
+        let network = TcpNetwork::new(peers.clone(), contacts.clone(), log.clone());
         let raft = Raft::new(node_id, config, network, log_store, state_machine).await?;
         let metadata = Metadata {
             inner: Arc::new(Inner {
                 node_id,
                 metrics: raft.metrics(),
+                contacts,
+                log,
                 raft,
                 state,
                 peers,
