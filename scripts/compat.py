@@ -454,6 +454,14 @@ def run(binary, keep):
         compare_per_partition({0: sent}, ck_consume(topic, [0], len(sent)), "confluent reading a gzip topic")
         compare_per_partition({0: sent}, kp_consume(topic, [0], len(sent)), "kafka-python reading a gzip topic")
 
+    def kafkapython_infers_4_0():
+        # kafka-python infers the broker's version from ApiVersions (ListOffsets v10 is 4.0's).
+        c = kafka.KafkaConsumer(bootstrap_servers=bootstrap)
+        try:
+            check(c.config.get("api_version") >= (4, 0), f"kafka-python inferred {c.config.get('api_version')}")
+        finally:
+            c.close()
+
     def kafkapython_list_offsets():
         c = kafka.KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         try:
@@ -577,6 +585,7 @@ def run(binary, keep):
     step("confluent-kafka + kafka-python: a compression.type=gzip topic fed lz4, zstd and uncompressed batches",
          gzip_topic_recompresses)
     step("confluent-kafka: read back kafka-python's records", confluent_reads_kafkapython)
+    step("kafka-python: infers Kafka 4.0 from ApiVersions", kafkapython_infers_4_0)
     step("kafka-python: list offsets (end_offsets, beginning_offsets, offsets_for_times)", kafkapython_list_offsets)
     step("kafka-python: describe configs", kafkapython_describe_configs)
     step("kafka-python: a group over 2,000 partitions with fetch sessions reads every record once",

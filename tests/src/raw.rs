@@ -26,7 +26,7 @@ pub const PRODUCE_VERSION: i16 = 8;
 /// Fetch version used by raw tests (non-flexible, topic names).
 pub const FETCH_VERSION: i16 = 11;
 /// ListOffsets version used by raw tests.
-pub const LIST_OFFSETS_VERSION: i16 = 5;
+pub const LIST_OFFSETS_VERSION: i16 = 10;
 
 /// Kafka error codes the tests check.
 pub mod error {
@@ -271,6 +271,7 @@ impl KafkaConn {
     pub fn send_list_offset(&mut self, topic: &str, partition: i32, timestamp: i64) -> Result<i32> {
         let req = ListOffsetsRequest::default()
             .with_replica_id(BrokerId(-1))
+            .with_timeout_ms(30_000)
             .with_topics(vec![ListOffsetsTopic::default()
                 .with_name(topic_name(topic))
                 .with_partitions(vec![ListOffsetsPartition::default()

@@ -30,6 +30,11 @@ pub async fn handle(
 ) -> ListOffsetsResponse {
     // read_committed consumers (v2+) see up to the last stable offset.
     let committed = req.isolation_level == 1;
+    // v10 (KIP-1075): the client's bound on the whole request, remote (object store) lookups
+    // included; a partition not answered by then is REQUEST_TIMED_OUT, the others stand.
+    let deadline = (version >= 10 && req.timeout_ms > 0).then(|| {
+        tokio::time::Instant::now() + std::time::Duration::from_millis(req.timeout_ms as u64)
+    });
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.0.as_str().to_string();
@@ -46,32 +51,40 @@ pub async fn handle(
                 );
                 continue;
             }
-            partitions.push(
-                match lookup(
-                    broker,
-                    &name,
-                    p.partition_index,
-                    p.timestamp,
-                    p.current_leader_epoch,
-                    committed,
-                )
-                .await
-                {
-                    Ok((offset, timestamp, epoch)) => {
-                        let resp = resp.with_offset(offset).with_timestamp(timestamp);
-                        // Leader epochs exist from v4; earlier versions must leave the default.
-                        if version >= 4 {
-                            resp.with_leader_epoch(epoch)
-                        } else {
-                            resp
-                        }
-                    }
-                    Err(e) => resp
-                        .with_error_code(e.code.code())
-                        .with_offset(-1)
-                        .with_timestamp(-1),
-                },
+            let found = lookup(
+                broker,
+                &name,
+                p.partition_index,
+                p.timestamp,
+                p.current_leader_epoch,
+                committed,
             );
+            let found = match deadline {
+                None => found.await,
+                Some(at) => tokio::time::timeout_at(at, found)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(ApiError::new(
+                            ErrorCode::RequestTimedOut,
+                            "not found within the request's timeout_ms",
+                        ))
+                    }),
+            };
+            partitions.push(match found {
+                Ok((offset, timestamp, epoch)) => {
+                    let resp = resp.with_offset(offset).with_timestamp(timestamp);
+                    // Leader epochs exist from v4; earlier versions must leave the default.
+                    if version >= 4 {
+                        resp.with_leader_epoch(epoch)
+                    } else {
+                        resp
+                    }
+                }
+                Err(e) => resp
+                    .with_error_code(e.code.code())
+                    .with_offset(-1)
+                    .with_timestamp(-1),
+            });
         }
         topics.push(
             ListOffsetsTopicResponse::default()

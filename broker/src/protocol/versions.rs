@@ -26,8 +26,11 @@ const fn api(key: ApiKey, name: &'static str, min: i16, max: i16) -> Api {
 /// Every implemented API: the one list of them (ApiVersions, request admission, metrics).
 pub const SUPPORTED: &[Api] = &[
     api(ApiKey::Produce, "Produce", 3, 11),
-    api(ApiKey::Fetch, "Fetch", 4, 16),
-    api(ApiKey::ListOffsets, "ListOffsets", 1, 8),
+    // Fetch v17 only adds KIP-853's replica directory id (KRaft voters'; consumers never send
+    // it). ListOffsets v9 lets clients ask LATEST_TIERED (KIP-1005), v10 bounds the request
+    // with a timeout (KIP-1075).
+    api(ApiKey::Fetch, "Fetch", 4, 17),
+    api(ApiKey::ListOffsets, "ListOffsets", 1, 10),
     api(ApiKey::Metadata, "Metadata", 0, 12),
     api(
         ApiKey::DescribeTopicPartitions,
