@@ -53,7 +53,8 @@ mod fs_util;
 mod leadership;
 mod log_store;
 mod network;
-pub use network::Contact;
+mod status;
+pub use status::{Contact, QuorumStatus, ReplicaView};
 mod quorum;
 pub mod quota;
 mod reassignment;
@@ -69,7 +70,7 @@ pub use command::{
 };
 pub use controller::{Heartbeat, HeartbeatReply};
 pub use error::MetadataError;
-pub use quorum::{LeaderBalance, Metadata, MetadataOptions, QuorumStatus, ReplicaView};
+pub use quorum::{LeaderBalance, Metadata, MetadataOptions};
 pub use rpc::RaftTls;
 pub use state::{
     BrokerInfo, ClusterState, PartitionInfo, SecurityState, TopicInfo, FIRST_PRODUCER_ID,

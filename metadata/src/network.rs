@@ -21,6 +21,7 @@ use openraft::raft::{
 use crate::command::NodeId;
 use crate::log_store::LogReader;
 use crate::rpc::{Peer, Peers, Request, Response};
+use crate::status::Contact;
 use crate::types::{Node, TypeConfig};
 
 /// When the leader last heard from each node, as DescribeQuorum reports it (KIP-595's
@@ -28,15 +29,6 @@ use crate::types::{Node, TypeConfig};
 /// carry each node's replicated index but not when it answered.
 #[derive(Debug, Default)]
 pub struct Contacts(Mutex<BTreeMap<NodeId, Contact>>);
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Contact {
-    /// The last AppendEntries (heartbeats included) the node accepted.
-    pub last_fetch_ms: i64,
-    /// The last time an accepted AppendEntries brought the node to the leader's log end as it
-    /// was when sent.
-    pub last_caught_up_ms: i64,
-}
 
 impl Contacts {
     pub fn get(&self, node: NodeId) -> Option<Contact> {

@@ -176,7 +176,7 @@ pub(crate) enum Response {
     Heartbeat(Result<HeartbeatReply, Refusal>),
     ReadIndex(Result<u64, Refusal>),
     VotersChanged(Result<(), Refusal>),
-    Status(Result<crate::QuorumStatus, Refusal>),
+    Status(Result<crate::status::QuorumStatus, Refusal>),
 }
 
 /// Why a node did not do what a leader-only request asked.
