@@ -37,35 +37,39 @@ pub async fn handle(
             .with_error_code(ErrorCode::ClusterAuthorizationFailed.code())
             .with_error_message(Some(str_bytes("DESCRIBE on the cluster is not authorized")));
     }
-    let status = broker.node.metadata.leader_status().await;
-    let mut nodes = Vec::new();
+    let quorum = |topic: &str, partition: i32| topic == METADATA_TOPIC && partition == 0;
+    // The leader is asked only when a request names the quorum's partition.
+    let asked = (req.topics.iter())
+        .any(|t| (t.partitions.iter()).any(|p| quorum(t.topic_name.0.as_str(), p.partition_index)));
+    let status = match asked {
+        true => Some(broker.node.metadata.leader_status().await),
+        false => None,
+    };
+    let nodes = match &status {
+        Some(Ok(s)) if version >= 2 => listeners(s),
+        _ => Vec::new(),
+    };
     let topics = req
         .topics
         .into_iter()
         .map(|t| {
-            let is_metadata = t.topic_name.0.as_str() == METADATA_TOPIC;
-            let partitions = t
-                .partitions
-                .into_iter()
+            let partitions = (t.partitions.iter())
                 .map(|p| {
                     let answer = PartitionData::default().with_partition_index(p.partition_index);
-                    if !is_metadata || p.partition_index != 0 {
-                        return answer
+                    match &status {
+                        Some(Ok(s)) if quorum(t.topic_name.0.as_str(), p.partition_index) => {
+                            describe(s, version, answer)
+                        }
+                        Some(Err(e)) if quorum(t.topic_name.0.as_str(), p.partition_index) => {
+                            answer
+                                .with_error_code(ErrorCode::NotLeaderOrFollower.code())
+                                .with_error_message(Some(str_bytes(e.to_string())))
+                        }
+                        _ => answer
                             .with_error_code(ErrorCode::UnknownTopicOrPartition.code())
                             .with_error_message(Some(str_bytes(format!(
                                 "the metadata quorum is {METADATA_TOPIC}-0"
-                            ))));
-                    }
-                    match &status {
-                        Ok(s) => {
-                            if version >= 2 && nodes.is_empty() {
-                                nodes = listeners(s);
-                            }
-                            describe(s, version, answer)
-                        }
-                        Err(e) => answer
-                            .with_error_code(ErrorCode::NotLeaderOrFollower.code())
-                            .with_error_message(Some(str_bytes(e.to_string()))),
+                            )))),
                     }
                 })
                 .collect();
