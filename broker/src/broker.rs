@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::fetch_session::FetchSessions;
 use crate::group::lag::LagTracker;
 use crate::group::Coordinator;
+use crate::loggers::Loggers;
 use crate::node::Node;
 use crate::quota::Quotas;
 use crate::replication::fetcher::Fetchers;
@@ -32,10 +33,17 @@ pub struct Broker {
     pub security: Arc<Security>,
     /// Client quotas.
     pub quotas: Quotas,
+    /// Log levels, changed at run time through BROKER_LOGGER configs.
+    pub loggers: Loggers,
 }
 
 impl Broker {
-    pub fn new(node: Arc<Node>, tier: Arc<Tier>, security: Arc<Security>) -> Broker {
+    pub fn new(
+        node: Arc<Node>,
+        tier: Arc<Tier>,
+        security: Arc<Security>,
+        loggers: Loggers,
+    ) -> Broker {
         let fetch_sessions =
             FetchSessions::new(node.config.max_incremental_fetch_session_cache_slots);
         fetch_sessions.register_metrics(&node);
@@ -49,6 +57,7 @@ impl Broker {
             quotas: Quotas::new(node.clone()),
             tier,
             security,
+            loggers,
             node,
         }
     }

@@ -158,7 +158,7 @@ fn pass(
         .max_dirty_ratio
         .set(dirty.first().map(|d| d.0).unwrap_or(0.0));
     metrics.uncleanable.set(uncleanable.len() as i64);
-    let cfg = &node.config;
+    let cfg = node.settings();
     for (ratio, p) in dirty {
         if stop.load(Ordering::Acquire) {
             return false;

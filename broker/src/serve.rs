@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use crate::broker::Broker;
 use crate::clock::Clock;
 use crate::config::{BrokerConfig, ConfigError};
+use crate::loggers::Loggers;
 use crate::metrics::Metrics;
 use crate::node::Node;
 use crate::security::Security;
@@ -84,27 +85,35 @@ impl ServeArgs {
         let mut cfg = BrokerConfig::load(self.config.as_deref(), std::env::vars())?;
         if let Some(v) = &self.data_dir {
             cfg.data_dir = v.clone();
+            cfg.static_keys.insert("data_dir".into());
         }
         if let Some(v) = self.kafka_addr {
             cfg.kafka_addr = v;
+            cfg.static_keys.insert("kafka_addr".into());
         }
         if let Some(v) = self.advertised_kafka_addr {
             cfg.advertised_kafka_addr = Some(v);
+            cfg.static_keys.insert("advertised_kafka_addr".into());
         }
         if let Some(v) = self.admin_addr {
             cfg.admin_addr = v;
+            cfg.static_keys.insert("admin_addr".into());
         }
         if let Some(v) = self.node_id {
             cfg.node_id = v;
+            cfg.static_keys.insert("node_id".into());
         }
         if let Some(v) = self.raft_addr {
             cfg.raft_addr = v;
+            cfg.static_keys.insert("raft_addr".into());
         }
         if let Some(v) = &self.voters {
             cfg.voters = Some(v.clone());
+            cfg.static_keys.insert("voters".into());
         }
         if let Some(v) = &self.object_store {
             cfg.object_store = Some(v.clone());
+            cfg.static_keys.insert("object_store".into());
         }
         cfg.validate()?;
         // Needs the node id and voters as the flags left them.
@@ -114,15 +123,9 @@ impl ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), ServeError> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
-                .unwrap_or_else(|_| "info,openraft=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colour for a terminal only: a log file or a collector gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let loggers = Loggers::install(
+        &std::env::var("STRATA_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
+    );
     let cfg = args.resolve()?;
     if args.check_config {
         println!(
@@ -143,10 +146,10 @@ pub fn run(args: ServeArgs) -> Result<(), ServeError> {
         .thread_name("strata")
         .build()
         .map_err(failed("cannot start the runtime"))?
-        .block_on(serve(cfg))
+        .block_on(serve(cfg, loggers))
 }
 
-async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
+async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     std::fs::create_dir_all(&cfg.data_dir).map_err(failed(format!(
         "cannot create data dir {}",
         cfg.data_dir.display()
@@ -271,7 +274,12 @@ async fn serve(cfg: BrokerConfig) -> Result<(), ServeError> {
     let security = Security::new(node.clone())
         .await
         .map_err(failed("security"))?;
-    let broker = Arc::new(Broker::new(node.clone(), Arc::new(tier), security.clone()));
+    let broker = Arc::new(Broker::new(
+        node.clone(),
+        Arc::new(tier),
+        security.clone(),
+        loggers,
+    ));
     let tls_reloader = tokio::spawn(security.clone().reload_tls(shutdown_rx.clone()));
     let jwks_refresher = tokio::spawn(security.clone().refresh_jwks(shutdown_rx.clone()));
     let admin_task = tokio::spawn(crate::admin::http::serve(

@@ -1,34 +1,34 @@
 //! Paces a stream of work to a byte rate, across tasks: each caller reserves its bytes' share
 //! of time after the previous reservation and sleeps until its turn. Idle time is not saved
-//! up, so a pause never turns into a burst. Used by the offloader (upload bandwidth) and by
-//! replicas being moved (`replica_move_max_bytes_per_second`).
+//! up, so a pause never turns into a burst. Used by the offloader (upload bandwidth,
+//! `remote_log_upload_max_bytes_per_second`). The rate comes with each reservation: it is a
+//! dynamic setting, so it may change between two.
 
 use std::time::{Duration, Instant};
 
 pub struct Throttle {
-    bytes_per_second: u64,
     next_free: std::sync::Mutex<Instant>,
 }
 
-impl Throttle {
-    /// A throttle of `bytes_per_second` (0: no bound).
-    pub fn new(bytes_per_second: u64) -> Throttle {
+impl Default for Throttle {
+    fn default() -> Throttle {
         Throttle {
-            bytes_per_second,
             next_free: std::sync::Mutex::new(Instant::now()),
         }
     }
+}
 
-    /// Waits for `bytes`' turn; returns how long it waited.
-    pub async fn acquire(&self, bytes: u64) -> Duration {
-        if self.bytes_per_second == 0 {
+impl Throttle {
+    /// Waits for `bytes`' turn at `bytes_per_second` (0: no bound); returns how long it waited.
+    pub async fn acquire(&self, bytes: u64, bytes_per_second: u64) -> Duration {
+        if bytes_per_second == 0 {
             return Duration::ZERO;
         }
         let now = Instant::now();
         let start = {
             let mut next = self.next_free.lock().unwrap_or_else(|p| p.into_inner());
             let start = (*next).max(now);
-            *next = start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_second as f64);
+            *next = start + Duration::from_secs_f64(bytes as f64 / bytes_per_second as f64);
             start
         };
         tokio::time::sleep_until(start.into()).await;
@@ -42,15 +42,18 @@ mod tests {
 
     #[tokio::test]
     async fn reservations_follow_each_other_at_the_rate() {
-        let t = Throttle::new(10_000);
+        let t = Throttle::default();
         assert_eq!(
-            t.acquire(500).await,
+            t.acquire(500, 10_000).await,
             Duration::ZERO,
             "the first goes at once"
         );
         // The second waits out the first one's 50 ms share (less what already passed).
-        let waited = t.acquire(500).await;
+        let waited = t.acquire(500, 10_000).await;
         assert!(waited >= Duration::from_millis(40), "{waited:?}");
-        assert_eq!(Throttle::new(0).acquire(1 << 30).await, Duration::ZERO);
+        assert_eq!(
+            Throttle::default().acquire(1 << 30, 0).await,
+            Duration::ZERO
+        );
     }
 }

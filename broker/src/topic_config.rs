@@ -10,30 +10,7 @@ use crate::config::BrokerConfig;
 use crate::log::compression::{self, Codec, Target};
 use crate::log::config::{cleanup_policy, LogConfig, TimestampType};
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind {
-    Long,
-    Int,
-    Bool,
-    Str,
-    Double,
-    /// Comma-separated values; IncrementalAlterConfigs may APPEND to and SUBTRACT from it.
-    List,
-}
-
-impl Kind {
-    /// DescribeConfigs `config_type` codes (v3+).
-    pub fn code(self) -> i8 {
-        match self {
-            Kind::Bool => 1,
-            Kind::Str => 2,
-            Kind::Int => 3,
-            Kind::Long => 5,
-            Kind::Double => 6,
-            Kind::List => 7,
-        }
-    }
-}
+pub use crate::config::catalogue::Kind;
 
 pub struct KeyDef {
     pub name: &'static str,
@@ -161,7 +138,38 @@ pub fn key(name: &str) -> Option<&'static KeyDef> {
     KEYS.iter().find(|k| k.name == name)
 }
 
-/// Broker-wide default of a key, as Kafka's DescribeConfigs shows it.
+/// The broker setting (its key in [`crate::config::catalogue`]) that holds a topic key's
+/// default: DescribeConfigs lists it among the key's synonyms, and a dynamic change of it
+/// reaches every topic without an override.
+pub fn broker_setting(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "cleanup.policy" => "log_cleanup_policy",
+        "compression.type" => "compression_type",
+        "compression.gzip.level" => "compression_gzip_level",
+        "compression.lz4.level" => "compression_lz4_level",
+        "compression.zstd.level" => "compression_zstd_level",
+        "delete.retention.ms" => "log_cleaner_delete_retention_ms",
+        "min.cleanable.dirty.ratio" => "log_cleaner_min_cleanable_ratio",
+        "min.compaction.lag.ms" => "log_cleaner_min_compaction_lag_ms",
+        "flush.messages" => "log_flush_messages",
+        "flush.ms" => "log_flush_ms",
+        "index.interval.bytes" => "log_index_interval_bytes",
+        "local.retention.bytes" => "log_local_retention_bytes",
+        "local.retention.ms" => "log_local_retention_ms",
+        "max.message.bytes" => "message_max_bytes",
+        "message.timestamp.type" => "log_message_timestamp_type",
+        "remote.storage.enable" => "remote_storage_enable",
+        "retention.bytes" => "log_retention_bytes",
+        "retention.ms" => "log_retention_ms",
+        "segment.bytes" => "log_segment_bytes",
+        "segment.ms" => "log_segment_ms",
+        _ => return None,
+    })
+}
+
+/// Broker-wide default of a key, as Kafka's DescribeConfigs shows it. The same value as
+/// [`broker_setting`]'s (a test checks), read from its field: this runs per topic on every
+/// metadata change, where serializing the settings would not do.
 pub fn default_value(cfg: &BrokerConfig, name: &str) -> String {
     match name {
         "cleanup.policy" => cfg.log_cleanup_policy.clone(),
@@ -242,7 +250,8 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             Ok(v) if (0.0..=1.0).contains(&v) => {}
             _ => return bad("must be a number between 0 and 1"),
         },
-        Kind::Str | Kind::List => {
+        // No topic key is a short or a password.
+        Kind::Str | Kind::List | Kind::Short | Kind::Password => {
             let ok = match name {
                 "cleanup.policy" => cleanup_policy(value).is_some(),
                 "compression.type" => {
@@ -389,6 +398,34 @@ fn local_retention(local: i64, total: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn defaults_are_the_values_of_their_broker_settings() {
+        let cfg = BrokerConfig {
+            log_retention_ms: 123,
+            log_cleanup_policy: "compact".into(),
+            ..BrokerConfig::default()
+        };
+        let values = crate::config::catalogue::values(&cfg);
+        for k in KEYS {
+            match broker_setting(k.name) {
+                Some(setting) => assert_eq!(
+                    values[setting].as_deref(),
+                    Some(default_value(&cfg, k.name).as_str()),
+                    "{}",
+                    k.name
+                ),
+                None => assert!(
+                    matches!(
+                        k.name,
+                        "min.insync.replicas" | "unclean.leader.election.enable"
+                    ),
+                    "{} has no broker setting",
+                    k.name
+                ),
+            }
+        }
+    }
 
     #[test]
     fn overrides_win_over_broker_defaults() {

@@ -145,6 +145,14 @@ pub enum Command {
     /// Sets and removes client quotas (AlterClientQuotas), all or none: one invalid
     /// alteration refuses the command.
     AlterClientQuotas { alterations: Vec<QuotaAlteration> },
+    /// Changes dynamic broker configs (Kafka names): `resource` is `""` for the cluster-wide
+    /// defaults or a broker id for that broker's own; first sets every key of `set`, then
+    /// removes every key of `delete`. The broker checked the values before proposing.
+    AlterBrokerConfig {
+        resource: String,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+    },
 }
 
 /// The outcome of applying one [`Command`] (or a raft-internal entry, which yields `Ok`).

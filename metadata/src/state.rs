@@ -60,6 +60,10 @@ pub struct ClusterState {
     /// Credentials (and, with the authorizer, ACLs): see [`crate::security`].
     #[serde(default)]
     pub security: Arc<SecurityState>,
+    /// Dynamic broker configs by resource: `""` holds the cluster-wide defaults, a broker id
+    /// that broker's own; each maps Kafka config names to values. No empty map is kept.
+    #[serde(default)]
+    pub broker_configs: Arc<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 impl Default for ClusterState {
@@ -73,6 +77,7 @@ impl Default for ClusterState {
             broker_epochs_issued: 0,
             unclean_leader_elections: 0,
             security: Arc::default(),
+            broker_configs: Arc::default(),
         }
     }
 }
@@ -89,6 +94,8 @@ struct StoredState {
     unclean_leader_elections: u64,
     #[serde(default)]
     security: Arc<SecurityState>,
+    #[serde(default)]
+    broker_configs: Arc<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 impl From<StoredState> for ClusterState {
@@ -105,6 +112,7 @@ impl From<StoredState> for ClusterState {
             broker_epochs_issued: s.broker_epochs_issued,
             unclean_leader_elections: s.unclean_leader_elections,
             security: s.security,
+            broker_configs: s.broker_configs,
         }
     }
 }
@@ -425,7 +433,48 @@ impl ClusterState {
             Command::CreateAcls { acls } => self.create_acls(acls),
             Command::DeleteAcls { acls } => self.delete_acls(acls),
             Command::AlterClientQuotas { alterations } => self.alter_quotas(alterations),
+            Command::AlterBrokerConfig {
+                resource,
+                set,
+                delete,
+            } => self.alter_broker_config(resource, set, delete),
         }
+    }
+
+    /// The dynamic configs of `resource` (`""`: cluster-wide defaults, else a broker id).
+    pub fn broker_config(&self, resource: &str) -> Option<&BTreeMap<String, String>> {
+        self.broker_configs.get(resource)
+    }
+
+    fn alter_broker_config(
+        &mut self,
+        resource: &str,
+        set: &BTreeMap<String, String>,
+        delete: &[String],
+    ) -> CommandResult {
+        if !resource.is_empty() && resource.parse::<NodeId>().is_err() {
+            return CommandResult::InvalidRequest(format!(
+                "broker config resource '{resource}' is neither empty (cluster-wide) nor a broker id"
+            ));
+        }
+        if set.is_empty()
+            && delete.iter().all(|k| {
+                self.broker_config(resource)
+                    .is_none_or(|c| !c.contains_key(k))
+            })
+        {
+            return CommandResult::Ok;
+        }
+        let all = Arc::make_mut(&mut self.broker_configs);
+        let configs = all.entry(resource.to_string()).or_default();
+        configs.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+        for key in delete {
+            configs.remove(key);
+        }
+        if configs.is_empty() {
+            all.remove(resource);
+        }
+        CommandResult::Ok
     }
 
     /// Checks replica lists for partitions numbered from `first_partition`: each must be
@@ -770,6 +819,53 @@ mod tests {
                 ("cleanup.policy".to_string(), "compact".to_string()),
                 ("retention.ms".to_string(), "10".to_string()),
             ])
+        );
+    }
+
+    #[test]
+    fn broker_configs_are_kept_per_resource_and_empty_ones_dropped() {
+        let mut state = ClusterState::default();
+        let alter =
+            |resource: &str, set: &[(&str, &str)], delete: &[&str]| Command::AlterBrokerConfig {
+                resource: resource.to_string(),
+                set: (set.iter())
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                delete: delete.iter().map(|k| k.to_string()).collect(),
+            };
+        let before = state.broker_configs.clone();
+        assert_eq!(state.apply(&alter("", &[], &["x"])), CommandResult::Ok);
+        assert!(
+            Arc::ptr_eq(&before, &state.broker_configs),
+            "a no-op copies nothing"
+        );
+        let cmd = alter("", &[("log.retention.ms", "1000")], &[]);
+        assert_eq!(state.apply(&cmd), CommandResult::Ok);
+        let cmd = alter(
+            "2",
+            &[("log.retention.ms", "5"), ("message.max.bytes", "9")],
+            &[],
+        );
+        assert_eq!(state.apply(&cmd), CommandResult::Ok);
+        assert_eq!(
+            state
+                .broker_config("")
+                .and_then(|c| c.get("log.retention.ms"))
+                .map(String::as_str),
+            Some("1000")
+        );
+        assert_eq!(state.broker_config("2").map(BTreeMap::len), Some(2));
+        let cmd = alter("2", &[], &["log.retention.ms", "message.max.bytes"]);
+        assert_eq!(state.apply(&cmd), CommandResult::Ok);
+        assert_eq!(
+            state.broker_config("2"),
+            None,
+            "an emptied resource is dropped"
+        );
+        let result = assert_rejected_unchanged(&mut state, alter("two", &[("a", "b")], &[]));
+        assert!(
+            matches!(result, CommandResult::InvalidRequest(_)),
+            "{result:?}"
         );
     }
 

@@ -4,9 +4,10 @@
 //! Keys are flat (`log_segment_bytes`, not `[log] segment_bytes`) so that every key has exactly
 //! one environment variable: `STRATA_` + the key in upper case.
 
+pub mod catalogue;
 pub mod listeners;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -246,6 +247,10 @@ pub struct BrokerConfig {
     pub remote_fetch_max_concurrent_gets: usize,
     /// Threads of the tier's runtime (uploads, remote reads, cache), run at nice 10.
     pub remote_io_threads: usize,
+    /// The keys set by the file, the environment or a flag (the rest are defaults): what
+    /// DescribeConfigs reports as STATIC_BROKER_CONFIG.
+    #[serde(skip)]
+    pub static_keys: BTreeSet<String>,
 }
 
 impl Default for BrokerConfig {
@@ -369,6 +374,7 @@ impl Default for BrokerConfig {
             remote_cache_readahead_blocks: 8,
             remote_fetch_max_concurrent_gets: 16,
             remote_io_threads: 2,
+            static_keys: BTreeSet::new(),
         }
     }
 }
@@ -406,6 +412,41 @@ fn number_or_numeric_string<'de, D: serde::Deserializer<'de>>(
     }
 }
 
+/// Keys whose default is "unset" (absent from the defaults' TOML table).
+fn optional_keys() -> Vec<String> {
+    match serde_json::to_value(BrokerConfig::default()) {
+        Ok(serde_json::Value::Object(map)) => (map.into_iter())
+            .filter(|(_, v)| v.is_null())
+            .map(|(k, _)| k)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A setting's value given as text, typed as the setting's default is (`known`: the
+/// defaults' table). An optional key is always a string (an address, a path, a name).
+/// `None`: no such key; `Err`: the text is not a value of the key's type.
+fn typed_value(
+    known: &toml::Table,
+    key: &str,
+    value: String,
+) -> Option<Result<toml::Value, String>> {
+    let is_string = match known.get(key) {
+        Some(v) => v.is_str(),
+        None if optional_keys().iter().any(|k| k == key) => true,
+        None => return None,
+    };
+    Some(if is_string {
+        Ok(toml::Value::String(value))
+    } else {
+        format!("v = {value}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .ok_or(value)
+    })
+}
+
 /// `host:port` with a host (a name or an address) and a port number.
 fn is_host_port(addr: &str) -> bool {
     addr.rsplit_once(':')
@@ -431,45 +472,57 @@ impl BrokerConfig {
         };
         let known = toml::Table::try_from(BrokerConfig::default())
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        // Keys whose default is "unset" are absent from that table; every one is a string
-        // (an address, a path, a name), so an environment value is taken as a string.
-        let optional: Vec<String> = match serde_json::to_value(BrokerConfig::default()) {
-            Ok(serde_json::Value::Object(map)) => (map.into_iter())
-                .filter(|(_, v)| v.is_null())
-                .map(|(k, _)| k)
-                .collect(),
-            _ => Vec::new(),
-        };
         for (name, value) in env {
             let Some(key) = name.strip_prefix("STRATA_") else {
                 continue;
             };
             let key = key.to_ascii_lowercase();
-            let is_string = match known.get(&key) {
-                Some(v) => v.is_str(),
-                // Empty unsets an optional key: how a container overrides an image's default
-                // (the image advertises 127.0.0.1:9092; compose and Kubernetes use listeners).
-                None if optional.contains(&key) && value.is_empty() => {
-                    table.remove(&key);
-                    continue;
+            // Empty unsets an optional key: how a container overrides an image's default
+            // (the image advertises 127.0.0.1:9092; compose and Kubernetes use listeners).
+            if value.is_empty() && !known.contains_key(&key) && optional_keys().contains(&key) {
+                table.remove(&key);
+                continue;
+            }
+            match typed_value(&known, &key, value) {
+                Some(Ok(parsed)) => table.insert(key, parsed),
+                Some(Err(value)) => {
+                    return Err(ConfigError::Invalid(format!("{name}={value}: not a value")))
                 }
-                None if optional.contains(&key) => true,
                 None => continue,
             };
-            let parsed = if is_string {
-                toml::Value::String(value)
-            } else {
-                format!("v = {value}")
-                    .parse::<toml::Table>()
-                    .ok()
-                    .and_then(|mut t| t.remove("v"))
-                    .ok_or_else(|| ConfigError::Invalid(format!("{name}={value}: not a value")))?
-            };
-            table.insert(key, parsed);
         }
-        let cfg: BrokerConfig = table
+        let static_keys = table.keys().cloned().collect();
+        let mut cfg: BrokerConfig = table
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
+        cfg.static_keys = static_keys;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// These settings with `changes` (key → value as text, as an environment variable gives
+    /// it) applied and the result checked as at start: how dynamic configs are layered.
+    pub fn overlay<'a>(
+        &self,
+        changes: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<BrokerConfig, ConfigError> {
+        let mut table =
+            toml::Table::try_from(self).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let known = toml::Table::try_from(BrokerConfig::default())
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        for (key, value) in changes {
+            match typed_value(&known, key, value.to_string()) {
+                Some(Ok(parsed)) => table.insert(key.to_string(), parsed),
+                Some(Err(value)) => {
+                    return Err(ConfigError::Invalid(format!("{key}={value}: not a value")))
+                }
+                None => return Err(ConfigError::Invalid(format!("unknown setting '{key}'"))),
+            };
+        }
+        let mut cfg: BrokerConfig = table
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
+        cfg.static_keys = self.static_keys.clone();
         cfg.validate()?;
         Ok(cfg)
     }

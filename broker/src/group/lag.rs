@@ -198,6 +198,7 @@ impl LagTracker {
         let mut out = Vec::new();
         let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
         let mut retention: std::collections::HashMap<String, i64> = Default::default();
+        let settings = node.settings();
         for (group, topic, partition, committed) in committed {
             let Some(part) = node.partitions.get(&topic, partition) else {
                 continue;
@@ -241,7 +242,7 @@ impl LagTracker {
             let retention_ms = *retention.entry(topic.clone()).or_insert_with(|| {
                 state
                     .topic(&topic)
-                    .map(|t| topic_config::log_config(&node.config, &t.configs).retention_ms)
+                    .map(|t| topic_config::log_config(&settings, &t.configs).retention_ms)
                     .unwrap_or(-1)
             });
             let retention_risk = retention_ms > 0 && seconds * 1000.0 > retention_ms as f64 / 2.0;

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
-use super::incremental_alter_configs::{audit, authorize, replace_topic_configs, topic_overrides};
+use super::incremental_alter_configs::{audit, authorize, Target};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;
-use crate::topic_config;
 
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -56,11 +55,10 @@ async fn replace(
     wanted: &[(&str, &str)],
     validate_only: bool,
 ) -> Result<(), ApiError> {
-    let current = topic_overrides(broker, resource_type, name)?;
+    let (target, current) = Target::resolve(broker, resource_type, name)?;
     let mut merged = BTreeMap::new();
     for (key, value) in wanted {
-        topic_config::validate(key, value)
-            .map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
+        target.check(key, value)?;
         if merged.insert(key.to_string(), value.to_string()).is_some() {
             return Err(ApiError::new(
                 ErrorCode::InvalidRequest,
@@ -68,5 +66,7 @@ async fn replace(
             ));
         }
     }
-    replace_topic_configs(broker, name, &current, merged, validate_only).await
+    target
+        .replace(broker, &current, merged, validate_only)
+        .await
 }

@@ -101,7 +101,7 @@ pub async fn handle(
                             .unwrap_or(t.replication_factor),
                     );
                 if version >= 5 {
-                    let configs = topic_config::effective(&broker.node.config, &info.configs)
+                    let configs = topic_config::effective(&broker.node.settings(), &info.configs)
                         .into_iter()
                         .map(|(k, (v, is_default))| {
                             CreatableTopicConfigs::default()

@@ -1,12 +1,21 @@
+//! DescribeConfigs: a topic's configs (its overrides, else the broker settings that hold
+//! their defaults), a broker's settings under Kafka's names with where each value comes from
+//! (dynamic for this broker, dynamic cluster-wide, the static file, the default) and the
+//! values it would have without the winning one (synonyms), and the broker's loggers.
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+use strata_metadata::ClusterState;
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::config::catalogue::{self, Kind, Setting};
+use crate::config::BrokerConfig;
 use crate::error::ErrorCode;
 use crate::security::Access;
 use crate::topic_config;
@@ -14,85 +23,87 @@ use strata_metadata::acl::AclOperation;
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
+pub const RESOURCE_BROKER_LOGGER: i8 = 8;
 
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+const SOURCE_DYNAMIC_BROKER: i8 = 2;
+const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
+const SOURCE_DYNAMIC_BROKER_LOGGER: i8 = 6;
 
-/// (name, value, type) of the broker settings shown for a BROKER resource; all read-only.
-fn broker_configs(b: &Broker) -> Vec<(&'static str, String, topic_config::Kind)> {
-    use topic_config::Kind::*;
-    let c = &b.node.config;
-    vec![
-        ("broker.id", c.node_id.to_string(), Int),
-        (
-            "auto.create.topics.enable",
-            c.auto_create_topics_enable.to_string(),
-            Bool,
-        ),
-        ("num.partitions", c.num_partitions.to_string(), Int),
-        (
-            "default.replication.factor",
-            c.default_replication_factor.to_string(),
-            Int,
-        ),
-        ("log.segment.bytes", c.log_segment_bytes.to_string(), Int),
-        ("log.retention.ms", c.log_retention_ms.to_string(), Long),
-        (
-            "log.retention.bytes",
-            c.log_retention_bytes.to_string(),
-            Long,
-        ),
-        (
-            "log.flush.interval.messages",
-            c.log_flush_messages.to_string(),
-            Long,
-        ),
-        ("log.flush.interval.ms", c.log_flush_ms.to_string(), Long),
-        ("message.max.bytes", c.message_max_bytes.to_string(), Int),
-        (
-            "socket.request.max.bytes",
-            c.max_request_bytes.to_string(),
-            Int,
-        ),
-        (
-            "log.message.timestamp.type",
-            c.log_message_timestamp_type.clone(),
-            Str,
-        ),
-        ("log.cleanup.policy", c.log_cleanup_policy.clone(), Str),
-        ("log.cleaner.enable", c.log_cleaner_enable.to_string(), Bool),
-        (
-            "log.cleaner.backoff.ms",
-            c.log_cleaner_backoff_ms.to_string(),
-            Long,
-        ),
-        (
-            "log.cleaner.dedupe.buffer.size",
-            c.log_cleaner_dedupe_buffer_size.to_string(),
-            Long,
-        ),
-        (
-            "log.cleaner.io.max.bytes.per.second",
-            c.log_cleaner_io_max_bytes_per_second.to_string(),
-            Double,
-        ),
-        (
-            "log.cleaner.delete.retention.ms",
-            c.log_cleaner_delete_retention_ms.to_string(),
-            Long,
-        ),
-        (
-            "log.cleaner.min.cleanable.ratio",
-            c.log_cleaner_min_cleanable_ratio.to_string(),
-            Double,
-        ),
-        (
-            "log.cleaner.min.compaction.lag.ms",
-            c.log_cleaner_min_compaction_lag_ms.to_string(),
-            Long,
-        ),
-    ]
+/// One value of a config and where it comes from; the first of a config's layers is the one
+/// in force, the others are its synonyms.
+struct Layer {
+    name: &'static str,
+    value: Option<String>,
+    source: i8,
+}
+
+/// What every answer of one request needs to know of the broker's settings, read once.
+struct Settings<'a> {
+    state: &'a ClusterState,
+    own: String,
+    base: &'a BrokerConfig,
+    base_values: BTreeMap<&'static str, Option<String>>,
+    defaults: BTreeMap<&'static str, Option<String>>,
+}
+
+impl<'a> Settings<'a> {
+    fn new(broker: &'a Broker, state: &'a ClusterState) -> Settings<'a> {
+        let base = &broker.node.config;
+        // The defaults of this node's shape (one of them depends on whether it has voters).
+        let shape = BrokerConfig {
+            voters: base.voters.clone(),
+            ..BrokerConfig::default()
+        };
+        Settings {
+            state,
+            own: base.node_id.to_string(),
+            base,
+            base_values: catalogue::values(base),
+            defaults: catalogue::values(&shape),
+        }
+    }
+
+    /// A broker setting's layers, winner first: this broker's dynamic value, the cluster-wide
+    /// one, the file's (or environment's, or a flag's), the default.
+    fn layers(&self, s: &'static Setting) -> Vec<Layer> {
+        let stored = |resource: &str, source| {
+            (self.state.broker_config(resource))
+                .and_then(|c| c.get(s.name))
+                .map(|v| Layer {
+                    name: s.name,
+                    value: Some(v.clone()),
+                    source,
+                })
+        };
+        let mut layers: Vec<Layer> = [
+            stored(&self.own, SOURCE_DYNAMIC_BROKER),
+            stored("", SOURCE_DYNAMIC_DEFAULT_BROKER),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if self.base.static_keys.contains(s.key) {
+            layers.push(Layer {
+                name: s.name,
+                value: self.base_values[s.key].clone(),
+                source: SOURCE_STATIC_BROKER,
+            });
+        }
+        layers.push(Layer {
+            name: s.name,
+            value: self.defaults[s.key].clone(),
+            source: SOURCE_DEFAULT,
+        });
+        layers
+    }
+}
+
+/// The source of the layer in force.
+fn in_force(layers: &[Layer]) -> i8 {
+    layers.first().map_or(SOURCE_DEFAULT, |l| l.source)
 }
 
 pub fn handle(
@@ -101,6 +112,8 @@ pub fn handle(
     version: i16,
     access: &Access,
 ) -> DescribeConfigsResponse {
+    let state = broker.node.metadata.state();
+    let settings = Settings::new(broker, &state);
     let results = req
         .resources
         .into_iter()
@@ -113,17 +126,35 @@ pub fn handle(
                     .as_ref()
                     .is_none_or(|keys| keys.iter().any(|k| k.as_str() == name))
             };
+            // One answer, with its synonyms (v1+, when asked for); a password's value is never
+            // shown.
             let entry = |name: &str,
-                         value: String,
+                         value: Option<String>,
                          source: i8,
+                         synonyms: Vec<Layer>,
                          read_only: bool,
-                         kind: topic_config::Kind,
+                         kind: Kind,
                          doc: &str| {
+                let sensitive = kind == Kind::Password;
+                let hide = |v: Option<String>| if sensitive { None } else { v };
                 let mut e = DescribeConfigsResourceResult::default()
                     .with_name(str_bytes(name))
-                    .with_value(Some(str_bytes(value)))
+                    .with_value(hide(value).map(str_bytes))
                     .with_read_only(read_only)
+                    .with_is_sensitive(sensitive)
                     .with_config_source(source);
+                if req.include_synonyms {
+                    e = e.with_synonyms(
+                        (synonyms.into_iter())
+                            .map(|l| {
+                                DescribeConfigsSynonym::default()
+                                    .with_name(str_bytes(l.name))
+                                    .with_value(hide(l.value).map(str_bytes))
+                                    .with_source(l.source)
+                            })
+                            .collect(),
+                    );
+                }
                 if version >= 3 {
                     e = e.with_config_type(kind.code());
                     if req.include_documentation {
@@ -135,8 +166,9 @@ pub fn handle(
             let denied = match r.resource_type {
                 RESOURCE_TOPIC => (!access.topic(AclOperation::DescribeConfigs, &r.resource_name))
                     .then_some(ErrorCode::TopicAuthorizationFailed),
-                RESOURCE_BROKER => (!access.cluster(AclOperation::DescribeConfigs))
-                    .then_some(ErrorCode::ClusterAuthorizationFailed),
+                RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => (!access
+                    .cluster(AclOperation::DescribeConfigs))
+                .then_some(ErrorCode::ClusterAuthorizationFailed),
                 _ => None,
             };
             if let Some(code) = denied {
@@ -144,48 +176,113 @@ pub fn handle(
                     .with_error_code(code.code())
                     .with_error_message(Some(str_bytes("DESCRIBE_CONFIGS is not authorized")));
             }
+            let name = r.resource_name.as_str();
+            let this_broker = || {
+                (name != settings.own).then(|| {
+                    result
+                        .clone()
+                        .with_error_code(ErrorCode::InvalidRequest.code())
+                        .with_error_message(Some(str_bytes(format!(
+                            "this is broker {}; ask broker '{name}' for its configs",
+                            settings.own
+                        ))))
+                })
+            };
             match r.resource_type {
-                RESOURCE_TOPIC => {
-                    match broker.node.metadata.state().topic(r.resource_name.as_str()) {
-                        None => result
-                            .with_error_code(ErrorCode::UnknownTopicOrPartition.code())
-                            .with_error_message(Some(str_bytes(format!(
-                                "unknown topic '{}'",
-                                r.resource_name.as_str()
-                            )))),
-                        Some(t) => {
-                            let configs = topic_config::effective(&broker.node.config, &t.configs)
-                                .into_iter()
-                                .filter(|(k, _)| wanted(k))
-                                .map(|(k, (v, is_default))| {
-                                    let def =
-                                        topic_config::key(&k).expect("effective lists known keys");
-                                    let source = if is_default {
-                                        SOURCE_DEFAULT
-                                    } else {
-                                        SOURCE_DYNAMIC_TOPIC
-                                    };
-                                    entry(&k, v, source, false, def.kind, def.doc)
-                                })
-                                .collect();
-                            result.with_configs(configs)
-                        }
+                RESOURCE_TOPIC => match state.topic(name) {
+                    None => result
+                        .with_error_code(ErrorCode::UnknownTopicOrPartition.code())
+                        .with_error_message(Some(str_bytes(format!("unknown topic '{name}'")))),
+                    Some(t) => {
+                        let configs = topic_config::effective(&broker.node.settings(), &t.configs)
+                            .into_iter()
+                            .filter(|(k, _)| wanted(k))
+                            .map(|(k, (v, _))| {
+                                let def =
+                                    topic_config::key(&k).expect("effective lists known keys");
+                                let mut layers: Vec<Layer> = (t.configs.get(&k))
+                                    .map(|v| Layer {
+                                        name: def.name,
+                                        value: Some(v.clone()),
+                                        source: SOURCE_DYNAMIC_TOPIC,
+                                    })
+                                    .into_iter()
+                                    .collect();
+                                match topic_config::broker_setting(def.name).and_then(|key| {
+                                    catalogue::SETTINGS.iter().find(|s| s.key == key)
+                                }) {
+                                    Some(s) => layers.extend(settings.layers(s)),
+                                    None => layers.push(Layer {
+                                        name: def.name,
+                                        value: Some(v.clone()),
+                                        source: SOURCE_DEFAULT,
+                                    }),
+                                }
+                                let source = in_force(&layers);
+                                entry(&k, Some(v), source, layers, false, def.kind, def.doc)
+                            })
+                            .collect();
+                        result.with_configs(configs)
                     }
+                },
+                // The cluster-wide resource holds only what was set dynamically for it.
+                RESOURCE_BROKER if name.is_empty() => {
+                    let stored = state.broker_config("").cloned().unwrap_or_default();
+                    let configs = (stored.into_iter())
+                        .filter(|(k, _)| wanted(k))
+                        .filter_map(|(k, v)| {
+                            let s = catalogue::by_name(&k)?;
+                            let layers = settings.layers(s);
+                            let layers = layers
+                                .into_iter()
+                                .filter(|l| l.source != SOURCE_DYNAMIC_BROKER)
+                                .collect();
+                            let source = SOURCE_DYNAMIC_DEFAULT_BROKER;
+                            Some(entry(
+                                s.name,
+                                Some(v),
+                                source,
+                                layers,
+                                !s.dynamic,
+                                s.kind,
+                                s.doc,
+                            ))
+                        })
+                        .collect();
+                    result.with_configs(configs)
                 }
                 RESOURCE_BROKER => {
-                    let name = r.resource_name.as_str();
-                    if !name.is_empty() && name != broker.node.config.node_id.to_string() {
-                        return result
-                            .with_error_code(ErrorCode::InvalidRequest.code())
-                            .with_error_message(Some(str_bytes(format!(
-                                "this is broker {}",
-                                broker.node.config.node_id
-                            ))));
+                    if let Some(refused) = this_broker() {
+                        return refused;
                     }
-                    let configs = broker_configs(broker)
-                        .into_iter()
-                        .filter(|(k, _, _)| wanted(k))
-                        .map(|(k, v, kind)| entry(k, v, SOURCE_STATIC_BROKER, true, kind, ""))
+                    let values = catalogue::values(&broker.node.settings());
+                    let configs = (catalogue::SETTINGS.iter())
+                        .filter(|s| wanted(s.name))
+                        .map(|s| {
+                            let (value, layers) = (values[s.key].clone(), settings.layers(s));
+                            let source = in_force(&layers);
+                            entry(s.name, value, source, layers, !s.dynamic, s.kind, s.doc)
+                        })
+                        .collect();
+                    result.with_configs(configs)
+                }
+                RESOURCE_BROKER_LOGGER => {
+                    if let Some(refused) = this_broker() {
+                        return refused;
+                    }
+                    let configs = (broker.loggers.list().into_iter())
+                        .filter(|(logger, _)| wanted(logger))
+                        .map(|(logger, level)| {
+                            entry(
+                                &logger,
+                                Some(level.to_string()),
+                                SOURCE_DYNAMIC_BROKER_LOGGER,
+                                Vec::new(),
+                                false,
+                                Kind::Str,
+                                "log level of this logger (a module path; root: every other)",
+                            )
+                        })
                         .collect();
                     result.with_configs(configs)
                 }

@@ -1,7 +1,9 @@
 //! IncrementalAlterConfigs: SET, DELETE, and for LIST keys APPEND and SUBTRACT, applied in
-//! order to a topic's overrides; the result is checked as a whole and stored in one quorum
-//! command. The legacy AlterConfigs ([`super::alter_configs`]) replaces the whole set through
-//! the same [`replace_topic_configs`].
+//! order to a topic's overrides or to the dynamic broker configs stored for a broker or the
+//! whole cluster ([`crate::dynamic_config`]); the result is checked as a whole and stored in
+//! one quorum command ([`Target::replace`], which the legacy AlterConfigs of
+//! [`super::alter_configs`] shares). BROKER_LOGGER resources change log levels
+//! ([`crate::loggers`]), in this process only, as in Kafka.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,12 +13,14 @@ use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsRe
 use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
 use strata_metadata::Command;
 
-use super::describe_configs::RESOURCE_TOPIC;
+use super::describe_configs::{RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC};
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::config::catalogue::{self, Kind};
+use crate::dynamic_config;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;
-use crate::topic_config::{self, Kind};
+use crate::topic_config;
 use strata_metadata::acl::AclOperation;
 
 const SET: i8 = 0;
@@ -107,35 +111,36 @@ async fn alter(
     configs: &[AlterableConfig],
     validate_only: bool,
 ) -> Result<(), ApiError> {
-    let current = topic_overrides(broker, resource_type, name)?;
+    if resource_type == RESOURCE_BROKER_LOGGER {
+        return alter_loggers(broker, name, configs, validate_only);
+    }
+    let (target, current) = Target::resolve(broker, resource_type, name)?;
     let mut merged = current.clone();
-    let invalid = |m: String| ApiError::new(ErrorCode::InvalidConfig, m);
     for c in configs {
         let key = c.name.as_str();
         let value = c.value.as_ref().map(|v| v.as_str()).unwrap_or("");
         match c.config_operation {
             SET => {
-                topic_config::validate(key, value).map_err(invalid)?;
+                target.check(key, value)?;
                 merged.insert(key.to_string(), value.to_string());
             }
             DELETE => {
-                topic_config::key(key).ok_or_else(|| invalid(format!("unknown config '{key}'")))?;
+                target.kind(key)?;
                 merged.remove(key);
             }
             op @ (APPEND | SUBTRACT) => {
-                let def = (topic_config::key(key))
-                    .ok_or_else(|| invalid(format!("unknown config '{key}'")))?;
                 let verb = if op == APPEND { "APPEND" } else { "SUBTRACT" };
-                if def.kind != Kind::List {
+                if target.kind(key)? != Kind::List {
                     return Err(invalid(format!(
                         "{verb} applies to list configs; '{key}' is not one"
                     )));
                 }
-                let now = (merged.get(key).cloned())
-                    .unwrap_or_else(|| topic_config::default_value(&broker.node.config, key));
+                let now =
+                    (merged.get(key).cloned()).unwrap_or_else(|| target.inherited(broker, key));
                 let changed = topic_config::list_change(&now, value, op == SUBTRACT);
-                topic_config::validate(key, &changed)
-                    .map_err(|m| invalid(format!("{verb} '{value}' to '{now}': {m}")))?;
+                target
+                    .check(key, &changed)
+                    .map_err(|e| invalid(format!("{verb} '{value}' to '{now}': {}", e.message)))?;
                 merged.insert(key.to_string(), changed);
             }
             op => {
@@ -146,58 +151,172 @@ async fn alter(
             }
         }
     }
-    replace_topic_configs(broker, name, &current, merged, validate_only).await
+    target
+        .replace(broker, &current, merged, validate_only)
+        .await
 }
 
-/// A topic's overrides, or why they cannot be altered.
-pub(super) fn topic_overrides(
+fn invalid(message: String) -> ApiError {
+    ApiError::new(ErrorCode::InvalidConfig, message)
+}
+
+/// BROKER_LOGGER: SET a logger's level, DELETE it (back to its parent's); all or none.
+fn alter_loggers(
     broker: &Broker,
-    resource_type: i8,
     name: &str,
-) -> Result<BTreeMap<String, String>, ApiError> {
-    if resource_type != RESOURCE_TOPIC {
-        return Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            "only topic configs can be altered; broker settings come from the config file",
-        ));
+    configs: &[AlterableConfig],
+    validate_only: bool,
+) -> Result<(), ApiError> {
+    this_broker(broker, name)?;
+    let mut changes = Vec::with_capacity(configs.len());
+    for c in configs {
+        let level = match c.config_operation {
+            SET => Some(c.value.as_ref().map_or("", |v| v.as_str())),
+            DELETE => None,
+            op => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("operation {op} does not apply to a logger (SET or DELETE only)"),
+                ))
+            }
+        };
+        changes.push((c.name.as_str(), level));
     }
-    match broker.node.metadata.state().topic(name) {
-        Some(t) => Ok(t.configs.clone()),
-        None => Err(ApiError::new(
-            ErrorCode::UnknownTopicOrPartition,
-            format!("unknown topic '{name}'"),
+    broker
+        .loggers
+        .alter(&changes, validate_only)
+        .map_err(invalid)
+}
+
+/// Refuses a broker resource naming another broker: each broker answers for itself, as the
+/// Kafka admin clients expect (they send a broker's resource to that broker).
+pub(super) fn this_broker(broker: &Broker, name: &str) -> Result<(), ApiError> {
+    let own = broker.node.config.node_id.to_string();
+    match name == own {
+        true => Ok(()),
+        false => Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("this is broker {own}; send broker '{name}''s configs to that broker"),
         )),
     }
 }
 
-/// Makes `merged` a topic's overrides (they were `current`): checked together, then stored
-/// as the difference in one quorum command.
-pub(super) async fn replace_topic_configs(
-    broker: &Broker,
-    name: &str,
-    current: &BTreeMap<String, String>,
-    merged: BTreeMap<String, String>,
-    validate_only: bool,
-) -> Result<(), ApiError> {
-    topic_config::validate_combination(&broker.node.config, &merged)
-        .map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
-    if validate_only {
-        return Ok(());
+/// What an alter changes: a topic's overrides, or the dynamic broker configs stored for a
+/// resource (`""`: cluster-wide; else this broker's id).
+pub(super) enum Target {
+    Topic(String),
+    Broker(String),
+}
+
+impl Target {
+    /// The target a resource names, with its configs now, or why it cannot be altered.
+    pub(super) fn resolve(
+        broker: &Broker,
+        resource_type: i8,
+        name: &str,
+    ) -> Result<(Target, BTreeMap<String, String>), ApiError> {
+        let state = broker.node.metadata.state();
+        match resource_type {
+            RESOURCE_TOPIC => match state.topic(name) {
+                Some(t) => Ok((Target::Topic(name.to_string()), t.configs.clone())),
+                None => Err(ApiError::new(
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("unknown topic '{name}'"),
+                )),
+            },
+            RESOURCE_BROKER => {
+                if !name.is_empty() {
+                    this_broker(broker, name)?;
+                }
+                let current = state.broker_config(name).cloned().unwrap_or_default();
+                Ok((Target::Broker(name.to_string()), current))
+            }
+            other => Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("configs of resource type {other} cannot be altered"),
+            )),
+        }
     }
-    let delete: Vec<String> = (current.keys())
-        .filter(|k| !merged.contains_key(*k))
-        .cloned()
-        .collect();
-    let set: BTreeMap<String, String> = (merged.into_iter())
-        .filter(|(k, v)| current.get(k) != Some(v))
-        .collect();
-    broker
-        .node
-        .apply(Command::AlterTopicConfig {
-            name: name.to_string(),
-            set,
-            delete,
-        })
-        .await?;
-    broker.node.sync_partitions()
+
+    /// Checks that `key` may be set to `value`; the whole set is checked again together.
+    pub(super) fn check(&self, key: &str, value: &str) -> Result<(), ApiError> {
+        match self {
+            Target::Topic(_) => topic_config::validate(key, value).map_err(invalid),
+            Target::Broker(_) => dynamic_config::setting(key).map(drop).map_err(invalid),
+        }
+    }
+
+    /// The type of a key the target has.
+    fn kind(&self, key: &str) -> Result<Kind, ApiError> {
+        match self {
+            Target::Topic(_) => topic_config::key(key)
+                .map(|k| k.kind)
+                .ok_or_else(|| invalid(format!("unknown config '{key}'"))),
+            Target::Broker(_) => dynamic_config::setting(key)
+                .map(|s| s.kind)
+                .map_err(invalid),
+        }
+    }
+
+    /// The value of `key` in force when the target does not set it itself.
+    fn inherited(&self, broker: &Broker, key: &str) -> String {
+        let settings = broker.node.settings();
+        match self {
+            Target::Topic(_) => topic_config::default_value(&settings, key),
+            Target::Broker(_) => (catalogue::by_name(key))
+                .and_then(|s| catalogue::values(&settings).remove(s.key).flatten())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Makes `merged` the target's configs (they were `current`): checked together, then
+    /// stored as the difference in one quorum command.
+    pub(super) async fn replace(
+        &self,
+        broker: &Broker,
+        current: &BTreeMap<String, String>,
+        merged: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
+        match self {
+            Target::Topic(_) => {
+                topic_config::validate_combination(&broker.node.settings(), &merged)
+                    .map_err(invalid)?
+            }
+            Target::Broker(resource) => {
+                let state = broker.node.metadata.state();
+                let own = broker.node.config.node_id.to_string();
+                let stored = |r: &str| state.broker_config(r).cloned().unwrap_or_default();
+                let (cluster, mine) = match resource.is_empty() {
+                    true => (merged.clone(), stored(&own)),
+                    false => (stored(""), merged.clone()),
+                };
+                dynamic_config::check(&broker.node.config, &cluster, &mine).map_err(invalid)?
+            }
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let delete: Vec<String> = (current.keys())
+            .filter(|k| !merged.contains_key(*k))
+            .cloned()
+            .collect();
+        let set: BTreeMap<String, String> = (merged.into_iter())
+            .filter(|(k, v)| current.get(k) != Some(v))
+            .collect();
+        let command = match self {
+            Target::Topic(name) => Command::AlterTopicConfig {
+                name: name.clone(),
+                set,
+                delete,
+            },
+            Target::Broker(resource) => Command::AlterBrokerConfig {
+                resource: resource.clone(),
+                set,
+                delete,
+            },
+        };
+        broker.node.apply(command).await?;
+        broker.node.sync_partitions()
+    }
 }

@@ -21,12 +21,16 @@ use tokio::sync::Mutex;
 
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
+use crate::dynamic_config::DynamicConfig;
 use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
 use crate::partition::{Partition, Partitions};
 
 pub struct Node {
+    /// The settings the broker started with (file, environment, flags). Those that may
+    /// change at run time are read through [`Node::settings`].
     pub config: BrokerConfig,
+    dynamic: Arc<DynamicConfig>,
     /// What clients are told, per listener (each listener's advertised address).
     pub endpoints: Vec<Endpoint>,
     /// The listener other brokers reach this one on.
@@ -51,11 +55,13 @@ impl Node {
         metrics: Metrics,
         clock: Clock,
     ) -> Node {
-        let partitions = Arc::new(Partitions::new(&config, clock.clone()));
+        let dynamic = Arc::new(DynamicConfig::new(config.clone()));
+        let partitions = Arc::new(Partitions::new(&config, dynamic.clone(), clock.clone()));
         crate::partition::metrics::register(&metrics, &partitions);
         metrics.watch_cluster(metadata.clone());
         Node {
             config,
+            dynamic,
             endpoints,
             inter_broker_listener,
             metadata,
@@ -64,6 +70,12 @@ impl Node {
             clock,
             producer_ids: Mutex::new((0, 0)),
         }
+    }
+
+    /// The settings in force: [`Node::config`] with the dynamic broker configs stored in the
+    /// quorum (see [`crate::dynamic_config`]). Cheap while they do not change.
+    pub fn settings(&self) -> Arc<BrokerConfig> {
+        self.dynamic.current(&self.metadata.state())
     }
 
     /// Brings local logs in line with the metadata state.

@@ -86,7 +86,7 @@ impl Node {
         for (k, v) in &configs {
             topic_config::validate(k, v).map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
         }
-        topic_config::validate_combination(&self.config, &configs)
+        topic_config::validate_combination(&self.settings(), &configs)
             .map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
         let replicas = match assignments {
             Some(a) => {

@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::{Activity, Partition, Published, RemoteLog, Role, TopicPartition};
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
+use crate::dynamic_config::DynamicConfig;
 use crate::log::config::LogConfig;
 use crate::log::{Log, LogError};
 use crate::topic_config;
@@ -29,7 +30,7 @@ struct PartitionMeta {
 pub struct Partitions {
     data_dir: PathBuf,
     node_id: u64,
-    config: BrokerConfig,
+    dynamic: Arc<DynamicConfig>,
     /// Replaced whole (copy on write) when the hosted set changes, so readers take it with
     /// one reference count and look partitions up without a lock or an allocation.
     hosted: RwLock<Arc<Hosted>>,
@@ -90,11 +91,11 @@ struct Change<'a> {
 }
 
 impl Partitions {
-    pub fn new(config: &BrokerConfig, clock: Clock) -> Partitions {
+    pub fn new(config: &BrokerConfig, dynamic: Arc<DynamicConfig>, clock: Clock) -> Partitions {
         Partitions {
             data_dir: config.data_dir.clone(),
             node_id: config.node_id,
-            config: config.clone(),
+            dynamic,
             hosted: RwLock::new(Arc::new(Hosted::default())),
             synced: Mutex::new(None),
             activity: Arc::default(),
@@ -186,15 +187,22 @@ impl Partitions {
     /// no `last`), and the hosted partitions whose topic is gone or was re-created.
     fn changes<'a>(&self, last: Option<&ClusterState>, state: &'a ClusterState) -> Vec<Change<'a>> {
         let mut changes = Vec::new();
+        // A dynamic broker config changed: any topic's defaults may have (a rare admin act,
+        // so every partition gets a look).
+        let defaults_changed =
+            last.is_some_and(|l| !Arc::ptr_eq(&l.broker_configs, &state.broker_configs));
+        let settings = self.dynamic.current(state);
         for topic in state.topics.values() {
-            let before = last.and_then(|l| l.topics.get(&topic.name));
+            let before = last
+                .and_then(|l| l.topics.get(&topic.name))
+                .filter(|_| !defaults_changed);
             if before.is_some_and(|b| Arc::ptr_eq(b, topic)) {
                 continue;
             }
             // Same topic, same configs: only partitions whose entry changed need a look.
             let same =
                 before.filter(|b| b.topic_id == topic.topic_id && b.configs == topic.configs);
-            let log_config = topic_config::log_config(&self.config, &topic.configs);
+            let log_config = topic_config::log_config(&settings, &topic.configs);
             for (i, p) in topic.partitions.iter().enumerate() {
                 if same
                     .and_then(|b| b.partitions.get(i))

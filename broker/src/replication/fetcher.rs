@@ -406,6 +406,9 @@ async fn round(
     if with.ready == 0 {
         return Ok(Some(RETRY));
     }
+    moves
+        .budget
+        .set_rate(node.settings().replica_move_max_bytes_per_second);
     // What the move budget granted each moving replica this round.
     let mut grants: HashMap<(&str, i32), u64> = HashMap::new();
     // Moving replicas share at most MOVE_ROUND_BYTES of each round, so a round carrying a

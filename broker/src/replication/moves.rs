@@ -9,6 +9,7 @@
 //! round out. The round itself never waits for the budget, so live ISR replication is never
 //! slowed by a move. Kafka's `follower.replication.throttled.rate` has the same effect.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -21,7 +22,8 @@ use crate::node::Node;
 
 /// The shared byte budget of moving replicas.
 pub struct MoveBudget {
-    rate: u64,
+    /// Bytes per second; a dynamic setting, so it may change between rounds.
+    rate: AtomicU64,
     state: Mutex<(f64, Instant)>,
 }
 
@@ -29,20 +31,26 @@ impl MoveBudget {
     /// A budget of `rate` bytes per second (0: unbounded).
     pub fn new(rate: u64) -> MoveBudget {
         MoveBudget {
-            rate,
+            rate: AtomicU64::new(rate),
             state: Mutex::new((rate as f64, Instant::now())),
         }
     }
 
+    /// Changes the rate from now on; what was saved up stays, up to one second of the new rate.
+    pub fn set_rate(&self, rate: u64) {
+        self.rate.store(rate, Ordering::Relaxed);
+    }
+
     /// Takes up to `max` bytes for one partition's fetch; 0 when the budget is spent.
     pub fn grant(&self, max: u64) -> u64 {
-        if self.rate == 0 {
+        let rate = self.rate.load(Ordering::Relaxed);
+        if rate == 0 {
             return max;
         }
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        let refill = now.duration_since(s.1).as_secs_f64() * self.rate as f64;
-        s.0 = (s.0 + refill).min(self.rate as f64);
+        let refill = now.duration_since(s.1).as_secs_f64() * rate as f64;
+        s.0 = (s.0 + refill).min(rate as f64);
         s.1 = now;
         if s.0 < 1.0 {
             return 0;
@@ -55,7 +63,7 @@ impl MoveBudget {
     /// Settles a grant with what the fetch returned: unused bytes go back, and a batch larger
     /// than the grant (the leader always returns at least one whole batch) is owed.
     pub fn settle(&self, granted: u64, received: u64) {
-        if self.rate == 0 {
+        if self.rate.load(Ordering::Relaxed) == 0 {
             return;
         }
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());

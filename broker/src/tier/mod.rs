@@ -175,7 +175,7 @@ impl Tier {
             metrics: tier_metrics,
             uploading: Mutex::new(HashSet::new()),
             upload_slots: tokio::sync::Semaphore::new(cfg.remote_log_upload_concurrency),
-            throttle: crate::throttle::Throttle::new(cfg.remote_log_upload_max_bytes_per_second),
+            throttle: crate::throttle::Throttle::default(),
             orphan_grace: Duration::from_millis(cfg.remote_log_orphan_grace_ms),
             readahead_bytes: cfg.remote_cache_block_bytes
                 * cfg.remote_cache_readahead_blocks as u64,

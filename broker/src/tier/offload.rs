@@ -228,7 +228,8 @@ async fn upload_segment(
     let result = async {
         tier.store.put(&log_key, bytes).await?;
         // Paced after the bytes went out: the next upload waits for this one's share.
-        tier.throttle.acquire(summary.size).await;
+        let rate = node.settings().remote_log_upload_max_bytes_per_second;
+        tier.throttle.acquire(summary.size, rate).await;
         tier.store.put(&index_key, summary.index.clone()).await?;
         let head = tier.store.head(&log_key).await?;
         if head.size != summary.size {
