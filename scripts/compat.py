@@ -353,6 +353,41 @@ def run(binary, keep):
                 check(err is not None and err.code() == KafkaError._INVALID_DIFFERENT_RECORD,
                       f"keyed record {i}: {err}")
 
+    def confluent_broker_configs():
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigSource
+        broker = ConfigResource(ConfigResource.Type.BROKER, "1")
+        configs = ck_admin().describe_configs([broker])[broker].result(15)
+        for key in ("advertised.listeners", "log.dirs", "num.partitions", "log.retention.ms"):
+            check(key in configs, f"broker config {key} missing from {len(configs)} described")
+        check(configs["num.partitions"].is_read_only, "num.partitions is not read-only")
+        check(not configs["log.retention.ms"].is_read_only, "log.retention.ms is read-only")
+        check(configs["log.dirs"].source == ConfigSource.STATIC_BROKER_CONFIG.value,
+              f"log.dirs source {configs['log.dirs'].source}")
+        # A dynamic value for this broker (the Python binding refuses the cluster-wide
+        # resource's empty name): a topic without its own retention.ms follows it.
+        topic = topic_name("compat-broker-default")
+        ck_create(topic, 1, {})
+        wide = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+            ConfigEntry("log.retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+        ck_admin().incremental_alter_configs([wide])[wide].result(15)
+        try:
+            res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            entry = ck_admin().describe_configs([res])[res].result(15)["retention.ms"]
+            check((entry.value, entry.source) == ("7200000", ConfigSource.DYNAMIC_BROKER_CONFIG.value),
+                  f"retention.ms = {entry.value} from source {entry.source}")
+            bad = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+                ConfigEntry("num.partitions", "3", incremental_operation=AlterConfigOpType.SET)])
+            try:
+                ck_admin().incremental_alter_configs([bad])[bad].result(15)
+            except KafkaException as e:
+                check(e.args[0].code() == KafkaError.INVALID_CONFIG, f"read-only change failed with {e}")
+            else:
+                raise AssertionError("num.partitions changed at run time")
+        finally:
+            undo = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+                ConfigEntry("log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+            ck_admin().incremental_alter_configs([undo])[undo].result(15)
+
     def confluent_elect_leaders():
         from confluent_kafka import ElectionType
         parts = [TopicPartition(ck_topic, p) for p in range(3)]
@@ -373,6 +408,8 @@ def run(binary, keep):
     step("confluent-kafka: describe configs", confluent_describe_configs)
     step("confluent-kafka: legacy alter_configs, APPEND to cleanup.policy, per-record produce errors (KIP-467)",
          confluent_alter_configs)
+    step("confluent-kafka: broker configs by Kafka's names, a dynamic broker config",
+         confluent_broker_configs)
     step("confluent-kafka: preferred leader election (AdminClient.elect_leaders)", confluent_elect_leaders)
 
     # ---------------------------------------------------------------- kafka-python
@@ -502,6 +539,25 @@ def run(binary, keep):
         finally:
             admin.close()
 
+    def kafkapython_broker_loggers():
+        from kafka.admin import AlterConfigOp
+        admin = kp_admin()
+        try:
+            logger = "strata_broker::replication"
+            res = admin.alter_configs([KpConfigResource(KpConfigResourceType.BROKER_LOGGER, "1",
+                                                        {logger: (AlterConfigOp.SET, "DEBUG")})],
+                                      raise_on_unknown=False, incremental=True)
+            check(res.get("broker_logger", {}).get("1") == "OK", f"alter_configs BROKER_LOGGER: {res}")
+            res = admin.describe_configs([KpConfigResource(KpConfigResourceType.BROKER_LOGGER, "1")],
+                                         config_filter="all")
+            loggers = {k: v.get("value") for k, v in res["broker_logger"]["1"].items()}
+            check(loggers.get(logger) == "DEBUG" and loggers.get("root") == "INFO", f"loggers: {loggers}")
+            admin.alter_configs([KpConfigResource(KpConfigResourceType.BROKER_LOGGER, "1",
+                                                  {logger: (AlterConfigOp.DELETE, None)})],
+                                raise_on_unknown=False, incremental=True)
+        finally:
+            admin.close()
+
     def kafkapython_reassignments():
         admin = kp_admin()
         try:
@@ -588,6 +644,7 @@ def run(binary, keep):
     step("kafka-python: infers Kafka 4.0 from ApiVersions", kafkapython_infers_4_0)
     step("kafka-python: list offsets (end_offsets, beginning_offsets, offsets_for_times)", kafkapython_list_offsets)
     step("kafka-python: describe configs", kafkapython_describe_configs)
+    step("kafka-python: a broker logger's level (BROKER_LOGGER)", kafkapython_broker_loggers)
     step("kafka-python: a group over 2,000 partitions with fetch sessions reads every record once",
          kafkapython_group_with_fetch_sessions)
     step("kafka-python: reassignments and log dirs (alter/list_partition_reassignments, describe_log_dirs)",
