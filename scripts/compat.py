@@ -361,8 +361,10 @@ def run(binary, keep):
             check(key in configs, f"broker config {key} missing from {len(configs)} described")
         check(configs["num.partitions"].is_read_only, "num.partitions is not read-only")
         check(not configs["log.retention.ms"].is_read_only, "log.retention.ms is read-only")
-        check(configs["log.dirs"].source == ConfigSource.STATIC_BROKER_CONFIG.value,
-              f"log.dirs source {configs['log.dirs'].source}")
+        check(configs["data.dir"].source == ConfigSource.STATIC_BROKER_CONFIG.value,
+              f"data.dir source {configs['data.dir'].source}")
+        check(configs["log.dirs"].value == configs["data.dir"].value,
+              f"log.dirs {configs['log.dirs'].value}, data.dir {configs['data.dir'].value}")
         # A dynamic value for this broker (the Python binding refuses the cluster-wide
         # resource's empty name): a topic without its own retention.ms follows it.
         topic = topic_name("compat-broker-default")

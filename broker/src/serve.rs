@@ -150,19 +150,27 @@ pub fn run(args: ServeArgs) -> Result<(), ServeError> {
 }
 
 async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
-    std::fs::create_dir_all(&cfg.data_dir).map_err(failed(format!(
-        "cannot create data dir {}",
-        cfg.data_dir.display()
-    )))?;
-    // One broker per data dir: a second process would interleave writes into the same logs.
-    // The lock is released by the kernel when the process exits, however it exits.
-    let lock = std::fs::File::create(cfg.data_dir.join(".lock"))
-        .map_err(failed("cannot create the data dir lock"))?;
-    if lock.try_lock().is_err() {
-        return Err(ServeError::Failed(format!(
-            "data dir {} is in use by another strata process",
-            cfg.data_dir.display()
-        )));
+    // One broker per data dir and per log dir: a second process would interleave writes into
+    // the same logs. The locks are released by the kernel when the process exits, however it
+    // exits.
+    let mut locks = Vec::new();
+    for dir in std::iter::once(cfg.data_dir.clone()).chain(cfg.log_dirs()) {
+        if locks.iter().any(|(d, _)| *d == dir) {
+            continue;
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(failed(format!("cannot create directory {}", dir.display())))?;
+        let lock = std::fs::File::create(dir.join(".lock")).map_err(failed(format!(
+            "cannot create the lock of {}",
+            dir.display()
+        )))?;
+        if lock.try_lock().is_err() {
+            return Err(ServeError::Failed(format!(
+                "directory {} is in use by another strata process",
+                dir.display()
+            )));
+        }
+        locks.push((dir, lock));
     }
     let (listeners, inter_broker_listener) = cfg.listeners()?;
     let mut kafka = Vec::with_capacity(listeners.len());
@@ -216,7 +224,7 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     let ready = Arc::new(AtomicBool::new(false));
     let metrics = Metrics::new();
     count_panics(metrics.panic_counter());
-    metrics.register_log_dir(&cfg.data_dir);
+    metrics.register_log_dirs(&cfg.log_dirs());
     let fd_limit = raise_fd_limit(cfg.max_connections);
     crate::log::handles::set_capacity(match cfg.max_open_segment_files {
         0 => (fd_limit / 2).max(64),
@@ -318,6 +326,7 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
         shutdown_rx.clone(),
     ));
     let housekeeper = tokio::spawn(housekeeping(broker.clone(), shutdown_rx.clone()));
+    let dir_watch = tokio::spawn(watch_log_dirs(node.clone(), shutdown_rx.clone()));
     let offloader = tokio::spawn(crate::tier::offload::run(
         node.clone(),
         broker.tier.clone(),
@@ -355,6 +364,7 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     let _ = follower.await;
     broker.fetchers.stop();
     let _ = housekeeper.await;
+    let _ = dir_watch.await;
     let _ = tls_reloader.await;
     let _ = jwks_refresher.await;
     let _ = offloader.await;
@@ -373,7 +383,7 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
         .await
         .map_err(failed("metadata shutdown"))?;
     let _ = admin_task.await;
-    drop(lock);
+    drop(locks);
     tracing::info!("stopped cleanly");
     Ok(())
 }
@@ -467,6 +477,17 @@ const TICK: Duration = Duration::from_millis(100);
 
 /// How often the controller checks that internal topics have their replication factor.
 const GROW_EVERY: Duration = Duration::from_secs(1);
+
+/// Probes the log directories every second (see `node/log_dirs.rs`).
+async fn watch_log_dirs(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => node.check_log_dirs().await,
+            _ = shutdown.changed() => return,
+        }
+    }
+}
 
 async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(TICK);

@@ -145,6 +145,14 @@ pub enum Command {
     /// Sets and removes client quotas (AlterClientQuotas), all or none: one invalid
     /// alteration refuses the command.
     AlterClientQuotas { alterations: Vec<QuotaAlteration> },
+    /// A broker's log directory failed (KIP-858): its replicas in it go offline (see
+    /// `ClusterState::fail_log_dir`). From the broker itself, at its current epoch.
+    FailLogDir {
+        node_id: NodeId,
+        epoch: i64,
+        dir: String,
+        partitions: Vec<(uuid::Uuid, i32)>,
+    },
     /// Changes dynamic broker configs (Kafka names): `resource` is `""` for the cluster-wide
     /// defaults or a broker id for that broker's own; first sets every key of `set`, then
     /// removes every key of `delete`. The broker checked the values before proposing.

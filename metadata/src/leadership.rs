@@ -36,6 +36,12 @@ impl ClusterState {
             // The earlier incarnation is gone (or about to be): it leads nothing from now on.
             self.fence(node_id);
         }
+        // A new incarnation opens its log directories afresh: what failed before is back,
+        // or fails again and is reported again.
+        self.change_partitions(
+            |p| p.offline.contains(&node_id),
+            |p| p.offline.retain(|r| *r != node_id),
+        );
         self.broker_epochs_issued += 1;
         let epoch = self.broker_epochs_issued;
         self.brokers.insert(
@@ -48,6 +54,7 @@ impl ClusterState {
                 listeners: listeners.to_vec(),
                 epoch,
                 fenced: true,
+                offline_log_dirs: Vec::new(),
             },
         );
         CommandResult::BrokerRegistered { epoch }
@@ -107,7 +114,11 @@ impl ClusterState {
                     b.fenced = false;
                 }
                 self.change_partitions(
-                    |p| p.leader.is_none() && p.isr.contains(&node_id),
+                    |p| {
+                        p.leader.is_none()
+                            && p.isr.contains(&node_id)
+                            && !p.offline.contains(&node_id)
+                    },
                     |p| {
                         p.leader = Some(node_id);
                         p.leader_epoch += 1;
@@ -293,6 +304,46 @@ impl ClusterState {
 
     /// Marks the broker fenced, takes it out of ISRs it is not the last member of, and elects
     /// new leaders for the partitions it led.
+    /// A broker lost the log directory `dir` holding `partitions` (KIP-858): its replicas
+    /// there become offline — out of each ISR unless the last member, leaders no more (another
+    /// in-sync replica takes over; with none, the partition has no leader) — until it
+    /// registers again. Its other partitions are untouched.
+    pub(crate) fn fail_log_dir(
+        &mut self,
+        node_id: NodeId,
+        epoch: i64,
+        dir: &str,
+        partitions: &[(uuid::Uuid, i32)],
+    ) -> CommandResult {
+        if let Err(refused) = self.check_epoch(node_id, epoch) {
+            return refused;
+        }
+        if let Some(b) = self.brokers.get_mut(&node_id) {
+            if !b.offline_log_dirs.iter().any(|d| d == dir) {
+                b.offline_log_dirs.push(dir.to_string());
+            }
+        }
+        let brokers = self.brokers.clone();
+        for (topic_id, partition) in partitions {
+            let Ok(p) = self.partition_mut(topic_id, *partition) else {
+                continue;
+            };
+            if !p.replicas.contains(&node_id) || p.offline.contains(&node_id) {
+                continue;
+            }
+            p.offline.push(node_id);
+            if p.isr.len() > 1 {
+                p.isr.retain(|r| *r != node_id);
+            }
+            if p.leader == Some(node_id) {
+                p.leader = elect_from_isr(p, &brokers);
+                p.leader_epoch += 1;
+            }
+            p.partition_epoch += 1;
+        }
+        CommandResult::Ok
+    }
+
     fn fence(&mut self, node_id: NodeId) {
         if let Some(b) = self.brokers.get_mut(&node_id) {
             b.fenced = true;
@@ -321,17 +372,17 @@ impl PartitionInfo {
         self.replicas.first().is_some_and(|r| {
             self.leader != Some(*r)
                 && self.isr.contains(r)
+                && !self.offline.contains(r)
                 && brokers.get(r).is_some_and(|b| !b.fenced)
         })
     }
 }
 
-/// The first replica, in assignment order, that is in the ISR and not fenced.
+/// The first replica, in assignment order, that is in the ISR, not fenced and not offline.
 fn elect_from_isr(p: &PartitionInfo, brokers: &BTreeMap<NodeId, BrokerInfo>) -> Option<NodeId> {
-    p.replicas
-        .iter()
-        .copied()
-        .find(|r| p.isr.contains(r) && brokers.get(r).is_some_and(|b| !b.fenced))
+    p.replicas.iter().copied().find(|r| {
+        p.isr.contains(r) && !p.offline.contains(r) && brokers.get(r).is_some_and(|b| !b.fenced)
+    })
 }
 
 #[cfg(test)]
@@ -392,6 +443,59 @@ mod tests {
         assert_eq!(register(&mut state, 1), 3);
         assert!(state.brokers.values().all(|b| b.fenced));
         assert_eq!(state.brokers[&1].epoch, 3);
+    }
+
+    #[test]
+    fn a_failed_log_dir_takes_only_its_replicas_offline_until_the_broker_registers_again() {
+        let (mut state, epochs) = live_cluster(&[1, 2]);
+        topic(&mut state, vec![vec![1, 2], vec![1, 2]]);
+        let id = state.topics["t"].topic_id;
+        let fail = |node_id, epoch, partitions: Vec<(uuid::Uuid, i32)>| Command::FailLogDir {
+            node_id,
+            epoch,
+            dir: "/disk2".into(),
+            partitions,
+        };
+        let stale = fail(1, epochs[&1] - 1, vec![(id, 0)]);
+        assert!(matches!(
+            state.apply(&stale),
+            CommandResult::StaleBrokerEpoch { .. }
+        ));
+        assert_eq!(
+            state.apply(&fail(1, epochs[&1], vec![(id, 0)])),
+            CommandResult::Ok
+        );
+        assert_eq!(state.brokers[&1].offline_log_dirs, ["/disk2"]);
+        let p0 = partition(&state, 0);
+        assert_eq!(
+            (p0.leader, p0.isr.clone(), p0.offline.clone()),
+            (Some(2), vec![2], vec![1])
+        );
+        assert_eq!(p0.leader_epoch, 1);
+        let p1 = partition(&state, 1);
+        assert_eq!(
+            (p1.leader, p1.isr.clone()),
+            (Some(1), vec![1, 2]),
+            "in the other dir"
+        );
+        // Its last in-sync replica offline too: no leader, and no election brings one back.
+        assert_eq!(
+            state.apply(&fail(2, epochs[&2], vec![(id, 0)])),
+            CommandResult::Ok
+        );
+        let p0 = partition(&state, 0);
+        assert_eq!((p0.leader, p0.isr.clone()), (None, vec![2]));
+        assert!(!p0.preferred_leader_electable(&state.brokers));
+        state.apply(&Command::ElectPreferredLeaders {
+            partitions: vec![(id, 0)],
+        });
+        assert_eq!(partition(&state, 0).leader, None);
+        // A new registration opens the directory afresh.
+        let epoch = register(&mut state, 2);
+        assert!(state.brokers[&2].offline_log_dirs.is_empty());
+        assert_eq!(partition(&state, 0).offline, vec![1]);
+        state.apply(&Command::UnfenceBroker { node_id: 2, epoch });
+        assert_eq!(partition(&state, 0).leader, Some(2));
     }
 
     #[test]

@@ -136,6 +136,10 @@ pub struct BrokerInfo {
     /// down.
     #[serde(default)]
     pub fenced: bool,
+    /// Log directories that failed in this registration (KIP-858); their replicas are
+    /// [`PartitionInfo::offline`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offline_log_dirs: Vec<String>,
 }
 
 /// Who may do what, and how much of a broker a client may use; changed by
@@ -204,6 +208,10 @@ pub struct PartitionInfo {
     /// A reassignment in progress: replicas that leave once every adding replica is in sync.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removing: Vec<NodeId>,
+    /// Replicas whose broker lost the log directory holding them (KIP-858): never elected,
+    /// out of the ISR unless the last member, until their broker registers again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offline: Vec<NodeId>,
 }
 
 impl PartitionInfo {
@@ -223,6 +231,7 @@ impl PartitionInfo {
             log_start_floor: 0,
             adding: Vec::new(),
             removing: Vec::new(),
+            offline: Vec::new(),
         }
     }
 }
@@ -438,6 +447,12 @@ impl ClusterState {
                 set,
                 delete,
             } => self.alter_broker_config(resource, set, delete),
+            Command::FailLogDir {
+                node_id,
+                epoch,
+                dir,
+                partitions,
+            } => self.fail_log_dir(*node_id, *epoch, dir, partitions),
         }
     }
 
@@ -605,6 +620,7 @@ mod tests {
                 listeners: vec![],
                 epoch: 2,
                 fenced: true,
+                offline_log_dirs: vec![],
             }
         );
     }
@@ -639,6 +655,7 @@ mod tests {
                 log_start_floor: 0,
                 adding: vec![],
                 removing: vec![],
+                offline: vec![],
             }
         );
         assert_eq!(

@@ -161,10 +161,12 @@ fn broker_settings_are_described_under_kafka_names_with_sources_and_synonyms() {
     assert_eq!(partitions.source, ConfigSource::Default);
     assert!(partitions.is_read_only, "read at start only");
     assert_eq!(
-        get("log.dirs").source,
+        get("data.dir").source,
         ConfigSource::StaticBroker,
         "--data-dir"
     );
+    let data_dir = get("data.dir").value.clone();
+    assert_eq!(get("log.dirs").value, data_dir, "the logs are in data.dir");
     assert_eq!(
         get("node.id").value.as_deref(),
         Some(id.to_string().as_str())

@@ -172,6 +172,7 @@ fn cluster_json(broker: &Broker, leader_view: Option<strata_metadata::QuorumStat
                 "rack": b.rack,
                 "epoch": b.epoch,
                 "state": if b.fenced { "fenced" } else { "live" },
+                "offline_log_dirs": b.offline_log_dirs,
             })
         })
         .collect();

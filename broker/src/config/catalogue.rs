@@ -65,7 +65,8 @@ macro_rules! settings {
 
 pub const SETTINGS: &[Setting] = settings![
     node_id "node.id" Int static "This broker's id.",
-    data_dir "log.dirs" Str static "Directory of the partition logs, the metadata quorum, the default object store and the remote read cache.",
+    data_dir "data.dir" Str static "Directory of the metadata quorum, the default object store, the remote read cache, and of the partition logs when log.dirs is unset.",
+    log_dirs "log.dirs" List static "Directories the partition logs are spread over, one per disk (JBOD); unset: data.dir.",
     kafka_addr "kafka.addr" Str static "The Kafka listener when `listeners` is unset.",
     advertised_kafka_addr "advertised.kafka.addr" Str static "Address given to clients in Metadata when `listeners` is unset (default: the bound address).",
     listeners "listeners" List static "Kafka listeners, NAME://host:port,...",
@@ -202,6 +203,13 @@ pub fn values(cfg: &BrokerConfig) -> std::collections::BTreeMap<&'static str, Op
                 {
                     Some(cfg.group_initial_rebalance_delay().as_millis().to_string())
                 }
+                // Unset, the partition logs are in data_dir.
+                None | Some(serde_json::Value::Null) if s.key == "log_dirs" => Some(
+                    (cfg.log_dirs().iter())
+                        .map(|d| d.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
                 None | Some(serde_json::Value::Null) => None,
                 Some(v) => Some(v.to_string()),
             };
@@ -239,6 +247,7 @@ mod tests {
         assert_eq!(v["log_cleaner_min_cleanable_ratio"].as_deref(), Some("0.5"));
         assert_eq!(v["auto_create_topics_enable"].as_deref(), Some("true"));
         assert_eq!(v["data_dir"].as_deref(), Some("./strata-data"));
+        assert_eq!(v["log_dirs"].as_deref(), Some("./strata-data"));
         assert_eq!(v["rack"], None);
         assert_eq!(v["group_initial_rebalance_delay_ms"].as_deref(), Some("0"));
     }

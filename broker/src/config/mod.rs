@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 pub struct BrokerConfig {
     pub node_id: u64,
     pub data_dir: PathBuf,
+    /// Kafka's `log.dirs`: the directories partition logs are spread over, comma-separated
+    /// (one per disk, JBOD). Unset: `data_dir` alone.
+    pub log_dirs: Option<String>,
     pub kafka_addr: SocketAddr,
     /// Address given to clients in Metadata; defaults to the bound Kafka address.
     pub advertised_kafka_addr: Option<SocketAddr>,
@@ -258,6 +261,7 @@ impl Default for BrokerConfig {
         BrokerConfig {
             node_id: 1,
             data_dir: PathBuf::from("./strata-data"),
+            log_dirs: None,
             kafka_addr: "127.0.0.1:9092".parse().expect("literal"),
             advertised_kafka_addr: None,
             listeners: None,
@@ -527,7 +531,36 @@ impl BrokerConfig {
         Ok(cfg)
     }
 
+    /// The directories partition logs live in: `log_dirs`, else `data_dir`.
+    pub fn log_dirs(&self) -> Vec<PathBuf> {
+        match &self.log_dirs {
+            Some(dirs) => (dirs.split(',').map(str::trim))
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .collect(),
+            None => vec![self.data_dir.clone()],
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let dirs = self.log_dirs();
+        if dirs.is_empty() {
+            return Err(ConfigError::Invalid(
+                "log_dirs names no directory (unset it to use data_dir)".into(),
+            ));
+        }
+        for (i, a) in dirs.iter().enumerate() {
+            if let Some(b) = dirs[..i]
+                .iter()
+                .find(|b| b.starts_with(a) || a.starts_with(b))
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "log_dirs: {} and {} overlap; each log directory must be its own",
+                    b.display(),
+                    a.display()
+                )));
+            }
+        }
         if self.node_id > i32::MAX as u64 {
             return Err(ConfigError::Invalid(
                 "node_id must be at most 2147483647 (Kafka broker ids are 32-bit)".into(),

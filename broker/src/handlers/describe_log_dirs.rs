@@ -1,7 +1,7 @@
 //! DescribeLogDirs (`kafka-log-dirs --describe`, `Admin.describeLogDirs`; balancers read it
-//! to size moves and follow their progress): this broker's data directory with the local
-//! size and offset lag of every replica it hosts, and (v4) the volume's total and usable bytes.
-//! Strata has one data directory per broker.
+//! to size moves and follow their progress): each of this broker's log directories with the
+//! local size and offset lag of every replica it holds, and (v4) its volume's total and usable
+//! bytes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,7 +33,10 @@ pub fn handle(
             .map(|t| (t.topic.0.as_str().to_string(), t.partitions))
             .collect()
     });
-    let mut topics: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
+    let dirs = broker.node.partitions.log_dirs().all();
+    // Per log directory (in the configured order), per topic.
+    let mut found: Vec<BTreeMap<String, Vec<DescribeLogDirsPartition>>> =
+        vec![BTreeMap::new(); dirs.len()];
     for p in broker.node.partitions.hosted().all() {
         if let Some(w) = &wanted {
             if !w
@@ -43,8 +46,11 @@ pub fn handle(
                 continue;
             }
         }
+        let Some(i) = broker.node.partitions.log_dirs().index(&p.log_dir) else {
+            continue;
+        };
         let (_, local_bytes, _) = p.stats();
-        topics.entry(p.tp.topic.clone()).or_default().push(
+        found[i].entry(p.tp.topic.clone()).or_default().push(
             DescribeLogDirsPartition::default()
                 .with_partition_index(p.tp.partition)
                 .with_partition_size(i64::try_from(local_bytes).unwrap_or(i64::MAX))
@@ -52,38 +58,36 @@ pub fn handle(
                 .with_is_future_key(false),
         );
     }
-    let dir = &broker.node.config.data_dir;
-    let path = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
-    let (total, usable) = volume_bytes(&path).unwrap_or((-1, -1));
-    let result = DescribeLogDirsResult::default()
-        .with_log_dir(str_bytes(path.display().to_string()))
-        .with_total_bytes(total)
-        .with_usable_bytes(usable)
-        .with_topics(
-            topics
-                .into_iter()
-                .map(|(name, partitions)| {
-                    DescribeLogDirsTopic::default()
-                        .with_name(TopicName(str_bytes(name)))
-                        .with_partitions(partitions)
-                })
-                .collect(),
-        );
-    DescribeLogDirsResponse::default().with_results(vec![result])
+    let results = (dirs.iter().zip(found))
+        .map(|(dir, topics)| {
+            let path = std::fs::canonicalize(&dir.path).unwrap_or_else(|_| dir.path.clone());
+            let (total, usable) = crate::metrics::filesystem_bytes(&path)
+                .map_or((-1, -1), |(t, u)| (clamp(t), clamp(u)));
+            // A failed directory is listed with Kafka's error for it, and nothing in it.
+            let error = match dir.failure() {
+                Some(_) => ErrorCode::KafkaStorageError,
+                None => ErrorCode::None,
+            };
+            DescribeLogDirsResult::default()
+                .with_error_code(error.code())
+                .with_log_dir(str_bytes(path.display().to_string()))
+                .with_total_bytes(total)
+                .with_usable_bytes(usable)
+                .with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(name, partitions)| {
+                            DescribeLogDirsTopic::default()
+                                .with_name(TopicName(str_bytes(name)))
+                                .with_partitions(partitions)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    DescribeLogDirsResponse::default().with_results(results)
 }
 
-/// The volume's size and the bytes an unprivileged process may still write.
-fn volume_bytes(path: &std::path::Path) -> Option<(i64, i64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized out-parameter.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    let frsize = st.f_frsize as i64;
-    Some((
-        (st.f_blocks as i64).saturating_mul(frsize),
-        (st.f_bavail as i64).saturating_mul(frsize),
-    ))
+fn clamp(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
 }

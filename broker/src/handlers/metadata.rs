@@ -14,7 +14,7 @@ use crate::security::Access;
 
 /// One partition as Metadata and DescribeTopicPartitions describe it to a client of
 /// `listener`: its error (no leader, or a leader without that listener), leader, epoch,
-/// replicas, ISR and the replicas on fenced brokers.
+/// replicas, ISR and the offline replicas: on fenced brokers, or in a failed log directory.
 pub(super) struct PartitionView {
     pub error: ErrorCode,
     pub leader: BrokerId,
@@ -43,7 +43,7 @@ pub(super) fn partition_views<'a>(
         leader_epoch: p.leader_epoch,
         replicas: ids(&mut p.replicas.iter()),
         isr: ids(&mut p.isr.iter()),
-        offline: ids(&mut p.replicas.iter().filter(fenced)),
+        offline: ids(&mut (p.replicas.iter()).filter(|r| fenced(r) || p.offline.contains(r))),
     })
 }
 

@@ -1,5 +1,6 @@
-//! The filesystem under the data directory: its size and what is left, read at scrape time
-//! (`statvfs`), so an operator is paged before a full disk stops every partition on it.
+//! The filesystems under the log directories: each one's size and what is left, read at
+//! scrape time (`statvfs`), so an operator is paged before a full disk stops every partition
+//! on it.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -16,19 +17,22 @@ struct DirLabels {
 }
 
 pub(super) struct DiskMetrics {
-    dir: PathBuf,
-    labels: DirLabels,
+    dirs: Vec<(PathBuf, DirLabels)>,
     capacity: Family<DirLabels, Gauge>,
     available: Family<DirLabels, Gauge>,
 }
 
 impl DiskMetrics {
-    pub(super) fn new(dir: &Path) -> DiskMetrics {
+    pub(super) fn new(dirs: &[PathBuf]) -> DiskMetrics {
         DiskMetrics {
-            dir: dir.to_path_buf(),
-            labels: DirLabels {
-                dir: dir.display().to_string(),
-            },
+            dirs: (dirs.iter())
+                .map(|d| {
+                    let labels = DirLabels {
+                        dir: d.display().to_string(),
+                    };
+                    (d.clone(), labels)
+                })
+                .collect(),
             capacity: Family::default(),
             available: Family::default(),
         }
@@ -37,30 +41,28 @@ impl DiskMetrics {
     pub(super) fn register(&self, registry: &mut Registry) {
         registry.register(
             "log_dir_capacity_bytes",
-            "Size of the filesystem holding the data directory",
+            "Size of the filesystem holding the log directory",
             self.capacity.clone(),
         );
         registry.register(
             "log_dir_available_bytes",
-            "Bytes the broker can still write on the filesystem holding the data directory",
+            "Bytes the broker can still write on the filesystem holding the log directory",
             self.available.clone(),
         );
     }
 
     pub(super) fn update(&self) {
-        if let Some((capacity, available)) = filesystem_bytes(&self.dir) {
-            self.capacity
-                .get_or_create(&self.labels)
-                .set(capacity as i64);
-            self.available
-                .get_or_create(&self.labels)
-                .set(available as i64);
+        for (dir, labels) in &self.dirs {
+            if let Some((capacity, available)) = filesystem_bytes(dir) {
+                self.capacity.get_or_create(labels).set(capacity as i64);
+                self.available.get_or_create(labels).set(available as i64);
+            }
         }
     }
 }
 
 /// (total, available to an unprivileged writer) bytes of the filesystem holding `dir`.
-fn filesystem_bytes(dir: &Path) -> Option<(u64, u64)> {
+pub fn filesystem_bytes(dir: &Path) -> Option<(u64, u64)> {
     let path = CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
     // SAFETY: `path` is NUL-terminated and `st` is written by statvfs before it is read (only

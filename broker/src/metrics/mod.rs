@@ -19,6 +19,8 @@ use prometheus_client::registry::Registry;
 use crate::error::ErrorCode;
 
 mod disk;
+
+pub use disk::filesystem_bytes;
 mod process;
 
 pub use process::usage_json;
@@ -508,8 +510,8 @@ impl Metrics {
     }
 
     /// Publishes the size and free space of the filesystem holding `dir` (the data directory).
-    pub fn register_log_dir(&self, dir: &std::path::Path) {
-        let disk = disk::DiskMetrics::new(dir);
+    pub fn register_log_dirs(&self, dirs: &[std::path::PathBuf]) {
+        let disk = disk::DiskMetrics::new(dirs);
         self.register(|registry| disk.register(registry));
         self.on_scrape(move || disk.update());
     }

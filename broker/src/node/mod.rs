@@ -10,6 +10,7 @@
 //! that holds them, and this module imports no subsystem.
 
 mod balancer;
+mod log_dirs;
 mod topics;
 
 pub use balancer::AutoBalance;

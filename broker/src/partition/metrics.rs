@@ -1,5 +1,6 @@
 //! Per-partition gauges, read from the hosted partitions when `/metrics` is scraped: offsets,
-//! local size and segments, and each follower's lag behind a partition led here.
+//! local size and segments, each follower's lag behind a partition led here; and per log
+//! directory, whether it failed and how many partitions it holds.
 
 use std::sync::Arc;
 
@@ -33,6 +34,13 @@ struct PartitionMetrics {
     log_size: PartitionGauge,
     segments: PartitionGauge,
     follower_lag: Family<FollowerLabels, Gauge>,
+    log_dir_offline: Family<DirLabels, Gauge>,
+    log_dir_partitions: Family<DirLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirLabels {
+    dir: String,
 }
 
 impl PartitionMetrics {
@@ -47,7 +55,23 @@ impl PartitionMetrics {
             family.clear();
         }
         self.follower_lag.clear();
-        for p in partitions.hosted().all() {
+        let hosted = partitions.hosted();
+        for dir in partitions.log_dirs().all() {
+            let labels = DirLabels {
+                dir: dir.path.display().to_string(),
+            };
+            let failed = dir.failure().is_some();
+            self.log_dir_offline
+                .get_or_create(&labels)
+                .set(failed as i64);
+            let held = (hosted.all().iter())
+                .filter(|p| Arc::ptr_eq(&p.log_dir, dir))
+                .count();
+            self.log_dir_partitions
+                .get_or_create(&labels)
+                .set(held as i64);
+        }
+        for p in hosted.all() {
             let (o, size, segments) = p.stats();
             let labels = PartitionLabels {
                 topic: p.tp.topic.clone(),
@@ -119,6 +143,16 @@ pub fn register(metrics: &Metrics, partitions: &Arc<Partitions>) {
             "follower_lag_records",
             "Per follower of a partition led here: the leader's log end minus the follower's (-1: not seen yet)",
             m.follower_lag.clone(),
+        );
+        registry.register(
+            "log_dir_offline",
+            "1 for a log directory that failed I/O: its partitions are offline on this broker until it restarts",
+            m.log_dir_offline.clone(),
+        );
+        registry.register(
+            "log_dir_partitions",
+            "Partitions hosted in the log directory",
+            m.log_dir_partitions.clone(),
         );
     });
     let partitions = partitions.clone();

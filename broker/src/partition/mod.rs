@@ -32,6 +32,7 @@
 
 mod activity;
 mod changes;
+pub mod dirs;
 pub mod leader;
 pub mod metrics;
 mod registry;
@@ -64,6 +65,13 @@ pub struct TopicPartition {
     pub partition: i32,
 }
 
+impl TopicPartition {
+    /// The name of the partition's directory in its log directory, `<topic>-<partition>`.
+    pub fn dir_name(&self) -> String {
+        format!("{}-{}", self.topic, self.partition)
+    }
+}
+
 /// Offsets of a partition at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Offsets {
@@ -77,6 +85,8 @@ pub struct Offsets {
 pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: Uuid,
+    /// The log directory the partition's directory is in.
+    pub log_dir: Arc<dirs::LogDir>,
     log: Mutex<Log>,
     remote: RwLock<Arc<RemoteLog>>,
     waiters: Mutex<Waiters>,

@@ -2,7 +2,7 @@
 //! state machine, which is the only source of topics and partitions.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use strata_metadata::{ClusterState, PartitionInfo};
 use uuid::Uuid;
 
+use super::dirs::{LogDir, LogDirs};
 use super::{Activity, Partition, Published, RemoteLog, Role, TopicPartition};
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
@@ -28,7 +29,7 @@ struct PartitionMeta {
 
 /// All partitions hosted here, kept in step with the metadata state.
 pub struct Partitions {
-    data_dir: PathBuf,
+    dirs: LogDirs,
     node_id: u64,
     dynamic: Arc<DynamicConfig>,
     /// Replaced whole (copy on write) when the hosted set changes, so readers take it with
@@ -39,6 +40,8 @@ pub struct Partitions {
     synced: Mutex<Option<Arc<ClusterState>>>,
     activity: Arc<Activity>,
     clock: Clock,
+    /// Partitions of failed log directories: never reopened by this process.
+    offline: Mutex<std::collections::HashSet<TopicPartition>>,
 }
 
 /// The hosted partitions at one instant.
@@ -93,13 +96,14 @@ struct Change<'a> {
 impl Partitions {
     pub fn new(config: &BrokerConfig, dynamic: Arc<DynamicConfig>, clock: Clock) -> Partitions {
         Partitions {
-            data_dir: config.data_dir.clone(),
+            dirs: LogDirs::new(config.log_dirs()),
             node_id: config.node_id,
             dynamic,
             hosted: RwLock::new(Arc::new(Hosted::default())),
             synced: Mutex::new(None),
             activity: Arc::default(),
             clock,
+            offline: Mutex::default(),
         }
     }
 
@@ -120,8 +124,16 @@ impl Partitions {
         self.hosted().get(topic, partition).cloned()
     }
 
-    fn dir_of(&self, tp: &TopicPartition) -> PathBuf {
-        self.data_dir.join(format!("{}-{}", tp.topic, tp.partition))
+    /// The log directories partitions are spread over.
+    pub fn log_dirs(&self) -> &LogDirs {
+        &self.dirs
+    }
+
+    /// Syncs the file system of every healthy log directory.
+    fn sync_log_dirs(&self) -> std::io::Result<()> {
+        (self.dirs.all().iter())
+            .filter(|d| d.failure().is_none())
+            .try_for_each(|d| crate::log::index::sync_filesystem(&d.path))
     }
 
     /// Opens, reconfigures and deletes logs so that this broker hosts exactly the partitions the
@@ -276,7 +288,7 @@ impl Partitions {
         let mut created = false;
         let result = self.open_or_update(changes, map, membership_changed, &mut created);
         if created {
-            crate::log::index::sync_filesystem(&self.data_dir)?;
+            self.sync_log_dirs()?;
         }
         result
     }
@@ -288,10 +300,25 @@ impl Partitions {
         membership_changed: &mut bool,
         created: &mut bool,
     ) -> Result<(), LogError> {
+        // Partitions per log directory, for placing new ones.
+        let mut load = vec![0; self.dirs.all().len()];
+        for p in map.values() {
+            if let Some(i) = self.dirs.index(&p.log_dir) {
+                load[i] += 1;
+            }
+        }
+        let offline = self
+            .offline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         for c in changes {
             let Some((log_config, info)) = c.wanted else {
                 continue;
             };
+            if offline.contains(&c.tp) {
+                continue;
+            }
             if let Some(existing) = map.get(&c.tp) {
                 existing
                     .leader_epoch
@@ -307,7 +334,7 @@ impl Partitions {
                 }
                 continue;
             }
-            let partition = self.open(&c.tp, c.topic_id, log_config, info, created)?;
+            let partition = self.open(&c.tp, c.topic_id, log_config, info, &mut load, created)?;
             map.insert(c.tp, partition);
             *membership_changed = true;
         }
@@ -322,22 +349,45 @@ impl Partitions {
         // waits out a swap in progress.
         drop(p.log());
         p.wake();
-        let dir = self.dir_of(&p.tp);
+        let dir = p.log_dir.join(&p.tp.dir_name());
         drop(p);
         remove_dir_if_exists(&dir)
     }
 
-    /// Opens (creating if new) the log of a partition to host; sets `created` when a new
-    /// directory needs the file-system sync that makes it durable.
+    /// Opens (creating if new, in the log directory with the fewest partitions by `load`) the
+    /// log of a partition to host; sets `created` when a new directory needs the file-system
+    /// sync that makes it durable.
     fn open(
         &self,
         tp: &TopicPartition,
         topic_id: Uuid,
         log_config: LogConfig,
         info: &PartitionInfo,
+        load: &mut [usize],
         created: &mut bool,
     ) -> Result<Arc<Partition>, LogError> {
-        let dir = self.dir_of(tp);
+        let name = tp.dir_name();
+        let log_dir = match self.dirs.find(&name) {
+            Some(d) => d.clone(),
+            None => {
+                let i = self
+                    .dirs
+                    .place(load)
+                    .ok_or_else(|| std::io::Error::other("every log directory has failed"))?;
+                self.dirs.all()[i].clone()
+            }
+        };
+        if let Some(why) = log_dir.failure() {
+            return Err(std::io::Error::other(format!(
+                "log directory {} failed: {why}",
+                log_dir.path.display()
+            ))
+            .into());
+        }
+        if let Some(i) = self.dirs.index(&log_dir) {
+            load[i] += 1;
+        }
+        let dir = log_dir.join(&name);
         std::fs::create_dir_all(&dir)?;
         let meta = PartitionMeta {
             version: 1,
@@ -370,6 +420,7 @@ impl Partitions {
         let partition = Arc::new_cyclic(|me| Partition {
             tp: tp.clone(),
             topic_id,
+            log_dir,
             log: Mutex::new(log),
             remote: RwLock::new(Arc::new(remote)),
             waiters: Mutex::default(),
@@ -388,12 +439,38 @@ impl Partitions {
         Ok(partition)
     }
 
+    /// Takes the partitions of the failed log directory `dir` offline here: no longer hosted
+    /// (their files are left as they are) and never reopened by this process. Records them in
+    /// `dir` for the report to the controller.
+    pub fn take_offline(&self, dir: &LogDir) {
+        // Under the sync lock: a sync in progress must not reopen what is taken away.
+        let _synced = self.synced.lock().unwrap_or_else(|p| p.into_inner());
+        let hosted = self.hosted();
+        let lost: Vec<Arc<Partition>> = (hosted.all().iter())
+            .filter(|p| std::ptr::eq(&*p.log_dir, dir))
+            .cloned()
+            .collect();
+        let mut offline = self.offline.lock().unwrap_or_else(|p| p.into_inner());
+        offline.extend(lost.iter().map(|p| p.tp.clone()));
+        drop(offline);
+        let map = (hosted.all().iter())
+            .filter(|p| !std::ptr::eq(&*p.log_dir, dir))
+            .map(|p| (p.tp.clone(), p.clone()))
+            .collect();
+        *self.hosted.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Hosted::from_map(map));
+        for p in &lost {
+            p.stop_hosting();
+            p.wake();
+        }
+        dir.set_lost(lost.iter().map(|p| (p.topic_id, p.tp.partition)).collect());
+    }
+
     /// Removes partition directories on disk that the state does not know (or knows under
     /// another topic id): leftovers of topics deleted while this broker was down.
     fn delete_stray_dirs(&self, state: &ClusterState) -> Result<(), LogError> {
-        let Ok(entries) = std::fs::read_dir(&self.data_dir) else {
-            return Ok(());
-        };
+        let entries = (self.dirs.all().iter())
+            .filter_map(|d| std::fs::read_dir(&d.path).ok())
+            .flatten();
         for entry in entries.flatten() {
             let meta_path = entry.path().join("partition.json");
             let Ok(data) = std::fs::read(&meta_path) else {
@@ -432,10 +509,10 @@ impl Partitions {
                 }
             })
             .collect();
-        let synced = |what: &str| match crate::log::index::sync_filesystem(&self.data_dir) {
+        let synced = |what: &str| match self.sync_log_dirs() {
             Ok(()) => true,
             Err(e) => {
-                tracing::error!(error = %e, "cannot sync the data directory's file system {what}: the next start recovers every log");
+                tracing::error!(error = %e, "cannot sync the log directories' file systems {what}: the next start recovers every log");
                 false
             }
         };

@@ -154,6 +154,9 @@ struct BrokerView {
     rack: Option<String>,
     epoch: i64,
     state: String,
+    /// Log directories that failed (KIP-858).
+    #[serde(default)]
+    offline_log_dirs: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -339,6 +342,9 @@ fn status(admin_addr: &str) -> anyhow::Result<bool> {
             b.epoch,
             b.state
         ))?;
+        for dir in &b.offline_log_dirs {
+            emit(format_args!("failed_log_dir broker={} dir={dir}", b.id))?;
+        }
     }
     let offline = s.unhealthy.iter().filter(|u| u.state == "offline").count();
     emit(format_args!(

@@ -1,0 +1,247 @@
+//! Several log directories (JBOD, Kafka's `log.dirs`): new partitions go to the directory
+//! holding the fewest, a restart finds each where it is, DescribeLogDirs lists every
+//! directory; a directory that fails while the broker runs (its files removed) takes only its
+//! own partitions offline — the broker keeps serving the others, says which directory failed
+//! (metric, DescribeLogDirs, `strata cluster status`), and in a cluster the controller moves
+//! those partitions' leadership to in-sync replicas with nothing acknowledged lost (KIP-858).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use kafka_protocol::messages::describe_log_dirs_response::DescribeLogDirsResult;
+use kafka_protocol::messages::DescribeLogDirsRequest;
+use rdkafka::admin::TopicReplication;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::Offset;
+use strata_tests::cluster::{free_port, CLUSTER_TIMEOUT, FAST};
+use strata_tests::{
+    strata_bin, unique_topic, wait_for, Broker, BrokerOpts, Cluster, KafkaConn, TrackingProducer,
+};
+
+/// The partitions of `topic` whose directory is in log directory `dir`.
+fn partitions_in(dir: &Path, topic: &str) -> BTreeSet<i32> {
+    let prefix = format!("{topic}-");
+    (std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(&prefix)?.parse().ok()
+        })
+        .collect()
+}
+
+fn describe_log_dirs(addr: &str) -> Vec<DescribeLogDirsResult> {
+    let mut conn = KafkaConn::connect(addr).unwrap();
+    let resp = conn
+        .request(4, &DescribeLogDirsRequest::default().with_topics(None))
+        .unwrap();
+    assert_eq!(resp.error_code, 0);
+    resp.results
+}
+
+/// Per log directory (as DescribeLogDirs names it, the path made absolute): its error code
+/// and the partitions of `topic` it lists.
+fn described(addr: &str, topic: &str) -> BTreeMap<String, (i16, BTreeSet<i32>)> {
+    (describe_log_dirs(addr).into_iter())
+        .map(|r| {
+            let parts = (r.topics.iter())
+                .filter(|t| t.name.0.as_str() == topic)
+                .flat_map(|t| t.partitions.iter().map(|p| p.partition_index))
+                .collect();
+            (r.log_dir.to_string(), (r.error_code, parts))
+        })
+        .collect()
+}
+
+fn canonical(dir: &Path) -> String {
+    std::fs::canonicalize(dir).unwrap().display().to_string()
+}
+
+/// Sends `n` records to each of `partitions`; every one must be acknowledged.
+fn produce_acked(
+    producer: &TrackingProducer,
+    topic: &str,
+    partitions: &[i32],
+    n: usize,
+    tag: &str,
+) {
+    let before = producer.deliveries().len();
+    for (k, p) in partitions.iter().enumerate() {
+        for i in 0..n {
+            let value = format!("{tag}-{p}-{i}");
+            let index = before + k * n + i;
+            producer.send(index, topic, Some(*p), b"k", value.as_bytes(), &[], None);
+        }
+    }
+    producer.flush(Duration::from_secs(90));
+    let new = &producer.deliveries()[before..];
+    assert_eq!(new.len(), partitions.len() * n);
+    let failed: Vec<_> = new.iter().filter_map(|d| d.result.as_ref().err()).collect();
+    assert!(failed.is_empty(), "unacknowledged: {failed:?}");
+}
+
+/// Removes a log directory the broker is writing to (its probe may create a file between
+/// the removal of the contents and of the directory: then again).
+fn remove_disk(dir: &Path) {
+    wait_for("the log directory removed", Duration::from_secs(10), || {
+        std::fs::remove_dir_all(dir).is_ok() || !dir.exists()
+    });
+}
+
+#[test]
+fn partitions_spread_over_log_dirs_and_a_failed_dir_takes_only_its_own_offline() {
+    let disks = tempfile::tempdir().unwrap();
+    let (d1, d2) = (disks.path().join("disk1"), disks.path().join("disk2"));
+    let list = format!("{},{}", d1.display(), d2.display());
+    let mut broker = Broker::start(BrokerOpts::new().env("STRATA_LOG_DIRS", &list));
+    let topic = unique_topic("jbod");
+    broker.create_topic(&topic, 4, &[]).unwrap();
+    let (on1, on2) = (partitions_in(&d1, &topic), partitions_in(&d2, &topic));
+    assert_eq!((on1.len(), on2.len()), (2, 2), "{on1:?} {on2:?}");
+    let dirs = described(&broker.kafka_addr, &topic);
+    assert_eq!(dirs.len(), 2, "{dirs:?}");
+    assert_eq!(dirs[&canonical(&d1)], (0, on1.clone()));
+    assert_eq!(dirs[&canonical(&d2)], (0, on2.clone()));
+
+    let producer = TrackingProducer::new(&broker.producer_config());
+    produce_acked(&producer, &topic, &[0, 1, 2, 3], 10, "before");
+    // A restart finds every partition where it was.
+    broker.restart();
+    assert_eq!(partitions_in(&d1, &topic), on1);
+    assert_eq!(partitions_in(&d2, &topic), on2);
+    let all = broker.consume_n(&topic, &[0, 1, 2, 3], 40, Duration::from_secs(30));
+    assert_eq!(all.len(), 40);
+
+    // The second disk goes away under the running broker.
+    remove_disk(&d2);
+    let d2_name = d2.display().to_string();
+    wait_for("disk2 reported offline", Duration::from_secs(15), || {
+        broker.metric_labelled("strata_log_dir_offline", "dir", &d2_name) == 1.0
+    });
+    assert_eq!(
+        broker.metric_labelled("strata_log_dir_offline", "dir", &d1.display().to_string()),
+        0.0
+    );
+    assert_eq!(
+        broker.metric_labelled("strata_log_dir_partitions", "dir", &d2_name),
+        0.0,
+        "its partitions are no longer hosted"
+    );
+    // Its partitions (one replica each) have no leader; the other disk's serve on.
+    let consumer: BaseConsumer = broker.consumer_config().create().unwrap();
+    wait_for(
+        "disk2's partitions without a leader",
+        Duration::from_secs(15),
+        || {
+            let md = consumer
+                .fetch_metadata(Some(&topic), Duration::from_secs(5))
+                .unwrap();
+            let t = &md.topics()[0];
+            t.partitions().iter().all(|p| {
+                let offline = on2.contains(&p.id());
+                (p.error() == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE))
+                    == offline
+            })
+        },
+    );
+    let healthy: Vec<i32> = on1.iter().copied().collect();
+    let producer = TrackingProducer::new(&broker.producer_config());
+    produce_acked(&producer, &topic, &healthy, 10, "after");
+    let got = broker.consume_until(
+        &topic,
+        &healthy
+            .iter()
+            .map(|p| (*p, Offset::Beginning))
+            .collect::<Vec<_>>(),
+        Duration::from_secs(30),
+        |r| r.len() >= 40,
+    );
+    assert_eq!(
+        got.len(),
+        40,
+        "the healthy disk's partitions: 20 before, 20 after"
+    );
+
+    let dirs = described(&broker.kafka_addr, &topic);
+    assert_eq!(dirs[&canonical(&d1)], (0, on1.clone()));
+    let (error, listed) = dirs.iter().find(|(k, _)| k.ends_with("disk2")).unwrap().1;
+    assert_eq!(
+        (*error, listed.len()),
+        (56, 0),
+        "KAFKA_STORAGE_ERROR for disk2"
+    );
+    let out = Command::new(strata_bin())
+        .args(["cluster", "status", "--admin-addr", &broker.admin_addr])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("failed_log_dir broker=1 dir={d2_name}")),
+        "{text}"
+    );
+
+    // New partitions go to the healthy disk only.
+    let more = unique_topic("jbod-after");
+    broker.create_topic(&more, 2, &[]).unwrap();
+    assert_eq!(partitions_in(&d1, &more).len(), 2);
+    broker.assert_serves_new_clients();
+}
+
+/// Broker 2 holds replicas in two log directories and leads them; the second directory is
+/// removed under load: the controller hands those partitions to broker 1, the first
+/// directory's stay with broker 2, and every acknowledged record is read back.
+#[test]
+fn a_failed_log_dir_moves_its_leaders_and_loses_nothing_acknowledged() {
+    let mut cluster = Cluster::start(1, 1, FAST);
+    let disks = tempfile::tempdir().unwrap();
+    let (d1, d2) = (disks.path().join("disk1"), disks.path().join("disk2"));
+    let list = format!("{},{}", d1.display(), d2.display());
+    let raft = format!("127.0.0.1:{}", free_port());
+    let two = cluster.add_member_with(&raft, &[("STRATA_LOG_DIRS", list)]);
+    assert_eq!(two, 2);
+    let topic = unique_topic("jbod-cluster");
+    let replicas: [&[i32]; 4] = [&[2, 1], &[2, 1], &[2, 1], &[2, 1]];
+    cluster.create_replicated_topic(&topic, 4, TopicReplication::Variable(&replicas), &[]);
+    let on2 = partitions_in(&d2, &topic);
+    assert_eq!(on2.len(), 2);
+    assert_eq!(cluster.leaders(&topic), vec![Some(2); 4]);
+
+    let mut config = cluster.producer_config();
+    config.set("retries", "1000").set("retry.backoff.ms", "100");
+    let producer = TrackingProducer::new(&config);
+    let all = [0, 1, 2, 3];
+    produce_acked(&producer, &topic, &all, 50, "before");
+    remove_disk(&d2);
+    // Under load while the leadership moves: librdkafka retries what the broker refuses.
+    produce_acked(&producer, &topic, &all, 50, "during");
+    wait_for(
+        "disk2's partitions led by broker 1",
+        CLUSTER_TIMEOUT,
+        || {
+            let leaders = cluster.leaders(&topic);
+            leaders.len() == 4
+                && (0..4).all(|p| leaders[p] == Some(if on2.contains(&(p as i32)) { 1 } else { 2 }))
+        },
+    );
+    produce_acked(&producer, &topic, &all, 50, "after");
+
+    let acked: BTreeMap<(i32, i64), usize> = (producer.deliveries().into_iter())
+        .map(|d| (d.result.unwrap(), d.index))
+        .collect();
+    assert_eq!(acked.len(), 600);
+    let got = cluster.member(1).consume_until(
+        &topic,
+        &all.iter()
+            .map(|p| (*p, Offset::Beginning))
+            .collect::<Vec<_>>(),
+        Duration::from_secs(60),
+        |r| r.len() >= 600,
+    );
+    let read: BTreeSet<(i32, i64)> = got.iter().map(|r| (r.partition, r.offset)).collect();
+    let lost: Vec<_> = acked.keys().filter(|k| !read.contains(k)).collect();
+    assert!(lost.is_empty(), "acknowledged but not read back: {lost:?}");
+    let status = cluster.member(1).admin_get("/v1/cluster").unwrap().body;
+    assert!(status.contains("disk2"), "{status}");
+}
