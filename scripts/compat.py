@@ -139,7 +139,10 @@ def run(binary, keep):
     # the certificates come from the script the README tells users to run.
     certs = os.path.join(workdir, "certs")
     subprocess.run([os.path.join(HERE, "make-certs.sh"), certs], check=True, capture_output=True)
+    # Two log directories (JBOD): partitions spread over both, one moved between them below.
+    log_dirs = [os.path.join(workdir, "disk1"), os.path.join(workdir, "disk2")]
     broker = Broker(binary, workdir, {
+        "STRATA_LOG_DIRS": ",".join(log_dirs),
         "STRATA_LISTENERS": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "STRATA_SASL_ENABLED_MECHANISMS": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         "STRATA_SSL_CERTIFICATE_LOCATION": os.path.join(certs, "server.pem"),
@@ -363,8 +366,10 @@ def run(binary, keep):
         check(not configs["log.retention.ms"].is_read_only, "log.retention.ms is read-only")
         check(configs["data.dir"].source == ConfigSource.STATIC_BROKER_CONFIG.value,
               f"data.dir source {configs['data.dir'].source}")
-        check(configs["log.dirs"].value == configs["data.dir"].value,
-              f"log.dirs {configs['log.dirs'].value}, data.dir {configs['data.dir'].value}")
+        check(configs["log.dirs"].value == ",".join(log_dirs),
+              f"log.dirs {configs['log.dirs'].value}, set to {','.join(log_dirs)}")
+        check(configs["log.dirs"].source == ConfigSource.STATIC_BROKER_CONFIG.value,
+              f"log.dirs source {configs['log.dirs'].source}")
         # A dynamic value for this broker (the Python binding refuses the cluster-wide
         # resource's empty name): a topic without its own retention.ms follows it.
         topic = topic_name("compat-broker-default")
@@ -580,6 +585,36 @@ def run(binary, keep):
         finally:
             admin.close()
 
+    def kafkapython_move_between_log_dirs():
+        from kafka import TopicPartitionReplica
+        admin = kp_admin()
+        try:
+            def dir_of(partition):
+                for b in admin.describe_log_dirs():
+                    for d in b["log_dirs"]:
+                        for t in d["topics"]:
+                            if t["name"] == kp_topic and any(
+                                    p["partition_index"] == partition and not p["is_future_key"]
+                                    for p in t["partitions"]):
+                                return d["log_dir"]
+                return None
+            before = dir_of(0)
+            check(before is not None, "partition 0 in no log directory")
+            dest = next(os.path.realpath(d) for d in log_dirs if os.path.realpath(d) != before)
+            res = admin.alter_replica_log_dirs({TopicPartitionReplica(kp_topic, 0, 1): dest})
+            check(all(e.errno == 0 for e in res.values()), f"alter_replica_log_dirs: {res}")
+            deadline = time.monotonic() + 30
+            while dir_of(0) != dest:
+                check(time.monotonic() < deadline, f"partition 0 still in {dir_of(0)}")
+                time.sleep(0.1)
+            bad = admin.alter_replica_log_dirs({TopicPartitionReplica(kp_topic, 0, 1): "/no/such/dir"})
+            check(all(e.errno == 57 for e in bad.values()), f"unknown directory: {bad}")
+        finally:
+            admin.close()
+        # Every record is still there, read through the moved replica.
+        got = kp_consume(kp_topic, [0, 1], len(kp_msgs))
+        compare_per_partition(state["kp_by_partition"], got, "kafka-python read-back after the move")
+
     def metric(name):
         """Sum of a metric's samples in the broker's /metrics."""
         body = urllib.request.urlopen(f"http://{broker.admin}/metrics", timeout=10).read().decode()
@@ -647,6 +682,8 @@ def run(binary, keep):
     step("kafka-python: list offsets (end_offsets, beginning_offsets, offsets_for_times)", kafkapython_list_offsets)
     step("kafka-python: describe configs", kafkapython_describe_configs)
     step("kafka-python: a broker logger's level (BROKER_LOGGER)", kafkapython_broker_loggers)
+    step("kafka-python: a replica moved between log directories (alter_replica_log_dirs)",
+         kafkapython_move_between_log_dirs)
     step("kafka-python: a group over 2,000 partitions with fetch sessions reads every record once",
          kafkapython_group_with_fetch_sessions)
     step("kafka-python: reassignments and log dirs (alter/list_partition_reassignments, describe_log_dirs)",

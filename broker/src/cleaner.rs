@@ -20,6 +20,7 @@ use crate::log::cleaning::CleanStats;
 use crate::metrics::Metrics;
 use crate::node::Node;
 use crate::partition::TopicPartition;
+use crate::throttle::Pacer;
 
 /// `strata_log_cleaner_*`.
 #[derive(Default)]
@@ -164,9 +165,9 @@ fn pass(
             return false;
         }
         let started = Instant::now();
-        let mut throttle = Throttle::new(cfg.log_cleaner_io_max_bytes_per_second);
+        let mut pacer = Pacer::default();
         let mut progress = |bytes: u64| {
-            throttle.pace(bytes);
+            pacer.pace(bytes, cfg.log_cleaner_io_max_bytes_per_second);
             !stop.load(Ordering::Acquire)
         };
         let span = tracing::info_span!("clean", topic = %p.tp.topic, partition = p.tp.partition);
@@ -197,54 +198,4 @@ fn pass(
         }
     }
     false
-}
-
-/// Paces a stream of bytes to `rate` per second (0: unbounded), measured over one-second windows
-/// so a pause does not turn into a burst.
-struct Throttle {
-    rate: u64,
-    window: Instant,
-    bytes: u64,
-}
-
-impl Throttle {
-    fn new(rate: u64) -> Throttle {
-        Throttle {
-            rate,
-            window: Instant::now(),
-            bytes: 0,
-        }
-    }
-
-    fn pace(&mut self, bytes: u64) {
-        if self.rate == 0 {
-            return;
-        }
-        self.bytes += bytes;
-        let due = Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
-        let elapsed = self.window.elapsed();
-        if due > elapsed {
-            std::thread::sleep(due - elapsed);
-        }
-        if self.window.elapsed() >= Duration::from_secs(1) {
-            self.window = Instant::now();
-            self.bytes = 0;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_throttle_holds_the_rate() {
-        let mut t = Throttle::new(1_000_000);
-        let started = Instant::now();
-        for _ in 0..10 {
-            t.pace(50_000);
-        }
-        // 500 kB at 1 MB/s cannot take less than half a second.
-        assert!(started.elapsed() >= Duration::from_millis(450));
-    }
 }

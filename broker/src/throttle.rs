@@ -1,7 +1,8 @@
-//! Paces a stream of work to a byte rate, across tasks: each caller reserves its bytes' share
-//! of time after the previous reservation and sleeps until its turn. Idle time is not saved
-//! up, so a pause never turns into a burst. Used by the offloader (upload bandwidth,
-//! `remote_log_upload_max_bytes_per_second`). The rate comes with each reservation: it is a
+//! Paces work to a byte rate. [`Throttle`], across async tasks: each caller reserves its
+//! bytes' share of time after the previous reservation and sleeps until its turn (the
+//! offloader's upload bandwidth, `remote_log_upload_max_bytes_per_second`). [`Pacer`], one
+//! blocking stream (the cleaner's I/O, a replica's copy between log directories). Idle time is
+//! not saved up, so a pause never turns into a burst. The rate comes with each step: it is a
 //! dynamic setting, so it may change between two.
 
 use std::time::{Duration, Instant};
@@ -36,6 +37,42 @@ impl Throttle {
     }
 }
 
+/// Paces a blocking stream of bytes (the cleaner's I/O, a replica's copy between log
+/// directories) to a rate per second given with each step (0: unbounded; it may change
+/// between steps), measured over one-second windows so a pause does not turn into a burst.
+pub struct Pacer {
+    window: Instant,
+    bytes: u64,
+}
+
+impl Default for Pacer {
+    fn default() -> Pacer {
+        Pacer {
+            window: Instant::now(),
+            bytes: 0,
+        }
+    }
+}
+
+impl Pacer {
+    /// Counts `bytes` done and sleeps as long as `rate` says they take.
+    pub fn pace(&mut self, bytes: u64, rate: u64) {
+        if rate == 0 {
+            return;
+        }
+        self.bytes += bytes;
+        let due = Duration::from_secs_f64(self.bytes as f64 / rate as f64);
+        let elapsed = self.window.elapsed();
+        if due > elapsed {
+            std::thread::sleep(due - elapsed);
+        }
+        if self.window.elapsed() >= Duration::from_secs(1) {
+            self.window = Instant::now();
+            self.bytes = 0;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +92,19 @@ mod tests {
             Throttle::default().acquire(1 << 30, 0).await,
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn the_pacer_holds_the_rate() {
+        let mut p = Pacer::default();
+        let started = Instant::now();
+        for _ in 0..10 {
+            p.pace(50_000, 1_000_000);
+        }
+        // 500 kB at 1 MB/s cannot take less than half a second.
+        assert!(started.elapsed() >= Duration::from_millis(450));
+        let started = Instant::now();
+        p.pace(1 << 30, 0);
+        assert!(started.elapsed() < Duration::from_millis(100), "unbounded");
     }
 }

@@ -245,3 +245,148 @@ fn a_failed_log_dir_moves_its_leaders_and_loses_nothing_acknowledged() {
     let status = cluster.member(1).admin_get("/v1/cluster").unwrap().body;
     assert!(status.contains("disk2"), "{status}");
 }
+
+/// AlterReplicaLogDirs on one partition, raw: the partition's error code.
+fn alter_replica_log_dir(addr: &str, dir: &str, topic: &str, partition: i32) -> i16 {
+    use kafka_protocol::messages::alter_replica_log_dirs_request::{
+        AlterReplicaLogDir, AlterReplicaLogDirTopic,
+    };
+    use kafka_protocol::messages::AlterReplicaLogDirsRequest;
+    let req = AlterReplicaLogDirsRequest::default().with_dirs(vec![AlterReplicaLogDir::default()
+        .with_path(kafka_protocol::protocol::StrBytes::from_string(
+            dir.to_string(),
+        ))
+        .with_topics(vec![AlterReplicaLogDirTopic::default()
+            .with_name(strata_tests::raw::topic_name(topic))
+            .with_partitions(vec![partition])])]);
+    let resp = KafkaConn::connect(addr).unwrap().request(2, &req).unwrap();
+    resp.results[0].partitions[0].error_code
+}
+
+/// A partition with closed segments moves to the other log directory while a producer writes
+/// to it: the copy is paced, shows as the future replica, is swapped in, and every
+/// acknowledged record is read back, before and after a restart.
+#[test]
+fn a_replica_moves_between_log_dirs_under_load_with_nothing_lost() {
+    let disks = tempfile::tempdir().unwrap();
+    let (d1, d2) = (disks.path().join("disk1"), disks.path().join("disk2"));
+    let list = format!("{},{}", d1.display(), d2.display());
+    let mut broker = Broker::start(BrokerOpts::new().env("STRATA_LOG_DIRS", &list).env(
+        "STRATA_REPLICA_ALTER_LOG_DIRS_IO_MAX_BYTES_PER_SECOND",
+        2 << 20,
+    ));
+    let topic = unique_topic("jbod-move");
+    broker
+        .create_topic(&topic, 1, &[("segment.bytes", "1048576")])
+        .unwrap();
+    let (from, to) = match partitions_in(&d1, &topic).is_empty() {
+        true => (d2.clone(), d1.clone()),
+        false => (d1.clone(), d2.clone()),
+    };
+    let producer = TrackingProducer::new(&broker.producer_config());
+    let value = vec![b'v'; 1000];
+    for i in 0..6000 {
+        producer.send(i, &topic, Some(0), b"k", &value, &[], None);
+    }
+    producer.flush(Duration::from_secs(60));
+
+    // Refusals first: a directory the broker does not have, a partition it does not host.
+    assert_eq!(
+        alter_replica_log_dir(&broker.kafka_addr, "/no/such/dir", &topic, 0),
+        57
+    );
+    assert_eq!(
+        alter_replica_log_dir(&broker.kafka_addr, &canonical(&to), &topic, 9),
+        9
+    );
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, config, topic) = (stop.clone(), broker.producer_config(), topic.clone());
+        std::thread::spawn(move || {
+            let producer = TrackingProducer::new(&config);
+            let mut i = 6000;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                for _ in 0..50 {
+                    producer.send(
+                        i,
+                        &topic,
+                        Some(0),
+                        b"k",
+                        format!("during-{i}").as_bytes(),
+                        &[],
+                        None,
+                    );
+                    i += 1;
+                }
+                producer.flush(Duration::from_secs(60));
+            }
+            producer.deliveries()
+        })
+    };
+    assert_eq!(
+        alter_replica_log_dir(&broker.kafka_addr, &canonical(&to), &topic, 0),
+        0
+    );
+    let future_seen = strata_tests::util::wait_until(Duration::from_secs(60), || {
+        describe_log_dirs(&broker.kafka_addr).iter().any(|r| {
+            r.log_dir.as_str() == canonical(&to)
+                && r.topics
+                    .iter()
+                    .any(|t| t.partitions.iter().any(|p| p.is_future_key))
+        }) || partitions_in(&to, &topic).contains(&0)
+    });
+    assert!(future_seen);
+    wait_for(
+        "the replica swapped into the other directory",
+        Duration::from_secs(60),
+        || partitions_in(&to, &topic).contains(&0) && !from.join(format!("{topic}-0")).exists(),
+    );
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let during = writer.join().unwrap();
+    let failed: Vec<_> = during
+        .iter()
+        .filter_map(|d| d.result.as_ref().err())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "unacknowledged during the move: {failed:?}"
+    );
+    assert!(!during.is_empty());
+    let leftovers: Vec<_> = (std::fs::read_dir(&to).unwrap().flatten())
+        .chain(std::fs::read_dir(&from).unwrap().flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".future") || n.ends_with(".retired"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert_eq!(
+        broker.metric_labelled("strata_replica_dir_moves_total", "result", "moved"),
+        1.0
+    );
+
+    let expected = 6000 + during.len();
+    let check = |broker: &Broker| {
+        let got = broker.consume_until(
+            &topic,
+            &[(0, Offset::Beginning)],
+            Duration::from_secs(60),
+            |r| r.len() >= expected,
+        );
+        let offsets: BTreeSet<i64> = got.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets.len(), expected, "every acknowledged record, once");
+        for d in &during {
+            let (_, offset) = d.result.clone().unwrap();
+            let r = got.iter().find(|r| r.offset == offset).unwrap();
+            assert_eq!(
+                r.value.as_deref(),
+                Some(format!("during-{}", d.index).as_bytes())
+            );
+        }
+    };
+    check(&broker);
+    let dirs = described(&broker.kafka_addr, &topic);
+    assert_eq!(dirs[&canonical(&to)].1, BTreeSet::from([0]));
+    broker.restart();
+    assert!(partitions_in(&to, &topic).contains(&0));
+    check(&broker);
+}

@@ -172,6 +172,7 @@ pub const SETTINGS: &[Setting] = settings![
     remote_log_upload_concurrency "remote.log.upload.concurrency" Int static "Segments uploaded at once.",
     remote_log_upload_max_bytes_per_second "remote.log.manager.copy.max.bytes.per.second" Long dynamic "Upload bandwidth bound (0: none).",
     replica_move_max_bytes_per_second "replica.move.max.bytes.per.second" Long dynamic "Bytes per second all replicas being added to this broker may fetch together (0: no bound).",
+    replica_alter_log_dirs_io_max_bytes_per_second "replica.alter.log.dirs.io.max.bytes.per.second" Long dynamic "Bytes per second replicas moving between this broker's log directories are copied at, together (0: no bound).",
     max_incremental_fetch_session_cache_slots "max.incremental.fetch.session.cache.slots" Int static "Incremental fetch sessions kept at once.",
     max_open_segment_files "max.open.segment.files" Int static "Segment files held open at once (0: half the open-file limit).",
     remote_log_orphan_grace_ms "remote.log.orphan.grace.ms" Long static "Objects no record names are deleted once this old.",

@@ -230,6 +230,9 @@ pub struct BrokerConfig {
     /// Bytes per second all replicas being added to this broker by reassignments may fetch
     /// together (0: no bound); in-sync replicas are never held back by it.
     pub replica_move_max_bytes_per_second: u64,
+    /// Bytes per second a replica moving between this broker's log directories
+    /// (AlterReplicaLogDirs) is copied at, all moves together (0: no bound).
+    pub replica_alter_log_dirs_io_max_bytes_per_second: u64,
     /// Incremental fetch sessions (KIP-227) the broker keeps at once (0: none; every fetch is
     /// answered in full).
     pub max_incremental_fetch_session_cache_slots: usize,
@@ -367,6 +370,7 @@ impl Default for BrokerConfig {
             remote_log_upload_concurrency: 4,
             remote_log_upload_max_bytes_per_second: 0,
             replica_move_max_bytes_per_second: 0,
+            replica_alter_log_dirs_io_max_bytes_per_second: 0,
             max_incremental_fetch_session_cache_slots: 1000,
             max_open_segment_files: 0,
             remote_log_orphan_grace_ms: 600_000,

@@ -1,7 +1,7 @@
 //! DescribeLogDirs (`kafka-log-dirs --describe`, `Admin.describeLogDirs`; balancers read it
 //! to size moves and follow their progress): each of this broker's log directories with the
-//! local size and offset lag of every replica it holds, and (v4) its volume's total and usable
-//! bytes.
+//! local size and offset lag of every replica it holds, the copies of replicas moving into it
+//! (future replicas, AlterReplicaLogDirs), and (v4) its volume's total and usable bytes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,7 +46,7 @@ pub fn handle(
                 continue;
             }
         }
-        let Some(i) = broker.node.partitions.log_dirs().index(&p.log_dir) else {
+        let Some(i) = broker.node.partitions.log_dirs().index(&p.log_dir()) else {
             continue;
         };
         let (_, local_bytes, _) = p.stats();
@@ -56,6 +56,34 @@ pub fn handle(
                 .with_partition_size(i64::try_from(local_bytes).unwrap_or(i64::MAX))
                 .with_offset_lag(p.offset_lag())
                 .with_is_future_key(false),
+        );
+    }
+    // A move's copy, in its destination: the future replica, behind the live one by the
+    // records not copied yet.
+    for (tp, r) in broker.node.partitions.relocations() {
+        let listed = wanted.as_ref().is_none_or(|w| {
+            w.get(&tp.topic)
+                .is_some_and(|parts| parts.contains(&tp.partition))
+        });
+        let live = broker.node.partitions.get(&tp.topic, tp.partition);
+        let (Some(i), Some(live), true) = (
+            dirs.iter().position(|d| Arc::ptr_eq(d, &r.dest)),
+            live,
+            listed,
+        ) else {
+            continue;
+        };
+        let copied_end = r.copied_end.load(std::sync::atomic::Ordering::Relaxed);
+        let lag = match copied_end {
+            -1 => -1,
+            end => (live.published_offsets().log_end - end).max(0),
+        };
+        found[i].entry(tp.topic.clone()).or_default().push(
+            DescribeLogDirsPartition::default()
+                .with_partition_index(tp.partition)
+                .with_partition_size(clamp(r.copied.load(std::sync::atomic::Ordering::Relaxed)))
+                .with_offset_lag(lag)
+                .with_is_future_key(true),
         );
     }
     let results = (dirs.iter().zip(found))

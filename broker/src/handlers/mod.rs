@@ -7,6 +7,7 @@ mod add_partitions_to_txn;
 mod alter_client_quotas;
 mod alter_configs;
 mod alter_partition_reassignments;
+mod alter_replica_log_dirs;
 mod alter_user_scram_credentials;
 mod api_versions;
 mod create_acls;
@@ -224,6 +225,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         }
         RequestKind::DescribeLogDirs(r) => {
             ResponseKind::DescribeLogDirs(describe_log_dirs::handle(broker, r, &access))
+        }
+        RequestKind::AlterReplicaLogDirs(r) => {
+            ResponseKind::AlterReplicaLogDirs(alter_replica_log_dirs::handle(broker, r, &access))
         }
         RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
             alter_partition_reassignments::handle(broker, r, v, &access).await,

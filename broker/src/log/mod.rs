@@ -111,6 +111,8 @@ pub struct Log {
     /// More than one replica: the partition moves the high watermark by its ISR. Otherwise
     /// an append commits at once.
     replicated: bool,
+    /// Truncations and resets since open: a copy of the files taken across one is stale.
+    truncations: u64,
 }
 
 const CLEAN_SHUTDOWN: &str = "clean-shutdown";
@@ -456,6 +458,15 @@ impl Log {
     /// The first switch after opening starts it at the log start: this broker does not know
     /// what its ISR had committed, and must not show consumers a suffix that a new leader may
     /// not have; the ISR moves it up within a fetch round.
+    /// Truncations and resets since the log was opened.
+    pub fn truncations(&self) -> u64 {
+        self.truncations
+    }
+
+    pub fn is_replicated(&self) -> bool {
+        self.replicated
+    }
+
     pub fn set_replicated(&mut self, replicated: bool) {
         if replicated && !self.replicated {
             self.high_watermark = self.log_start_offset;
@@ -608,6 +619,7 @@ impl Log {
     }
 
     fn after_truncation(&mut self) -> Result<(), LogError> {
+        self.truncations += 1;
         let end = self.log_end_offset();
         self.high_watermark = self.high_watermark.min(end);
         self.recovery_point = self.recovery_point.min(end);

@@ -114,6 +114,7 @@ impl Log {
             unflushed_rolls: Vec::new(),
             epochs: LeaderEpochCache::default(),
             replicated: false,
+            truncations: 0,
         };
         log.rebuild_producer_state(rescanned_from)?;
         log.load_epochs(rescanned_from)?;
@@ -246,6 +247,13 @@ impl Log {
     pub fn mark_clean(&self) -> Result<(), LogError> {
         // Empty: created in place, no rename needed.
         std::fs::File::create(self.dir.join(CLEAN_SHUTDOWN))?;
+        Ok(())
+    }
+
+    /// [`Log::mark_clean`] for the log files in `dir`, written by a [`Log::close_unsynced`]
+    /// elsewhere and copied here whole and durable (a replica moved between log directories).
+    pub fn mark_clean_dir(dir: &Path) -> Result<(), LogError> {
+        std::fs::File::create(dir.join(CLEAN_SHUTDOWN))?;
         Ok(())
     }
 

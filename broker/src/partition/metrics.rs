@@ -65,7 +65,7 @@ impl PartitionMetrics {
                 .get_or_create(&labels)
                 .set(failed as i64);
             let held = (hosted.all().iter())
-                .filter(|p| Arc::ptr_eq(&p.log_dir, dir))
+                .filter(|p| Arc::ptr_eq(&p.log_dir(), dir))
                 .count();
             self.log_dir_partitions
                 .get_or_create(&labels)
@@ -148,6 +148,16 @@ pub fn register(metrics: &Metrics, partitions: &Arc<Partitions>) {
             "log_dir_offline",
             "1 for a log directory that failed I/O: its partitions are offline on this broker until it restarts",
             m.log_dir_offline.clone(),
+        );
+        registry.register(
+            "replica_dir_moves",
+            "Moves of replicas between this broker's log directories that ended, by result (moved, stopped, failed)",
+            partitions.relocation_metrics.moves.clone(),
+        );
+        registry.register(
+            "replica_dir_move_bytes",
+            "Bytes copied by moves of replicas between this broker's log directories",
+            partitions.relocation_metrics.bytes.clone(),
         );
         registry.register(
             "log_dir_partitions",

@@ -36,6 +36,7 @@ pub mod dirs;
 pub mod leader;
 pub mod metrics;
 mod registry;
+mod relocate;
 mod replica;
 mod tiers;
 
@@ -55,7 +56,7 @@ use crate::log::control::Marker;
 use crate::log::{AppendInfo, Log, LogError};
 pub use activity::{Activity, Sweep};
 pub use changes::ChangeSet;
-pub use registry::{Hosted, Partitions};
+pub use registry::{Hosted, Partitions, RelocateRefusal};
 pub use replica::{Committing, Role};
 pub use tiers::{Read, RemoteLog, RemoteProducers, TierStats, TimeLookup};
 
@@ -85,14 +86,20 @@ pub struct Offsets {
 pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: Uuid,
-    /// The log directory the partition's directory is in.
-    pub log_dir: Arc<dirs::LogDir>,
+    /// The log directory the partition's directory is in (changed by a move, see
+    /// [`relocate`]).
+    log_dir: RwLock<Arc<dirs::LogDir>>,
     log: Mutex<Log>,
     remote: RwLock<Arc<RemoteLog>>,
     waiters: Mutex<Waiters>,
     /// Set when the topic is deleted, so a clean in progress stops writing into the directory
     /// that is about to be removed.
     deleted: AtomicBool,
+    /// Set while the partition is being moved to another log directory ([`relocate`]): a
+    /// clean in progress stops, none installs its segments.
+    moving: AtomicBool,
+    /// Moves completed: a clean planned before one must not install into the moved log.
+    moves: std::sync::atomic::AtomicU64,
     /// The partition's current leader epoch (from the metadata state), stamped on appends.
     leader_epoch: AtomicI32,
     /// This broker's role in the partition's replication. Lock order: `replica`, then `log`.
@@ -208,6 +215,14 @@ impl Drop for LogGuard<'_> {
 }
 
 impl Partition {
+    /// The log directory the partition's directory is in now.
+    pub fn log_dir(&self) -> Arc<dirs::LogDir> {
+        self.log_dir
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     fn log(&self) -> LogGuard<'_> {
         LogGuard {
             // A panic while holding the lock cannot leave the log half-written (appends are
@@ -413,16 +428,22 @@ impl Partition {
         progress: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<CleanStats>, LogError> {
         let now = self.clock.now_ms();
+        let moves = self.moves.load(Ordering::Acquire);
+        let stopped =
+            || self.deleted.load(Ordering::Acquire) || self.moving.load(Ordering::Acquire);
+        if stopped() {
+            return Ok(None);
+        }
         let Some(plan) = self.log().clean_plan(now)? else {
             return Ok(None);
         };
-        let mut progress = |bytes| !self.deleted.load(Ordering::Acquire) && progress(bytes);
+        let mut progress = |bytes| !stopped() && progress(bytes);
         let Some(cleaned) = plan.clean(map_memory, now, &mut progress)? else {
             return Ok(None);
         };
         let stats = cleaned.stats;
         let mut log = self.log();
-        if self.deleted.load(Ordering::Acquire) {
+        if stopped() || self.moves.load(Ordering::Acquire) != moves {
             return Ok(None);
         }
         let retired = log.install_cleaned(cleaned)?;

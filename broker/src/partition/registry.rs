@@ -11,12 +11,14 @@ use strata_metadata::{ClusterState, PartitionInfo};
 use uuid::Uuid;
 
 use super::dirs::{LogDir, LogDirs};
+use super::relocate::{Relocation, RelocationMetrics};
 use super::{Activity, Partition, Published, RemoteLog, Role, TopicPartition};
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
 use crate::dynamic_config::DynamicConfig;
 use crate::log::config::LogConfig;
 use crate::log::{Log, LogError};
+use crate::throttle::Pacer;
 use crate::topic_config;
 
 #[derive(Serialize, Deserialize, PartialEq)]
@@ -42,6 +44,22 @@ pub struct Partitions {
     clock: Clock,
     /// Partitions of failed log directories: never reopened by this process.
     offline: Mutex<std::collections::HashSet<TopicPartition>>,
+    /// Moves between log directories in progress.
+    relocations: Arc<Mutex<HashMap<TopicPartition, Arc<Relocation>>>>,
+    pub(super) relocation_metrics: Arc<RelocationMetrics>,
+    /// Paces every move's copy together.
+    relocation_pacer: Arc<Mutex<Pacer>>,
+}
+
+/// Why a move between log directories was not started.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RelocateRefusal {
+    /// The partition is not hosted here.
+    NotHosted,
+    /// The destination failed.
+    Failed,
+    /// It is moving to another directory already.
+    Busy,
 }
 
 /// The hosted partitions at one instant.
@@ -104,6 +122,9 @@ impl Partitions {
             activity: Arc::default(),
             clock,
             offline: Mutex::default(),
+            relocations: Arc::default(),
+            relocation_metrics: Arc::default(),
+            relocation_pacer: Arc::default(),
         }
     }
 
@@ -283,6 +304,7 @@ impl Partitions {
             }
         }
         if first {
+            super::relocate::recover(&self.dirs)?;
             self.delete_stray_dirs(state)?;
         }
         let mut created = false;
@@ -303,7 +325,7 @@ impl Partitions {
         // Partitions per log directory, for placing new ones.
         let mut load = vec![0; self.dirs.all().len()];
         for p in map.values() {
-            if let Some(i) = self.dirs.index(&p.log_dir) {
+            if let Some(i) = self.dirs.index(&p.log_dir()) {
                 load[i] += 1;
             }
         }
@@ -349,7 +371,7 @@ impl Partitions {
         // waits out a swap in progress.
         drop(p.log());
         p.wake();
-        let dir = p.log_dir.join(&p.tp.dir_name());
+        let dir = p.log_dir().join(&p.tp.dir_name());
         drop(p);
         remove_dir_if_exists(&dir)
     }
@@ -420,11 +442,13 @@ impl Partitions {
         let partition = Arc::new_cyclic(|me| Partition {
             tp: tp.clone(),
             topic_id,
-            log_dir,
+            log_dir: RwLock::new(log_dir),
             log: Mutex::new(log),
             remote: RwLock::new(Arc::new(remote)),
             waiters: Mutex::default(),
             deleted: AtomicBool::new(false),
+            moving: AtomicBool::new(false),
+            moves: Default::default(),
             leader_epoch: AtomicI32::new(info.leader_epoch),
             replica: Mutex::new(Role::Offline),
             hw: tokio::sync::watch::channel(-1).0,
@@ -439,6 +463,80 @@ impl Partitions {
         Ok(partition)
     }
 
+    /// Starts moving hosted partition `tp` to log directory `dest`, in the background (see
+    /// `relocate.rs`), its copy paced to `rate()` bytes per second. Moving it where it is, or
+    /// where it is moving already, is done at once.
+    pub fn relocate(
+        &self,
+        tp: &TopicPartition,
+        dest: &Arc<LogDir>,
+        rate: Arc<dyn Fn() -> u64 + Send + Sync>,
+    ) -> Result<(), RelocateRefusal> {
+        let p = self
+            .get(&tp.topic, tp.partition)
+            .ok_or(RelocateRefusal::NotHosted)?;
+        if dest.failure().is_some() {
+            return Err(RelocateRefusal::Failed);
+        }
+        let mut moving = self.relocations.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = moving.get(tp) {
+            return match Arc::ptr_eq(&m.dest, dest) {
+                true => Ok(()),
+                false => Err(RelocateRefusal::Busy),
+            };
+        }
+        if Arc::ptr_eq(&p.log_dir(), dest) {
+            return Ok(());
+        }
+        let relocation = Arc::new(Relocation::new(dest.clone()));
+        moving.insert(tp.clone(), relocation.clone());
+        drop(moving);
+        let relocations = self.relocations.clone();
+        let metrics = self.relocation_metrics.clone();
+        let pacer = self.relocation_pacer.clone();
+        let moved = tp.clone();
+        let tp = tp.clone();
+        let spawned = std::thread::Builder::new()
+            .name("strata-relocate".into())
+            .spawn(move || {
+                let started = std::time::Instant::now();
+                let from = p.log_dir().path.display().to_string();
+                let result = p.relocate(&relocation, &pacer, &*rate);
+                let bytes = relocation.copied.load(Ordering::Relaxed);
+                metrics.bytes.inc_by(bytes);
+                let (topic, partition, to) = (&tp.topic, tp.partition, relocation.dest.path.display());
+                let seconds = started.elapsed().as_secs_f64();
+                match &result {
+                    Ok(true) => tracing::info!(%topic, partition, %from, %to, bytes, seconds, "moved a replica between log directories"),
+                    Ok(false) => tracing::info!(%topic, partition, %from, %to, "a move between log directories stopped"),
+                    Err(e) => tracing::error!(%topic, partition, %from, %to, error = %e, "a move between log directories failed"),
+                }
+                metrics.ended(match result {
+                    Ok(true) => "moved",
+                    Ok(false) => "stopped",
+                    Err(_) => "failed",
+                });
+                relocations.lock().unwrap_or_else(|p| p.into_inner()).remove(&tp);
+            });
+        if spawned.is_err() {
+            self.relocations
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&moved);
+            return Err(RelocateRefusal::Failed);
+        }
+        Ok(())
+    }
+
+    /// The moves in progress: each partition with its move.
+    pub fn relocations(&self) -> Vec<(TopicPartition, Arc<Relocation>)> {
+        let moving = self.relocations.lock().unwrap_or_else(|p| p.into_inner());
+        moving
+            .iter()
+            .map(|(tp, r)| (tp.clone(), r.clone()))
+            .collect()
+    }
+
     /// Takes the partitions of the failed log directory `dir` offline here: no longer hosted
     /// (their files are left as they are) and never reopened by this process. Records them in
     /// `dir` for the report to the controller.
@@ -447,14 +545,14 @@ impl Partitions {
         let _synced = self.synced.lock().unwrap_or_else(|p| p.into_inner());
         let hosted = self.hosted();
         let lost: Vec<Arc<Partition>> = (hosted.all().iter())
-            .filter(|p| std::ptr::eq(&*p.log_dir, dir))
+            .filter(|p| std::ptr::eq(&*p.log_dir(), dir))
             .cloned()
             .collect();
         let mut offline = self.offline.lock().unwrap_or_else(|p| p.into_inner());
         offline.extend(lost.iter().map(|p| p.tp.clone()));
         drop(offline);
         let map = (hosted.all().iter())
-            .filter(|p| !std::ptr::eq(&*p.log_dir, dir))
+            .filter(|p| !std::ptr::eq(&*p.log_dir(), dir))
             .map(|p| (p.tp.clone(), p.clone()))
             .collect();
         *self.hosted.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Hosted::from_map(map));

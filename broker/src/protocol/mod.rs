@@ -152,6 +152,7 @@ impl Response {
                 DeleteAcls,
                 DescribeConfigs,
                 DescribeLogDirs,
+                AlterReplicaLogDirs,
                 CreatePartitions,
                 DeleteGroups,
                 ElectLeaders,
@@ -302,6 +303,7 @@ mod tests {
             ApiKey::OffsetForLeaderEpoch => RequestKind::OffsetForLeaderEpoch(Default::default()),
             ApiKey::ElectLeaders => RequestKind::ElectLeaders(Default::default()),
             ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(Default::default()),
+            ApiKey::AlterReplicaLogDirs => RequestKind::AlterReplicaLogDirs(Default::default()),
             ApiKey::AlterPartitionReassignments => {
                 RequestKind::AlterPartitionReassignments(Default::default())
             }

@@ -68,6 +68,7 @@ pub const SUPPORTED: &[Api] = &[
     api(ApiKey::OffsetForLeaderEpoch, "OffsetForLeaderEpoch", 2, 4),
     api(ApiKey::ElectLeaders, "ElectLeaders", 0, 2),
     api(ApiKey::DescribeLogDirs, "DescribeLogDirs", 1, 4),
+    api(ApiKey::AlterReplicaLogDirs, "AlterReplicaLogDirs", 1, 2),
     api(
         ApiKey::AlterPartitionReassignments,
         "AlterPartitionReassignments",

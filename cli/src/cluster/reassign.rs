@@ -33,7 +33,9 @@ struct PlanEntry {
     log_dirs: Option<Vec<String>>,
 }
 
-/// Reads a plan in Kafka's format; refuses what Strata cannot do (log dirs other than `any`).
+/// Reads a plan in Kafka's format; refuses what this command does not do (log dirs other
+/// than `any`: placing a replica in a given directory is AlterReplicaLogDirs, once the replica
+/// is on its broker).
 pub fn read_plan(text: &str, view: &ClusterView) -> anyhow::Result<Vec<Move>> {
     let file: PlanFile =
         serde_json::from_str(text).context("the plan is not Kafka's reassignment JSON")?;
@@ -49,7 +51,7 @@ pub fn read_plan(text: &str, view: &ClusterView) -> anyhow::Result<Vec<Move>> {
         if let Some(dirs) = &e.log_dirs {
             if dirs.iter().any(|d| d != "any") {
                 bail!(
-                    "{}-{}: log_dirs other than \"any\": a Strata broker has one data directory",
+                    "{}-{}: log_dirs other than \"any\" are not applied by this command; once the replica is on its broker, move it between that broker's log directories with AlterReplicaLogDirs (kafka-python's alter_replica_log_dirs, Admin.alterReplicaLogDirs)",
                     e.topic,
                     e.partition
                 );
@@ -444,7 +446,7 @@ mod tests {
             ),
             (
                 r#"{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1],"log_dirs":["/data"]}]}"#,
-                "one data directory",
+                "AlterReplicaLogDirs",
             ),
         ] {
             let err = format!("{:#}", read_plan(text, &view()).unwrap_err());
