@@ -507,7 +507,10 @@ impl Partitions {
                 let (topic, partition, to) = (&tp.topic, tp.partition, relocation.dest.path.display());
                 let seconds = started.elapsed().as_secs_f64();
                 match &result {
-                    Ok(true) => tracing::info!(%topic, partition, %from, %to, bytes, seconds, "moved a replica between log directories"),
+                    Ok(true) => {
+                        let held_ms = relocation.held_us.load(Ordering::Relaxed) as f64 / 1000.0;
+                        tracing::info!(%topic, partition, %from, %to, bytes, seconds, held_ms, "moved a replica between log directories")
+                    }
                     Ok(false) => tracing::info!(%topic, partition, %from, %to, "a move between log directories stopped"),
                     Err(e) => tracing::error!(%topic, partition, %from, %to, error = %e, "a move between log directories failed"),
                 }
