@@ -183,5 +183,13 @@ mod tests {
         let g = fresh.grant(1000);
         fresh.settle(g, 0);
         assert!(fresh.grant(1000) >= 999);
+        // A dynamic change of the rate applies from the next grant: unbounded, then bounded.
+        fresh.set_rate(0);
+        assert_eq!(fresh.grant(1 << 20), 1 << 20);
+        fresh.set_rate(10);
+        assert!(
+            fresh.grant(1 << 20) <= 10,
+            "at most one second of the new rate"
+        );
     }
 }
