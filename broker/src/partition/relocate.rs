@@ -173,12 +173,27 @@ impl Partition {
             let (hw, replicated) = (log.high_watermark(), log.is_replicated());
             let config = log.config().clone();
             log.close_unsynced()?;
-            let swapped = swap(&src, from, &future, &to.dest, name, &mut copied, to);
-            let at = if swapped.is_ok() { &to.dest } else { from };
-            // A source that could not even be put back stays with the log as it is (closed
-            // files are reopened by path as they are used).
-            if swapped.is_ok() || src.is_dir() {
-                let (mut reopened, _) = Log::open(&at.join(name), config, self.clock.now_ms())?;
+            let mut swapped = swap(&src, from, &future, &to.dest, name, &mut copied, to);
+            let now = self.clock.now_ms();
+            let mut opened = match &swapped {
+                Ok(_) => Some(Log::open(&to.dest.join(name), config.clone(), now)),
+                Err(_) if src.is_dir() => Some(Log::open(&src, config.clone(), now)),
+                // A source that could not even be put back stays with the log as it is.
+                Err(_) => None,
+            };
+            if let (Some(Err(e)), Ok(retired)) = (&opened, &swapped) {
+                // The copy does not open: the swap is undone before appends resume, or they
+                // would land in the retired files, which the next start removes.
+                tracing::error!(topic = %self.tp.topic, partition = self.tp.partition, error = %e, "the moved copy does not open; back to the source");
+                let why = std::io::Error::other(format!("the moved copy does not open: {e}"));
+                fs::rename(to.dest.join(name), &future)?;
+                fs::rename(retired, &src)?;
+                sync_filesystem(&from.path)?;
+                opened = Some(Log::open(&src, config, now));
+                swapped = Err(why.into());
+            }
+            if let Some(opened) = opened {
+                let (mut reopened, _) = opened?;
                 reopened.set_replicated(replicated);
                 reopened.set_high_watermark(hw);
                 let live: &mut Log = &mut log;
