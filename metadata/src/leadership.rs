@@ -302,8 +302,6 @@ impl ClusterState {
         }
     }
 
-    /// Marks the broker fenced, takes it out of ISRs it is not the last member of, and elects
-    /// new leaders for the partitions it led.
     /// A broker lost the log directory `dir` holding `partitions` (KIP-858): its replicas
     /// there become offline — out of each ISR unless the last member, leaders no more (another
     /// in-sync replica takes over; with none, the partition has no leader) — until it
@@ -344,6 +342,8 @@ impl ClusterState {
         CommandResult::Ok
     }
 
+    /// Marks the broker fenced, takes it out of ISRs it is not the last member of, and elects
+    /// new leaders for the partitions it led.
     fn fence(&mut self, node_id: NodeId) {
         if let Some(b) = self.brokers.get_mut(&node_id) {
             b.fenced = true;

@@ -35,6 +35,10 @@ struct Shared {
     stop: AtomicBool,
     /// Connections refused or closed because of a cut.
     refused: Mutex<u64>,
+    /// Members whose host is gone: connections to them are accepted and never answered.
+    vanished: Mutex<BTreeSet<u64>>,
+    /// The connections to vanished members, held open.
+    held: Mutex<Vec<TcpStream>>,
 }
 
 impl Shared {
@@ -116,6 +120,22 @@ impl NetSplit {
         });
     }
 
+    /// Makes member `id`'s host vanish, as a terminated instance's does: every connection to
+    /// it is closed and new ones hang, unanswered, rather than being refused (what a process
+    /// killed on a host that stays up would give). Kill its process too.
+    pub fn vanish(&self, id: u64) {
+        self.shared.vanished.lock().unwrap().insert(id);
+        let mut conns = self.shared.conns.lock().unwrap();
+        conns.retain(|c| {
+            if c.to == id {
+                for s in &c.sockets {
+                    let _ = s.shutdown(Shutdown::Both);
+                }
+            }
+            c.to != id
+        });
+    }
+
     /// Ends every cut.
     pub fn heal(&self) {
         self.shared.cut.lock().unwrap().clear();
@@ -140,6 +160,7 @@ impl Drop for NetSplit {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
+        self.shared.held.lock().unwrap().clear();
     }
 }
 
@@ -155,6 +176,10 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, to: u64, target: Stri
             break;
         }
         let Ok(client) = conn else { continue };
+        if shared.vanished.lock().unwrap().contains(&to) {
+            shared.held.lock().unwrap().push(client);
+            continue;
+        }
         // One connection at a time: while this one is placed, the next waits in the backlog,
         // which throttles members redialing in a storm (a thread per connection let them pile
         // up faster than /proc could be read).

@@ -17,9 +17,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 use strata_tests::cluster::free_port;
-use strata_tests::{
-    repo_root, strata_bin, unique_topic, wait_for, wait_for_some, TrackingProducer,
-};
+use strata_tests::{poll_until, repo_root, strata_bin, unique_topic, wait_for, TrackingProducer};
 use testcontainers::compose::DockerCompose;
 use testcontainers::core::{ExecCommand, IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
@@ -109,6 +107,31 @@ fn produce_and_consume(bootstrap: &str, topic: &str, before: usize, n: usize) {
 }
 
 /// Leader of `topic`-0 as the cluster reports it (None while there is none).
+/// Every partition's leader, replicas and in-sync replicas, for a failure's report.
+fn describe(bootstrap: &str, topic: &str) -> String {
+    let Ok(consumer) = client(bootstrap).create::<BaseConsumer>() else {
+        return "no client".into();
+    };
+    match consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) {
+        Ok(md) => md
+            .topics()
+            .iter()
+            .flat_map(|t| t.partitions())
+            .map(|p| {
+                format!(
+                    "[p{} leader={} replicas={:?} isr={:?} error={:?}]",
+                    p.id(),
+                    p.leader(),
+                    p.replicas(),
+                    p.isr(),
+                    p.error()
+                )
+            })
+            .collect(),
+        Err(e) => format!("metadata: {e}"),
+    }
+}
+
 fn leader(bootstrap: &str, topic: &str) -> Option<i32> {
     let consumer: BaseConsumer = client(bootstrap).create().ok()?;
     let md = consumer
@@ -221,10 +244,42 @@ async fn the_compose_quick_start_serves_clients_and_survives_a_killed_broker() {
     // Bootstrap from a survivor (the victim may be the one on the first port).
     let survivor = (1..=3).find(|n| *n != victim).unwrap();
     let bootstrap = format!("127.0.0.1:{}", ports[survivor as usize - 1]);
+    let brokers: Vec<String> = (1..=3)
+        .map(|n| {
+            let service = format!("strata-{n}");
+            compose.service(&service).expect("service").id().to_string()
+        })
+        .collect();
     tokio::task::spawn_blocking(move || {
-        let new = wait_for_some("a new leader", Duration::from_secs(60), || {
-            leader(&bootstrap, &topic).filter(|l| *l != victim)
-        });
+        let new = poll_until(
+            Duration::from_secs(60),
+            || leader(&bootstrap, &topic).filter(|l| *l != victim),
+            || {
+                let logs: Vec<String> = brokers
+                    .iter()
+                    .map(|id| {
+                        // A container's stderr comes back on docker's stderr.
+                        let out = Command::new("docker")
+                            .args(["logs", id])
+                            .output()
+                            .expect("run docker");
+                        let all = String::from_utf8_lossy(&out.stdout).to_string()
+                            + &String::from_utf8_lossy(&out.stderr);
+                        // The quorum's retries to the dead voter would hide the rest.
+                        all.lines()
+                            .filter(|l| !l.contains("openraft") && !l.contains("group::load"))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    })
+                    .collect();
+                format!(
+                    "no new leader 60 s after broker {victim} was killed; the topic: {}\n\
+                     the brokers' logs:\n{}",
+                    describe(&bootstrap, &topic),
+                    logs.join("\n-----\n")
+                )
+            },
+        );
         assert_ne!(new, victim);
         produce_and_consume(&bootstrap, &topic, 1000, 200);
     })

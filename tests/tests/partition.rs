@@ -177,3 +177,79 @@ fn an_isolated_leader_acknowledges_nothing_and_is_truncated_to_the_new_leader_af
         "the old leader logged its truncation"
     );
 }
+
+/// The controller's host vanishes (its addresses hang connections, as a terminated instance's
+/// do) while it leads a partition. The survivors elect a new controller and keep their
+/// sessions: a heartbeat held by the vanished controller is dropped for the new one as soon
+/// as it is known, so no live broker is fenced, the partition's ISR keeps both survivors and
+/// one of them leads it, with every acknowledged record. (A survivor fenced first would have
+/// left the dead broker alone in the ISR: the partition offline until it came back.)
+#[test]
+fn a_vanished_controller_leading_a_partition_is_replaced_and_no_survivor_is_fenced() {
+    let (mut cluster, split) = Cluster::start_splittable(3, FAST);
+    let victim = cluster.wait_controller();
+    let survivors: Vec<u64> = (1..=3).filter(|n| *n != victim).collect();
+    let topic = unique_topic("vanish");
+    let replicas: Vec<i32> = std::iter::once(victim)
+        .chain(survivors.iter().copied())
+        .map(|n| n as i32)
+        .collect();
+    cluster.create_replicated_topic(&topic, 1, TopicReplication::Variable(&[&replicas]), &[]);
+    let producer = TrackingProducer::new(&cluster.producer_config());
+    for i in 0..200 {
+        let v = format!("v{i}");
+        producer.send(i, &topic, Some(0), b"k", v.as_bytes(), &[], None);
+    }
+    producer.flush(Duration::from_secs(60));
+    producer.all_delivered(200);
+    assert_eq!(cluster.leaders(&topic)[0], Some(victim));
+
+    split.vanish(victim);
+    cluster.node(victim).kill9();
+    let (state, isr) = wait_for_some("a survivor to lead the partition", CLUSTER_TIMEOUT, || {
+        let body = cluster
+            .node(survivors[0])
+            .admin_get("/v1/cluster")
+            .ok()?
+            .body;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let p = v["unhealthy"]
+            .as_array()?
+            .iter()
+            .find(|p| p["topic"] == topic.as_str())?
+            .clone();
+        let leader = p["leader"].as_u64()?;
+        (leader != victim).then(|| (p["state"].to_string(), p["isr"].to_string()))
+    });
+    assert_eq!(state, "\"under_replicated\"");
+    assert_eq!(
+        isr,
+        serde_json::json!(survivors).to_string(),
+        "both survivors stayed in the ISR"
+    );
+    let new_controller = cluster.wait_controller();
+    let out = cluster.node(new_controller).output();
+    for s in &survivors {
+        let fenced = format!("broker={s} ");
+        assert!(
+            !out.lines()
+                .any(|l| l.contains("fencing it") && l.contains(&fenced)),
+            "survivor {s} was fenced:\n{out}"
+        );
+    }
+
+    let got = cluster.node(survivors[0]).consume_until(
+        &topic,
+        &[(0, Offset::Offset(0))],
+        CLUSTER_TIMEOUT,
+        |r| r.len() >= 200,
+    );
+    let values: Vec<String> = got
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().expect("value")).unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        (0..200).map(|i| format!("v{i}")).collect::<Vec<_>>()
+    );
+}

@@ -49,9 +49,17 @@ impl Metadata {
                     let sent = if once {
                         peer.call_once(&request, PEER_CALL_TIMEOUT).await
                     } else {
-                        peer.call(&request, PEER_CALL_TIMEOUT)
-                            .await
-                            .map_err(CallError::NotSent)
+                        // A leader that vanished (its host gone: connections hang rather
+                        // than fail) would hold a repeatable call for the whole peer timeout
+                        // after a new leader is known; a heartbeat held so is a broker fenced
+                        // by the new controller. The call is dropped as soon as the leader
+                        // changes and sent to the new one.
+                        tokio::select! {
+                            r = peer.call(&request, PEER_CALL_TIMEOUT) => r.map_err(CallError::NotSent),
+                            () = self.deposed(l) => Err(CallError::NotSent(std::io::Error::other(
+                                format!("node {l} stopped leading while the call waited"),
+                            ))),
+                        }
                     };
                     match sent {
                         Ok(response) => match unpack(response) {
@@ -85,6 +93,19 @@ impl Metadata {
                 return Err(MetadataError::NotLeader);
             }
             tokio::time::sleep(LEADER_RETRY).await;
+        }
+    }
+
+    /// Resolves once this node sees a leader other than `leader` (or none); never if it
+    /// stops watching.
+    async fn deposed(&self, leader: NodeId) {
+        let mut metrics = self.inner.metrics.clone();
+        if metrics
+            .wait_for(|m| m.current_leader != Some(leader))
+            .await
+            .is_err()
+        {
+            std::future::pending::<()>().await;
         }
     }
 
