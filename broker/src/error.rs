@@ -58,6 +58,8 @@ error_codes! {
     LogDirNotFound = 57,
     ReplicaNotAvailable = 9,
     ReassignmentInProgress = 60,
+    DelegationTokenAuthDisabled = 61,
+    DelegationTokenRequestNotAllowed = 64,
     FetchSessionIdNotFound = 70,
     InvalidFetchSessionEpoch = 71,
     FencedLeaderEpoch = 74,

@@ -1245,3 +1245,99 @@ fn offsets_of_an_empty_group_expire_after_offsets_retention_and_stay_gone_after_
         "expired offsets must not come back from the log"
     );
 }
+
+/// JoinGroup v9 (KIP-814): a static leader restarting into a stable group with unchanged
+/// metadata keeps the assignment in force — v9 says so (skip the assignment; the members
+/// still come, so it keeps watching their subscriptions), an older client gets no members.
+/// DescribeGroups v6 answers GROUP_ID_NOT_FOUND for a group that does not exist (KIP-1043),
+/// v5 describes it Dead.
+#[test]
+fn a_static_leader_rejoining_a_stable_group_skips_the_assignment() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use kafka_protocol::messages::{
+        DescribeGroupsRequest, GroupId, JoinGroupRequest, JoinGroupResponse, SyncGroupRequest,
+    };
+    let broker = Broker::start_default();
+    let group = unique_group("static-leader");
+    let mut c = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let join = |c: &mut KafkaConn, version: i16| -> JoinGroupResponse {
+        let req = JoinGroupRequest::default()
+            .with_group_id(GroupId(group.clone().into()))
+            .with_session_timeout_ms(30_000)
+            .with_rebalance_timeout_ms(30_000)
+            .with_group_instance_id(Some("instance-a".into()))
+            .with_protocol_type("consumer".into())
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name("range".into())
+                .with_metadata(bytes::Bytes::from_static(b"subscription"))])
+            .with_reason(Some("a test restarts it".into()));
+        c.request(version, &req).unwrap()
+    };
+    let sync = |c: &mut KafkaConn, j: &JoinGroupResponse, assignment: &'static [u8]| {
+        let assignments = if assignment.is_empty() {
+            vec![]
+        } else {
+            vec![SyncGroupRequestAssignment::default()
+                .with_member_id(j.member_id.clone())
+                .with_assignment(bytes::Bytes::from_static(assignment))]
+        };
+        let req = SyncGroupRequest::default()
+            .with_group_id(GroupId(group.clone().into()))
+            .with_generation_id(j.generation_id)
+            .with_member_id(j.member_id.clone())
+            .with_group_instance_id(Some("instance-a".into()))
+            .with_protocol_type(Some("consumer".into()))
+            .with_protocol_name(Some("range".into()))
+            .with_assignments(assignments);
+        let r = c.request(5, &req).unwrap();
+        assert_eq!(r.error_code, 0, "{r:?}");
+        r.assignment
+    };
+
+    let first = join(&mut c, 9);
+    assert_eq!(first.error_code, 0, "{first:?}");
+    assert_eq!(first.leader, first.member_id);
+    assert!(!first.skip_assignment);
+    assert_eq!(first.members.len(), 1);
+    assert_eq!(&sync(&mut c, &first, b"partitions")[..], b"partitions");
+
+    // The process restarts: same instance id, no member id.
+    let again = join(&mut c, 9);
+    assert_eq!(again.error_code, 0, "{again:?}");
+    assert_ne!(again.member_id, first.member_id, "a new member id");
+    assert_eq!(again.leader, again.member_id, "still the leader");
+    assert_eq!(again.generation_id, first.generation_id, "no rebalance");
+    assert!(again.skip_assignment, "{again:?}");
+    assert_eq!(again.members.len(), 1, "the members, to watch");
+    assert_eq!(
+        &sync(&mut c, &again, b"")[..],
+        b"partitions",
+        "the assignment in force"
+    );
+    let old = join(&mut c, 7);
+    assert_eq!((old.error_code, old.leader == old.member_id), (0, true));
+    assert!(old.members.is_empty(), "before v9: nothing to assign from");
+
+    let describe = |c: &mut KafkaConn, version: i16, id: &str| {
+        let req =
+            DescribeGroupsRequest::default().with_groups(vec![GroupId(id.to_string().into())]);
+        let mut r = c.request(version, &req).unwrap();
+        r.groups.remove(0)
+    };
+    let known = describe(&mut c, 6, &group);
+    assert_eq!(
+        (known.error_code, known.group_state.as_str()),
+        (0, "Stable")
+    );
+    let unknown = describe(&mut c, 6, "no-such-group");
+    assert_eq!(unknown.error_code, 69, "GROUP_ID_NOT_FOUND: {unknown:?}");
+    assert!(unknown
+        .error_message
+        .is_some_and(|m| m.contains("not found")));
+    let unknown = describe(&mut c, 5, "no-such-group");
+    assert_eq!(
+        (unknown.error_code, unknown.group_state.as_str()),
+        (0, "Dead")
+    );
+}

@@ -1542,3 +1542,47 @@ fn the_admin_port_speaks_https_only_and_asks_operators_for_a_certificate() {
     assert!(!out.status.success(), "served plain HTTP on the TLS port");
     assert!(strata_tests::http_get(&broker.admin_addr, "/metrics").is_err());
 }
+
+/// Delegation tokens are not issued: every token request gets Kafka's answer for a cluster
+/// without a token secret — not allowed on an unauthenticated connection, disabled on an
+/// authenticated one.
+#[test]
+fn delegation_token_requests_get_kafkas_answers_for_tokens_disabled() {
+    use kafka_protocol::messages::{
+        CreateDelegationTokenRequest, DescribeDelegationTokenRequest, ExpireDelegationTokenRequest,
+        RenewDelegationTokenRequest,
+    };
+    const NOT_ALLOWED: i16 = 64;
+    const DISABLED: i16 = 61;
+    let broker = with_alice(
+        BrokerOpts::new()
+            .env(
+                "STRATA_LISTENERS",
+                "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            )
+            .env("STRATA_SASL_ENABLED_MECHANISMS", "PLAIN,SCRAM-SHA-256"),
+    );
+    let codes = |c: &mut KafkaConn| {
+        [
+            c.request(3, &CreateDelegationTokenRequest::default())
+                .unwrap()
+                .error_code,
+            c.request(2, &RenewDelegationTokenRequest::default())
+                .unwrap()
+                .error_code,
+            c.request(2, &ExpireDelegationTokenRequest::default())
+                .unwrap()
+                .error_code,
+            c.request(3, &DescribeDelegationTokenRequest::default())
+                .unwrap()
+                .error_code,
+        ]
+    };
+    let mut plain = KafkaConn::connect(broker.listener("PLAINTEXT")).unwrap();
+    assert_eq!(codes(&mut plain), [NOT_ALLOWED; 4]);
+    let mut sasl = KafkaConn::connect(broker.listener("SASL_PLAINTEXT")).unwrap();
+    assert_eq!(sasl_plain(&mut sasl, "alice", PASSWORD).error_code, 0);
+    assert_eq!(codes(&mut sasl), [DISABLED; 4]);
+    // The broker serves on after them.
+    assert_eq!(codes(&mut plain), [NOT_ALLOWED; 4]);
+}

@@ -566,3 +566,53 @@ fn describe_quorum_on_a_single_voter() {
     let other = conn.describe_quorum("not-the-quorum", 0).unwrap();
     assert_eq!(other.error_code, 3);
 }
+
+/// ApiVersions advertises Kafka 4.0's versions of what Strata implements, and each answers
+/// as 4.0 does: DescribeCluster v2 lists fenced brokers only when asked (KIP-1073), Metadata
+/// v13 carries its top-level error code.
+#[test]
+fn the_kafka_4_api_versions_are_advertised_and_answer() {
+    use kafka_protocol::messages::{
+        ApiKey, ApiVersionsRequest, DescribeClusterRequest, MetadataRequest,
+    };
+    let broker = Broker::start_default();
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let versions = conn
+        .request(3, &ApiVersionsRequest::default())
+        .unwrap()
+        .api_keys;
+    let max = |key: ApiKey| {
+        versions
+            .iter()
+            .find(|v| v.api_key == key as i16)
+            .map(|v| v.max_version)
+    };
+    for (key, v) in [
+        (ApiKey::Metadata, 13),
+        (ApiKey::JoinGroup, 9),
+        (ApiKey::OffsetCommit, 9),
+        (ApiKey::OffsetFetch, 9),
+        (ApiKey::DescribeGroups, 6),
+        (ApiKey::DescribeCluster, 2),
+        (ApiKey::CreateDelegationToken, 3),
+        (ApiKey::RenewDelegationToken, 2),
+        (ApiKey::ExpireDelegationToken, 2),
+        (ApiKey::DescribeDelegationToken, 3),
+    ] {
+        assert_eq!(max(key), Some(v), "{key:?}");
+    }
+
+    let cluster = conn
+        .request(
+            2,
+            &DescribeClusterRequest::default().with_include_fenced_brokers(true),
+        )
+        .unwrap();
+    assert_eq!(cluster.error_code, 0);
+    assert_eq!(cluster.brokers.len(), 1);
+    assert!(!cluster.brokers[0].is_fenced);
+    let md = conn
+        .request(13, &MetadataRequest::default().with_topics(Some(vec![])))
+        .unwrap();
+    assert_eq!((md.error_code, md.brokers.len()), (0, 1));
+}

@@ -56,6 +56,9 @@ pub struct JoinResult {
     pub member_id: String,
     /// (member id, instance id, metadata): only for the leader.
     pub members: Vec<(String, Option<String>, Bytes)>,
+    /// A static leader rejoined a stable group unchanged: the assignment in force stays, so
+    /// it must not compute one (KIP-814; clients before JoinGroup v9 get no members instead).
+    pub skip_assignment: bool,
 }
 
 impl JoinResult {
@@ -68,6 +71,7 @@ impl JoinResult {
             leader: String::new(),
             member_id: member_id.to_string(),
             members: vec![],
+            skip_assignment: false,
         }
     }
 }
@@ -307,7 +311,9 @@ impl Group {
                         }
                         if unchanged && self.state == GroupState::Stable {
                             self.store_pending = true;
-                            return Reply::Now(self.join_result_for(&id));
+                            let mut result = self.join_result_for(&id);
+                            result.skip_assignment = result.leader == id;
+                            return Reply::Now(result);
                         }
                         if let Some(m) = self.members.get_mut(&id) {
                             m.protocols = req.protocols.clone();
@@ -490,6 +496,7 @@ impl Group {
             leader,
             member_id: member_id.to_string(),
             members,
+            skip_assignment: false,
         }
     }
 

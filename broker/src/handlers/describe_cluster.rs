@@ -12,7 +12,7 @@ use strata_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 pub fn handle(
     broker: &Arc<Broker>,
     req: DescribeClusterRequest,
-    _version: i16,
+    version: i16,
     listener: &str,
     access: &Access,
 ) -> DescribeClusterResponse {
@@ -22,11 +22,12 @@ pub fn handle(
             .with_error_message(Some(str_bytes("DESCRIBE on the cluster is not authorized")));
     }
     let state = broker.node.metadata.state();
-    // Live brokers with this listener only (v2's include_fenced_brokers is not offered).
+    // Brokers with this listener; fenced ones only when v2 asks for them (KIP-1073).
+    let with_fenced = version >= 2 && req.include_fenced_brokers;
     let brokers = state
         .brokers
         .values()
-        .filter(|b| !b.fenced)
+        .filter(|b| with_fenced || !b.fenced)
         .filter_map(|b| {
             let (host, port) = b.endpoint(listener)?;
             Some(
@@ -34,7 +35,8 @@ pub fn handle(
                     .with_broker_id(BrokerId(b.node_id as i32))
                     .with_host(str_bytes(host))
                     .with_port(i32::from(port))
-                    .with_rack(b.rack.clone().map(str_bytes)),
+                    .with_rack(b.rack.clone().map(str_bytes))
+                    .with_is_fenced(b.fenced),
             )
         })
         .collect();

@@ -39,9 +39,18 @@ pub async fn handle(
                     i32::MIN
                 });
             if let Err(e) = checked {
-                return g.with_error_code(e.code.code());
+                return g
+                    .with_error_code(e.code.code())
+                    .with_error_message((version >= 6).then(|| str_bytes(e.message)));
             }
             let view = broker.groups.describe(id.0.as_str());
+            // Before v6 an unknown group is described as Dead; from v6 it is an error.
+            if version >= 6 && view.state == "Dead" {
+                return g
+                    .with_group_state(str_bytes(view.state))
+                    .with_error_code(ErrorCode::GroupIdNotFound.code())
+                    .with_error_message(Some(str_bytes(format!("group {} not found", id.0))));
+            }
             let members = view
                 .members
                 .into_iter()

@@ -17,6 +17,7 @@ const MIN_SESSION: i32 = 1_000;
 const MAX_SESSION: i32 = 1_800_000;
 
 fn response(r: JoinResult, version: i16) -> JoinGroupResponse {
+    let skip = r.skip_assignment;
     let members = r
         .members
         .into_iter()
@@ -30,6 +31,7 @@ fn response(r: JoinResult, version: i16) -> JoinGroupResponse {
                 })
                 .with_metadata(meta)
         })
+        .filter(|_| version >= 9 || !skip)
         .collect();
     let mut resp = JoinGroupResponse::default()
         .with_error_code(r.error.code())
@@ -40,6 +42,9 @@ fn response(r: JoinResult, version: i16) -> JoinGroupResponse {
         .with_members(members);
     if version >= 7 {
         resp.protocol_type = r.protocol_type.map(str_bytes);
+    }
+    if version >= 9 {
+        resp.skip_assignment = skip;
     }
     resp
 }
@@ -63,6 +68,7 @@ pub async fn handle(
                 leader: String::new(),
                 member_id: req.member_id.as_str().to_string(),
                 members: vec![],
+                skip_assignment: false,
             },
             version,
         )
@@ -82,6 +88,9 @@ pub async fn handle(
     }
     if let Err(e) = broker.groups.check(&group_id).await {
         return fail(e.code);
+    }
+    if let Some(reason) = req.reason.as_ref().filter(|_| version >= 8) {
+        tracing::debug!(group = %group_id, member = %req.member_id.as_str(), reason = %reason.as_str(), "member (re)joins");
     }
     // v0 has no rebalance timeout: it is the session timeout.
     let rebalance = if version >= 1 {

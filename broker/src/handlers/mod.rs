@@ -13,6 +13,7 @@ mod api_versions;
 mod create_acls;
 mod create_partitions;
 mod create_topics;
+mod delegation_tokens;
 mod delete_acls;
 mod delete_groups;
 mod delete_records;
@@ -122,6 +123,18 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         }
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(broker, r, v, &listener, &access).await)
+        }
+        RequestKind::CreateDelegationToken(r) => {
+            ResponseKind::CreateDelegationToken(delegation_tokens::create(r, conn))
+        }
+        RequestKind::RenewDelegationToken(r) => {
+            ResponseKind::RenewDelegationToken(delegation_tokens::renew(r, conn))
+        }
+        RequestKind::ExpireDelegationToken(r) => {
+            ResponseKind::ExpireDelegationToken(delegation_tokens::expire(r, conn))
+        }
+        RequestKind::DescribeDelegationToken(r) => {
+            ResponseKind::DescribeDelegationToken(delegation_tokens::describe(r, conn))
         }
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(describe_quorum::handle(broker, r, v, &access).await)

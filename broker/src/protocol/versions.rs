@@ -31,7 +31,9 @@ pub const SUPPORTED: &[Api] = &[
     // with a timeout (KIP-1075).
     api(ApiKey::Fetch, "Fetch", 4, 17),
     api(ApiKey::ListOffsets, "ListOffsets", 1, 10),
-    api(ApiKey::Metadata, "Metadata", 0, 12),
+    // Metadata v13 only adds a top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED, never
+    // needed here: every broker answers from the same quorum state).
+    api(ApiKey::Metadata, "Metadata", 0, 13),
     api(
         ApiKey::DescribeTopicPartitions,
         "DescribeTopicPartitions",
@@ -52,17 +54,22 @@ pub const SUPPORTED: &[Api] = &[
         0,
         1,
     ),
-    api(ApiKey::DescribeCluster, "DescribeCluster", 0, 1),
+    api(ApiKey::DescribeCluster, "DescribeCluster", 0, 2),
     api(ApiKey::DescribeQuorum, "DescribeQuorum", 0, 2),
     api(ApiKey::FindCoordinator, "FindCoordinator", 0, 4),
-    api(ApiKey::JoinGroup, "JoinGroup", 0, 7),
+    // JoinGroup v8 carries the member's reason (logged), v9 tells a static leader rejoining a
+    // stable group to skip the assignment (KIP-814). OffsetCommit and OffsetFetch v9 are the
+    // first a KIP-848 consumer may use: for classic groups they are v8 (the member epoch of
+    // OffsetFetch is only checked for consumer-protocol groups, which Strata does not host).
+    // DescribeGroups v6 answers GROUP_ID_NOT_FOUND for an unknown group (KIP-1043).
+    api(ApiKey::JoinGroup, "JoinGroup", 0, 9),
     api(ApiKey::SyncGroup, "SyncGroup", 0, 5),
     api(ApiKey::Heartbeat, "Heartbeat", 0, 4),
     api(ApiKey::LeaveGroup, "LeaveGroup", 0, 5),
-    api(ApiKey::OffsetCommit, "OffsetCommit", 2, 8),
-    api(ApiKey::OffsetFetch, "OffsetFetch", 1, 8),
+    api(ApiKey::OffsetCommit, "OffsetCommit", 2, 9),
+    api(ApiKey::OffsetFetch, "OffsetFetch", 1, 9),
     api(ApiKey::ListGroups, "ListGroups", 0, 5),
-    api(ApiKey::DescribeGroups, "DescribeGroups", 0, 5),
+    api(ApiKey::DescribeGroups, "DescribeGroups", 0, 6),
     api(ApiKey::DeleteGroups, "DeleteGroups", 0, 2),
     api(ApiKey::OffsetDelete, "OffsetDelete", 0, 0),
     api(ApiKey::OffsetForLeaderEpoch, "OffsetForLeaderEpoch", 2, 4),
@@ -111,6 +118,16 @@ pub const SUPPORTED: &[Api] = &[
         "AlterUserScramCredentials",
         0,
         0,
+    ),
+    // Delegation tokens (KIP-48): refused as by a Kafka cluster without a token secret key.
+    api(ApiKey::CreateDelegationToken, "CreateDelegationToken", 1, 3),
+    api(ApiKey::RenewDelegationToken, "RenewDelegationToken", 1, 2),
+    api(ApiKey::ExpireDelegationToken, "ExpireDelegationToken", 1, 2),
+    api(
+        ApiKey::DescribeDelegationToken,
+        "DescribeDelegationToken",
+        1,
+        3,
     ),
     // ACLs (KIP-140, KIP-290's pattern types; v0 is gone from Kafka 4.0 and the codec).
     api(ApiKey::CreateAcls, "CreateAcls", 1, 3),

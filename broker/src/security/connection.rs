@@ -70,6 +70,14 @@ impl Connection {
         self.protocol
     }
 
+    /// Whether the client proved who it is: through SASL, or a certificate on a TLS
+    /// listener (not the anonymous principal of PLAINTEXT or one-way TLS).
+    pub fn authenticated(&self) -> bool {
+        self.principal
+            .as_ref()
+            .is_some_and(|p| *p != Principal::anonymous())
+    }
+
     /// The principal a verified client certificate names (mTLS, on an SSL listener).
     pub fn authenticated_by_certificate(&mut self, principal: Principal) {
         tracing::info!(principal = %principal, peer = %self.peer, listener = %self.listener, "authenticated by client certificate");
