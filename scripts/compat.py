@@ -506,6 +506,27 @@ def run(binary, keep):
         finally:
             c.close()
 
+    def kafkapython_features():
+        # Feature levels (KIP-584): level 0 of transaction.version and group.version is all
+        # Strata implements; UpdateFeatures confirms it and refuses anything higher.
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            features = admin.describe_features()
+            for name in ("transaction.version", "group.version"):
+                check(features.get(name, {}).get("supported") == (0, 0), f"describe_features: {features}")
+            check(all("finalized" not in f for f in features.values()), f"nothing finalized: {features}")
+            check(admin.update_features({"transaction.version": 0}) == {"transaction.version": "OK"},
+                  "level 0 confirmed")
+            for update in ({"transaction.version": 2}, {"metadata.version": 25}):
+                try:
+                    admin.update_features(update)
+                    check(False, f"update_features({update}) accepted")
+                except kafka.errors.InvalidUpdateVersionError:
+                    pass
+            check(admin.describe_features() == features, "nothing changed")
+        finally:
+            admin.close()
+
     def kafkapython_list_offsets():
         c = kafka.KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         try:
@@ -679,6 +700,7 @@ def run(binary, keep):
          gzip_topic_recompresses)
     step("confluent-kafka: read back kafka-python's records", confluent_reads_kafkapython)
     step("kafka-python: infers Kafka 4.0 from ApiVersions", kafkapython_infers_4_0)
+    step("kafka-python: feature levels (describe_features, update_features)", kafkapython_features)
     step("kafka-python: list offsets (end_offsets, beginning_offsets, offsets_for_times)", kafkapython_list_offsets)
     step("kafka-python: describe configs", kafkapython_describe_configs)
     step("kafka-python: a broker logger's level (BROKER_LOGGER)", kafkapython_broker_loggers)

@@ -569,18 +569,32 @@ fn describe_quorum_on_a_single_voter() {
 
 /// ApiVersions advertises Kafka 4.0's versions of what Strata implements, and each answers
 /// as 4.0 does: DescribeCluster v2 lists fenced brokers only when asked (KIP-1073), Metadata
-/// v13 carries its top-level error code.
+/// v13 carries its top-level error code, the feature levels are reported and UpdateFeatures
+/// refuses what is not implemented, FindCoordinator v6 refuses a share-group key.
 #[test]
 fn the_kafka_4_api_versions_are_advertised_and_answer() {
+    use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
     use kafka_protocol::messages::{
-        ApiKey, ApiVersionsRequest, DescribeClusterRequest, MetadataRequest,
+        ApiKey, ApiVersionsRequest, DescribeClusterRequest, FindCoordinatorRequest,
+        MetadataRequest, UpdateFeaturesRequest,
     };
     let broker = Broker::start_default();
     let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
-    let versions = conn
-        .request(3, &ApiVersionsRequest::default())
-        .unwrap()
-        .api_keys;
+    let answer = conn.request(3, &ApiVersionsRequest::default()).unwrap();
+    let features: Vec<(String, i16, i16)> = answer
+        .supported_features
+        .iter()
+        .map(|f| (f.name.to_string(), f.min_version, f.max_version))
+        .collect();
+    assert_eq!(
+        features,
+        [
+            ("group.version".to_string(), 0, 0),
+            ("transaction.version".to_string(), 0, 0)
+        ]
+    );
+    assert!(answer.finalized_features.is_empty());
+    let versions = answer.api_keys;
     let max = |key: ApiKey| {
         versions
             .iter()
@@ -594,6 +608,8 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         (ApiKey::OffsetFetch, 9),
         (ApiKey::DescribeGroups, 6),
         (ApiKey::DescribeCluster, 2),
+        (ApiKey::FindCoordinator, 6),
+        (ApiKey::UpdateFeatures, 2),
         (ApiKey::CreateDelegationToken, 3),
         (ApiKey::RenewDelegationToken, 2),
         (ApiKey::ExpireDelegationToken, 2),
@@ -615,4 +631,40 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         .request(13, &MetadataRequest::default().with_topics(Some(vec![])))
         .unwrap();
     assert_eq!((md.error_code, md.brokers.len()), (0, 1));
+
+    // UpdateFeatures v1: per-feature results, all or nothing.
+    let update = |feature: &str, level: i16| {
+        FeatureUpdateKey::default()
+            .with_feature(feature.to_string().into())
+            .with_max_version_level(level)
+            .with_upgrade_type(1)
+    };
+    let r = conn
+        .request(
+            1,
+            &UpdateFeaturesRequest::default()
+                .with_feature_updates(vec![update("group.version", 0), update("group.version", 1)]),
+        )
+        .unwrap();
+    assert_eq!(r.error_code, 95, "INVALID_UPDATE_VERSION: {r:?}");
+    assert!(r.results.iter().all(|f| f.error_code == 95), "{r:?}");
+    let r = conn
+        .request(
+            1,
+            &UpdateFeaturesRequest::default()
+                .with_feature_updates(vec![update("transaction.version", 0)]),
+        )
+        .unwrap();
+    assert_eq!((r.error_code, r.results[0].error_code), (0, 0), "{r:?}");
+
+    // FindCoordinator v6 may name a share group (KIP-932): Strata hosts none.
+    let r = conn
+        .request(
+            6,
+            &FindCoordinatorRequest::default()
+                .with_key_type(2)
+                .with_coordinator_keys(vec!["g:topic:0".to_string().into()]),
+        )
+        .unwrap();
+    assert_eq!(r.coordinators[0].error_code, 42, "INVALID_REQUEST: {r:?}");
 }

@@ -17,7 +17,9 @@ fn api_keys() -> Vec<ApiVersion> {
 }
 
 pub fn handle(_req: ApiVersionsRequest, _version: i16) -> ApiVersionsResponse {
-    ApiVersionsResponse::default().with_api_keys(api_keys())
+    ApiVersionsResponse::default()
+        .with_api_keys(api_keys())
+        .with_supported_features(super::update_features::supported())
 }
 
 /// What a client asking for an ApiVersions version newer than ours gets: a v0 response with

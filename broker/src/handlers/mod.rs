@@ -53,6 +53,7 @@ mod sasl_handshake;
 mod sync_group;
 mod txn_offset_commit;
 mod unregister_broker;
+mod update_features;
 mod write_txn_markers;
 
 use std::sync::Arc;
@@ -135,6 +136,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         }
         RequestKind::DescribeDelegationToken(r) => {
             ResponseKind::DescribeDelegationToken(delegation_tokens::describe(r, conn))
+        }
+        RequestKind::UpdateFeatures(r) => {
+            ResponseKind::UpdateFeatures(update_features::handle(r, v, &access))
         }
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(describe_quorum::handle(broker, r, v, &access).await)

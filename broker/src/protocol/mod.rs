@@ -332,6 +332,7 @@ mod tests {
             ApiKey::DeleteAcls => RequestKind::DeleteAcls(Default::default()),
             ApiKey::DescribeClientQuotas => RequestKind::DescribeClientQuotas(Default::default()),
             ApiKey::AlterClientQuotas => RequestKind::AlterClientQuotas(Default::default()),
+            ApiKey::UpdateFeatures => RequestKind::UpdateFeatures(Default::default()),
             ApiKey::CreateDelegationToken => RequestKind::CreateDelegationToken(Default::default()),
             ApiKey::RenewDelegationToken => RequestKind::RenewDelegationToken(Default::default()),
             ApiKey::ExpireDelegationToken => RequestKind::ExpireDelegationToken(Default::default()),

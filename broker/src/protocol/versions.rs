@@ -56,7 +56,12 @@ pub const SUPPORTED: &[Api] = &[
     ),
     api(ApiKey::DescribeCluster, "DescribeCluster", 0, 2),
     api(ApiKey::DescribeQuorum, "DescribeQuorum", 0, 2),
-    api(ApiKey::FindCoordinator, "FindCoordinator", 0, 4),
+    // Feature levels (KIP-584): see `handlers/update_features.rs`.
+    api(ApiKey::UpdateFeatures, "UpdateFeatures", 0, 2),
+    // FindCoordinator v5 only says the client knows TRANSACTION_ABORTABLE (never an answer
+    // here); v6 may ask for a share-group coordinator (KIP-932), refused as an unknown key
+    // type: Strata hosts no share groups.
+    api(ApiKey::FindCoordinator, "FindCoordinator", 0, 6),
     // JoinGroup v8 carries the member's reason (logged), v9 tells a static leader rejoining a
     // stable group to skip the assignment (KIP-814). OffsetCommit and OffsetFetch v9 are the
     // first a KIP-848 consumer may use: for classic groups they are v8 (the member epoch of
