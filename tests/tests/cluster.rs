@@ -7,6 +7,9 @@ use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::{
+    add_raft_voter_request, AddRaftVoterRequest, RemoveRaftVoterRequest,
+};
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use strata_tests::cluster::CLUSTER_TIMEOUT;
 use strata_tests::{
@@ -222,8 +225,33 @@ fn five_nodes_with_two_learners_promoted_to_voters_survive_losing_two() {
 
     let out = cluster_cli(&admin, &["add-voter", "4"]);
     assert!(out.contains("voters [1, 2, 3, 4]"), "{out}");
-    let out = cluster_cli(&admin, &["add-voter", "5"]);
-    assert!(out.contains("voters [1, 2, 3, 4, 5]"), "{out}");
+    // Node 5 through the Kafka API (KIP-853's AddRaftVoter), asked of a learner: the
+    // listener must be the raft address the quorum knows it by, the cluster id this one.
+    let raft5 = cluster.node(5).raft_addr.clone();
+    let (host, port) = raft5.rsplit_once(':').unwrap();
+    let port: u16 = port.parse().unwrap();
+    let mut conn = KafkaConn::connect(&cluster.node(5).kafka_addr.clone()).unwrap();
+    let add = |conn: &mut KafkaConn, cluster_id: Option<&str>, id: i32, port: u16| {
+        let req = AddRaftVoterRequest::default()
+            .with_cluster_id(cluster_id.map(|c| c.to_string().into()))
+            .with_timeout_ms(30_000)
+            .with_voter_id(id)
+            .with_listeners(vec![add_raft_voter_request::Listener::default()
+                .with_name("CONTROLLER".into())
+                .with_host(host.to_string().into())
+                .with_port(port)]);
+        let r = conn.request(0, &req).unwrap();
+        (r.error_code, r.error_message.map(|m| m.to_string()))
+    };
+    let (code, why) = add(&mut conn, Some("another-cluster"), 5, port);
+    assert_eq!(code, 104, "INCONSISTENT_CLUSTER_ID: {why:?}");
+    let (code, why) = add(&mut conn, None, 5, port + 1);
+    assert_eq!(code, 42, "INVALID_REQUEST: {why:?}");
+    assert!(why.is_some_and(|w| w.contains(&raft5)));
+    let (code, why) = add(&mut conn, None, 9, port);
+    assert_eq!(code, 42, "node 9 is no observer: {why:?}");
+    assert_eq!(add(&mut conn, None, 5, port), (0, None));
+    assert_eq!(add(&mut conn, None, 5, port).0, 126, "DUPLICATE_VOTER");
     cluster.wait_all("every node to see five voters", |v| {
         v["quorum"]["voters"]
             .as_object()
@@ -245,6 +273,13 @@ fn five_nodes_with_two_learners_promoted_to_voters_survive_losing_two() {
         .node(live)
         .create_topic(&t2, 3, &[])
         .expect("create with 3 of 5 voters");
+
+    // RemoveRaftVoter of a node that is no voter: VOTER_NOT_FOUND, nothing changes.
+    let mut conn = KafkaConn::connect(&cluster.node(live).kafka_addr.clone()).unwrap();
+    let r = conn
+        .request(0, &RemoveRaftVoterRequest::default().with_voter_id(9))
+        .unwrap();
+    assert_eq!(r.error_code, 127, "{r:?}");
 
     // A bad voter change is refused with the reason.
     let out = Command::new(strata_bin())

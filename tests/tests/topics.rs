@@ -610,6 +610,8 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         (ApiKey::DescribeCluster, 2),
         (ApiKey::FindCoordinator, 6),
         (ApiKey::UpdateFeatures, 2),
+        (ApiKey::AddRaftVoter, 0),
+        (ApiKey::RemoveRaftVoter, 0),
         (ApiKey::CreateDelegationToken, 3),
         (ApiKey::RenewDelegationToken, 2),
         (ApiKey::ExpireDelegationToken, 2),

@@ -48,6 +48,7 @@ mod offset_delete;
 mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
+mod raft_voters;
 mod sasl_authenticate;
 mod sasl_handshake;
 mod sync_group;
@@ -139,6 +140,12 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         }
         RequestKind::UpdateFeatures(r) => {
             ResponseKind::UpdateFeatures(update_features::handle(r, v, &access))
+        }
+        RequestKind::AddRaftVoter(r) => {
+            ResponseKind::AddRaftVoter(raft_voters::add(broker, r, &access).await)
+        }
+        RequestKind::RemoveRaftVoter(r) => {
+            ResponseKind::RemoveRaftVoter(raft_voters::remove(broker, r, &access).await)
         }
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(describe_quorum::handle(broker, r, v, &access).await)

@@ -333,6 +333,8 @@ mod tests {
             ApiKey::DescribeClientQuotas => RequestKind::DescribeClientQuotas(Default::default()),
             ApiKey::AlterClientQuotas => RequestKind::AlterClientQuotas(Default::default()),
             ApiKey::UpdateFeatures => RequestKind::UpdateFeatures(Default::default()),
+            ApiKey::AddRaftVoter => RequestKind::AddRaftVoter(Default::default()),
+            ApiKey::RemoveRaftVoter => RequestKind::RemoveRaftVoter(Default::default()),
             ApiKey::CreateDelegationToken => RequestKind::CreateDelegationToken(Default::default()),
             ApiKey::RenewDelegationToken => RequestKind::RenewDelegationToken(Default::default()),
             ApiKey::ExpireDelegationToken => RequestKind::ExpireDelegationToken(Default::default()),

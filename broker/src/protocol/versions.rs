@@ -56,6 +56,9 @@ pub const SUPPORTED: &[Api] = &[
     ),
     api(ApiKey::DescribeCluster, "DescribeCluster", 0, 2),
     api(ApiKey::DescribeQuorum, "DescribeQuorum", 0, 2),
+    // The quorum's voters (KIP-853): see `handlers/raft_voters.rs`.
+    api(ApiKey::AddRaftVoter, "AddRaftVoter", 0, 0),
+    api(ApiKey::RemoveRaftVoter, "RemoveRaftVoter", 0, 0),
     // Feature levels (KIP-584): see `handlers/update_features.rs`.
     api(ApiKey::UpdateFeatures, "UpdateFeatures", 0, 2),
     // FindCoordinator v5 only says the client knows TRANSACTION_ABORTABLE (never an answer
