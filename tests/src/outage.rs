@@ -1,5 +1,6 @@
 //! A byte-for-byte TCP proxy that can take its target "down": while down, open connections
-//! are cut and new ones are closed at once, as a crashed or unreachable server would. Placed
+//! are cut and new ones are closed at once, as a crashed or unreachable server would; while
+//! stalled, new ones are accepted and never answered, as a server that hangs would. Placed
 //! between a broker and the S3 server, it makes the object store unavailable and back again
 //! without losing what the server holds (moto keeps objects only in memory).
 
@@ -12,6 +13,7 @@ use std::thread;
 struct Shared {
     target: String,
     down: AtomicBool,
+    stalled: AtomicBool,
     stop: AtomicBool,
     conns: Mutex<Vec<TcpStream>>,
 }
@@ -31,6 +33,7 @@ impl OutageProxy {
         let shared = Arc::new(Shared {
             target: target.to_string(),
             down: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
         });
@@ -43,6 +46,10 @@ impl OutageProxy {
                 let Ok(client) = conn else { continue };
                 if s.down.load(Ordering::SeqCst) {
                     let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                if s.stalled.load(Ordering::SeqCst) {
+                    s.conns.lock().unwrap().push(client);
                     continue;
                 }
                 let s = s.clone();
@@ -64,8 +71,22 @@ impl OutageProxy {
         }
     }
 
+    /// Cuts every connection; new ones are accepted and never answered until
+    /// [`up`](Self::up).
+    pub fn stall(&self) {
+        self.shared.stalled.store(true, Ordering::SeqCst);
+        for c in self.shared.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
     pub fn up(&self) {
         self.shared.down.store(false, Ordering::SeqCst);
+        self.shared.stalled.store(false, Ordering::SeqCst);
+        // The connections held by a stall end now; clients open new ones.
+        for c in self.shared.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
     }
 }
 

@@ -8,12 +8,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
-use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    BrokerId, IncrementalAlterConfigsRequest, ListOffsetsRequest, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::admin::TopicReplication;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -28,6 +31,7 @@ use strata_tests::{
 
 const VALUE_LEN: usize = 1000;
 const KAFKA_STORAGE_ERROR: i16 = 56;
+const REQUEST_TIMED_OUT: i16 = 7;
 
 fn s3_opts(opts: BrokerOpts, endpoint: &str, bucket: &str) -> BrokerOpts {
     opts.env("STRATA_OBJECT_STORE", format!("s3://{bucket}/tiered"))
@@ -344,9 +348,37 @@ fn an_unreachable_s3_server_stalls_uploads_but_not_producers() {
     // The local range is served as usual.
     assert_eq!(fetch_error(&mut conn, &topic, 11_990).0, 0);
 
+    // A store that accepts and never answers: ListOffsets v10's timeout_ms bounds a lookup
+    // in the remote range (REQUEST_TIMED_OUT, well before the store's own timeouts), and the
+    // local range is answered as usual (KIP-1075).
     proxy.up();
     wait_offloaded(&broker, &topic, 10.0);
+    proxy.stall();
+    let list = |conn: &mut KafkaConn, timestamp: i64| {
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_timeout_ms(300)
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(topic.clone().into()))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(timestamp)])]);
+        let started = Instant::now();
+        let resp = conn.request(10, &req).unwrap();
+        let p = &resp.topics[0].partitions[0];
+        (p.error_code, p.offset, started.elapsed())
+    };
+    let (code, offset, took) = list(&mut conn, ts0 + 10);
+    assert_eq!((code, offset), (REQUEST_TIMED_OUT, -1), "after {took:?}");
+    assert!(
+        took < Duration::from_millis(1500),
+        "bounded by timeout_ms: {took:?}"
+    );
+    assert_eq!(list(&mut conn, -1).0, 0, "the log end is local");
+
+    proxy.up();
     check_records(&broker, &topic, 0, 12_000, ts0);
+    assert_eq!(offset_for_time(&broker, &topic, ts0 + 10), 10);
 }
 
 #[test]
