@@ -272,9 +272,20 @@ impl Peer {
                 format!("connecting to {} timed out", self.addr),
             )
         };
+        // Whatever keeps the connection from being made — refused, a name that no longer
+        // resolves, a host that does not answer (a terminated instance) — is NotConnected:
+        // the raft transport reports the peer unreachable and openraft backs off rather
+        // than redialing (and logging) on every heartbeat.
+        let not_connected = |e: io::Error| {
+            io::Error::new(
+                io::ErrorKind::NotConnected,
+                format!("cannot connect to {}: {e}", self.addr),
+            )
+        };
         let stream = tokio::time::timeout(timeout, TcpStream::connect(&self.addr))
             .await
-            .map_err(|_| timed_out())??;
+            .map_err(|_| not_connected(timed_out()))?
+            .map_err(not_connected)?;
         stream.set_nodelay(true)?;
         let Some(tls) = &self.tls else {
             return Ok(Box::new(stream));

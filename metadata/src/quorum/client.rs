@@ -1,5 +1,9 @@
 //! Calls that need the leader, with forwarding: answered here when this node leads, else sent
 //! to the leader over [`crate::rpc`], retried only when refused or never sent.
+//!
+//! Invariant: a repeatable call never waits on a deposed leader — once another leader (or
+//! none) is known, it is dropped and sent again, so a heartbeat reaches a new controller
+//! within its grace period even when the old one's host hangs connections.
 
 use std::future::Future;
 use std::sync::Arc;
