@@ -125,7 +125,7 @@ def messages(n, tag):
 
 
 def run(binary, keep):
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+    from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
     import kafka
     import kafka.errors
@@ -266,6 +266,33 @@ def run(binary, keep):
     def confluent_consume():
         got = ck_consume(ck_topic, [0, 1, 2], len(ck_msgs))
         compare_per_partition(state["ck_by_partition"], got, "confluent read-back")
+
+    def confluent_consumer_protocol():
+        # KIP-848 (group.protocol=consumer): the coordinator assigns ck_topic's three
+        # partitions; every record is read once, committed, and the group shows as a
+        # consumer group.
+        group = topic_name("compat-kip848")
+        c = Consumer({**ck_conf, "group.id": group, "group.protocol": "consumer",
+                      "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        try:
+            c.subscribe([ck_topic])
+            seen = set()
+            deadline = time.monotonic() + 60
+            while len(seen) < len(ck_msgs) and time.monotonic() < deadline:
+                m = c.poll(0.2)
+                if m is None or m.error():
+                    continue
+                seen.add((m.partition(), m.offset()))
+            check(len(seen) == len(ck_msgs), f"consumer protocol read {len(seen)} of {len(ck_msgs)}")
+            check({tp.partition for tp in c.assignment()} == {0, 1, 2}, f"assignment {c.assignment()}")
+            c.commit(asynchronous=False)
+            groups = ck_admin().list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(15)
+            check(any(g.group_id == group for g in groups.valid), f"listed as a consumer group: {groups.valid}")
+        finally:
+            c.close()
+        committed = Consumer({**ck_conf, "group.id": group}).committed(
+            [TopicPartition(ck_topic, p) for p in range(3)], timeout=10)
+        check(sum(tp.offset for tp in committed) == len(ck_msgs), f"committed {committed}")
 
     def confluent_list_offsets():
         c = Consumer({**ck_conf, "group.id": topic_name("compat-group")})
@@ -410,6 +437,7 @@ def run(binary, keep):
     step("confluent-kafka: metadata (AdminClient.list_topics, one topic and all topics)", confluent_list_topics)
     step("confluent-kafka: produce 300 keyed records with headers (idempotent, lz4)", confluent_produce)
     step("confluent-kafka: consume and compare per partition", confluent_consume)
+    step("confluent-kafka: the KIP-848 consumer protocol (group.protocol=consumer)", confluent_consumer_protocol)
     step("confluent-kafka: list offsets (watermarks, offsets_for_times, AdminClient.list_offsets)",
          confluent_list_offsets)
     step("confluent-kafka: describe configs", confluent_describe_configs)
@@ -507,17 +535,18 @@ def run(binary, keep):
             c.close()
 
     def kafkapython_features():
-        # Feature levels (KIP-584): level 0 of transaction.version and group.version is all
-        # Strata implements; UpdateFeatures confirms it and refuses anything higher.
+        # Feature levels (KIP-584): group.version 1 (KIP-848's consumer protocol) and
+        # transaction.version 0 are what Strata implements; UpdateFeatures confirms them and
+        # refuses any other level.
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         try:
             features = admin.describe_features()
-            for name in ("transaction.version", "group.version"):
-                check(features.get(name, {}).get("supported") == (0, 0), f"describe_features: {features}")
-            check(all("finalized" not in f for f in features.values()), f"nothing finalized: {features}")
+            check(features.get("group.version") == {"supported": (1, 1), "finalized": (1, 1), "finalized_epoch": 0},
+                  f"describe_features: {features}")
+            check(features.get("transaction.version") == {"supported": (0, 0)}, f"describe_features: {features}")
             check(admin.update_features({"transaction.version": 0}) == {"transaction.version": "OK"},
                   "level 0 confirmed")
-            for update in ({"transaction.version": 2}, {"metadata.version": 25}):
+            for update in ({"transaction.version": 2}, {"group.version": 0}, {"metadata.version": 25}):
                 try:
                     admin.update_features(update)
                     check(False, f"update_features({update}) accepted")

@@ -1341,3 +1341,145 @@ fn a_static_leader_rejoining_a_stable_group_skips_the_assignment() {
         (0, "Dead")
     );
 }
+
+/// A librdkafka consumer in a KIP-848 group (`group.protocol=consumer`).
+fn kip848_consumer(broker: &Broker, group: &str, topic: &str) -> BaseConsumer {
+    let mut cfg = broker.client_config();
+    cfg.set("group.id", group)
+        .set("group.protocol", "consumer")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "100");
+    let c: BaseConsumer = cfg.create().expect("consumer");
+    c.subscribe(&[topic]).expect("subscribe");
+    c
+}
+
+fn assigned(c: &BaseConsumer) -> BTreeSet<i32> {
+    c.assignment()
+        .map(|tpl| tpl.elements().iter().map(|e| e.partition()).collect())
+        .unwrap_or_default()
+}
+
+/// KIP-848's consumer protocol with librdkafka: the coordinator assigns the partitions; a
+/// second member gets its share only after the first gave it up (no partition is ever read
+/// by both); commits carry the member epoch; a member leaving hands everything to the
+/// other; ConsumerGroupDescribe and ListGroups show the group; a new member resumes from the
+/// committed offsets.
+#[test]
+fn consumer_protocol_members_share_hand_over_and_resume_from_commits() {
+    use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId, ListGroupsRequest};
+    let broker =
+        Broker::start(BrokerOpts::new().env("STRATA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS", 300));
+    let topic = unique_topic("kip848");
+    broker.create_topic(&topic, 6, &[]).unwrap();
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let group = unique_group("kip848");
+    let a = kip848_consumer(&broker, &group, &topic);
+    let mut seen: BTreeMap<(i32, i64), &'static str> = BTreeMap::new();
+    let drain =
+        |c: &BaseConsumer, who: &'static str, seen: &mut BTreeMap<(i32, i64), &'static str>| {
+            while let Some(m) = c.poll(Duration::from_millis(50)) {
+                let m = m.expect("consume");
+                let before = seen.insert((m.partition(), m.offset()), who);
+                assert!(before.is_none() || before == Some(who), "read twice: {m:?}");
+            }
+        };
+    wait_for("a to own all six", SETTLE, || {
+        drain(&a, "a", &mut seen);
+        assigned(&a).len() == 6
+    });
+    let b = kip848_consumer(&broker, &group, &topic);
+    wait_for("three partitions each", SETTLE, || {
+        drain(&a, "a", &mut seen);
+        drain(&b, "b", &mut seen);
+        let (pa, pb) = (assigned(&a), assigned(&b));
+        pa.len() == 3 && pb.len() == 3 && pa.is_disjoint(&pb)
+    });
+    // Records written now are read by their partition's owner only.
+    let records: Vec<RawRecord> = (0..600)
+        .map(|i| RawRecord::new(format!("k{i}"), format!("v{i}"), now_ms()))
+        .collect();
+    for p in 0..6 {
+        let batch = encode_batch(&records[p * 100..(p + 1) * 100], Compression::None, None);
+        conn.produce_ok(&topic, p as i32, batch).unwrap();
+    }
+    wait_for("every record read", SETTLE, || {
+        drain(&a, "a", &mut seen);
+        drain(&b, "b", &mut seen);
+        seen.len() == 600
+    });
+    let owned_by_a = assigned(&a);
+    assert!(seen
+        .iter()
+        .all(|((p, _), who)| (*who == "a") == owned_by_a.contains(p)));
+    // Commits under each member's epoch.
+    a.commit_consumer_state(CommitMode::Sync)
+        .expect("a commits");
+    b.commit_consumer_state(CommitMode::Sync)
+        .expect("b commits");
+
+    let described = conn
+        .request(
+            1,
+            &ConsumerGroupDescribeRequest::default()
+                .with_group_ids(vec![GroupId(group.clone().into())]),
+        )
+        .unwrap();
+    let g = &described.groups[0];
+    assert_eq!(
+        (g.error_code, g.group_state.as_str()),
+        (0, "Stable"),
+        "{g:?}"
+    );
+    assert_eq!(g.members.len(), 2);
+    assert!(g.members.iter().all(|m| m.member_epoch == g.group_epoch
+        && m.assignment.topic_partitions[0].partitions.len() == 3));
+    let listed = conn
+        .request(
+            5,
+            &ListGroupsRequest::default().with_types_filter(vec!["consumer".into()]),
+        )
+        .unwrap();
+    assert!(listed
+        .groups
+        .iter()
+        .any(|l| l.group_id.0.as_str() == group && l.group_type.as_str() == "consumer"));
+
+    // b leaves: a takes all six.
+    drop(b);
+    wait_for("a to own all six again", SETTLE, || {
+        drain(&a, "a", &mut seen);
+        assigned(&a).len() == 6
+    });
+    drop(a);
+
+    // A newcomer resumes from the commits: only what is produced now.
+    for p in 0..6 {
+        let batch = encode_batch(
+            &[RawRecord::new(
+                "late".to_string(),
+                format!("late-{p}"),
+                now_ms(),
+            )],
+            Compression::None,
+            None,
+        );
+        conn.produce_ok(&topic, p, batch).unwrap();
+    }
+    let c = kip848_consumer(&broker, &group, &topic);
+    let mut late = Vec::new();
+    wait_for("the six late records", SETTLE, || {
+        while let Some(m) = c.poll(Duration::from_millis(50)) {
+            let m = m.expect("consume");
+            late.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string());
+        }
+        late.len() >= 6
+    });
+    late.sort();
+    assert_eq!(
+        late,
+        (0..6).map(|p| format!("late-{p}")).collect::<Vec<_>>()
+    );
+}

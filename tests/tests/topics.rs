@@ -589,11 +589,16 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
     assert_eq!(
         features,
         [
-            ("group.version".to_string(), 0, 0),
+            ("group.version".to_string(), 1, 1),
             ("transaction.version".to_string(), 0, 0)
         ]
     );
-    assert!(answer.finalized_features.is_empty());
+    let finalized: Vec<(String, i16)> = answer
+        .finalized_features
+        .iter()
+        .map(|f| (f.name.to_string(), f.max_version_level))
+        .collect();
+    assert_eq!(finalized, [("group.version".to_string(), 1)]);
     let versions = answer.api_keys;
     let max = |key: ApiKey| {
         versions
@@ -611,6 +616,8 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         (ApiKey::FindCoordinator, 6),
         (ApiKey::UpdateFeatures, 2),
         (ApiKey::AddRaftVoter, 0),
+        (ApiKey::ConsumerGroupHeartbeat, 1),
+        (ApiKey::ConsumerGroupDescribe, 1),
         (ApiKey::RemoveRaftVoter, 0),
         (ApiKey::CreateDelegationToken, 3),
         (ApiKey::RenewDelegationToken, 2),
@@ -645,7 +652,7 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         .request(
             1,
             &UpdateFeaturesRequest::default()
-                .with_feature_updates(vec![update("group.version", 0), update("group.version", 1)]),
+                .with_feature_updates(vec![update("group.version", 1), update("group.version", 0)]),
         )
         .unwrap();
     assert_eq!(r.error_code, 95, "INVALID_UPDATE_VERSION: {r:?}");

@@ -139,6 +139,8 @@ pub const SETTINGS: &[Setting] = settings![
     transaction_max_timeout_ms "transaction.max.timeout.ms" Int static "The longest transaction.timeout.ms a producer may ask for.",
     transaction_abort_timed_out_transaction_cleanup_interval_ms "transaction.abort.timed.out.transaction.cleanup.interval.ms" Int static "How often transactions past their timeout are aborted.",
     group_initial_rebalance_delay_ms "group.initial.rebalance.delay.ms" Int static "The first rebalance of an empty group waits this long for more members (unset: 0 alone, 3000 in a cluster).",
+    group_consumer_session_timeout_ms "group.consumer.session.timeout.ms" Int static "A consumer-protocol (KIP-848) member silent this long leaves its group.",
+    group_consumer_heartbeat_interval_ms "group.consumer.heartbeat.interval.ms" Int static "How often consumer-protocol (KIP-848) members heartbeat.",
     lag_sample_interval_ms "lag.sample.interval.ms" Long static "How often consumer lag is sampled.",
     lag_window_ms "lag.window.ms" Long static "Window of the consumer lag trend.",
     message_max_bytes "message.max.bytes" Int dynamic "Default max.message.bytes of topics.",

@@ -174,6 +174,10 @@ pub struct BrokerConfig {
     /// [`BrokerConfig::group_initial_rebalance_delay`].
     #[serde(deserialize_with = "number_or_numeric_string")]
     pub group_initial_rebalance_delay_ms: Option<u64>,
+    /// KIP-848 consumer groups: a member not heard from for this long leaves its group.
+    pub group_consumer_session_timeout_ms: u64,
+    /// KIP-848 consumer groups: how often members are told to heartbeat.
+    pub group_consumer_heartbeat_interval_ms: u64,
     /// How often consumer lag is sampled.
     pub lag_sample_interval_ms: u64,
     /// The window over which the lag trend (least-squares slope) is computed.
@@ -337,6 +341,8 @@ impl Default for BrokerConfig {
             transaction_max_timeout_ms: 900_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             group_initial_rebalance_delay_ms: None,
+            group_consumer_session_timeout_ms: 45_000,
+            group_consumer_heartbeat_interval_ms: 5_000,
             lag_sample_interval_ms: 5_000,
             lag_window_ms: 60_000,
             message_max_bytes: 1_048_588,
@@ -547,6 +553,13 @@ impl BrokerConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.group_consumer_heartbeat_interval_ms == 0
+            || self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms
+        {
+            return Err(ConfigError::Invalid(
+                "group_consumer_heartbeat_interval_ms must be ≥ 1 and below group_consumer_session_timeout_ms".into(),
+            ));
+        }
         let dirs = self.log_dirs();
         if dirs.is_empty() {
             return Err(ConfigError::Invalid(

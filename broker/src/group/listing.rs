@@ -11,7 +11,7 @@ use crate::error::ErrorCode;
 
 impl Coordinator {
     /// (group id, protocol type, state) of every group with members or offsets.
-    pub fn list(&self) -> Vec<(String, String, &'static str)> {
+    pub fn list(&self) -> Vec<Listed> {
         list(&self.lock())
     }
 
@@ -26,7 +26,9 @@ impl Coordinator {
         let Some(entry) = groups.get(group_id) else {
             return ErrorCode::GroupIdNotFound;
         };
-        if entry.group.as_ref().is_some_and(|g| !g.is_empty()) {
+        if entry.group.as_ref().is_some_and(|g| !g.is_empty())
+            || entry.consumer.as_ref().is_some_and(|g| !g.is_empty())
+        {
             return ErrorCode::NonEmptyGroup;
         }
         if let Err(e) = self.tombstone(group_id, entry.offsets.keys(), entry.group.is_some()) {
@@ -37,21 +39,41 @@ impl Coordinator {
     }
 }
 
-/// (group id, protocol type, state) of every group with members or offsets.
-pub(super) fn list(groups: &HashMap<String, Entry>) -> Vec<(String, String, &'static str)> {
+/// A group as ListGroups shows it.
+#[derive(Debug, PartialEq)]
+pub struct Listed {
+    pub id: String,
+    pub protocol_type: String,
+    pub state: &'static str,
+    /// "consumer" for KIP-848's groups, "classic" for the others.
+    pub kind: &'static str,
+}
+
+/// Every group with members or offsets.
+pub(super) fn list(groups: &HashMap<String, Entry>) -> Vec<Listed> {
+    let listed = |id: &String, protocol_type: String, state, kind| Listed {
+        id: id.clone(),
+        protocol_type,
+        state,
+        kind,
+    };
     let mut out: Vec<_> = groups
         .iter()
-        .map(|(id, e)| match &e.group {
-            Some(g) => (
-                id.clone(),
+        .map(|(id, e)| match (&e.group, &e.consumer) {
+            (_, Some(cg)) if !cg.is_empty() => {
+                listed(id, "consumer".into(), cg.state(), "consumer")
+            }
+            (Some(g), _) => listed(
+                id,
                 g.protocol_type.clone().unwrap_or_default(),
                 g.state.name(),
+                "classic",
             ),
-            None => (id.clone(), String::new(), GroupState::Empty.name()),
+            (None, _) => listed(id, String::new(), GroupState::Empty.name(), "classic"),
         })
-        .filter(|(_, _, s)| *s != GroupState::Dead.name())
+        .filter(|g| g.state != GroupState::Dead.name())
         .collect();
-    out.sort();
+    out.sort_by(|a, b| a.id.cmp(&b.id));
     out
 }
 

@@ -474,11 +474,19 @@ mod tests {
         ));
         r.apply(group("g2", Some(record(9, &[], 10))));
         let mut table = r.finish(Instant::now(), 0);
+        let listed: Vec<_> = (list(&table).into_iter())
+            .map(|g| (g.id, g.protocol_type, g.state, g.kind))
+            .collect();
         assert_eq!(
-            list(&table),
+            listed,
             vec![
-                ("g1".to_string(), "consumer".to_string(), "Stable"),
-                ("g2".to_string(), "consumer".to_string(), "Empty"),
+                (
+                    "g1".to_string(),
+                    "consumer".to_string(),
+                    "Stable",
+                    "classic"
+                ),
+                ("g2".to_string(), "consumer".to_string(), "Empty", "classic"),
             ]
         );
         let view = describe(&table, "g1");

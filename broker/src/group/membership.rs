@@ -16,6 +16,12 @@ impl Coordinator {
     pub fn join(&self, group_id: &str, req: JoinRequest) -> Reply<JoinResult> {
         let mut groups = self.lock();
         let entry = groups.entry(group_id.to_string()).or_default();
+        if entry.consumer.as_ref().is_some_and(|g| !g.is_empty()) {
+            return Reply::Now(JoinResult::error(
+                ErrorCode::InconsistentGroupProtocol,
+                &req.member_id,
+            ));
+        }
         let group = entry.group.get_or_insert_with(|| Group::new(group_id));
         if group.state == GroupState::Dead {
             *group = Group::new(group_id);
@@ -119,6 +125,7 @@ impl Coordinator {
     /// Session expiry and rebalance deadlines; called every 100 ms.
     pub fn tick(&self) {
         let now = Instant::now();
+        self.expire_consumer_members(now);
         let wall = self.node.clock.now_ms();
         for (id, entry) in self.lock().iter_mut() {
             if entry.group.as_ref().is_some_and(|g| !g.is_empty()) {

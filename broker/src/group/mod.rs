@@ -1,7 +1,9 @@
-//! The group coordinator: consumer groups under Kafka's classic protocol and their committed
-//! offsets.
+//! The group coordinator: consumer groups under Kafka's classic protocol and KIP-848's
+//! consumer protocol, and their committed offsets.
 //!
 //! - [`state`] — one group's membership state machine (pure);
+//! - [`consumer`] — a KIP-848 consumer group: epochs, the server-side assignor and each
+//!   member's reconciliation (pure); [`consumer_membership`] drives it;
 //! - [`store`] — the `__consumer_offsets` record format;
 //! - [`load`] — following the leadership of `__consumer_offsets`: loading a partition's groups
 //!   when it arrives, dropping them when it leaves, and the coordinator check;
@@ -35,6 +37,8 @@
 //! - A committed offset is visible (OffsetFetch, lag) only once the commit is acknowledged,
 //!   that is once the ISR holds it; a commit that times out is not applied.
 
+pub mod consumer;
+mod consumer_membership;
 pub mod lag;
 mod listing;
 mod load;
@@ -69,6 +73,8 @@ pub type TopicOffsets = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
 #[derive(Default)]
 struct Entry {
     group: Option<Group>,
+    /// The group under KIP-848's consumer protocol, when it is one ([`consumer`]).
+    consumer: Option<consumer::ConsumerGroup>,
     offsets: Offsets,
     /// Wall-clock ms when the group was last seen with members (0: unknown).
     last_active_ms: i64,

@@ -52,20 +52,31 @@ impl Coordinator {
     ) -> (Vec<ErrorCode>, Option<PendingCommit>) {
         let mut groups = self.lock();
         let entry = groups.entry(group_id.to_string()).or_default();
-        let group_error = match entry.group.as_ref().filter(|g| !g.is_empty()) {
-            // A group with no members takes "simple" commits (generation -1, no member) only.
-            None if generation < 0 && member_id.is_empty() => None,
-            None if generation >= 0 => Some(ErrorCode::IllegalGeneration),
-            None => Some(ErrorCode::UnknownMemberId),
-            // Kafka refuses commits only while assignments are being handed out. During
-            // PreparingRebalance the generation is still current, and cooperative members
-            // commit what they are giving up right then, before they rejoin.
-            Some(g) if g.state == GroupState::CompletingRebalance => {
-                Some(ErrorCode::RebalanceInProgress)
+        // A consumer-protocol member commits under its member epoch (KIP-848): an older one
+        // is STALE_MEMBER_EPOCH, as Kafka answers.
+        let consumer = entry.consumer.as_ref().filter(|g| !g.is_empty());
+        let group_error = match consumer.map(|g| g.member_epoch(member_id)) {
+            Some(None) if generation < 0 && member_id.is_empty() => {
+                Some(ErrorCode::UnknownMemberId)
             }
-            Some(g) if !g.members.contains_key(member_id) => Some(ErrorCode::UnknownMemberId),
-            Some(g) if g.generation != generation => Some(ErrorCode::IllegalGeneration),
-            Some(_) => None,
+            Some(None) => Some(ErrorCode::UnknownMemberId),
+            Some(Some(epoch)) if epoch != generation => Some(ErrorCode::StaleMemberEpoch),
+            Some(Some(_)) => None,
+            None => match entry.group.as_ref().filter(|g| !g.is_empty()) {
+                // A group with no members takes "simple" commits (generation -1, no member) only.
+                None if generation < 0 && member_id.is_empty() => None,
+                None if generation >= 0 => Some(ErrorCode::IllegalGeneration),
+                None => Some(ErrorCode::UnknownMemberId),
+                // Kafka refuses commits only while assignments are being handed out. During
+                // PreparingRebalance the generation is still current, and cooperative members
+                // commit what they are giving up right then, before they rejoin.
+                Some(g) if g.state == GroupState::CompletingRebalance => {
+                    Some(ErrorCode::RebalanceInProgress)
+                }
+                Some(g) if !g.members.contains_key(member_id) => Some(ErrorCode::UnknownMemberId),
+                Some(g) if g.generation != generation => Some(ErrorCode::IllegalGeneration),
+                Some(_) => None,
+            },
         };
         if let Some(code) = group_error {
             return (commits.iter().map(|_| code).collect(), None);

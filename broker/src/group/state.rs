@@ -62,7 +62,7 @@ pub struct JoinResult {
 }
 
 impl JoinResult {
-    fn error(error: ErrorCode, member_id: &str) -> JoinResult {
+    pub(super) fn error(error: ErrorCode, member_id: &str) -> JoinResult {
         JoinResult {
             error,
             generation: -1,

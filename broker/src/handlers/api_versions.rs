@@ -17,9 +17,13 @@ fn api_keys() -> Vec<ApiVersion> {
 }
 
 pub fn handle(_req: ApiVersionsRequest, _version: i16) -> ApiVersionsResponse {
+    let (supported, finalized) = super::update_features::levels();
     ApiVersionsResponse::default()
         .with_api_keys(api_keys())
-        .with_supported_features(super::update_features::supported())
+        .with_supported_features(supported)
+        // The levels never change: one epoch for the life of the cluster.
+        .with_finalized_features_epoch(0)
+        .with_finalized_features(finalized)
 }
 
 /// What a client asking for an ApiVersions version newer than ours gets: a v0 response with

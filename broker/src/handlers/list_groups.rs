@@ -20,32 +20,32 @@ pub fn handle(
         .groups
         .list()
         .into_iter()
-        .filter(|(id, _, _)| all || access.sees(AclOperation::Describe, ResourceType::Group, id))
-        .filter(|(_, _, state)| {
+        .filter(|g| all || access.sees(AclOperation::Describe, ResourceType::Group, &g.id))
+        .filter(|g| {
             req.states_filter.is_empty()
                 || req
                     .states_filter
                     .iter()
-                    .any(|s| s.as_str().eq_ignore_ascii_case(state))
+                    .any(|s| s.as_str().eq_ignore_ascii_case(g.state))
         })
-        .filter(|_| {
+        .filter(|g| {
             req.types_filter.is_empty()
                 || req
                     .types_filter
                     .iter()
-                    .any(|t| t.as_str().eq_ignore_ascii_case("classic"))
+                    .any(|t| t.as_str().eq_ignore_ascii_case(g.kind))
         })
-        .map(|(id, protocol_type, state)| {
+        .map(|listed| {
             let g = ListedGroup::default()
-                .with_group_id(GroupId(str_bytes(id)))
-                .with_protocol_type(str_bytes(protocol_type));
+                .with_group_id(GroupId(str_bytes(listed.id)))
+                .with_protocol_type(str_bytes(listed.protocol_type));
             let g = if version >= 4 {
-                g.with_group_state(str_bytes(state))
+                g.with_group_state(str_bytes(listed.state))
             } else {
                 g
             };
             if version >= 5 {
-                g.with_group_type(str_bytes("classic"))
+                g.with_group_type(str_bytes(listed.kind))
             } else {
                 g
             }

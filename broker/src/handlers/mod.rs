@@ -10,6 +10,8 @@ mod alter_partition_reassignments;
 mod alter_replica_log_dirs;
 mod alter_user_scram_credentials;
 mod api_versions;
+mod consumer_group_describe;
+mod consumer_group_heartbeat;
 mod create_acls;
 mod create_partitions;
 mod create_topics;
@@ -217,6 +219,21 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
                 join_group::handle(broker, r, v, &client_id, &conn.client_host, &access).await,
             )
         }
+        RequestKind::ConsumerGroupHeartbeat(r) => {
+            let client_id = req
+                .header
+                .client_id
+                .as_ref()
+                .map(|c| c.as_str().to_string())
+                .unwrap_or_default();
+            ResponseKind::ConsumerGroupHeartbeat(
+                consumer_group_heartbeat::handle(broker, r, &client_id, &conn.client_host, &access)
+                    .await,
+            )
+        }
+        RequestKind::ConsumerGroupDescribe(r) => ResponseKind::ConsumerGroupDescribe(
+            consumer_group_describe::handle(broker, r, &access).await,
+        ),
         RequestKind::SyncGroup(r) => {
             ResponseKind::SyncGroup(sync_group::handle(broker, r, v, &access).await)
         }

@@ -1,16 +1,16 @@
 //! Feature levels (KIP-584): what ApiVersions reports and UpdateFeatures changes.
 //!
 //! Kafka gates protocol generations behind cluster-wide feature levels that clients read from
-//! ApiVersions. Strata implements level 0 of the two features clients act on —
-//! `transaction.version` (level 2 is KIP-890 part 2's epoch bump per transaction) and
-//! `group.version` (level 1 is KIP-848's consumer protocol) — so it reports each as supported
-//! from 0 to 0 and finalizes none (a level-0 feature is "off", which Kafka lists nowhere).
-//! UpdateFeatures may therefore only confirm level 0; any other level is
-//! INVALID_UPDATE_VERSION with the range this cluster supports, and a feature Strata does not
-//! have (`metadata.version`, `kraft.version`: KRaft's own) is named unknown. Nothing is
-//! stored, so nothing changes, whatever the request.
+//! ApiVersions. Strata's levels are fixed by what it implements: `group.version` 1 (KIP-848's
+//! consumer protocol, always on) and `transaction.version` 0 (KIP-890 part 2's epoch bump per
+//! transaction, level 2, is not implemented), so each is supported at exactly its level and
+//! finalized there (a level-0 feature is "off", which Kafka lists nowhere). UpdateFeatures
+//! may therefore only confirm a feature's level; any other level is INVALID_UPDATE_VERSION
+//! with the level this cluster has, and a feature Strata does not have (`metadata.version`,
+//! `kraft.version`: KRaft's own) is named unknown. Nothing is stored, so nothing changes,
+//! whatever the request.
 
-use kafka_protocol::messages::api_versions_response::SupportedFeatureKey;
+use kafka_protocol::messages::api_versions_response::{FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::update_features_response::UpdatableFeatureResult;
 use kafka_protocol::messages::{UpdateFeaturesRequest, UpdateFeaturesResponse};
 
@@ -19,28 +19,37 @@ use crate::error::ErrorCode;
 use crate::security::Access;
 use strata_metadata::acl::AclOperation;
 
-/// (name, lowest level, highest level) of each feature this broker implements.
-const SUPPORTED: &[(&str, i16, i16)] = &[("group.version", 0, 0), ("transaction.version", 0, 0)];
+/// (name, level) of each feature this broker implements: supported at that level only.
+const LEVELS: &[(&str, i16)] = &[("group.version", 1), ("transaction.version", 0)];
 
-/// The supported features, for ApiVersions v3+.
-pub fn supported() -> Vec<SupportedFeatureKey> {
-    SUPPORTED
-        .iter()
-        .map(|(name, min, max)| {
+/// The levels ApiVersions (v3+) reports: supported, and finalized where above 0.
+pub fn levels() -> (Vec<SupportedFeatureKey>, Vec<FinalizedFeatureKey>) {
+    let supported = (LEVELS.iter())
+        .map(|(name, level)| {
             SupportedFeatureKey::default()
                 .with_name(str_bytes(*name))
-                .with_min_version(*min)
-                .with_max_version(*max)
+                .with_min_version(*level)
+                .with_max_version(*level)
         })
-        .collect()
+        .collect();
+    let finalized = (LEVELS.iter())
+        .filter(|(_, level)| *level > 0)
+        .map(|(name, level)| {
+            FinalizedFeatureKey::default()
+                .with_name(str_bytes(*name))
+                .with_min_version_level(*level)
+                .with_max_version_level(*level)
+        })
+        .collect();
+    (supported, finalized)
 }
 
 /// Why `level` cannot be finalized for `feature` (None: it can, and already is).
 fn refusal(feature: &str, level: i16) -> Option<String> {
-    match SUPPORTED.iter().find(|(name, ..)| *name == feature) {
+    match LEVELS.iter().find(|(name, _)| *name == feature) {
         None => Some(format!("unknown feature {feature}")),
-        Some((_, min, max)) if !(*min..=*max).contains(&level) => Some(format!(
-            "{feature} level {level} is not supported: this cluster supports {min} to {max}"
+        Some((_, have)) if *have != level => Some(format!(
+            "{feature} level {level} is not supported: this cluster has {have} only"
         )),
         Some(_) => None,
     }
@@ -87,10 +96,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_level_zero_of_a_known_feature_is_accepted() {
+    fn only_the_implemented_level_of_a_known_feature_is_accepted() {
         assert_eq!(refusal("transaction.version", 0), None);
-        assert_eq!(refusal("group.version", 0), None);
-        assert!(refusal("transaction.version", 2).is_some_and(|m| m.contains("0 to 0")));
+        assert_eq!(refusal("group.version", 1), None);
+        assert!(refusal("group.version", 0).is_some_and(|m| m.contains("has 1 only")));
+        assert!(refusal("transaction.version", 2).is_some_and(|m| m.contains("has 0 only")));
         assert!(refusal("group.version", -1).is_some());
         assert!(refusal("metadata.version", 21).is_some_and(|m| m.contains("unknown")));
     }

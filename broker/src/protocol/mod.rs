@@ -333,6 +333,10 @@ mod tests {
             ApiKey::DescribeClientQuotas => RequestKind::DescribeClientQuotas(Default::default()),
             ApiKey::AlterClientQuotas => RequestKind::AlterClientQuotas(Default::default()),
             ApiKey::UpdateFeatures => RequestKind::UpdateFeatures(Default::default()),
+            ApiKey::ConsumerGroupHeartbeat => {
+                RequestKind::ConsumerGroupHeartbeat(Default::default())
+            }
+            ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(Default::default()),
             ApiKey::AddRaftVoter => RequestKind::AddRaftVoter(Default::default()),
             ApiKey::RemoveRaftVoter => RequestKind::RemoveRaftVoter(Default::default()),
             ApiKey::CreateDelegationToken => RequestKind::CreateDelegationToken(Default::default()),

@@ -72,6 +72,14 @@ pub const SUPPORTED: &[Api] = &[
     // DescribeGroups v6 answers GROUP_ID_NOT_FOUND for an unknown group (KIP-1043).
     api(ApiKey::JoinGroup, "JoinGroup", 0, 9),
     api(ApiKey::SyncGroup, "SyncGroup", 0, 5),
+    // KIP-848's consumer protocol: see `group/consumer.rs`.
+    api(
+        ApiKey::ConsumerGroupHeartbeat,
+        "ConsumerGroupHeartbeat",
+        0,
+        1,
+    ),
+    api(ApiKey::ConsumerGroupDescribe, "ConsumerGroupDescribe", 0, 1),
     api(ApiKey::Heartbeat, "Heartbeat", 0, 4),
     api(ApiKey::LeaveGroup, "LeaveGroup", 0, 5),
     api(ApiKey::OffsetCommit, "OffsetCommit", 2, 9),

@@ -1,0 +1,633 @@
+//! Consumer groups under KIP-848's protocol (`group.protocol=consumer`): the coordinator
+//! assigns the partitions itself (a server-side assignor) and moves each member to its share
+//! of the target assignment by epochs, through ConsumerGroupHeartbeat alone. Pure: time and
+//! topic metadata come in as arguments.
+//!
+//! Invariants:
+//! - The group epoch bumps on every change of members, subscriptions or the subscribed topics'
+//!   partition counts; the target assignment is recomputed at that epoch (`assignment_epoch`).
+//! - A partition is owned by at most one member at a time: a member is given a partition only
+//!   once no other member owns it or is revoking it (it has confirmed giving it up, or left,
+//!   or was fenced).
+//! - A member's epoch reaches the assignment epoch only once it has confirmed every revocation
+//!   asked of it; a heartbeat carrying an epoch that is neither the member's current nor its
+//!   previous one is fenced (FENCED_MEMBER_EPOCH), as is a member silent for the session
+//!   timeout or slower than its rebalance timeout to revoke.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use crate::error::ErrorCode;
+
+/// A partition by topic id, as KIP-848 names them.
+pub type Tp = (Uuid, i32);
+
+/// Topic name → (id, partition count): what subscriptions resolve against.
+pub type Topics = BTreeMap<String, (Uuid, i32)>;
+
+/// The one server-side assignor, under Kafka's name for it.
+pub const ASSIGNOR: &str = "uniform";
+
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub epoch: i32,
+    previous_epoch: i32,
+    rebalance_timeout: Duration,
+    pub subscribed: BTreeSet<String>,
+    pub regex: Option<String>,
+    /// What the member owns: what it was last told to keep or take.
+    pub assigned: BTreeSet<Tp>,
+    /// What it was told to give up and has not yet confirmed giving up.
+    pub revoking: BTreeSet<Tp>,
+    revoking_since: Option<Instant>,
+    last_seen: Instant,
+    /// The assignment the last answer carried: an answer repeats it only when it changed.
+    sent: Option<BTreeSet<Tp>>,
+}
+
+/// One ConsumerGroupHeartbeat, as the coordinator needs it.
+#[derive(Debug, Clone, Default)]
+pub struct Heartbeat {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    /// None: unchanged since the last heartbeat.
+    pub subscribed_topic_names: Option<Vec<String>>,
+    pub subscribed_topic_regex: Option<String>,
+    /// The partitions the member owns now; None: unchanged.
+    pub owned: Option<Vec<Tp>>,
+    pub client_id: String,
+    pub client_host: String,
+}
+
+/// What a heartbeat is answered with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub member_id: String,
+    pub member_epoch: i32,
+    /// The partitions the member is to own now, when that changed.
+    pub assignment: Option<BTreeSet<Tp>>,
+}
+
+#[derive(Debug, Default)]
+pub struct ConsumerGroup {
+    pub epoch: i32,
+    pub assignment_epoch: i32,
+    pub members: BTreeMap<String, Member>,
+    /// Member id → its partitions in the target assignment (at `assignment_epoch`).
+    pub target: BTreeMap<String, BTreeSet<Tp>>,
+    /// The subscribed topics' partition counts the target was computed from.
+    sized: BTreeMap<String, i32>,
+}
+
+/// Leaving epochs: a member leaving for good, a static member leaving for a while.
+const LEAVE: i32 = -1;
+const LEAVE_STATIC: i32 = -2;
+
+impl ConsumerGroup {
+    /// Kafka's states of a consumer group, for ListGroups and ConsumerGroupDescribe.
+    pub fn state(&self) -> &'static str {
+        if self.members.is_empty() {
+            "Empty"
+        } else if self.assignment_epoch < self.epoch {
+            "Assigning"
+        } else if self.members.values().any(|m| {
+            m.epoch != self.assignment_epoch
+                || !m.revoking.is_empty()
+                || self.target.get(&m.id) != Some(&m.assigned)
+        }) {
+            "Reconciling"
+        } else {
+            "Stable"
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// A member's current epoch, for the offset commits it makes (None: no such member).
+    pub fn member_epoch(&self, member_id: &str) -> Option<i32> {
+        self.members.get(member_id).map(|m| m.epoch)
+    }
+
+    /// Handles one heartbeat at `now`. `new_id` names a member joining without an id.
+    pub fn heartbeat(
+        &mut self,
+        hb: Heartbeat,
+        topics: &Topics,
+        now: Instant,
+        session_timeout: Duration,
+        new_id: impl FnOnce() -> String,
+    ) -> Result<Answer, ErrorCode> {
+        self.expire(now, session_timeout, topics);
+        match hb.member_epoch {
+            LEAVE | LEAVE_STATIC => {
+                if self.members.remove(&hb.member_id).is_none() {
+                    return Err(ErrorCode::UnknownMemberId);
+                }
+                self.rebalance(topics);
+                return Ok(Answer {
+                    member_id: hb.member_id,
+                    member_epoch: hb.member_epoch,
+                    assignment: None,
+                });
+            }
+            _ => {}
+        }
+        let id = match hb.member_epoch {
+            0 => self.join(&hb, now, new_id),
+            epoch if epoch > 0 => {
+                let m = self
+                    .members
+                    .get(&hb.member_id)
+                    .ok_or(ErrorCode::UnknownMemberId)?;
+                if epoch != m.epoch && epoch != m.previous_epoch {
+                    return Err(ErrorCode::FencedMemberEpoch);
+                }
+                hb.member_id.clone()
+            }
+            _ => return Err(ErrorCode::InvalidRequest),
+        };
+        // Joining is a membership change, whatever its subscription.
+        let mut changed = hb.member_epoch == 0;
+        if let Some(m) = self.members.get_mut(&id) {
+            m.last_seen = now;
+            if hb.rebalance_timeout_ms > 0 {
+                m.rebalance_timeout = Duration::from_millis(hb.rebalance_timeout_ms as u64);
+            }
+            if let Some(names) = &hb.subscribed_topic_names {
+                let names: BTreeSet<String> = names.iter().cloned().collect();
+                changed |= names != m.subscribed;
+                m.subscribed = names;
+            }
+            if hb.subscribed_topic_regex.is_some() && hb.subscribed_topic_regex != m.regex {
+                m.regex = hb.subscribed_topic_regex.clone();
+                changed = true;
+            }
+            if let Some(owned) = &hb.owned {
+                // What it no longer reports it has given up.
+                let owned: BTreeSet<Tp> = owned.iter().copied().collect();
+                m.revoking.retain(|tp| owned.contains(tp));
+                if m.revoking.is_empty() {
+                    m.revoking_since = None;
+                }
+                // It does not own what it was told: it missed an answer; tell it again.
+                if owned != m.assigned.union(&m.revoking).copied().collect() {
+                    m.sent = None;
+                }
+            }
+            if hb.member_epoch > 0 && hb.member_epoch != m.epoch {
+                // It missed the answer that moved it to its current epoch.
+                m.sent = None;
+            }
+        }
+        if changed || self.sized != self.sizes(topics) {
+            self.rebalance(topics);
+        }
+        Ok(self.reconcile(&id, now))
+    }
+
+    /// A member joins (epoch 0): new, or one that lost its state and starts over (it owns
+    /// nothing now), or a static member taking its instance over from an earlier process.
+    fn join(&mut self, hb: &Heartbeat, now: Instant, new_id: impl FnOnce() -> String) -> String {
+        let id = if hb.member_id.is_empty() {
+            new_id()
+        } else {
+            hb.member_id.clone()
+        };
+        if let Some(instance) = &hb.instance_id {
+            let replaced: Vec<String> = (self.members.values())
+                .filter(|m| m.instance_id.as_ref() == Some(instance) && m.id != id)
+                .map(|m| m.id.clone())
+                .collect();
+            for old in replaced {
+                self.members.remove(&old);
+            }
+        }
+        let subscribed = hb
+            .subscribed_topic_names
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        self.members.insert(
+            id.clone(),
+            Member {
+                id: id.clone(),
+                instance_id: hb.instance_id.clone(),
+                rack_id: hb.rack_id.clone(),
+                client_id: hb.client_id.clone(),
+                client_host: hb.client_host.clone(),
+                epoch: 0,
+                previous_epoch: 0,
+                rebalance_timeout: Duration::from_millis(hb.rebalance_timeout_ms.max(0) as u64),
+                subscribed,
+                regex: hb.subscribed_topic_regex.clone(),
+                assigned: BTreeSet::new(),
+                revoking: BTreeSet::new(),
+                revoking_since: None,
+                last_seen: now,
+                sent: None,
+            },
+        );
+        id
+    }
+
+    /// Members silent for the session timeout, or slower than their rebalance timeout to
+    /// revoke, leave the group; what they owned is free for the others.
+    pub fn expire(&mut self, now: Instant, session_timeout: Duration, topics: &Topics) -> bool {
+        let before = self.members.len();
+        self.members.retain(|_, m| {
+            let silent = now.saturating_duration_since(m.last_seen) > session_timeout;
+            let stuck = m
+                .revoking_since
+                .is_some_and(|t| now.saturating_duration_since(t) > m.rebalance_timeout);
+            !(silent || stuck)
+        });
+        let expired = self.members.len() != before;
+        if expired {
+            self.rebalance(topics);
+        }
+        expired
+    }
+
+    /// The subscribed topics' partition counts.
+    fn sizes(&self, topics: &Topics) -> BTreeMap<String, i32> {
+        (self.members.values())
+            .flat_map(|m| subscription(m, topics))
+            .filter_map(|t| topics.get(&t).map(|(_, n)| (t, *n)))
+            .collect()
+    }
+
+    /// Bumps the group epoch and computes the target assignment at it.
+    fn rebalance(&mut self, topics: &Topics) {
+        self.epoch += 1;
+        self.sized = self.sizes(topics);
+        self.target = assign(&self.members, &self.target, topics);
+        self.assignment_epoch = self.epoch;
+    }
+
+    /// Moves member `id` one step towards its target: first it gives up what it must, then,
+    /// once it has, it takes its epoch and whatever of its target nobody else holds.
+    fn reconcile(&mut self, id: &str, now: Instant) -> Answer {
+        let target = self.target.get(id).cloned().unwrap_or_default();
+        let held_elsewhere: BTreeSet<Tp> = (self.members.values())
+            .filter(|m| m.id != id)
+            .flat_map(|m| m.assigned.iter().chain(m.revoking.iter()).copied())
+            .collect();
+        let assignment_epoch = self.assignment_epoch;
+        let Some(m) = self.members.get_mut(id) else {
+            return Answer {
+                member_id: id.to_string(),
+                member_epoch: LEAVE,
+                assignment: None,
+            };
+        };
+        let revoke: BTreeSet<Tp> = m.assigned.difference(&target).copied().collect();
+        if !revoke.is_empty() {
+            m.assigned.retain(|tp| !revoke.contains(tp));
+            m.revoking.extend(revoke);
+            m.revoking_since.get_or_insert(now);
+        }
+        if m.revoking.is_empty() {
+            let free: Vec<Tp> = target
+                .iter()
+                .filter(|tp| !held_elsewhere.contains(tp))
+                .copied()
+                .collect();
+            m.assigned.extend(free);
+            if m.epoch != assignment_epoch {
+                m.previous_epoch = m.epoch;
+                m.epoch = assignment_epoch;
+            }
+        }
+        let assignment = (m.sent.as_ref() != Some(&m.assigned)).then(|| m.assigned.clone());
+        if assignment.is_some() {
+            m.sent = Some(m.assigned.clone());
+        }
+        Answer {
+            member_id: m.id.clone(),
+            member_epoch: m.epoch,
+            assignment,
+        }
+    }
+}
+
+/// The topics a member subscribes to: by name, and those whose name matches its regex.
+fn subscription(m: &Member, topics: &Topics) -> BTreeSet<String> {
+    let mut out: BTreeSet<String> = m.subscribed.clone();
+    if let Some(re) = m.regex.as_deref().and_then(|r| regex::Regex::new(r).ok()) {
+        out.extend(
+            topics
+                .keys()
+                .filter(|t| !t.starts_with("__") && re.is_match(t))
+                .cloned(),
+        );
+    }
+    out
+}
+
+/// Kafka's uniform assignor, sticky: each partition of a subscribed topic goes to one member
+/// subscribed to it; a partition stays with its previous owner while that owner is under its
+/// fair share, the rest go to the least loaded subscriber (ties to the smallest member id).
+fn assign(
+    members: &BTreeMap<String, Member>,
+    previous: &BTreeMap<String, BTreeSet<Tp>>,
+    topics: &Topics,
+) -> BTreeMap<String, BTreeSet<Tp>> {
+    let subscriptions: BTreeMap<&str, BTreeSet<String>> = members
+        .values()
+        .map(|m| (m.id.as_str(), subscription(m, topics)))
+        .collect();
+    let mut partitions: Vec<(String, Tp)> = Vec::new();
+    let wanted: BTreeSet<&String> = subscriptions.values().flatten().collect();
+    for name in wanted {
+        if let Some((id, count)) = topics.get(name) {
+            partitions.extend((0..*count).map(|p| (name.clone(), (*id, p))));
+        }
+    }
+    let mut out: BTreeMap<String, BTreeSet<Tp>> = members
+        .keys()
+        .map(|id| (id.clone(), BTreeSet::new()))
+        .collect();
+    if members.is_empty() {
+        return out;
+    }
+    let fair = partitions.len().div_ceil(members.len());
+    let owner: BTreeMap<Tp, &String> = previous
+        .iter()
+        .flat_map(|(m, tps)| tps.iter().map(move |tp| (*tp, m)))
+        .collect();
+    let mut rest = Vec::new();
+    for (topic, tp) in partitions {
+        let keep = owner.get(&tp).copied().filter(|m| {
+            subscriptions
+                .get(m.as_str())
+                .is_some_and(|s| s.contains(&topic))
+                && out.get(*m).is_some_and(|a| a.len() < fair)
+        });
+        match keep {
+            Some(m) => {
+                if let Some(a) = out.get_mut(m) {
+                    a.insert(tp);
+                }
+            }
+            None => rest.push((topic, tp)),
+        }
+    }
+    // The most constrained first (fewest subscribers), so that a topic only some members
+    // read is not left to land on members already full of the others.
+    let subscribers = |topic: &String| subscriptions.values().filter(|s| s.contains(topic)).count();
+    rest.sort_by_key(|(topic, tp)| (subscribers(topic), *tp));
+    for (topic, tp) in rest {
+        let least = (subscriptions.iter())
+            .filter(|(_, s)| s.contains(&topic))
+            .map(|(m, _)| *m)
+            .min_by_key(|m| (out.get(*m).map_or(0, BTreeSet::len), *m));
+        if let Some(m) = least {
+            if let Some(a) = out.get_mut(m) {
+                a.insert(tp);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SESSION: Duration = Duration::from_secs(45);
+
+    fn topics(specs: &[(&str, i32)]) -> Topics {
+        specs
+            .iter()
+            .map(|(n, c)| (n.to_string(), (Uuid::from_u128(n.len() as u128 + 7), *c)))
+            .collect()
+    }
+
+    fn hb(
+        id: &str,
+        epoch: i32,
+        subscribe: Option<&[&str]>,
+        owned: Option<&BTreeSet<Tp>>,
+    ) -> Heartbeat {
+        Heartbeat {
+            member_id: id.to_string(),
+            member_epoch: epoch,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: subscribe.map(|s| s.iter().map(|t| t.to_string()).collect()),
+            owned: owned.map(|o| o.iter().copied().collect()),
+            ..Heartbeat::default()
+        }
+    }
+
+    fn beat(g: &mut ConsumerGroup, t: &Topics, now: Instant, h: Heartbeat) -> Answer {
+        g.heartbeat(h, t, now, SESSION, || unreachable!("ids are given"))
+            .expect("heartbeat")
+    }
+
+    /// No partition is ever owned by two members, whatever the order of heartbeats.
+    fn assert_exclusive(g: &ConsumerGroup) {
+        let mut seen = BTreeSet::new();
+        for m in g.members.values() {
+            for tp in m.assigned.iter().chain(&m.revoking) {
+                assert!(seen.insert(*tp), "{tp:?} owned twice: {g:#?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_lone_member_gets_every_partition_and_the_group_epoch() {
+        let t = topics(&[("orders", 4)]);
+        let mut g = ConsumerGroup::default();
+        let now = Instant::now();
+        let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
+        assert_eq!(a.member_epoch, g.epoch);
+        assert_eq!(a.assignment.map(|s| s.len()), Some(4));
+        assert_eq!(g.state(), "Stable");
+        // Nothing changed: no assignment repeated.
+        let again = beat(&mut g, &t, now, hb("a", a.member_epoch, None, None));
+        assert_eq!(
+            (again.member_epoch, again.assignment),
+            (a.member_epoch, None)
+        );
+    }
+
+    #[test]
+    fn a_second_member_gets_partitions_only_after_the_first_revokes_them() {
+        let t = topics(&[("orders", 6)]);
+        let mut g = ConsumerGroup::default();
+        let now = Instant::now();
+        let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
+        let a_owns = a.assignment.unwrap();
+        let b = beat(&mut g, &t, now, hb("b", 0, Some(&["orders"]), None));
+        assert_eq!(b.assignment, Some(BTreeSet::new()), "all six still with a");
+        assert_eq!(g.state(), "Reconciling");
+        assert_exclusive(&g);
+        // a is told to keep three: it revokes the others and says so.
+        let a2 = beat(
+            &mut g,
+            &t,
+            now,
+            hb("a", a.member_epoch, None, Some(&a_owns)),
+        );
+        let keep = a2.assignment.unwrap();
+        assert_eq!(keep.len(), 3);
+        assert_eq!(a2.member_epoch, a.member_epoch, "not until it has revoked");
+        assert_exclusive(&g);
+        let b2 = beat(
+            &mut g,
+            &t,
+            now,
+            hb("b", b.member_epoch, None, Some(&BTreeSet::new())),
+        );
+        assert_eq!(b2.assignment, None, "nothing released yet");
+        let a3 = beat(&mut g, &t, now, hb("a", a2.member_epoch, None, Some(&keep)));
+        assert_eq!(a3.member_epoch, g.assignment_epoch);
+        let b3 = beat(
+            &mut g,
+            &t,
+            now,
+            hb("b", b2.member_epoch, None, Some(&BTreeSet::new())),
+        );
+        let b_owns = b3.assignment.unwrap();
+        assert_eq!(b_owns.len(), 3);
+        assert!(b_owns.is_disjoint(&keep));
+        assert_exclusive(&g);
+        assert_eq!(g.state(), "Stable");
+    }
+
+    #[test]
+    fn a_leaving_or_silent_member_frees_its_partitions() {
+        let t = topics(&[("orders", 4)]);
+        let mut g = ConsumerGroup::default();
+        let now = Instant::now();
+        let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
+        let mut owned = a.assignment.unwrap();
+        let b = beat(&mut g, &t, now, hb("b", 0, Some(&["orders"]), None));
+        let a = beat(&mut g, &t, now, hb("a", a.member_epoch, None, Some(&owned)));
+        owned = a.assignment.unwrap();
+        let a = beat(&mut g, &t, now, hb("a", a.member_epoch, None, Some(&owned)));
+        let b = beat(
+            &mut g,
+            &t,
+            now,
+            hb("b", b.member_epoch, None, Some(&BTreeSet::new())),
+        );
+        assert_eq!(b.assignment.map(|s| s.len()), Some(2));
+        // a leaves: b gets all four at its next heartbeat.
+        let left = beat(&mut g, &t, now, hb("a", -1, None, None));
+        assert_eq!(left.member_epoch, -1);
+        let b = beat(&mut g, &t, now, hb("b", b.member_epoch, None, None));
+        assert_eq!(b.assignment.map(|s| s.len()), Some(4));
+        // b falls silent past the session timeout: a newcomer gets everything.
+        let later = now + SESSION + Duration::from_secs(1);
+        let c = beat(&mut g, &t, later, hb("c", 0, Some(&["orders"]), None));
+        assert_eq!(c.assignment.map(|s| s.len()), Some(4));
+        assert!(!g.members.contains_key("b"));
+        assert!(a.member_epoch > 0);
+    }
+
+    #[test]
+    fn stale_and_unknown_members_are_refused() {
+        let t = topics(&[("orders", 2)]);
+        let mut g = ConsumerGroup::default();
+        let now = Instant::now();
+        let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
+        let err = |g: &mut ConsumerGroup, h| g.heartbeat(h, &t, now, SESSION, String::new);
+        assert_eq!(
+            err(&mut g, hb("a", a.member_epoch + 5, None, None)),
+            Err(ErrorCode::FencedMemberEpoch)
+        );
+        assert_eq!(
+            err(&mut g, hb("zz", 3, None, None)),
+            Err(ErrorCode::UnknownMemberId)
+        );
+        assert_eq!(
+            err(&mut g, hb("zz", -1, None, None)),
+            Err(ErrorCode::UnknownMemberId)
+        );
+        assert_eq!(
+            err(&mut g, hb("a", -7, None, None)),
+            Err(ErrorCode::InvalidRequest)
+        );
+    }
+
+    #[test]
+    fn a_member_slow_to_revoke_is_removed_after_its_rebalance_timeout() {
+        let t = topics(&[("orders", 4)]);
+        let mut g = ConsumerGroup::default();
+        let now = Instant::now();
+        let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
+        let owned = a.assignment.unwrap();
+        beat(&mut g, &t, now, hb("b", 0, Some(&["orders"]), None));
+        beat(&mut g, &t, now, hb("a", a.member_epoch, None, Some(&owned)));
+        // a never confirms; b keeps heartbeating.
+        let later = now + Duration::from_secs(31);
+        let b_epoch = g.members["b"].epoch;
+        let b = beat(
+            &mut g,
+            &t,
+            later,
+            hb("b", b_epoch, None, Some(&BTreeSet::new())),
+        );
+        assert!(!g.members.contains_key("a"), "fenced for not revoking");
+        assert_eq!(b.assignment.map(|s| s.len()), Some(4));
+    }
+
+    #[test]
+    fn the_assignor_is_balanced_sticky_and_respects_subscriptions() {
+        let t = topics(&[("a", 6), ("bb", 2)]);
+        let member = |id: &str, subs: &[&str]| Member {
+            id: id.into(),
+            instance_id: None,
+            rack_id: None,
+            client_id: String::new(),
+            client_host: String::new(),
+            epoch: 0,
+            previous_epoch: 0,
+            rebalance_timeout: Duration::ZERO,
+            subscribed: subs.iter().map(|s| s.to_string()).collect(),
+            regex: None,
+            assigned: BTreeSet::new(),
+            revoking: BTreeSet::new(),
+            revoking_since: None,
+            last_seen: Instant::now(),
+            sent: None,
+        };
+        let mut members = BTreeMap::new();
+        for (id, subs) in [("m1", &["a", "bb"][..]), ("m2", &["a"][..])] {
+            members.insert(id.to_string(), member(id, subs));
+        }
+        let first = assign(&members, &BTreeMap::new(), &t);
+        let bb = t["bb"].0;
+        assert!(
+            first["m2"].iter().all(|(topic, _)| *topic != bb),
+            "m2 is not subscribed to bb"
+        );
+        assert_eq!(first.values().map(BTreeSet::len).sum::<usize>(), 8);
+        assert_eq!((first["m1"].len(), first["m2"].len()), (4, 4));
+        members.insert("m3".into(), member("m3", &["a", "bb"]));
+        let second = assign(&members, &first, &t);
+        let moved = ["m1", "m2"]
+            .iter()
+            .map(|m| first[*m].difference(&second[*m]).count())
+            .sum::<usize>();
+        assert!(moved <= 3, "sticky: {first:?} -> {second:?}");
+        assert!(
+            second.values().all(|s| (2..=3).contains(&s.len())),
+            "{second:?}"
+        );
+    }
+}

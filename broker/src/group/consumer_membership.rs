@@ -1,0 +1,94 @@
+//! Membership under KIP-848's consumer protocol: ConsumerGroupHeartbeat and
+//! ConsumerGroupDescribe drive [`super::consumer`] (the pure state) with the cluster's topics
+//! and the broker's session settings; [`Coordinator::tick`] expires silent members.
+//!
+//! A group id is one protocol's at a time: a consumer heartbeat to a classic group with
+//! members, or a JoinGroup to a consumer group with members, is INCONSISTENT_GROUP_PROTOCOL
+//! (Kafka 4.0 can migrate a group online between the two; Strata cannot yet).
+
+use std::time::{Duration, Instant};
+
+use super::consumer::{Answer, ConsumerGroup, Heartbeat, Topics};
+use super::Coordinator;
+use crate::error::{ApiError, ErrorCode};
+
+impl Coordinator {
+    /// Every topic's id and partition count, as subscriptions resolve against them.
+    fn topics(&self) -> Topics {
+        let state = self.node.metadata.state();
+        state
+            .topics
+            .values()
+            .map(|t| (t.name.clone(), (t.topic_id, t.partitions.len() as i32)))
+            .collect()
+    }
+
+    pub(super) fn consumer_session(&self) -> Duration {
+        Duration::from_millis(self.node.config.group_consumer_session_timeout_ms)
+    }
+
+    pub fn consumer_heartbeat(&self, group_id: &str, hb: Heartbeat) -> Result<Answer, ApiError> {
+        let topics = self.topics();
+        let session = self.consumer_session();
+        let mut groups = self.lock();
+        let entry = groups.entry(group_id.to_string()).or_default();
+        if entry.group.as_ref().is_some_and(|g| !g.is_empty()) {
+            return Err(ApiError::new(
+                ErrorCode::InconsistentGroupProtocol,
+                format!("{group_id} is a classic group with members"),
+            ));
+        }
+        let group = entry.consumer.get_or_insert_with(ConsumerGroup::default);
+        let epoch = group.epoch;
+        let answer = group
+            .heartbeat(hb, &topics, Instant::now(), session, || {
+                uuid::Uuid::new_v4().to_string()
+            })
+            .map_err(|code| ApiError::new(code, heartbeat_refusal(code)))?;
+        if group.epoch != epoch {
+            tracing::info!(
+                group = group_id,
+                epoch = group.epoch,
+                members = group.members.len(),
+                "consumer group rebalanced (KIP-848): new target assignment"
+            );
+        }
+        entry.last_active_ms = self.node.clock.now_ms();
+        Ok(answer)
+    }
+
+    /// Consumer groups' silent members leave (called from [`Coordinator::tick`]).
+    pub(super) fn expire_consumer_members(&self, now: Instant) {
+        // Only groups with members can expire any: no topic map is built for none.
+        let mut topics = None;
+        let session = self.consumer_session();
+        for (id, entry) in self.lock().iter_mut() {
+            if let Some(g) = entry.consumer.as_mut().filter(|g| !g.is_empty()) {
+                let topics = topics.get_or_insert_with(|| self.topics());
+                if g.expire(now, session, topics) {
+                    tracing::info!(group = %id, epoch = g.epoch, "consumer group members expired");
+                }
+            }
+        }
+    }
+
+    /// A consumer group's state for ConsumerGroupDescribe; None: not a consumer group here.
+    pub fn describe_consumer_group<T>(
+        &self,
+        group_id: &str,
+        view: impl FnOnce(&ConsumerGroup) -> T,
+    ) -> Option<T> {
+        self.lock()
+            .get(group_id)
+            .and_then(|e| e.consumer.as_ref())
+            .map(view)
+    }
+}
+
+fn heartbeat_refusal(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::UnknownMemberId => "unknown member: join again with epoch 0",
+        ErrorCode::FencedMemberEpoch => "the member epoch is not the member's: join again",
+        _ => "invalid member epoch",
+    }
+}
