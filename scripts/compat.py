@@ -536,17 +536,18 @@ def run(binary, keep):
 
     def kafkapython_features():
         # Feature levels (KIP-584): group.version 1 (KIP-848's consumer protocol) and
-        # transaction.version 0 are what Strata implements; UpdateFeatures confirms them and
-        # refuses any other level.
+        # transaction.version 2 (KIP-890 part 2) are what Strata implements; UpdateFeatures
+        # confirms them and refuses any other level.
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         try:
             features = admin.describe_features()
             check(features.get("group.version") == {"supported": (1, 1), "finalized": (1, 1), "finalized_epoch": 0},
                   f"describe_features: {features}")
-            check(features.get("transaction.version") == {"supported": (0, 0)}, f"describe_features: {features}")
-            check(admin.update_features({"transaction.version": 0}) == {"transaction.version": "OK"},
-                  "level 0 confirmed")
-            for update in ({"transaction.version": 2}, {"group.version": 0}, {"metadata.version": 25}):
+            check(features.get("transaction.version") == {"supported": (2, 2), "finalized": (2, 2), "finalized_epoch": 0},
+                  f"describe_features: {features}")
+            check(admin.update_features({"transaction.version": 2}) == {"transaction.version": "OK"},
+                  "level 2 confirmed")
+            for update in ({"transaction.version": 0}, {"group.version": 0}, {"metadata.version": 25}):
                 try:
                     admin.update_features(update)
                     check(False, f"update_features({update}) accepted")

@@ -590,7 +590,7 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         features,
         [
             ("group.version".to_string(), 1, 1),
-            ("transaction.version".to_string(), 0, 0)
+            ("transaction.version".to_string(), 2, 2)
         ]
     );
     let finalized: Vec<(String, i16)> = answer
@@ -598,7 +598,13 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         .iter()
         .map(|f| (f.name.to_string(), f.max_version_level))
         .collect();
-    assert_eq!(finalized, [("group.version".to_string(), 1)]);
+    assert_eq!(
+        finalized,
+        [
+            ("group.version".to_string(), 1),
+            ("transaction.version".to_string(), 2)
+        ]
+    );
     let versions = answer.api_keys;
     let max = |key: ApiKey| {
         versions
@@ -623,6 +629,12 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         (ApiKey::RenewDelegationToken, 2),
         (ApiKey::ExpireDelegationToken, 2),
         (ApiKey::DescribeDelegationToken, 3),
+        (ApiKey::Produce, 12),
+        (ApiKey::InitProducerId, 5),
+        (ApiKey::AddPartitionsToTxn, 5),
+        (ApiKey::AddOffsetsToTxn, 4),
+        (ApiKey::EndTxn, 5),
+        (ApiKey::TxnOffsetCommit, 5),
     ] {
         assert_eq!(max(key), Some(v), "{key:?}");
     }
@@ -661,7 +673,7 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         .request(
             1,
             &UpdateFeaturesRequest::default()
-                .with_feature_updates(vec![update("transaction.version", 0)]),
+                .with_feature_updates(vec![update("transaction.version", 2)]),
         )
         .unwrap();
     assert_eq!((r.error_code, r.results[0].error_code), (0, 0), "{r:?}");

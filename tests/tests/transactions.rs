@@ -511,6 +511,308 @@ fn bad_transactional_input_gets_kafkas_error_codes_and_changes_nothing() {
     assert!(read_all(&broker.client_config(), &topic, 1, "read_uncommitted").is_empty());
 }
 
+/// One transactional record `value` as a batch of `producer_id` at `epoch`, sequence `seq`.
+fn txn_record(producer_id: i64, epoch: i16, seq: i32, value: &str) -> bytes::Bytes {
+    let record = Record {
+        transactional: true,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id,
+        producer_epoch: epoch,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: seq,
+        timestamp: 0,
+        key: None,
+        value: Some(bytes::Bytes::copy_from_slice(value.as_bytes())),
+        headers: Default::default(),
+    };
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        [record].iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    buf.freeze()
+}
+
+/// A producer of transaction version 2 (KIP-890 part 2), by hand: no stock client within
+/// reach of these tests speaks it (librdkafka and kafka-python stop at version 0; the Java
+/// client does, and is what this follows). It never sends AddPartitionsToTxn or
+/// AddOffsetsToTxn: Produce v12 and TxnOffsetCommit v5 add their partitions, and each EndTxn
+/// v5 answers the next epoch. `coordinator` is a connection to its transaction coordinator;
+/// writes go through the connection given (the partition leader's, the group coordinator's).
+struct Tv2Producer {
+    coordinator: KafkaConn,
+    coordinator_addr: String,
+    id: String,
+    producer_id: i64,
+    epoch: i16,
+}
+
+/// The address of the coordinator of `key` (`key_type` 0: group, 1: transactional id).
+fn coordinator_of(conn: &mut KafkaConn, key: &str, key_type: i8) -> String {
+    let found = conn
+        .request(
+            3,
+            &FindCoordinatorRequest::default()
+                .with_key(StrBytes::from_string(key.to_string()))
+                .with_key_type(key_type),
+        )
+        .unwrap();
+    assert_eq!(found.error_code, 0, "{found:?}");
+    format!("{}:{}", found.host, found.port)
+}
+
+impl Tv2Producer {
+    fn init(bootstrap: &str, id: &str) -> Tv2Producer {
+        let first = bootstrap.split(',').next().unwrap();
+        let addr = coordinator_of(&mut KafkaConn::connect(first).unwrap(), id, 1);
+        let mut coordinator = KafkaConn::connect(&addr).unwrap();
+        let r = coordinator
+            .request(
+                5,
+                &InitProducerIdRequest::default()
+                    .with_transactional_id(Some(txn_id(id)))
+                    .with_transaction_timeout_ms(60_000)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1),
+            )
+            .unwrap();
+        assert_eq!(r.error_code, 0, "{r:?}");
+        Tv2Producer {
+            coordinator,
+            coordinator_addr: addr,
+            id: id.to_string(),
+            producer_id: r.producer_id.0,
+            epoch: r.producer_epoch,
+        }
+    }
+
+    /// Produce v12 of one record at (`epoch`, `seq`) through `leader`: the error code.
+    fn produce_at(
+        &self,
+        leader: &mut KafkaConn,
+        topic: &str,
+        partition: i32,
+        epoch: i16,
+        seq: i32,
+        value: &str,
+    ) -> i16 {
+        let batch = txn_record(self.producer_id, epoch, seq, value);
+        let mut req = KafkaConn::produce_request(topic, partition, batch, 10_000);
+        req.transactional_id = Some(txn_id(&self.id));
+        let resp = leader.request(12, &req).unwrap();
+        resp.responses[0].partition_responses[0].error_code
+    }
+
+    fn produce(
+        &self,
+        leader: &mut KafkaConn,
+        topic: &str,
+        partition: i32,
+        seq: i32,
+        value: &str,
+    ) -> i16 {
+        self.produce_at(leader, topic, partition, self.epoch, seq, value)
+    }
+
+    /// TxnOffsetCommit v5 of `offset` for `group` on `topic`-0, through the group's
+    /// coordinator: the partition's error code.
+    fn commit_offset(
+        &self,
+        group_coordinator: &mut KafkaConn,
+        group: &str,
+        topic: &str,
+        offset: i64,
+    ) -> i16 {
+        use kafka_protocol::messages::txn_offset_commit_request::{
+            TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+        };
+        use kafka_protocol::messages::{GroupId, TxnOffsetCommitRequest};
+        let req = TxnOffsetCommitRequest::default()
+            .with_transactional_id(txn_id(&self.id))
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_producer_id(ProducerId(self.producer_id))
+            .with_producer_epoch(self.epoch)
+            .with_generation_id(-1)
+            .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                .with_name(strata_tests::raw::topic_name(topic))
+                .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(offset)
+                    .with_committed_leader_epoch(-1)
+                    .with_committed_metadata(Some(StrBytes::from_static_str("")))])]);
+        let resp = group_coordinator.request(5, &req).unwrap();
+        resp.topics[0].partitions[0].error_code
+    }
+
+    /// EndTxn at `version` from `epoch`: the error code and the (id, epoch) answered.
+    fn end_at(&mut self, version: i16, epoch: i16, commit: bool) -> (i16, i64, i16) {
+        let r = self
+            .coordinator
+            .request(
+                version,
+                &EndTxnRequest::default()
+                    .with_transactional_id(txn_id(&self.id))
+                    .with_producer_id(ProducerId(self.producer_id))
+                    .with_producer_epoch(epoch)
+                    .with_committed(commit),
+            )
+            .unwrap();
+        (r.error_code, r.producer_id.0, r.producer_epoch)
+    }
+
+    /// EndTxn v5; on success the client goes on with the epoch answered.
+    fn end(&mut self, commit: bool) -> i16 {
+        let (code, pid, epoch) = self.end_at(5, self.epoch, commit);
+        if code == 0 {
+            assert_eq!(pid, self.producer_id, "no rotation this early");
+            assert_eq!(epoch, self.epoch + 1, "every end bumps the epoch");
+            self.epoch = epoch;
+        }
+        code
+    }
+}
+
+fn committed_offset(cfg: &ClientConfig, group: &str, topic: &str) -> Offset {
+    let mut c = cfg.clone();
+    c.set("group.id", group);
+    let consumer: BaseConsumer = c.create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    let committed = consumer.committed_offsets(tpl, TIMEOUT).unwrap();
+    let offset = committed.find_partition(topic, 0).unwrap().offset();
+    offset
+}
+
+#[test]
+fn a_version_2_producer_adds_partitions_by_writing_and_every_end_fences_what_came_before() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("txn-v2");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    let group = unique_topic("txn-v2-group");
+    let cfg = broker.client_config();
+    let mut p = Tv2Producer::init(&broker.kafka_addr, &unique_topic("txn-v2-id"));
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let first_epoch = p.epoch;
+
+    // A transaction over two partitions and the group's offsets, with no AddPartitionsToTxn
+    // and no AddOffsetsToTxn: the writes add them.
+    assert_eq!(p.produce(&mut conn, &topic, 0, 0, "one"), 0);
+    assert_eq!(p.produce(&mut conn, &topic, 1, 0, "two"), 0);
+    assert_eq!(p.produce(&mut conn, &topic, 0, 1, "three"), 0);
+    assert_eq!(p.commit_offset(&mut conn, &group, &topic, 42), 0);
+    assert!(
+        read_all(&cfg, &topic, 2, "read_committed").is_empty(),
+        "open: nothing is stable yet"
+    );
+    assert_eq!(p.end(true), 0);
+    assert_eq!(
+        sorted(read_all(&cfg, &topic, 2, "read_committed")),
+        ["one", "three", "two"]
+    );
+    assert_eq!(
+        committed_offset(&cfg, &group, &topic),
+        Offset::Offset(42),
+        "the offsets committed with the transaction"
+    );
+
+    // The ended transaction's epoch is fenced everywhere: a late retry of one of its writes
+    // (a zombie's, or one whose response was lost) cannot open a transaction after its
+    // markers, and a retry of its EndTxn is answered with the epoch it handed out.
+    for partition in [0, 1] {
+        assert_eq!(
+            p.produce_at(&mut conn, &topic, partition, first_epoch, 2, "late"),
+            47,
+            "INVALID_PRODUCER_EPOCH"
+        );
+    }
+    assert_eq!(p.end_at(5, first_epoch, true), (0, p.producer_id, p.epoch));
+    assert_eq!(p.end_at(5, first_epoch, false).0, 48, "INVALID_TXN_STATE");
+
+    // The next transaction, aborted; then an abort with nothing open (a client that cannot
+    // know whether its last write landed), which bumps the epoch too; a commit of nothing is
+    // refused, at either protocol version.
+    assert_eq!(p.produce(&mut conn, &topic, 1, 0, "aborted"), 0);
+    assert_eq!(p.end(false), 0);
+    assert_eq!(p.end(false), 0);
+    assert_eq!(p.epoch, first_epoch + 3);
+    assert_eq!(p.end(true), 48, "INVALID_TXN_STATE");
+    assert_eq!(p.end_at(4, p.epoch, true).0, 48, "INVALID_TXN_STATE");
+    assert_eq!(
+        p.produce_at(&mut conn, &topic, 1, first_epoch + 1, 1, "late"),
+        47,
+        "a write of the aborted transaction after the bump"
+    );
+    assert_eq!(p.end_at(5, first_epoch + 1, true).0, 90, "PRODUCER_FENCED");
+
+    // A last transaction at the current epoch, and every reader's view of it all.
+    assert_eq!(p.produce(&mut conn, &topic, 0, 0, "four"), 0);
+    assert_eq!(p.end(true), 0);
+    assert_eq!(
+        sorted(read_all(&cfg, &topic, 2, "read_committed")),
+        ["four", "one", "three", "two"]
+    );
+    assert_eq!(
+        sorted(read_all(&cfg, &topic, 2, "read_uncommitted")),
+        ["aborted", "four", "one", "three", "two"]
+    );
+}
+
+/// In a cluster, the partition leaders and the group coordinator add their partitions at the
+/// transaction's coordinator on other brokers (AddPartitionsToTxn v4 without verify-only).
+#[test]
+fn a_version_2_transaction_spans_partitions_led_by_other_brokers_than_its_coordinator() {
+    let mut cluster = Cluster::start(3, 3, &[]);
+    let topic = unique_topic("txn-v2-cluster");
+    cluster.create_replicated_topic(&topic, 3, rdkafka::admin::TopicReplication::Fixed(3), &[]);
+    cluster.wait_topic_healthy(&topic);
+    let leader_addrs: Vec<String> = (cluster.leaders(&topic).iter())
+        .map(|l| cluster.member(l.expect("a leader")).kafka_addr.clone())
+        .collect();
+    let mut leader_conns: Vec<KafkaConn> = (leader_addrs.iter())
+        .map(|a| KafkaConn::connect(a).unwrap())
+        .collect();
+    let group = unique_topic("txn-v2-cluster-group");
+    let mut p = Tv2Producer::init(&cluster.bootstrap(), &unique_topic("txn-v2-cluster-id"));
+    assert!(
+        leader_addrs.iter().any(|a| *a != p.coordinator_addr),
+        "some partition is led away from the coordinator: {leader_addrs:?}"
+    );
+    let mut any = KafkaConn::connect(&cluster.member(1).kafka_addr).unwrap();
+    let mut group_coordinator = KafkaConn::connect(&coordinator_of(&mut any, &group, 0)).unwrap();
+    let first_epoch = p.epoch;
+
+    for (partition, leader) in leader_conns.iter_mut().enumerate() {
+        let value = format!("v{partition}");
+        assert_eq!(p.produce(leader, &topic, partition as i32, 0, &value), 0);
+    }
+    assert_eq!(
+        p.commit_offset(&mut group_coordinator, &group, &topic, 7),
+        0
+    );
+    assert_eq!(p.end(true), 0);
+    let cfg = cluster.consumer_config();
+    assert_eq!(
+        sorted(read_all(&cfg, &topic, 3, "read_committed")),
+        ["v0", "v1", "v2"]
+    );
+    assert_eq!(committed_offset(&cfg, &group, &topic), Offset::Offset(7));
+    for (partition, leader) in leader_conns.iter_mut().enumerate() {
+        assert_eq!(
+            p.produce_at(leader, &topic, partition as i32, first_epoch, 1, "late"),
+            47,
+            "INVALID_PRODUCER_EPOCH"
+        );
+    }
+}
+
 /// `strata txn`: list and describe show an open transaction with its partition; abort ends it
 /// and fences its producer; errors for what is not there.
 #[test]

@@ -9,6 +9,7 @@ use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResp
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;
+use crate::txn::verify::Join;
 use strata_metadata::acl::AclOperation;
 
 /// The partitions of a request, as `(topic, partition)`.
@@ -22,21 +23,30 @@ fn partitions(topics: &[AddPartitionsToTxnTopic]) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// Each partition's outcome for one transaction: a producer's request (the partitions join
-/// its transaction; if one does not exist, none do and the others are OPERATION_NOT_ATTEMPTED)
-/// or a partition leader's verify-only check (KIP-890). A producer needs WRITE on the
-/// transactional id and on every topic; one refused topic fails the request (the others
-/// are OPERATION_NOT_ATTEMPTED).
+/// Who asks, and what.
+#[derive(Clone, Copy)]
+enum Caller {
+    /// A producer (v0–v3): the partitions join its transaction.
+    Producer,
+    /// A broker (v4+, KIP-890), already authorized for the cluster: a partition leader or
+    /// group coordinator verifying or adding on behalf of a producer it has authorized.
+    Broker(Join),
+}
+
+/// Each partition's outcome for one transaction. If one partition does not exist, none join
+/// and the others are OPERATION_NOT_ATTEMPTED. A producer needs WRITE on the transactional id
+/// and on every topic; one refused topic fails the request (the others are
+/// OPERATION_NOT_ATTEMPTED).
 async fn one(
     broker: &Broker,
     access: &Access,
     id: &str,
     producer_id: i64,
     producer_epoch: i16,
-    verify_only: bool,
+    caller: Caller,
     wanted: &[(String, i32)],
 ) -> Vec<ErrorCode> {
-    if !verify_only {
+    if let Caller::Producer = caller {
         if !access.transactional_id(AclOperation::Write, id) {
             return vec![ErrorCode::TransactionalIdAuthorizationFailed; wanted.len()];
         }
@@ -55,15 +65,12 @@ async fn one(
                 .collect();
         }
     }
-    if verify_only {
-        return match broker
+    if let Caller::Broker(Join::Verify) = caller {
+        return (broker
             .txn
-            .verify(id, producer_id, producer_epoch, wanted)
-            .await
-        {
-            Ok(codes) => codes,
-            Err(e) => vec![e.code; wanted.len()],
-        };
+            .join(id, producer_id, producer_epoch, wanted, Join::Verify)
+            .await)
+            .unwrap_or_else(|e| vec![e.code; wanted.len()]);
     }
     let state = broker.node.metadata.state();
     let exists = |(t, p): &(String, i32)| {
@@ -82,6 +89,13 @@ async fn one(
                 }
             })
             .collect();
+    }
+    if let Caller::Broker(how) = caller {
+        return (broker
+            .txn
+            .join(id, producer_id, producer_epoch, wanted, how)
+            .await)
+            .unwrap_or_else(|e| vec![e.code; wanted.len()]);
     }
     let result: Result<(), ApiError> = broker
         .txn
@@ -133,14 +147,15 @@ pub async fn handle(
             req.v3_and_below_transactional_id.0.as_str(),
             req.v3_and_below_producer_id.0,
             req.v3_and_below_producer_epoch,
-            false,
+            Caller::Producer,
             &wanted,
         )
         .await;
         return AddPartitionsToTxnResponse::default()
             .with_results_by_topic_v3_and_below(results(&req.v3_and_below_topics, codes));
     }
-    // v4+ is the brokers' batched form (KIP-890).
+    // v4+ is the brokers' batched form (KIP-890); v5 only says the caller knows
+    // TRANSACTION_ABORTABLE, which this coordinator does not answer.
     if !access.cluster(AclOperation::ClusterAction) {
         return AddPartitionsToTxnResponse::default()
             .with_error_code(ErrorCode::ClusterAuthorizationFailed.code());
@@ -154,7 +169,11 @@ pub async fn handle(
             t.transactional_id.0.as_str(),
             t.producer_id.0,
             t.producer_epoch,
-            t.verify_only,
+            Caller::Broker(if t.verify_only {
+                Join::Verify
+            } else {
+                Join::Add
+            }),
             &wanted,
         )
         .await;

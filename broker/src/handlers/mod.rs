@@ -283,9 +283,11 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         RequestKind::AddOffsetsToTxn(r) => {
             ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(broker, r, &access).await)
         }
-        RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(broker, r, &access).await),
+        RequestKind::EndTxn(r) => {
+            ResponseKind::EndTxn(end_txn::handle(broker, r, v, &access).await)
+        }
         RequestKind::TxnOffsetCommit(r) => {
-            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(broker, r, &access).await)
+            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(broker, r, v, &access).await)
         }
         RequestKind::WriteTxnMarkers(r) => {
             ResponseKind::WriteTxnMarkers(write_txn_markers::handle(broker, r, &access).await)

@@ -15,6 +15,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::log::AppendInfo;
 use crate::partition::{Committing, Partition};
 use crate::security::Access;
+use crate::txn::verify::Join;
 use strata_metadata::acl::AclOperation;
 
 /// A produce request after its appends: each partition's outcome, or (acks=all) what it still
@@ -54,7 +55,7 @@ pub async fn append(
     let refused = if txn_denied {
         HashMap::new()
     } else {
-        verify_transactional(broker, &req).await
+        verify_transactional(broker, &req, version).await
     };
     let acks = req.acks;
     let timeout = std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
@@ -147,11 +148,13 @@ fn txn_producer(records: &bytes::Bytes) -> Result<Option<(i64, i16)>, ApiError> 
 
 /// The partitions refused before their append on transactional grounds. Transactional
 /// batches need the request's transactional id; the first of a transaction in a partition
-/// (the producer has none open there yet) is taken only if the transaction's coordinator says
-/// the partition is in it (KIP-890 part 1, see `crate::txn`).
+/// (the producer has none open there at this epoch) is taken only if the transaction's
+/// coordinator says the partition is in it (KIP-890 part 1) or, from v12 on (a transaction
+/// version 2 client, which sends no AddPartitionsToTxn), adds it (part 2, see `crate::txn`).
 async fn verify_transactional(
     broker: &Broker,
     req: &ProduceRequest,
+    version: i16,
 ) -> HashMap<(String, i32), ApiError> {
     let mut refused = HashMap::new();
     let id = (req.transactional_id.as_ref())
@@ -180,7 +183,7 @@ async fn verify_transactional(
                 }
                 (Ok(Some((pid, epoch))), Some(_)) => {
                     let open = (broker.node.leader_partition(name, p.index, -1))
-                        .map(|part| part.has_ongoing_txn(pid));
+                        .map(|part| part.has_ongoing_txn(pid, epoch));
                     if matches!(open, Ok(false)) {
                         needed.push(key);
                         producer = Some((pid, epoch));
@@ -192,7 +195,12 @@ async fn verify_transactional(
     let (Some(id), Some((pid, epoch))) = (id, producer) else {
         return refused;
     };
-    match broker.txn.verify_anywhere(id, pid, epoch, &needed).await {
+    let how = if version >= 12 {
+        Join::Add
+    } else {
+        Join::Verify
+    };
+    match broker.txn.join_anywhere(id, pid, epoch, &needed, how).await {
         Ok(codes) => {
             for (key, code) in needed.into_iter().zip(codes) {
                 let code = match code {

@@ -10,18 +10,21 @@ use crate::error::{ApiError, ErrorCode};
 use crate::group::store::{self, CommittedOffset};
 use crate::group::{validate_group_id, Commit};
 use crate::security::Access;
+use crate::txn::verify::Join;
 use strata_metadata::acl::AclOperation;
 
 /// The group coordinator takes offsets committed inside a transaction: after checking with
-/// the transaction's coordinator that the group's partition is in it (KIP-890), they are
-/// written for the producer and become the group's once the transaction commits
-/// ([`crate::group`]'s `txn_offsets`).
+/// the transaction's coordinator that the group's partition is in it (KIP-890 part 1) or,
+/// from v5 on (transaction version 2, whose clients send no AddOffsetsToTxn), adding it
+/// (part 2), they are written for the producer and become the group's once the transaction
+/// commits ([`crate::group`]'s `txn_offsets`).
 ///
 /// Needs WRITE on the transactional id, READ on the group and on each topic (a refused
 /// topic's partitions answer TOPIC_AUTHORIZATION_FAILED).
 pub async fn handle(
     broker: &Arc<Broker>,
     req: TxnOffsetCommitRequest,
+    version: i16,
     access: &Access,
 ) -> TxnOffsetCommitResponse {
     let group = req.group_id.0.as_str().to_string();
@@ -62,11 +65,16 @@ pub async fn handle(
         let partition = (store::TOPIC.to_string(), store::partition_for(&group));
         let code = broker
             .txn
-            .verify_anywhere(
+            .join_anywhere(
                 req.transactional_id.0.as_str(),
                 req.producer_id.0,
                 req.producer_epoch,
                 &[partition],
+                if version >= 5 {
+                    Join::Add
+                } else {
+                    Join::Verify
+                },
             )
             .await?
             .into_iter()

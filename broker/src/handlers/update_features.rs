@@ -2,9 +2,9 @@
 //!
 //! Kafka gates protocol generations behind cluster-wide feature levels that clients read from
 //! ApiVersions. Strata's levels are fixed by what it implements: `group.version` 1 (KIP-848's
-//! consumer protocol, always on) and `transaction.version` 0 (KIP-890 part 2's epoch bump per
-//! transaction, level 2, is not implemented), so each is supported at exactly its level and
-//! finalized there (a level-0 feature is "off", which Kafka lists nowhere). UpdateFeatures
+//! consumer protocol, always on) and `transaction.version` 2 (KIP-890 part 2's epoch bump per
+//! transaction, always on for clients that know it: Kafka 4.0's level for a new cluster), so
+//! each is supported at exactly its level and finalized there. UpdateFeatures
 //! may therefore only confirm a feature's level; any other level is INVALID_UPDATE_VERSION
 //! with the level this cluster has, and a feature Strata does not have (`metadata.version`,
 //! `kraft.version`: KRaft's own) is named unknown. Nothing is stored, so nothing changes,
@@ -20,7 +20,7 @@ use crate::security::Access;
 use strata_metadata::acl::AclOperation;
 
 /// (name, level) of each feature this broker implements: supported at that level only.
-const LEVELS: &[(&str, i16)] = &[("group.version", 1), ("transaction.version", 0)];
+const LEVELS: &[(&str, i16)] = &[("group.version", 1), ("transaction.version", 2)];
 
 /// The levels ApiVersions (v3+) reports: supported, and finalized where above 0.
 pub fn levels() -> (Vec<SupportedFeatureKey>, Vec<FinalizedFeatureKey>) {
@@ -97,10 +97,10 @@ mod tests {
 
     #[test]
     fn only_the_implemented_level_of_a_known_feature_is_accepted() {
-        assert_eq!(refusal("transaction.version", 0), None);
+        assert_eq!(refusal("transaction.version", 2), None);
         assert_eq!(refusal("group.version", 1), None);
         assert!(refusal("group.version", 0).is_some_and(|m| m.contains("has 1 only")));
-        assert!(refusal("transaction.version", 2).is_some_and(|m| m.contains("has 0 only")));
+        assert!(refusal("transaction.version", 0).is_some_and(|m| m.contains("has 2 only")));
         assert!(refusal("group.version", -1).is_some());
         assert!(refusal("metadata.version", 21).is_some_and(|m| m.contains("unknown")));
     }

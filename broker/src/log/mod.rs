@@ -449,9 +449,10 @@ impl Log {
         self.producers.views()
     }
 
-    /// Whether `producer_id` has a transaction open here.
-    pub fn has_ongoing_txn(&self, producer_id: i64) -> bool {
-        self.producers.txn_first_offset(producer_id).is_some()
+    /// Whether `producer_id` has a transaction open here at `epoch` (one open at an older
+    /// epoch is a transaction whose markers have not arrived yet).
+    pub fn has_ongoing_txn(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers.ongoing_txn_epoch(producer_id) == Some(epoch)
     }
 
     /// Switches to a high watermark moved by the partition's ISR ([`Log::set_high_watermark`]).

@@ -296,9 +296,10 @@ impl ProducerState {
         out
     }
 
-    /// The first offset of `producer_id`'s ongoing transaction.
-    pub fn txn_first_offset(&self, producer_id: i64) -> Option<i64> {
-        self.producers.get(&producer_id)?.txn_first_offset
+    /// The epoch of `producer_id`'s ongoing transaction here, if it has one.
+    pub fn ongoing_txn_epoch(&self, producer_id: i64) -> Option<i16> {
+        let entry = self.producers.get(&producer_id)?;
+        entry.txn_first_offset.map(|_| entry.epoch)
     }
 
     fn index_ongoing(&mut self) {

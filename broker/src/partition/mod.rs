@@ -316,9 +316,9 @@ impl Partition {
         self.log().producer_views()
     }
 
-    /// Whether `producer_id` has a transaction open in this partition.
-    pub fn has_ongoing_txn(&self, producer_id: i64) -> bool {
-        self.log().has_ongoing_txn(producer_id)
+    /// Whether `producer_id` has a transaction open in this partition at `epoch`.
+    pub fn has_ongoing_txn(&self, producer_id: i64, epoch: i16) -> bool {
+        self.log().has_ongoing_txn(producer_id, epoch)
     }
 
     /// Writes a transaction marker (WriteTxnMarkers, on the leader) and returns its offset.

@@ -25,7 +25,7 @@ const fn api(key: ApiKey, name: &'static str, min: i16, max: i16) -> Api {
 
 /// Every implemented API: the one list of them (ApiVersions, request admission, metrics).
 pub const SUPPORTED: &[Api] = &[
-    api(ApiKey::Produce, "Produce", 3, 11),
+    api(ApiKey::Produce, "Produce", 3, 12),
     // Fetch v17 only adds KIP-853's replica directory id (KRaft voters'; consumers never send
     // it). ListOffsets v9 lets clients ask LATEST_TIERED (KIP-1005), v10 bounds the request
     // with a timeout (KIP-1075).
@@ -44,7 +44,7 @@ pub const SUPPORTED: &[Api] = &[
     api(ApiKey::CreateTopics, "CreateTopics", 2, 7),
     api(ApiKey::DeleteTopics, "DeleteTopics", 1, 6),
     api(ApiKey::DeleteRecords, "DeleteRecords", 0, 2),
-    api(ApiKey::InitProducerId, "InitProducerId", 0, 4),
+    api(ApiKey::InitProducerId, "InitProducerId", 0, 5),
     api(ApiKey::DescribeConfigs, "DescribeConfigs", 1, 4),
     api(ApiKey::CreatePartitions, "CreatePartitions", 0, 3),
     api(ApiKey::AlterConfigs, "AlterConfigs", 0, 2),
@@ -105,14 +105,15 @@ pub const SUPPORTED: &[Api] = &[
         0,
     ),
     api(ApiKey::UnregisterBroker, "UnregisterBroker", 0, 0),
-    // Transactions (KIP-98), with KIP-890 part 1's verification (AddPartitionsToTxn v4 is the
-    // brokers' batched, verify-only form). The versions of KIP-890 part 2 (an epoch bump per
-    // transaction: AddPartitionsToTxn v5, AddOffsetsToTxn v4, EndTxn v5, TxnOffsetCommit v5,
-    // InitProducerId v5) are not advertised, so clients use the protocol implemented here.
-    api(ApiKey::AddPartitionsToTxn, "AddPartitionsToTxn", 0, 4),
-    api(ApiKey::AddOffsetsToTxn, "AddOffsetsToTxn", 0, 3),
-    api(ApiKey::EndTxn, "EndTxn", 0, 4),
-    api(ApiKey::TxnOffsetCommit, "TxnOffsetCommit", 0, 4),
+    // Transactions (KIP-98), with KIP-890 part 1's verification (AddPartitionsToTxn v4+ is
+    // the brokers' batched form) and part 2's transaction version 2: EndTxn v5 bumps the
+    // epoch and answers it, Produce v12 and TxnOffsetCommit v5 add their partition to the
+    // transaction themselves (see `crate::txn`). InitProducerId v5, AddPartitionsToTxn v5 and
+    // AddOffsetsToTxn v4 only say the client knows TRANSACTION_ABORTABLE, never answered here.
+    api(ApiKey::AddPartitionsToTxn, "AddPartitionsToTxn", 0, 5),
+    api(ApiKey::AddOffsetsToTxn, "AddOffsetsToTxn", 0, 4),
+    api(ApiKey::EndTxn, "EndTxn", 0, 5),
+    api(ApiKey::TxnOffsetCommit, "TxnOffsetCommit", 0, 5),
     api(ApiKey::WriteTxnMarkers, "WriteTxnMarkers", 1, 1),
     api(ApiKey::DescribeTransactions, "DescribeTransactions", 0, 0),
     api(ApiKey::ListTransactions, "ListTransactions", 0, 1),

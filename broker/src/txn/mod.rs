@@ -8,8 +8,10 @@
 //!   dropping them when it leaves, and the coordinator check;
 //! - [`markers`] — writing commit and abort markers into the transaction's partitions, here
 //!   or through their leaders (WriteTxnMarkers);
-//! - `verify` — KIP-890's check, for partition leaders, that a transactional write belongs
-//!   to an ongoing transaction.
+//! - `verify` — KIP-890's joins for partition leaders and group coordinators: part 1's check
+//!   that a transactional write belongs to an ongoing transaction, and part 2's implicit add
+//!   (Produce v12+, TxnOffsetCommit v5+: the client sends no AddPartitionsToTxn or
+//!   AddOffsetsToTxn under transaction version 2).
 //!
 //! The coordinator of a transactional id is the leader of partition `partition_for(id)` of
 //! `__transaction_state` (50 partitions, compacted, created on first use and replicated like
@@ -39,7 +41,7 @@ pub mod markers;
 mod metrics;
 pub mod state;
 pub mod store;
-mod verify;
+pub mod verify;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
@@ -54,6 +56,8 @@ use state::{Transition, TxnMetadata, TxnState};
 /// How long EndTxn waits for the markers before answering (the transaction is decided by
 /// then; the markers go on being retried).
 const END_WAIT: Duration = Duration::from_secs(10);
+/// The longest pause of [`TxnCoordinator::join`]'s retries (5 ms doubling: about 0.6 s in all).
+const JOIN_RETRY_LIMIT: Duration = Duration::from_millis(320);
 /// How long a `__transaction_state` write waits for the ISR.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -279,30 +283,49 @@ impl TxnCoordinator {
             .collect())
     }
 
-    /// EndTxn: commits or aborts the ongoing transaction. Answered once its markers are
-    /// written (or after [`END_WAIT`]: it is decided, and they go on being retried).
+    /// EndTxn: commits or aborts the ongoing transaction; `bump` for transaction version 2
+    /// (EndTxn v5+, [`TxnMetadata::end_bumping`]). Answered once its markers are written (or
+    /// after [`END_WAIT`]: it is decided, and they go on being retried) with the producer id
+    /// and epoch the client goes on with.
     pub async fn end_txn(
         &self,
         id: &str,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
-    ) -> Result<(), ApiError> {
+        bump: bool,
+    ) -> Result<(i64, i16), ApiError> {
         let epoch = self.check(id).await?;
         let now = self.node.clock.now_ms();
         let mut done = self.completed.subscribe();
+        let needs_id = bump
+            && self
+                .lock()
+                .get(id)
+                .is_some_and(TxnMetadata::epoch_exhausted);
+        let fresh = if needs_id {
+            Some(self.node.next_producer_id().await?)
+        } else {
+            None
+        };
+        let fresh_id =
+            || fresh.ok_or_else(|| ApiError::new(ErrorCode::ConcurrentTransactions, "no new id"));
         let next = self
             .transition(id, epoch, |m| match m {
                 None => Err(ApiError::new(
                     ErrorCode::InvalidProducerIdMapping,
                     format!("transactional id {id} has no producer"),
                 )),
+                Some(m) if bump => {
+                    m.end_bumping(producer_id, producer_epoch, commit, now, fresh_id)
+                }
                 Some(m) => m.end(producer_id, producer_epoch, commit, now),
             })
             .await?;
         if !next.state.is_prepared() {
-            return Ok(());
+            return Ok(next.client_identity());
         }
+        let handed_out = next.client_identity();
         self.spawn_completion(id.to_string(), next, epoch);
         if !self.wait_completed(id, &mut done).await {
             tracing::warn!(
@@ -310,7 +333,42 @@ impl TxnCoordinator {
                 "markers not written yet; answering EndTxn, they are retried"
             );
         }
-        Ok(())
+        Ok(handed_out)
+    }
+
+    /// Partitions joining a transaction at a partition leader's or group coordinator's request
+    /// ([`verify::Join`]): each partition's outcome. Retries briefly while another transition
+    /// of the id is written, which a producer writing to several leaders at once causes.
+    pub(crate) async fn join(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+        how: verify::Join,
+    ) -> Result<Vec<ErrorCode>, ApiError> {
+        match how {
+            verify::Join::Verify => {
+                self.verify(id, producer_id, producer_epoch, partitions)
+                    .await
+            }
+            verify::Join::Add => {
+                let mut backoff = Duration::from_millis(5);
+                loop {
+                    match (self.add_partitions(id, producer_id, producer_epoch, partitions)).await {
+                        Ok(()) => return Ok(vec![ErrorCode::None; partitions.len()]),
+                        Err(e)
+                            if e.code == ErrorCode::ConcurrentTransactions
+                                && backoff < JOIN_RETRY_LIMIT =>
+                        {
+                            tokio::time::sleep(backoff).await;
+                            backoff *= 2;
+                        }
+                        Err(e) => return Ok(vec![e.code; partitions.len()]),
+                    }
+                }
+            }
+        }
     }
 
     /// Aborts every ongoing transaction coordinated here that is older than its timeout,

@@ -22,7 +22,11 @@
 //! - a request from an older epoch is fenced (PRODUCER_FENCED), from another producer id
 //!   refused (INVALID_PRODUCER_ID_MAPPING);
 //! - partitions are only added while the transaction is Empty, Ongoing or complete, and are
-//!   cleared when it completes; a prepared transaction only moves to its completion.
+//!   cleared when it completes; a prepared transaction only moves to its completion;
+//! - with transaction version 2 (KIP-890 part 2, EndTxn v5+) every end bumps the epoch: the
+//!   prepared record carries the bumped epoch, which the markers carry, so no write of the
+//!   ended transaction's epoch is taken after them. When the epoch is exhausted the markers
+//!   carry `i16::MAX` and the completion moves the id to `next_producer_id` at epoch 0.
 
 use std::collections::BTreeSet;
 
@@ -89,6 +93,9 @@ pub struct TxnMetadata {
     /// When the ongoing transaction started (-1: none).
     pub start_ms: i64,
     pub last_update_ms: i64,
+    /// The producer id a completing transaction hands its client, when its epoch bump
+    /// exhausted the current one (-1: none; Kafka's NextProducerId).
+    pub next_producer_id: i64,
     /// The transition being written, not yet in effect.
     pub pending: Option<Box<TxnMetadata>>,
 }
@@ -121,7 +128,18 @@ impl TxnMetadata {
             partitions: BTreeSet::new(),
             start_ms: -1,
             last_update_ms: now_ms,
+            next_producer_id: -1,
             pending: None,
+        }
+    }
+
+    /// The producer id and epoch the client holds once the transaction in progress completes:
+    /// what EndTxn v5 answers.
+    pub fn client_identity(&self) -> (i64, i16) {
+        if self.next_producer_id >= 0 {
+            (self.next_producer_id, 0)
+        } else {
+            (self.producer_id, self.producer_epoch)
         }
     }
 
@@ -143,8 +161,12 @@ impl TxnMetadata {
         Ok(())
     }
 
-    /// The producer's id and epoch must be the current ones.
+    /// The producer's id and epoch must be the current ones (or, while a version-2 end is
+    /// being completed, the ones it hands out: the caller then meets CONCURRENT_TRANSACTIONS).
     fn check_producer(&self, producer_id: i64, epoch: i16) -> Result<(), ApiError> {
+        if self.state.is_prepared() && (producer_id, epoch) == self.client_identity() {
+            return Ok(());
+        }
         if producer_id != self.producer_id {
             return Err(err(
                 ErrorCode::InvalidProducerIdMapping,
@@ -335,6 +357,103 @@ impl TxnMetadata {
         }
     }
 
+    /// EndTxn of transaction version 2 (KIP-890 part 2): the end bumps the epoch (see the
+    /// invariants), and an abort with nothing ongoing is taken too, as a bumped-epoch abort of
+    /// no partition: a client that cannot know whether a failed produce added its partition
+    /// aborts, and the bump fences that produce wherever it lands. A retry carries the epoch
+    /// before the bump (or, after a rotation, the old id's last epoch) and is answered from
+    /// the current metadata; `fresh_id` is called when the epoch is exhausted.
+    pub fn end_bumping(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        now_ms: i64,
+        fresh_id: impl FnOnce() -> Result<i64, ApiError>,
+    ) -> Result<Transition, ApiError> {
+        let completed = matches!(
+            self.state,
+            TxnState::CompleteCommit | TxnState::CompleteAbort
+        );
+        let bump_retry =
+            producer_id == self.producer_id && epoch.checked_add(1) == Some(self.producer_epoch);
+        let rotation_retry = completed
+            && producer_id == self.last_producer_id
+            && epoch == MAX_EPOCH
+            && self.producer_epoch == 0;
+        let retry = bump_retry || rotation_retry;
+        if producer_id != self.producer_id && !rotation_retry {
+            return Err(err(
+                ErrorCode::InvalidProducerIdMapping,
+                format!(
+                    "producer id {producer_id} is not this transactional id's ({})",
+                    self.producer_id
+                ),
+            ));
+        }
+        let valid = match self.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort => bump_retry,
+            TxnState::CompleteCommit | TxnState::CompleteAbort => {
+                retry || epoch == self.producer_epoch
+            }
+            _ => epoch == self.producer_epoch,
+        };
+        if !valid {
+            return Err(err(
+                ErrorCode::ProducerFenced,
+                format!(
+                    "epoch {epoch} is fenced by epoch {} of producer {producer_id}",
+                    self.producer_epoch
+                ),
+            ));
+        }
+        if self.pending.is_some() {
+            return Err(err(
+                ErrorCode::ConcurrentTransactions,
+                "a transition is in progress",
+            ));
+        }
+        let wrong = || {
+            Err(err(
+                ErrorCode::InvalidTxnState,
+                format!(
+                    "cannot {} a transaction in state {}",
+                    if commit { "commit" } else { "abort" },
+                    self.state.name()
+                ),
+            ))
+        };
+        let prepare = |state: TxnState| -> Result<Transition, ApiError> {
+            let mut next = self.settled();
+            if next.epoch_exhausted() {
+                next.next_producer_id = fresh_id()?;
+                next.producer_epoch = i16::MAX;
+            } else {
+                next.producer_epoch += 1;
+            }
+            next.last_producer_epoch = -1;
+            next.state = state;
+            next.last_update_ms = now_ms;
+            Ok(Transition::Write(next))
+        };
+        match (self.state, commit) {
+            (TxnState::Ongoing, true) => prepare(TxnState::PrepareCommit),
+            (TxnState::Ongoing, false) => prepare(TxnState::PrepareAbort),
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if retry => {
+                Ok(Transition::Unchanged)
+            }
+            (TxnState::CompleteCommit, false) if retry => wrong(),
+            (TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort, false) => {
+                prepare(TxnState::PrepareAbort)
+            }
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => Err(err(
+                ErrorCode::ConcurrentTransactions,
+                "the transaction is completing",
+            )),
+            _ => wrong(),
+        }
+    }
+
     /// The markers are written: the prepared transaction completes.
     pub fn complete(&self, now_ms: i64) -> Option<TxnMetadata> {
         let state = match self.state {
@@ -347,6 +466,12 @@ impl TxnMetadata {
         next.partitions.clear();
         next.start_ms = -1;
         next.last_update_ms = now_ms;
+        if next.next_producer_id >= 0 {
+            next.last_producer_id = next.producer_id;
+            next.producer_id = next.next_producer_id;
+            next.producer_epoch = 0;
+            next.next_producer_id = -1;
+        }
         Some(next)
     }
 
@@ -495,5 +620,133 @@ mod tests {
         let aborting = m.fence(1_101);
         assert!(!aborting.timed_out(5_000));
         assert_eq!(aborting.producer_epoch, 2);
+    }
+
+    fn bump_end(
+        m: &TxnMetadata,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+    ) -> Result<Transition, ApiError> {
+        m.end_bumping(pid, epoch, commit, 50, no_id)
+    }
+
+    #[test]
+    fn a_version_2_end_bumps_the_epoch_and_its_retries_are_recognized() {
+        let m = write(TxnMetadata::new(7, 60_000, 0).init_producer((-1, -1), 60_000, 1, no_id));
+        let m = write(m.add_partitions(7, 1, &[tp(0)], 10));
+        let prepared = write(bump_end(&m, 7, 1, true));
+        assert_eq!(
+            (prepared.state, prepared.producer_epoch),
+            (TxnState::PrepareCommit, 2),
+            "the markers carry the bumped epoch"
+        );
+        assert_eq!(prepared.client_identity(), (7, 2));
+        assert_eq!(
+            code(bump_end(&prepared, 7, 1, true)),
+            ErrorCode::ConcurrentTransactions,
+            "a retry while the markers are written"
+        );
+        assert_eq!(
+            code(bump_end(&prepared, 7, 1, false)),
+            ErrorCode::InvalidTxnState
+        );
+        assert_eq!(
+            code(prepared.add_partitions(7, 2, &[tp(0)], 51)),
+            ErrorCode::ConcurrentTransactions,
+            "the next transaction waits for the markers"
+        );
+        assert_eq!(
+            code(prepared.add_partitions(7, 1, &[tp(0)], 51)),
+            ErrorCode::ProducerFenced,
+            "a late write of the ended transaction"
+        );
+        let done = prepared.complete(60).unwrap();
+        assert_eq!((done.producer_id, done.producer_epoch), (7, 2));
+        assert_eq!(
+            bump_end(&done, 7, 1, true).unwrap(),
+            Transition::Unchanged,
+            "a retried commit"
+        );
+        assert_eq!(
+            code(bump_end(&done, 7, 1, false)),
+            ErrorCode::InvalidTxnState
+        );
+        assert_eq!(code(bump_end(&done, 7, 0, true)), ErrorCode::ProducerFenced);
+        assert_eq!(code(bump_end(&done, 7, 3, true)), ErrorCode::ProducerFenced);
+        assert_eq!(
+            code(bump_end(&done, 8, 2, true)),
+            ErrorCode::InvalidProducerIdMapping
+        );
+        // Nothing ongoing: a commit is refused, an abort bumps the epoch over no partition.
+        assert_eq!(
+            code(bump_end(&done, 7, 2, true)),
+            ErrorCode::InvalidTxnState
+        );
+        let empty_abort = write(bump_end(&done, 7, 2, false));
+        assert_eq!(
+            (
+                empty_abort.state,
+                empty_abort.producer_epoch,
+                empty_abort.partitions.len()
+            ),
+            (TxnState::PrepareAbort, 3, 0)
+        );
+        let aborted = empty_abort.complete(70).unwrap();
+        assert_eq!(
+            bump_end(&aborted, 7, 2, false).unwrap(),
+            Transition::Unchanged,
+            "a retried abort"
+        );
+        let next = write(aborted.add_partitions(7, 3, &[tp(1)], 80));
+        assert_eq!((next.state, next.producer_epoch), (TxnState::Ongoing, 3));
+    }
+
+    #[test]
+    fn a_version_2_end_at_the_last_epoch_rotates_the_producer_id() {
+        let mut m = TxnMetadata::new(7, 60_000, 0);
+        m.producer_epoch = MAX_EPOCH;
+        let m = write(m.add_partitions(7, MAX_EPOCH, &[tp(0)], 10));
+        let prepared = write(m.end_bumping(7, MAX_EPOCH, true, 20, || Ok(99)));
+        assert_eq!(
+            (
+                prepared.producer_id,
+                prepared.producer_epoch,
+                prepared.next_producer_id
+            ),
+            (7, i16::MAX, 99),
+            "the markers carry the old id at the reserved epoch"
+        );
+        assert_eq!(prepared.client_identity(), (99, 0));
+        assert_eq!(
+            code(bump_end(&prepared, 7, MAX_EPOCH, true)),
+            ErrorCode::ConcurrentTransactions
+        );
+        assert_eq!(
+            code(prepared.add_partitions(99, 0, &[tp(0)], 21)),
+            ErrorCode::ConcurrentTransactions,
+            "the new identity waits for the markers"
+        );
+        let done = prepared.complete(30).unwrap();
+        assert_eq!(
+            (
+                done.producer_id,
+                done.producer_epoch,
+                done.last_producer_id,
+                done.next_producer_id
+            ),
+            (99, 0, 7, -1)
+        );
+        assert_eq!(
+            bump_end(&done, 7, MAX_EPOCH, true).unwrap(),
+            Transition::Unchanged,
+            "a retry with the old id"
+        );
+        assert_eq!(
+            code(bump_end(&done, 7, MAX_EPOCH - 1, true)),
+            ErrorCode::InvalidProducerIdMapping
+        );
+        let next = write(done.add_partitions(99, 0, &[tp(0)], 40));
+        assert_eq!(next.state, TxnState::Ongoing);
     }
 }

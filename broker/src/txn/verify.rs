@@ -1,9 +1,12 @@
-//! KIP-890 part 1: before a partition leader takes a producer's first transactional batch of
-//! a transaction (and before a group coordinator takes its first transactional offset
-//! commit), it asks the transaction's coordinator whether the partition is in the producer's
-//! ongoing transaction. A batch that arrives after the transaction ended (a late retry, a
-//! zombie) is refused instead of opening a transaction nobody will ever end, which would
-//! hold the partition's last stable offset back for good.
+//! KIP-890: before a partition leader takes a producer's first transactional batch of a
+//! transaction (and before a group coordinator takes its first transactional offset commit),
+//! it asks the transaction's coordinator about the partition. Part 1 (clients below
+//! transaction version 2): is the partition in the producer's ongoing transaction? Part 2
+//! (Produce v12+, TxnOffsetCommit v5+): add it, as the client's AddPartitionsToTxn would have;
+//! the coordinator refuses an epoch an EndTxn has bumped past. Either way a batch that arrives
+//! after its transaction ended (a late retry, a zombie) is refused instead of opening a
+//! transaction nobody will ever end, which would hold the partition's last stable offset back
+//! for good.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,14 +24,24 @@ use crate::security::inter_broker;
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_RESPONSE: usize = 16 << 20;
 
+/// What a partition leader or group coordinator asks of the transaction's coordinator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// The partitions must already be in the ongoing transaction (KIP-890 part 1).
+    Verify,
+    /// The partitions join the transaction (KIP-890 part 2).
+    Add,
+}
+
 impl TxnCoordinator {
-    /// Each partition's verification by the coordinator of `id`, here or on another broker.
-    pub async fn verify_anywhere(
+    /// Each partition's outcome at the coordinator of `id`, here or on another broker.
+    pub async fn join_anywhere(
         &self,
         id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
+        how: Join,
     ) -> Result<Vec<ErrorCode>, ApiError> {
         super::validate_id(id)?;
         let state = self.node.metadata.state();
@@ -39,7 +52,7 @@ impl TxnCoordinator {
         let leader = match leader {
             Some(l) if l == self.node.config.node_id => {
                 return self
-                    .verify(id, producer_id, producer_epoch, partitions)
+                    .join(id, producer_id, producer_epoch, partitions, how)
                     .await
             }
             Some(l) => l,
@@ -63,7 +76,7 @@ impl TxnCoordinator {
                 .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
                 .with_producer_id(ProducerId(producer_id))
                 .with_producer_epoch(producer_epoch)
-                .with_verify_only(true)
+                .with_verify_only(how == Join::Verify)
                 .with_topics(
                     (topics.iter())
                         .map(|(t, ps)| {
@@ -74,7 +87,7 @@ impl TxnCoordinator {
                         .collect(),
                 ),
         ]);
-        let client_id = format!("strata-txn-verify-{}", self.node.config.node_id);
+        let client_id = format!("strata-txn-join-{}", self.node.config.node_id);
         let mut client = inter_broker::connect(
             &self.node.config,
             &addr,
@@ -91,7 +104,7 @@ impl TxnCoordinator {
         if resp.error_code != 0 {
             return Err(ApiError::new(
                 ErrorCode::from_code(resp.error_code),
-                "verification refused",
+                "the transaction's coordinator refused the join",
             ));
         }
         let mut outcome: BTreeMap<(String, i32), i16> = BTreeMap::new();
