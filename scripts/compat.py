@@ -554,6 +554,9 @@ def run(binary, keep):
                 except kafka.errors.InvalidUpdateVersionError:
                     pass
             check(admin.describe_features() == features, "nothing changed")
+            # ListClientMetricsResources (ListConfigResources v0): no client-metrics resource
+            # exists here (none can be created), and the API says so.
+            check(admin.list_config_resources() == {}, "no client-metrics resources")
         finally:
             admin.close()
 

@@ -1586,3 +1586,31 @@ fn delegation_token_requests_get_kafkas_answers_for_tokens_disabled() {
     // The broker serves on after them.
     assert_eq!(codes(&mut plain), [NOT_ALLOWED; 4]);
 }
+
+/// ListClientMetricsResources (ListConfigResources v0) needs DESCRIBE_CONFIGS on the cluster.
+#[test]
+fn listing_client_metrics_resources_needs_describe_configs_on_the_cluster() {
+    use kafka_protocol::messages::ListConfigResourcesRequest;
+    const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+    let broker = with_alice(
+        BrokerOpts::new()
+            .env(
+                "STRATA_LISTENERS",
+                "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            )
+            .env("STRATA_SASL_ENABLED_MECHANISMS", "PLAIN")
+            .env("STRATA_AUTHORIZER_ENABLE", "true")
+            .env("STRATA_SUPER_USERS", "User:ANONYMOUS"),
+    );
+    let list = |c: &mut KafkaConn| {
+        let r = c
+            .request(0, &ListConfigResourcesRequest::default())
+            .unwrap();
+        (r.error_code, r.config_resources.len())
+    };
+    let mut sasl = KafkaConn::connect(broker.listener("SASL_PLAINTEXT")).unwrap();
+    assert_eq!(sasl_plain(&mut sasl, "alice", PASSWORD).error_code, 0);
+    assert_eq!(list(&mut sasl), (CLUSTER_AUTHORIZATION_FAILED, 0));
+    let mut plain = KafkaConn::connect(broker.listener("PLAINTEXT")).unwrap();
+    assert_eq!(list(&mut plain), (0, 0), "a super user");
+}

@@ -635,6 +635,7 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         (ApiKey::AddOffsetsToTxn, 4),
         (ApiKey::EndTxn, 5),
         (ApiKey::TxnOffsetCommit, 5),
+        (ApiKey::ListConfigResources, 0),
     ] {
         assert_eq!(max(key), Some(v), "{key:?}");
     }
@@ -652,6 +653,19 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         .request(13, &MetadataRequest::default().with_topics(Some(vec![])))
         .unwrap();
     assert_eq!((md.error_code, md.brokers.len()), (0, 1));
+
+    // ListClientMetricsResources (ListConfigResources v0): none exist here.
+    let listed = conn
+        .request(
+            0,
+            &kafka_protocol::messages::ListConfigResourcesRequest::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        (listed.error_code, listed.config_resources.len()),
+        (0, 0),
+        "{listed:?}"
+    );
 
     // UpdateFeatures v1: per-feature results, all or nothing.
     let update = |feature: &str, level: i16| {

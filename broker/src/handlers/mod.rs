@@ -40,6 +40,7 @@ mod incremental_alter_configs;
 mod init_producer_id;
 mod join_group;
 mod leave_group;
+mod list_config_resources;
 mod list_groups;
 mod list_offsets;
 mod list_partition_reassignments;
@@ -198,6 +199,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         }
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(elect_leaders::handle(broker, r, v, &access).await)
+        }
+        RequestKind::ListConfigResources(r) => {
+            ResponseKind::ListConfigResources(list_config_resources::handle(r, &access))
         }
         RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(describe_cluster::handle(
             broker, r, v, &listener, &access,

@@ -55,6 +55,8 @@ pub const SUPPORTED: &[Api] = &[
         1,
     ),
     api(ApiKey::DescribeCluster, "DescribeCluster", 0, 2),
+    // v0 is Kafka 4.0's ListClientMetricsResources: see `handlers/list_config_resources.rs`.
+    api(ApiKey::ListConfigResources, "ListConfigResources", 0, 0),
     api(ApiKey::DescribeQuorum, "DescribeQuorum", 0, 2),
     // The quorum's voters (KIP-853): see `handlers/raft_voters.rs`.
     api(ApiKey::AddRaftVoter, "AddRaftVoter", 0, 0),
