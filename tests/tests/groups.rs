@@ -1436,6 +1436,38 @@ fn consumer_protocol_members_share_hand_over_and_resume_from_commits() {
     assert_eq!(g.members.len(), 2);
     assert!(g.members.iter().all(|m| m.member_epoch == g.group_epoch
         && m.assignment.topic_partitions[0].partitions.len() == 3));
+    // OffsetFetch v9 names the fetching member (KIP-848): a current member at its epoch, or
+    // no member at all (an admin client), may fetch; a stale epoch or an unknown member not.
+    let fetch_as = |conn: &mut KafkaConn, member: Option<&str>, epoch: i32| {
+        use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+        use kafka_protocol::messages::OffsetFetchRequest;
+        let r = conn
+            .request(
+                9,
+                &OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default(
+                )
+                .with_group_id(GroupId(group.clone().into()))
+                .with_member_id(member.map(|m| m.to_string().into()))
+                .with_member_epoch(epoch)
+                .with_topics(None)]),
+            )
+            .unwrap();
+        let g = &r.groups[0];
+        (g.error_code, g.topics.len())
+    };
+    let (member, epoch) = (g.members[0].member_id.as_str(), g.members[0].member_epoch);
+    assert_eq!(fetch_as(&mut conn, Some(member), epoch), (0, 1));
+    assert_eq!(fetch_as(&mut conn, None, -1), (0, 1));
+    assert_eq!(
+        fetch_as(&mut conn, Some(member), epoch - 1).0,
+        113,
+        "STALE_MEMBER_EPOCH"
+    );
+    assert_eq!(
+        fetch_as(&mut conn, Some("nobody"), epoch).0,
+        25,
+        "UNKNOWN_MEMBER_ID"
+    );
     let listed = conn
         .request(
             5,

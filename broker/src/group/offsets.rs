@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::state::GroupState;
 use super::store::{self, CommittedOffset};
 use super::{Commit, Coordinator, Offsets, PendingCommit, TopicOffsets, MAX_OFFSET_METADATA};
-use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorCode};
 
 /// Whether an empty group's offsets have outlived `offsets.retention.minutes` (KIP-211): the
 /// clock starts at the later of its newest commit and the moment it was last seen with members.
@@ -163,6 +163,37 @@ impl Coordinator {
             entry.offsets.insert((c.topic, c.partition), c.offset);
         }
         Ok(())
+    }
+
+    /// OffsetFetch v9's check of the member that fetches (KIP-848): in a consumer-protocol
+    /// group a named member must be a current one (UNKNOWN_MEMBER_ID) at its current epoch
+    /// (STALE_MEMBER_EPOCH), so a fenced member cannot resume from offsets it no longer owns.
+    /// A fetch naming no member at epoch -1 (an admin client, a consumer without group
+    /// management) and any fetch from a classic group are not checked, as in Kafka.
+    pub fn check_fetching_member(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: i32,
+    ) -> Result<(), ApiError> {
+        if member_id.is_none() && member_epoch < 0 {
+            return Ok(());
+        }
+        let groups = self.lock();
+        let Some(consumer) = (groups.get(group_id)).and_then(|e| e.consumer.as_ref()) else {
+            return Ok(());
+        };
+        match consumer.member_epoch(member_id.unwrap_or_default()) {
+            None => Err(ApiError::new(
+                ErrorCode::UnknownMemberId,
+                format!("no member {member_id:?} in consumer group {group_id}"),
+            )),
+            Some(epoch) if epoch != member_epoch => Err(ApiError::new(
+                ErrorCode::StaleMemberEpoch,
+                format!("member epoch {member_epoch} is not the current {epoch}"),
+            )),
+            Some(_) => Ok(()),
+        }
     }
 
     /// Committed offsets of a group: the listed partitions, or all when `None`.

@@ -37,7 +37,17 @@ pub async fn handle(
     if version >= 8 {
         let mut checks = Vec::with_capacity(req.groups.len());
         for g in &req.groups {
-            checks.push(check(broker, access, g.group_id.0.as_str()).await);
+            let id = g.group_id.0.as_str();
+            let checked = match check(broker, access, id).await {
+                // v9 names the fetching member of a consumer-protocol group (KIP-848).
+                Ok(()) if version >= 9 => broker.groups.check_fetching_member(
+                    id,
+                    g.member_id.as_ref().map(|m| m.as_str()),
+                    g.member_epoch,
+                ),
+                other => other,
+            };
+            checks.push(checked);
         }
         let groups = req
             .groups

@@ -69,8 +69,8 @@ pub const SUPPORTED: &[Api] = &[
     api(ApiKey::FindCoordinator, "FindCoordinator", 0, 6),
     // JoinGroup v8 carries the member's reason (logged), v9 tells a static leader rejoining a
     // stable group to skip the assignment (KIP-814). OffsetCommit and OffsetFetch v9 are the
-    // first a KIP-848 consumer may use: for classic groups they are v8 (the member epoch of
-    // OffsetFetch is only checked for consumer-protocol groups, which Strata does not host).
+    // first a KIP-848 consumer may use: for classic groups they are v8; in a consumer-protocol
+    // group both check the member and its epoch.
     // DescribeGroups v6 answers GROUP_ID_NOT_FOUND for an unknown group (KIP-1043).
     api(ApiKey::JoinGroup, "JoinGroup", 0, 9),
     api(ApiKey::SyncGroup, "SyncGroup", 0, 5),
