@@ -87,6 +87,7 @@ error_codes! {
     IllegalGeneration = 22,
     InconsistentGroupProtocol = 23,
     FencedMemberEpoch = 110,
+    UnreleasedInstanceId = 111,
     UnsupportedAssignor = 112,
     StaleMemberEpoch = 113,
     InvalidRegularExpression = 128,

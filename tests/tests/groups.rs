@@ -1344,7 +1344,20 @@ fn a_static_leader_rejoining_a_stable_group_skips_the_assignment() {
 
 /// A librdkafka consumer in a KIP-848 group (`group.protocol=consumer`).
 fn kip848_consumer(broker: &Broker, group: &str, topic: &str) -> BaseConsumer {
+    kip848_consumer_as(broker, group, topic, None)
+}
+
+/// The same, static when `instance` names its `group.instance.id`.
+fn kip848_consumer_as(
+    broker: &Broker,
+    group: &str,
+    topic: &str,
+    instance: Option<&str>,
+) -> BaseConsumer {
     let mut cfg = broker.client_config();
+    if let Some(instance) = instance {
+        cfg.set("group.instance.id", instance);
+    }
     cfg.set("group.id", group)
         .set("group.protocol", "consumer")
         .set("enable.auto.commit", "false")
@@ -1514,4 +1527,64 @@ fn consumer_protocol_members_share_hand_over_and_resume_from_commits() {
         late,
         (0..6).map(|p| format!("late-{p}")).collect::<Vec<_>>()
     );
+}
+
+/// KIP-848 static membership with librdkafka: a static member's process that closes leaves
+/// for a while (epoch -2); the next process with its `group.instance.id` takes its place and
+/// partitions back at once, with no rebalance (the group epoch does not move) and the other
+/// member untouched.
+#[test]
+fn a_static_consumer_protocol_member_restarting_gets_its_partitions_back_without_a_rebalance() {
+    use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId};
+    let broker =
+        Broker::start(BrokerOpts::new().env("STRATA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS", 300));
+    let topic = unique_topic("kip848-static");
+    broker.create_topic(&topic, 4, &[]).unwrap();
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let group = unique_group("kip848-static");
+    let poll = |c: &BaseConsumer| while c.poll(Duration::from_millis(20)).is_some() {};
+    let a = kip848_consumer_as(&broker, &group, &topic, Some("app-a"));
+    let b = kip848_consumer(&broker, &group, &topic);
+    wait_for("two partitions each", SETTLE, || {
+        poll(&a);
+        poll(&b);
+        let (pa, pb) = (assigned(&a), assigned(&b));
+        pa.len() == 2 && pb.len() == 2 && pa.is_disjoint(&pb)
+    });
+    let describe = |conn: &mut KafkaConn| {
+        let r = conn
+            .request(
+                1,
+                &ConsumerGroupDescribeRequest::default()
+                    .with_group_ids(vec![GroupId(group.clone().into())]),
+            )
+            .unwrap();
+        let g = r.groups[0].clone();
+        assert_eq!(g.error_code, 0, "{g:?}");
+        g
+    };
+    wait_for("a stable group", SETTLE, || {
+        poll(&a);
+        poll(&b);
+        describe(&mut conn).group_state.as_str() == "Stable"
+    });
+    let (epoch, a_owns, b_owns) = (describe(&mut conn).group_epoch, assigned(&a), assigned(&b));
+
+    drop(a);
+    let away = describe(&mut conn);
+    assert_eq!(
+        away.group_epoch, epoch,
+        "a static member leaving does not rebalance"
+    );
+    assert_eq!(away.members.len(), 2, "its place waits: {away:?}");
+    let a2 = kip848_consumer_as(&broker, &group, &topic, Some("app-a"));
+    wait_for("the new process to own a's partitions", SETTLE, || {
+        poll(&a2);
+        poll(&b);
+        assigned(&a2) == a_owns
+    });
+    let back = describe(&mut conn);
+    assert_eq!(back.group_epoch, epoch, "no rebalance: {back:?}");
+    assert_eq!(back.members.len(), 2);
+    assert_eq!(assigned(&b), b_owns, "the other member was never disturbed");
 }

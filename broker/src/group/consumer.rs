@@ -13,6 +13,10 @@
 //!   asked of it; a heartbeat carrying an epoch that is neither the member's current nor its
 //!   previous one is fenced (FENCED_MEMBER_EPOCH), as is a member silent for the session
 //!   timeout or slower than its rebalance timeout to revoke.
+//! - A static member (one with an instance id) that leaves with epoch -2 keeps its place and
+//!   its partitions for the session timeout: a member joining with its instance id in that
+//!   time takes them over, epoch and all, without a rebalance. An instance id is one
+//!   member's at a time: joining with one a live member holds is UNRELEASED_INSTANCE_ID.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -48,6 +52,8 @@ pub struct Member {
     pub revoking: BTreeSet<Tp>,
     revoking_since: Option<Instant>,
     last_seen: Instant,
+    /// A static member that left for a while (epoch -2): its place waits for its instance.
+    pub away: bool,
     /// The assignment the last answer carried: an answer repeats it only when it changed.
     sent: Option<BTreeSet<Tp>>,
 }
@@ -131,6 +137,19 @@ impl ConsumerGroup {
     ) -> Result<Answer, ErrorCode> {
         self.expire(now, session_timeout, topics);
         match hb.member_epoch {
+            LEAVE_STATIC if hb.instance_id.is_some() => {
+                let m = (self.members.get_mut(&hb.member_id)).ok_or(ErrorCode::UnknownMemberId)?;
+                if m.instance_id != hb.instance_id {
+                    return Err(ErrorCode::FencedInstanceId);
+                }
+                m.away = true;
+                m.last_seen = now;
+                return Ok(Answer {
+                    member_id: hb.member_id,
+                    member_epoch: LEAVE_STATIC,
+                    assignment: None,
+                });
+            }
             LEAVE | LEAVE_STATIC => {
                 if self.members.remove(&hb.member_id).is_none() {
                     return Err(ErrorCode::UnknownMemberId);
@@ -144,8 +163,13 @@ impl ConsumerGroup {
             }
             _ => {}
         }
-        let id = match hb.member_epoch {
-            0 => self.join(&hb, now, new_id),
+        let (id, mut changed) = match hb.member_epoch {
+            // Joining is a membership change, whatever its subscription; taking a static
+            // member's place over is not.
+            0 => match self.take_over(&hb, now, new_id)? {
+                Ok(id) => (id, false),
+                Err(new_id) => (self.join(&hb, now, new_id), true),
+            },
             epoch if epoch > 0 => {
                 let m = self
                     .members
@@ -154,12 +178,13 @@ impl ConsumerGroup {
                 if epoch != m.epoch && epoch != m.previous_epoch {
                     return Err(ErrorCode::FencedMemberEpoch);
                 }
-                hb.member_id.clone()
+                if m.away || (hb.instance_id.is_some() && m.instance_id != hb.instance_id) {
+                    return Err(ErrorCode::FencedInstanceId);
+                }
+                (hb.member_id.clone(), false)
             }
             _ => return Err(ErrorCode::InvalidRequest),
         };
-        // Joining is a membership change, whatever its subscription.
-        let mut changed = hb.member_epoch == 0;
         if let Some(m) = self.members.get_mut(&id) {
             m.last_seen = now;
             if hb.rebalance_timeout_ms > 0 {
@@ -197,23 +222,66 @@ impl ConsumerGroup {
         Ok(self.reconcile(&id, now))
     }
 
+    /// A joining member with the instance id of a static member that left for a while takes
+    /// its place: its epoch, its partitions and its share of the target, under the new member
+    /// id, with no rebalance. `Ok(Err(new_id))` when there is no such place: the member joins
+    /// as a new one; UNRELEASED_INSTANCE_ID when a live member holds the instance id.
+    fn take_over<F: FnOnce() -> String>(
+        &mut self,
+        hb: &Heartbeat,
+        now: Instant,
+        new_id: F,
+    ) -> Result<Result<String, F>, ErrorCode> {
+        let Some(instance) = &hb.instance_id else {
+            return Ok(Err(new_id));
+        };
+        let Some(old) = (self.members.values())
+            .find(|m| m.instance_id.as_ref() == Some(instance))
+            .map(|m| m.id.clone())
+        else {
+            return Ok(Err(new_id));
+        };
+        let away = self.members.get(&old).is_some_and(|m| m.away);
+        if !away && old != hb.member_id {
+            return Err(ErrorCode::UnreleasedInstanceId);
+        }
+        if !away {
+            // The live member itself starting over: it joins as new, and owns nothing now.
+            self.members.remove(&old);
+            return Ok(Err(new_id));
+        }
+        let Some(mut m) = self.members.remove(&old) else {
+            return Ok(Err(new_id));
+        };
+        let id = if hb.member_id.is_empty() {
+            new_id()
+        } else {
+            hb.member_id.clone()
+        };
+        m.id = id.clone();
+        m.away = false;
+        m.last_seen = now;
+        m.sent = None;
+        m.client_id = hb.client_id.clone();
+        m.client_host = hb.client_host.clone();
+        if hb.rack_id.is_some() {
+            m.rack_id = hb.rack_id.clone();
+        }
+        if let Some(target) = self.target.remove(&old) {
+            self.target.insert(id.clone(), target);
+        }
+        self.members.insert(id.clone(), m);
+        Ok(Ok(id))
+    }
+
     /// A member joins (epoch 0): new, or one that lost its state and starts over (it owns
-    /// nothing now), or a static member taking its instance over from an earlier process.
+    /// nothing now).
     fn join(&mut self, hb: &Heartbeat, now: Instant, new_id: impl FnOnce() -> String) -> String {
         let id = if hb.member_id.is_empty() {
             new_id()
         } else {
             hb.member_id.clone()
         };
-        if let Some(instance) = &hb.instance_id {
-            let replaced: Vec<String> = (self.members.values())
-                .filter(|m| m.instance_id.as_ref() == Some(instance) && m.id != id)
-                .map(|m| m.id.clone())
-                .collect();
-            for old in replaced {
-                self.members.remove(&old);
-            }
-        }
         let subscribed = hb
             .subscribed_topic_names
             .clone()
@@ -237,6 +305,7 @@ impl ConsumerGroup {
                 revoking: BTreeSet::new(),
                 revoking_since: None,
                 last_seen: now,
+                away: false,
                 sent: None,
             },
         );
@@ -604,6 +673,7 @@ mod tests {
             revoking: BTreeSet::new(),
             revoking_since: None,
             last_seen: Instant::now(),
+            away: false,
             sent: None,
         };
         let mut members = BTreeMap::new();
@@ -629,5 +699,138 @@ mod tests {
             second.values().all(|s| (2..=3).contains(&s.len())),
             "{second:?}"
         );
+    }
+
+    fn static_hb(id: &str, instance: &str, epoch: i32, subscribe: Option<&[&str]>) -> Heartbeat {
+        Heartbeat {
+            instance_id: Some(instance.to_string()),
+            ..hb(id, epoch, subscribe, None)
+        }
+    }
+
+    #[test]
+    fn a_static_member_that_comes_back_within_its_session_takes_its_place_without_a_rebalance() {
+        let t = topics(&[("orders", 4)]);
+        let mut g = ConsumerGroup::default();
+        let now = Instant::now();
+        let a = beat(
+            &mut g,
+            &t,
+            now,
+            static_hb("a1", "app-a", 0, Some(&["orders"])),
+        );
+        let b = beat(&mut g, &t, now, hb("b", 0, Some(&["orders"]), None));
+        // Both settle on two partitions each.
+        let a = beat(
+            &mut g,
+            &t,
+            now,
+            static_hb("a1", "app-a", a.member_epoch, None),
+        );
+        let b = beat(
+            &mut g,
+            &t,
+            now,
+            hb("b", b.member_epoch, None, Some(&BTreeSet::new())),
+        );
+        let _ = beat(
+            &mut g,
+            &t,
+            now,
+            static_hb("a1", "app-a", a.member_epoch, None),
+        );
+        let _ = beat(&mut g, &t, now, hb("b", b.member_epoch, None, None));
+        let owned_by_a = g.members["a1"].assigned.clone();
+        assert_eq!(owned_by_a.len(), 2, "{g:#?}");
+        let epoch = g.epoch;
+
+        // a's process restarts: it leaves for a while, and its place waits.
+        let left = beat(
+            &mut g,
+            &t,
+            now,
+            static_hb("a1", "app-a", LEAVE_STATIC, None),
+        );
+        assert_eq!(left.member_epoch, LEAVE_STATIC);
+        assert_eq!(g.epoch, epoch, "no rebalance");
+        assert_eq!(g.members["a1"].assigned, owned_by_a);
+        // Another process cannot take an instance id a live member holds.
+        assert_eq!(
+            g.heartbeat(
+                static_hb("b2", "app-b", 0, Some(&["orders"])),
+                &t,
+                now,
+                SESSION,
+                || unreachable!()
+            )
+            .map(|_| ()),
+            Ok(())
+        );
+        let epoch = g.epoch;
+        assert_eq!(
+            g.heartbeat(
+                static_hb("x", "app-b", 0, Some(&["orders"])),
+                &t,
+                now,
+                SESSION,
+                || unreachable!()
+            ),
+            Err(ErrorCode::UnreleasedInstanceId)
+        );
+        // The new process of app-a takes a's place: its epoch and partitions, at once.
+        let back = beat(
+            &mut g,
+            &t,
+            now,
+            static_hb("a2", "app-a", 0, Some(&["orders"])),
+        );
+        assert_eq!(g.epoch, epoch, "no rebalance");
+        assert_eq!(back.member_id, "a2");
+        assert_eq!(back.assignment, Some(owned_by_a));
+        assert!(!g.members.contains_key("a1"));
+        // The old process is fenced.
+        assert_eq!(
+            g.heartbeat(
+                static_hb("a1", "app-a", a.member_epoch, None),
+                &t,
+                now,
+                SESSION,
+                || unreachable!()
+            ),
+            Err(ErrorCode::UnknownMemberId)
+        );
+        assert_exclusive(&g);
+    }
+
+    #[test]
+    fn a_static_member_away_past_its_session_is_replaced_by_a_rebalance() {
+        let t = topics(&[("orders", 4)]);
+        let mut g = ConsumerGroup::default();
+        let now = Instant::now();
+        let a = beat(
+            &mut g,
+            &t,
+            now,
+            static_hb("a1", "app-a", 0, Some(&["orders"])),
+        );
+        beat(
+            &mut g,
+            &t,
+            now,
+            static_hb("a1", "app-a", LEAVE_STATIC, None),
+        );
+        let epoch = g.epoch;
+        let later = now + SESSION + Duration::from_secs(1);
+        assert!(g.expire(later, SESSION, &t));
+        assert!(g.members.is_empty());
+        assert!(g.epoch > epoch);
+        // Coming back now is joining anew.
+        let back = beat(
+            &mut g,
+            &t,
+            later,
+            static_hb("a2", "app-a", 0, Some(&["orders"])),
+        );
+        assert!(back.member_epoch > a.member_epoch);
     }
 }

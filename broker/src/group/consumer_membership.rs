@@ -89,6 +89,10 @@ fn heartbeat_refusal(code: ErrorCode) -> &'static str {
     match code {
         ErrorCode::UnknownMemberId => "unknown member: join again with epoch 0",
         ErrorCode::FencedMemberEpoch => "the member epoch is not the member's: join again",
+        ErrorCode::UnreleasedInstanceId => {
+            "a live member holds this group.instance.id: it must leave or expire first"
+        }
+        ErrorCode::FencedInstanceId => "the group.instance.id is another member's now",
         _ => "invalid member epoch",
     }
 }
