@@ -46,6 +46,9 @@ pub struct Member {
     rebalance_timeout: Duration,
     pub subscribed: BTreeSet<String>,
     pub regex: Option<String>,
+    /// The topics its regex resolved to among those it may DESCRIBE, as of its last
+    /// heartbeat (None: no authorizer, the regex is matched against every topic).
+    resolved: Option<BTreeSet<String>>,
     /// What the member owns: what it was last told to keep or take.
     pub assigned: BTreeSet<Tp>,
     /// What it was told to give up and has not yet confirmed giving up.
@@ -127,6 +130,8 @@ impl ConsumerGroup {
     }
 
     /// Handles one heartbeat at `now`. `new_id` names a member joining without an id.
+    /// `may_describe`, with an authorizer, is what the member's principal may DESCRIBE: its
+    /// regex resolves to those topics only, as in Kafka.
     pub fn heartbeat(
         &mut self,
         hb: Heartbeat,
@@ -134,6 +139,7 @@ impl ConsumerGroup {
         now: Instant,
         session_timeout: Duration,
         new_id: impl FnOnce() -> String,
+        may_describe: Option<&dyn Fn(&str) -> bool>,
     ) -> Result<Answer, ErrorCode> {
         self.expire(now, session_timeout, topics);
         match hb.member_epoch {
@@ -198,6 +204,18 @@ impl ConsumerGroup {
             if hb.subscribed_topic_regex.is_some() && hb.subscribed_topic_regex != m.regex {
                 m.regex = hb.subscribed_topic_regex.clone();
                 changed = true;
+            }
+            if let Some(may_describe) = may_describe {
+                let resolved = (m.regex.as_deref())
+                    .and_then(|r| regex::Regex::new(r).ok())
+                    .map(|re| {
+                        (topics.keys())
+                            .filter(|t| !t.starts_with("__") && re.is_match(t) && may_describe(t))
+                            .cloned()
+                            .collect()
+                    });
+                changed |= resolved != m.resolved;
+                m.resolved = resolved;
             }
             if let Some(owned) = &hb.owned {
                 // What it no longer reports it has given up.
@@ -301,6 +319,7 @@ impl ConsumerGroup {
                 rebalance_timeout: Duration::from_millis(hb.rebalance_timeout_ms.max(0) as u64),
                 subscribed,
                 regex: hb.subscribed_topic_regex.clone(),
+                resolved: None,
                 assigned: BTreeSet::new(),
                 revoking: BTreeSet::new(),
                 revoking_since: None,
@@ -392,10 +411,13 @@ impl ConsumerGroup {
     }
 }
 
-/// The topics a member subscribes to: by name, and those whose name matches its regex.
+/// The topics a member subscribes to: by name, and those whose name matches its regex (among
+/// those it may describe, when an authorizer resolved it).
 fn subscription(m: &Member, topics: &Topics) -> BTreeSet<String> {
     let mut out: BTreeSet<String> = m.subscribed.clone();
-    if let Some(re) = m.regex.as_deref().and_then(|r| regex::Regex::new(r).ok()) {
+    if let Some(resolved) = &m.resolved {
+        out.extend(resolved.iter().filter(|t| topics.contains_key(*t)).cloned());
+    } else if let Some(re) = m.regex.as_deref().and_then(|r| regex::Regex::new(r).ok()) {
         out.extend(
             topics
                 .keys()
@@ -502,7 +524,7 @@ mod tests {
     }
 
     fn beat(g: &mut ConsumerGroup, t: &Topics, now: Instant, h: Heartbeat) -> Answer {
-        g.heartbeat(h, t, now, SESSION, || unreachable!("ids are given"))
+        g.heartbeat(h, t, now, SESSION, || unreachable!("ids are given"), None)
             .expect("heartbeat")
     }
 
@@ -614,7 +636,7 @@ mod tests {
         let mut g = ConsumerGroup::default();
         let now = Instant::now();
         let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
-        let err = |g: &mut ConsumerGroup, h| g.heartbeat(h, &t, now, SESSION, String::new);
+        let err = |g: &mut ConsumerGroup, h| g.heartbeat(h, &t, now, SESSION, String::new, None);
         assert_eq!(
             err(&mut g, hb("a", a.member_epoch + 5, None, None)),
             Err(ErrorCode::FencedMemberEpoch)
@@ -669,6 +691,7 @@ mod tests {
             rebalance_timeout: Duration::ZERO,
             subscribed: subs.iter().map(|s| s.to_string()).collect(),
             regex: None,
+            resolved: None,
             assigned: BTreeSet::new(),
             revoking: BTreeSet::new(),
             revoking_since: None,
@@ -761,7 +784,8 @@ mod tests {
                 &t,
                 now,
                 SESSION,
-                || unreachable!()
+                || unreachable!(),
+                None
             )
             .map(|_| ()),
             Ok(())
@@ -773,7 +797,8 @@ mod tests {
                 &t,
                 now,
                 SESSION,
-                || unreachable!()
+                || unreachable!(),
+                None
             ),
             Err(ErrorCode::UnreleasedInstanceId)
         );
@@ -795,7 +820,8 @@ mod tests {
                 &t,
                 now,
                 SESSION,
-                || unreachable!()
+                || unreachable!(),
+                None
             ),
             Err(ErrorCode::UnknownMemberId)
         );
@@ -832,5 +858,45 @@ mod tests {
             static_hb("a2", "app-a", 0, Some(&["orders"])),
         );
         assert!(back.member_epoch > a.member_epoch);
+    }
+
+    #[test]
+    fn a_regex_resolves_to_the_topics_the_member_may_describe() {
+        let t = topics(&[("orders-eu", 2), ("orders-secret", 2), ("users", 2)]);
+        let mut g = ConsumerGroup::default();
+        let now = Instant::now();
+        let join = Heartbeat {
+            subscribed_topic_regex: Some("orders-.*".to_string()),
+            ..hb("a", 0, None, Some(&BTreeSet::new()))
+        };
+        let not_secret = |topic: &str| topic != "orders-secret";
+        let a = g
+            .heartbeat(join, &t, now, SESSION, || unreachable!(), Some(&not_secret))
+            .unwrap();
+        let eu = t["orders-eu"].0;
+        assert!(
+            a.assignment
+                .as_ref()
+                .unwrap()
+                .iter()
+                .all(|(id, _)| *id == eu),
+            "{a:?}"
+        );
+        assert_eq!(a.assignment.map(|s| s.len()), Some(2));
+        // Granted DESCRIBE on the secret topic: its next heartbeat brings it in.
+        let everything = |_: &str| true;
+        let epoch = g.epoch;
+        let again = g
+            .heartbeat(
+                hb("a", a.member_epoch, None, None),
+                &t,
+                now,
+                SESSION,
+                || unreachable!(),
+                Some(&everything),
+            )
+            .unwrap();
+        assert!(g.epoch > epoch, "a rebalance");
+        assert_eq!(again.assignment.map(|s| s.len()), Some(4));
     }
 }

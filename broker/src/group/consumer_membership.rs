@@ -27,7 +27,13 @@ impl Coordinator {
         Duration::from_millis(self.node.config.group_consumer_session_timeout_ms)
     }
 
-    pub fn consumer_heartbeat(&self, group_id: &str, hb: Heartbeat) -> Result<Answer, ApiError> {
+    /// One ConsumerGroupHeartbeat; `may_describe` as [`ConsumerGroup::heartbeat`] takes it.
+    pub fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        hb: Heartbeat,
+        may_describe: Option<&dyn Fn(&str) -> bool>,
+    ) -> Result<Answer, ApiError> {
         let topics = self.topics();
         let session = self.consumer_session();
         let mut groups = self.lock();
@@ -41,9 +47,14 @@ impl Coordinator {
         let group = entry.consumer.get_or_insert_with(ConsumerGroup::default);
         let epoch = group.epoch;
         let answer = group
-            .heartbeat(hb, &topics, Instant::now(), session, || {
-                uuid::Uuid::new_v4().to_string()
-            })
+            .heartbeat(
+                hb,
+                &topics,
+                Instant::now(),
+                session,
+                || uuid::Uuid::new_v4().to_string(),
+                may_describe,
+            )
             .map_err(|code| ApiError::new(code, heartbeat_refusal(code)))?;
         if group.epoch != epoch {
             tracing::info!(

@@ -13,7 +13,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::group::consumer::{Heartbeat, ASSIGNOR};
 use crate::group::validate_group_id;
 use crate::security::Access;
-use strata_metadata::acl::AclOperation;
+use strata_metadata::acl::{AclOperation, ResourceType};
 
 async fn beat(
     broker: &Broker,
@@ -91,7 +91,15 @@ async fn beat(
         client_id: client_id.to_string(),
         client_host: client_host.to_string(),
     };
-    let answer = broker.groups.consumer_heartbeat(&group_id, hb)?;
+    // With an authorizer, a regex resolves to the topics the member may describe.
+    let may_describe = |t: &str| access.sees(AclOperation::Describe, ResourceType::Topic, t);
+    let answer = broker.groups.consumer_heartbeat(
+        &group_id,
+        hb,
+        access
+            .enforcing()
+            .then_some(&may_describe as &dyn Fn(&str) -> bool),
+    )?;
     let assignment = answer.assignment.map(|tps| {
         let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
         for (topic, p) in tps {

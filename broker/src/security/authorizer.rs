@@ -195,6 +195,11 @@ impl Access {
         allowed
     }
 
+    /// Whether an authorizer decides for this caller (without one, everything is allowed).
+    pub fn enforcing(&self) -> bool {
+        self.decider.is_some() && self.caller.is_some()
+    }
+
     pub fn sees(&self, op: AclOperation, resource: ResourceType, name: &str) -> bool {
         match (&self.decider, &self.caller) {
             (Some(d), Some(c)) => d.decide(c, op, resource, name),
