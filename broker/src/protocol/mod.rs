@@ -345,6 +345,7 @@ mod tests {
             ApiKey::DescribeDelegationToken => {
                 RequestKind::DescribeDelegationToken(Default::default())
             }
+            ApiKey::ListConfigResources => RequestKind::ListConfigResources(Default::default()),
             other => panic!("{other:?} is not supported"),
         }
     }
