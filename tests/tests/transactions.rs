@@ -379,6 +379,20 @@ fn a_broker_killed_mid_transaction_comes_back_with_its_transactions_and_complete
 
 /// A transactional batch (or a control batch) as raw bytes.
 fn raw_batch(producer_id: i64, epoch: i16, control: bool) -> bytes::Bytes {
+    let key = bytes::Bytes::from_static(&[0, 0, 0, 1]);
+    let value = bytes::Bytes::from_static(&[0, 0, 0, 0, 0, 0]);
+    txn_batch(producer_id, epoch, 0, control, Some(key), value)
+}
+
+/// One transactional record of `producer_id` at (`epoch`, `seq`) as a batch.
+fn txn_batch(
+    producer_id: i64,
+    epoch: i16,
+    seq: i32,
+    control: bool,
+    key: Option<bytes::Bytes>,
+    value: bytes::Bytes,
+) -> bytes::Bytes {
     let record = Record {
         transactional: true,
         control,
@@ -388,10 +402,10 @@ fn raw_batch(producer_id: i64, epoch: i16, control: bool) -> bytes::Bytes {
         producer_epoch: epoch,
         timestamp_type: TimestampType::Creation,
         offset: 0,
-        sequence: 0,
+        sequence: seq,
         timestamp: 0,
-        key: Some(bytes::Bytes::from_static(&[0, 0, 0, 1])),
-        value: Some(bytes::Bytes::from_static(&[0, 0, 0, 0, 0, 0])),
+        key,
+        value: Some(value),
         headers: Default::default(),
     };
     let mut buf = bytes::BytesMut::new();
@@ -513,32 +527,8 @@ fn bad_transactional_input_gets_kafkas_error_codes_and_changes_nothing() {
 
 /// One transactional record `value` as a batch of `producer_id` at `epoch`, sequence `seq`.
 fn txn_record(producer_id: i64, epoch: i16, seq: i32, value: &str) -> bytes::Bytes {
-    let record = Record {
-        transactional: true,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id,
-        producer_epoch: epoch,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: seq,
-        timestamp: 0,
-        key: None,
-        value: Some(bytes::Bytes::copy_from_slice(value.as_bytes())),
-        headers: Default::default(),
-    };
-    let mut buf = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        [record].iter(),
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    let value = bytes::Bytes::copy_from_slice(value.as_bytes());
+    txn_batch(producer_id, epoch, seq, false, None, value)
 }
 
 /// A producer of transaction version 2 (KIP-890 part 2), by hand: no stock client within

@@ -183,14 +183,10 @@ impl TxnCoordinator {
             let now = self.node.clock.now_ms();
             let mut done = self.completed.subscribe();
             let current = self.lock().get(id).cloned();
-            // A new id, or an exhausted epoch, takes a fresh producer id (allocated before the
-            // decision, which is made under the lock).
-            let needs_id = current.as_ref().is_none_or(TxnMetadata::epoch_exhausted);
-            let fresh = if needs_id {
-                Some(self.node.next_producer_id().await?)
-            } else {
-                None
-            };
+            // A new id, or an exhausted epoch, takes a fresh producer id.
+            let fresh = self
+                .fresh_id_if(current.as_ref().is_none_or(TxnMetadata::epoch_exhausted))
+                .await?;
             let fresh_id =
                 || fresh.ok_or_else(|| ApiError::new(ErrorCode::UnknownServerError, "no id"));
             let next = self
@@ -217,6 +213,16 @@ impl TxnCoordinator {
                 ));
             }
             fenced_once = true;
+        }
+    }
+
+    /// A fresh producer id when `needed`, allocated before a transition is decided (the
+    /// decision is made under the lock, which an allocation must not be awaited under).
+    async fn fresh_id_if(&self, needed: bool) -> Result<Option<i64>, ApiError> {
+        if needed {
+            Ok(Some(self.node.next_producer_id().await?))
+        } else {
+            Ok(None)
         }
     }
 
@@ -298,16 +304,8 @@ impl TxnCoordinator {
         let epoch = self.check(id).await?;
         let now = self.node.clock.now_ms();
         let mut done = self.completed.subscribe();
-        let needs_id = bump
-            && self
-                .lock()
-                .get(id)
-                .is_some_and(TxnMetadata::epoch_exhausted);
-        let fresh = if needs_id {
-            Some(self.node.next_producer_id().await?)
-        } else {
-            None
-        };
+        let exhausted = (self.lock().get(id)).is_some_and(TxnMetadata::epoch_exhausted);
+        let fresh = self.fresh_id_if(bump && exhausted).await?;
         let fresh_id =
             || fresh.ok_or_else(|| ApiError::new(ErrorCode::ConcurrentTransactions, "no new id"));
         let next = self
