@@ -1588,3 +1588,121 @@ fn a_static_consumer_protocol_member_restarting_gets_its_partitions_back_without
     assert_eq!(back.members.len(), 2);
     assert_eq!(assigned(&b), b_owns, "the other member was never disturbed");
 }
+
+/// KIP-848 state lives in `__consumer_offsets` in Kafka's record layout: after a kill -9 of
+/// its coordinator, the restarted broker takes the group over at the same epochs; the
+/// librdkafka members carry on heartbeating with no rebalance, keep their partitions and read
+/// what is produced next.
+#[test]
+fn a_consumer_protocol_group_carries_on_after_its_coordinator_is_killed_without_a_rebalance() {
+    use kafka_protocol::messages::consumer_group_describe_response::DescribedGroup;
+    use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId};
+    // A fixed listener: the members reconnect to the restarted broker where they left it.
+    let mut opts = BrokerOpts::new().env("STRATA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS", 300);
+    opts.kafka_addr = Some(format!("127.0.0.1:{}", strata_tests::cluster::free_port()));
+    let mut broker = Broker::start(opts);
+    let topic = unique_topic("kip848-failover");
+    broker.create_topic(&topic, 4, &[]).unwrap();
+    let group = unique_group("kip848-failover");
+    let describe = |broker: &Broker| -> Option<DescribedGroup> {
+        let mut conn = KafkaConn::connect(&broker.kafka_addr).ok()?;
+        let request = ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(group.clone().into())]);
+        let g = conn.request(1, &request).ok()?.groups.into_iter().next()?;
+        (g.error_code == 0).then_some(g)
+    };
+    let members = |g: &DescribedGroup| -> BTreeMap<String, (i32, Vec<i32>)> {
+        (g.members.iter())
+            .map(|m| {
+                let mut ps: Vec<i32> = (m.assignment.topic_partitions.iter())
+                    .flat_map(|t| t.partitions.iter().copied())
+                    .collect();
+                ps.sort();
+                (m.member_id.to_string(), (m.member_epoch, ps))
+            })
+            .collect()
+    };
+    // Errors are librdkafka's reports of the killed broker's connections: it reconnects.
+    let poll = |c: &BaseConsumer, read: &mut usize| {
+        while let Some(m) = c.poll(Duration::from_millis(20)) {
+            *read += m.is_ok() as usize;
+        }
+    };
+    let (mut read_a, mut read_b) = (0, 0);
+    let a = kip848_consumer(&broker, &group, &topic);
+    let b = kip848_consumer_as(&broker, &group, &topic, Some("app-b"));
+    // A third member comes and goes first, so that the group epoch is past what a group
+    // rebuilt from nothing would reach with two members.
+    let c = kip848_consumer(&broker, &group, &topic);
+    wait_for("three members placed", SETTLE, || {
+        poll(&a, &mut read_a);
+        poll(&b, &mut read_b);
+        poll(&c, &mut 0);
+        [&a, &b, &c].iter().all(|m| !assigned(m).is_empty())
+    });
+    drop(c);
+    wait_for("two partitions each, stable", SETTLE, || {
+        poll(&a, &mut read_a);
+        poll(&b, &mut read_b);
+        assigned(&a).len() == 2
+            && assigned(&b).len() == 2
+            && describe(&broker).is_some_and(|g| g.group_state.as_str() == "Stable")
+    });
+    let before = describe(&broker).unwrap();
+    assert!(before.group_epoch >= 4, "{before:?}");
+    let (a_owns, b_owns) = (assigned(&a), assigned(&b));
+
+    broker.kill9();
+    broker.restart();
+    let after = wait_for_some("the group back at its coordinator", SETTLE, || {
+        describe(&broker)
+    });
+    assert_eq!(
+        (after.group_epoch, members(&after)),
+        (before.group_epoch, members(&before)),
+        "restored as it was: {after:?}"
+    );
+    // The members carry on: what is produced now is read by its partition's owner.
+    broker.produce_to_each(&topic, 4, 25, "after");
+    wait_for("the 100 new records read", SETTLE, || {
+        poll(&a, &mut read_a);
+        poll(&b, &mut read_b);
+        read_a + read_b >= 100
+    });
+    assert_eq!(read_a + read_b, 100);
+    assert_eq!((assigned(&a), assigned(&b)), (a_owns, b_owns));
+    let now = describe(&broker).unwrap();
+    assert_eq!(
+        (now.group_epoch, members(&now)),
+        (before.group_epoch, members(&before)),
+        "no rebalance after the failover: {now:?}"
+    );
+
+    // A group deleted once its last member left stays deleted: its records are tombstoned.
+    let other = unique_group("kip848-deleted");
+    let d = kip848_consumer(&broker, &other, &topic);
+    wait_for("d placed", SETTLE, || {
+        poll(&d, &mut 0);
+        !assigned(&d).is_empty()
+    });
+    drop(d);
+    let delete = |broker: &Broker| {
+        use kafka_protocol::messages::DeleteGroupsRequest;
+        let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+        let request =
+            DeleteGroupsRequest::default().with_groups_names(vec![GroupId(other.clone().into())]);
+        conn.request(2, &request).unwrap().results[0].error_code
+    };
+    assert_eq!(delete(&broker), 0, "deleted");
+    broker.kill9();
+    broker.restart();
+    let gone = wait_for_some("the deleted group described", SETTLE, || {
+        let mut conn = KafkaConn::connect(&broker.kafka_addr).ok()?;
+        let request = ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(other.clone().into())]);
+        let g = conn.request(1, &request).ok()?.groups.into_iter().next()?;
+        // Until the coordinator has loaded: COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE.
+        (![14, 15].contains(&g.error_code)).then_some(g)
+    });
+    assert_eq!(gone.error_code, 69, "GROUP_ID_NOT_FOUND: {gone:?}");
+}

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use super::consumer_store::{CurrentRecord, Key, MemberRecord, Value};
 use crate::error::ErrorCode;
 
 /// A partition by topic id, as KIP-848 names them.
@@ -94,8 +95,17 @@ pub struct ConsumerGroup {
     pub members: BTreeMap<String, Member>,
     /// Member id → its partitions in the target assignment (at `assignment_epoch`).
     pub target: BTreeMap<String, BTreeSet<Tp>>,
-    /// The subscribed topics' partition counts the target was computed from.
-    sized: BTreeMap<String, i32>,
+    /// The subscribed topics' ids and partition counts the target was computed from.
+    sized: BTreeMap<String, (Uuid, i32)>,
+    /// Members whose records may have changed since the last [`ConsumerGroup::drain`].
+    dirty: BTreeSet<String>,
+    /// Whether the group epoch and target changed since the last drain.
+    rebalanced: bool,
+    /// The group's records as last drained: what the log holds for it.
+    written: BTreeMap<Key, Value>,
+    /// The last drain's records may not have reached the log: the next drain writes every
+    /// record and tombstone again.
+    unsure: bool,
 }
 
 /// Leaving epochs: a member leaving for good, a static member leaving for a while.
@@ -150,6 +160,7 @@ impl ConsumerGroup {
                 }
                 m.away = true;
                 m.last_seen = now;
+                self.dirty.insert(hb.member_id.clone());
                 return Ok(Answer {
                     member_id: hb.member_id,
                     member_epoch: LEAVE_STATIC,
@@ -160,6 +171,7 @@ impl ConsumerGroup {
                 if self.members.remove(&hb.member_id).is_none() {
                     return Err(ErrorCode::UnknownMemberId);
                 }
+                self.dirty.insert(hb.member_id.clone());
                 self.rebalance(topics);
                 return Ok(Answer {
                     member_id: hb.member_id,
@@ -191,6 +203,7 @@ impl ConsumerGroup {
             }
             _ => return Err(ErrorCode::InvalidRequest),
         };
+        self.dirty.insert(id.clone());
         if let Some(m) = self.members.get_mut(&id) {
             m.last_seen = now;
             if hb.rebalance_timeout_ms > 0 {
@@ -266,6 +279,7 @@ impl ConsumerGroup {
         if !away {
             // The live member itself starting over: it joins as new, and owns nothing now.
             self.members.remove(&old);
+            self.dirty.insert(old);
             return Ok(Err(new_id));
         }
         let Some(mut m) = self.members.remove(&old) else {
@@ -288,6 +302,7 @@ impl ConsumerGroup {
         if let Some(target) = self.target.remove(&old) {
             self.target.insert(id.clone(), target);
         }
+        self.dirty.insert(old);
         self.members.insert(id.clone(), m);
         Ok(Ok(id))
     }
@@ -335,11 +350,15 @@ impl ConsumerGroup {
     /// revoke, leave the group; what they owned is free for the others.
     pub fn expire(&mut self, now: Instant, session_timeout: Duration, topics: &Topics) -> bool {
         let before = self.members.len();
-        self.members.retain(|_, m| {
+        let dirty = &mut self.dirty;
+        self.members.retain(|id, m| {
             let silent = now.saturating_duration_since(m.last_seen) > session_timeout;
             let stuck = m
                 .revoking_since
                 .is_some_and(|t| now.saturating_duration_since(t) > m.rebalance_timeout);
+            if silent || stuck {
+                dirty.insert(id.clone());
+            }
             !(silent || stuck)
         });
         let expired = self.members.len() != before;
@@ -349,16 +368,17 @@ impl ConsumerGroup {
         expired
     }
 
-    /// The subscribed topics' partition counts.
-    fn sizes(&self, topics: &Topics) -> BTreeMap<String, i32> {
+    /// The subscribed topics' ids and partition counts.
+    fn sizes(&self, topics: &Topics) -> BTreeMap<String, (Uuid, i32)> {
         (self.members.values())
             .flat_map(|m| subscription(m, topics))
-            .filter_map(|t| topics.get(&t).map(|(_, n)| (t, *n)))
+            .filter_map(|t| topics.get(&t).map(|found| (t, *found)))
             .collect()
     }
 
     /// Bumps the group epoch and computes the target assignment at it.
     fn rebalance(&mut self, topics: &Topics) {
+        self.rebalanced = true;
         self.epoch += 1;
         self.sized = self.sizes(topics);
         self.target = assign(&self.members, &self.target, topics);
@@ -411,6 +431,183 @@ impl ConsumerGroup {
     }
 }
 
+/// The group's records in `__consumer_offsets` ([`super::consumer_store`]): what changes is
+/// drained after every heartbeat and expiry and appended before the member is answered; a
+/// coordinator taking the group over restores it from them.
+impl ConsumerGroup {
+    /// The records that changed since the last drain (None: a tombstone), in the order Kafka
+    /// writes them: the group epoch and subscribed topics, the target, the members.
+    pub fn drain(&mut self) -> Vec<(Key, Option<Value>)> {
+        let mut image: Vec<(Key, Option<Value>)> = Vec::new();
+        if std::mem::take(&mut self.rebalanced) {
+            let topics = (self.sized.iter())
+                .map(|(name, (id, count))| (name.clone(), *id, *count))
+                .collect();
+            image.push((Key::GroupEpoch, Some(Value::GroupEpoch(self.epoch))));
+            image.push((Key::Partitions, Some(Value::Partitions(self.epoch, topics))));
+            for key in self.written.keys() {
+                if let Key::Target(m) = key {
+                    if !self.target.contains_key(m) {
+                        image.push((key.clone(), None));
+                    }
+                }
+            }
+            for (m, tps) in &self.target {
+                image.push((Key::Target(m.clone()), Some(Value::Target(tps.clone()))));
+            }
+            image.push((
+                Key::TargetEpoch,
+                Some(Value::TargetEpoch(self.assignment_epoch)),
+            ));
+        }
+        for id in std::mem::take(&mut self.dirty) {
+            let target = self.target.get(&id);
+            let Some(m) = self.members.get(&id) else {
+                image.push((Key::Member(id.clone()), None));
+                image.push((Key::Target(id.clone()), None));
+                image.push((Key::Current(id), None));
+                continue;
+            };
+            image.push((Key::Member(id.clone()), Some(Value::Member(m.record()))));
+            image.push((
+                Key::Target(id.clone()),
+                target.map(|t| Value::Target(t.clone())),
+            ));
+            image.push((Key::Current(id), Some(Value::Current(m.current(target)))));
+        }
+        let unsure = std::mem::take(&mut self.unsure);
+        let written = &mut self.written;
+        image.retain(|(key, value)| match value {
+            Some(v) if written.get(key) == Some(v) => false,
+            Some(v) => {
+                written.insert(key.clone(), v.clone());
+                true
+            }
+            None => written.remove(key).is_some() || unsure,
+        });
+        image
+    }
+
+    /// The last drain's records may not be in the log (the append failed): the next drain
+    /// writes the whole group again, tombstones included.
+    pub fn forget_written(&mut self) {
+        let members = std::mem::take(&mut self.written)
+            .into_keys()
+            .filter_map(|k| match k {
+                Key::Member(m) | Key::Target(m) | Key::Current(m) => Some(m),
+                _ => None,
+            });
+        self.dirty.extend(members);
+        self.dirty.extend(self.members.keys().cloned());
+        self.rebalanced = true;
+        self.unsure = true;
+    }
+
+    /// Every record the log holds for the group: what deleting it tombstones.
+    pub fn written_keys(&self) -> impl Iterator<Item = &Key> {
+        self.written.keys()
+    }
+
+    /// The group as its records left it. Every member's session starts `now`; it may keep
+    /// heartbeating at its epoch as if the coordinator had not moved.
+    pub fn restore(written: BTreeMap<Key, Value>, now: Instant) -> ConsumerGroup {
+        let mut g = ConsumerGroup::default();
+        let mut records = BTreeMap::new();
+        let mut currents = BTreeMap::new();
+        for (key, value) in &written {
+            match (key, value) {
+                (Key::GroupEpoch, Value::GroupEpoch(e)) => g.epoch = *e,
+                (Key::TargetEpoch, Value::TargetEpoch(e)) => g.assignment_epoch = *e,
+                (Key::Partitions, Value::Partitions(_, topics)) => {
+                    g.sized = (topics.iter())
+                        .map(|(name, id, count)| (name.clone(), (*id, *count)))
+                        .collect();
+                }
+                (Key::Target(m), Value::Target(tps)) => {
+                    g.target.insert(m.clone(), tps.clone());
+                }
+                (Key::Member(m), Value::Member(r)) => {
+                    records.insert(m.clone(), r);
+                }
+                (Key::Current(m), Value::Current(c)) => {
+                    currents.insert(m.clone(), c);
+                }
+                // The decoder pairs every key with its own kind of value.
+                _ => {}
+            }
+        }
+        for (id, r) in records {
+            let away = currents.get(&id).is_some_and(|c| c.epoch == LEAVE_STATIC);
+            let (epoch, previous_epoch, assigned, revoking) = match currents.get(&id) {
+                Some(c) if away => (c.previous_epoch, c.previous_epoch, &c.assigned, &c.revoking),
+                Some(c) => (c.epoch, c.previous_epoch, &c.assigned, &c.revoking),
+                None => (0, 0, &BTreeSet::new(), &BTreeSet::new()),
+            };
+            let member = Member {
+                id: id.clone(),
+                instance_id: r.instance_id.clone(),
+                rack_id: r.rack_id.clone(),
+                client_id: r.client_id.clone(),
+                client_host: r.client_host.clone(),
+                epoch,
+                previous_epoch,
+                rebalance_timeout: Duration::from_millis(r.rebalance_timeout_ms.max(0) as u64),
+                subscribed: r.subscribed.clone(),
+                regex: r.regex.clone(),
+                resolved: None,
+                assigned: assigned.clone(),
+                revoking: revoking.clone(),
+                revoking_since: (!revoking.is_empty()).then_some(now),
+                last_seen: now,
+                away,
+                sent: None,
+            };
+            g.members.insert(id, member);
+        }
+        g.target.retain(|m, _| g.members.contains_key(m));
+        g.written = written;
+        g
+    }
+}
+
+impl Member {
+    fn record(&self) -> MemberRecord {
+        MemberRecord {
+            instance_id: self.instance_id.clone(),
+            rack_id: self.rack_id.clone(),
+            client_id: self.client_id.clone(),
+            client_host: self.client_host.clone(),
+            subscribed: self.subscribed.clone(),
+            regex: self.regex.clone(),
+            rebalance_timeout_ms: self.rebalance_timeout.as_millis().min(i32::MAX as u128) as i32,
+        }
+    }
+
+    /// Its current assignment; a static member away is written at epoch -2 with its own
+    /// epoch as the previous one, to be restored with it.
+    fn current(&self, target: Option<&BTreeSet<Tp>>) -> CurrentRecord {
+        let state = if !self.revoking.is_empty() {
+            1 // UNREVOKED_PARTITIONS
+        } else if target.is_some_and(|t| t != &self.assigned) {
+            2 // UNRELEASED_PARTITIONS
+        } else {
+            0 // STABLE
+        };
+        let (epoch, previous_epoch) = if self.away {
+            (LEAVE_STATIC, self.epoch)
+        } else {
+            (self.epoch, self.previous_epoch)
+        };
+        CurrentRecord {
+            epoch,
+            previous_epoch,
+            state,
+            assigned: self.assigned.clone(),
+            revoking: self.revoking.clone(),
+        }
+    }
+}
+
 /// The topics a member subscribes to: by name, and those whose name matches its regex (among
 /// those it may describe, when an authorizer resolved it).
 fn subscription(m: &Member, topics: &Topics) -> BTreeSet<String> {
@@ -454,26 +651,39 @@ fn assign(
     if members.is_empty() {
         return out;
     }
-    let fair = partitions.len().div_ceil(members.len());
+    // Every member gets `floor` partitions or one more, and only `extra` of them one more:
+    // four partitions over three members are 2, 1, 1, never 2, 2, 0.
+    let floor = partitions.len() / members.len();
+    let mut extra = partitions.len() % members.len();
     let owner: BTreeMap<Tp, &String> = previous
         .iter()
         .flat_map(|(m, tps)| tps.iter().map(move |tp| (*tp, m)))
         .collect();
     let mut rest = Vec::new();
+    // Previous owners keep up to `floor` first, then one more each while extras remain.
+    let mut over = Vec::new();
     for (topic, tp) in partitions {
-        let keep = owner.get(&tp).copied().filter(|m| {
+        let owned_by = owner.get(&tp).copied().filter(|m| {
             subscriptions
                 .get(m.as_str())
                 .is_some_and(|s| s.contains(&topic))
-                && out.get(*m).is_some_and(|a| a.len() < fair)
         });
-        match keep {
-            Some(m) => {
-                if let Some(a) = out.get_mut(m) {
-                    a.insert(tp);
-                }
+        match owned_by.and_then(|m| out.get_mut(m)) {
+            Some(a) if a.len() < floor => {
+                a.insert(tp);
             }
+            Some(_) => over.push((topic, tp)),
             None => rest.push((topic, tp)),
+        }
+    }
+    for (topic, tp) in over {
+        let owned_by = owner.get(&tp).copied();
+        match owned_by.and_then(|m| out.get_mut(m)) {
+            Some(a) if extra > 0 && a.len() == floor => {
+                a.insert(tp);
+                extra -= 1;
+            }
+            _ => rest.push((topic, tp)),
         }
     }
     // The most constrained first (fewest subscribers), so that a topic only some members
@@ -722,6 +932,27 @@ mod tests {
             second.values().all(|s| (2..=3).contains(&s.len())),
             "{second:?}"
         );
+        // Four partitions, two members with two each, a third joins: 2, 1, 1 (a sticky
+        // owner keeping its two would leave the newcomer idle).
+        let t = topics(&[("a", 4)]);
+        let mut members = BTreeMap::new();
+        for id in ["m1", "m2"] {
+            members.insert(id.to_string(), member(id, &["a"]));
+        }
+        let first = assign(&members, &BTreeMap::new(), &t);
+        members.insert("m3".into(), member("m3", &["a"]));
+        let second = assign(&members, &first, &t);
+        let mut sizes: Vec<usize> = second.values().map(BTreeSet::len).collect();
+        sizes.sort();
+        assert_eq!(sizes, vec![1, 1, 2], "{second:?}");
+        assert_eq!(
+            ["m1", "m2"]
+                .iter()
+                .map(|m| first[*m].difference(&second[*m]).count())
+                .sum::<usize>(),
+            1,
+            "one partition moves"
+        );
     }
 
     fn static_hb(id: &str, instance: &str, epoch: i32, subscribe: Option<&[&str]>) -> Heartbeat {
@@ -898,5 +1129,179 @@ mod tests {
             .unwrap();
         assert!(g.epoch > epoch, "a rebalance");
         assert_eq!(again.assignment.map(|s| s.len()), Some(4));
+    }
+
+    /// The log after `records` were appended: latest per key, tombstones delete.
+    fn replay(log: &mut BTreeMap<Key, Value>, records: Vec<(Key, Option<Value>)>) {
+        for (k, v) in records {
+            match v {
+                Some(v) => log.insert(k, v),
+                None => log.remove(&k),
+            };
+        }
+    }
+
+    fn same_state(a: &ConsumerGroup, b: &ConsumerGroup) {
+        assert_eq!(
+            (a.epoch, a.assignment_epoch, &a.target, &a.sized, a.state()),
+            (b.epoch, b.assignment_epoch, &b.target, &b.sized, b.state())
+        );
+        let view = |g: &ConsumerGroup| -> Vec<_> {
+            (g.members.values())
+                .map(|m| {
+                    let m = m.clone();
+                    // An away member's record keeps its epoch only (its previous one is
+                    // of no use to the instance that takes its place).
+                    let previous = (!m.away).then_some(m.previous_epoch);
+                    (
+                        m.id,
+                        m.instance_id,
+                        m.epoch,
+                        previous,
+                        m.assigned,
+                        m.revoking,
+                        m.away,
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(view(a), view(b));
+    }
+
+    #[test]
+    fn the_drained_records_restore_a_group_mid_rebalance_and_it_carries_on() {
+        let t = topics(&[("orders", 6)]);
+        let mut g = ConsumerGroup::default();
+        let mut log = BTreeMap::new();
+        let now = Instant::now();
+        let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
+        let first = g.drain();
+        let keys: Vec<&Key> = first.iter().map(|(k, _)| k).collect();
+        assert!(keys.contains(&&Key::GroupEpoch) && keys.contains(&&Key::Current("a".into())));
+        replay(&mut log, first);
+        // A heartbeat that changes nothing writes nothing.
+        beat(&mut g, &t, now, hb("a", a.member_epoch, None, None));
+        assert_eq!(g.drain(), vec![]);
+        // b joins; a is asked to revoke half: the group is mid-rebalance.
+        let b = beat(
+            &mut g,
+            &t,
+            now,
+            static_hb("b", "app-b", 0, Some(&["orders"])),
+        );
+        let a_owns = a.assignment.clone().unwrap();
+        let a2 = beat(
+            &mut g,
+            &t,
+            now,
+            hb("a", a.member_epoch, None, Some(&a_owns)),
+        );
+        replay(&mut log, g.drain());
+        assert_eq!(g.state(), "Reconciling");
+
+        let mut r = ConsumerGroup::restore(log.clone(), now);
+        same_state(&g, &r);
+        assert_eq!(
+            r.drain(),
+            vec![],
+            "the restored group is what the log holds"
+        );
+        // Both carry on the same way: a confirms its revocation at its epoch, b gets its share.
+        let keep = a2.assignment.unwrap();
+        for group in [&mut g, &mut r] {
+            let a3 = beat(group, &t, now, hb("a", a2.member_epoch, None, Some(&keep)));
+            assert_eq!(a3.member_epoch, group.assignment_epoch);
+            let b2 = beat(
+                group,
+                &t,
+                now,
+                hb("b", b.member_epoch, None, Some(&BTreeSet::new())),
+            );
+            assert_eq!(b2.assignment.map(|s| s.len()), Some(3));
+        }
+        same_state(&g, &r);
+        replay(&mut log, r.drain());
+
+        // A static member away is restored away, and its instance takes its place back.
+        beat(&mut r, &t, now, static_hb("b", "app-b", LEAVE_STATIC, None));
+        replay(&mut log, r.drain());
+        let mut r2 = ConsumerGroup::restore(log.clone(), now);
+        same_state(&r, &r2);
+        assert!(r2.members["b"].away);
+        let epoch = r2.epoch;
+        let back = beat(
+            &mut r2,
+            &t,
+            now,
+            static_hb("b2", "app-b", 0, Some(&["orders"])),
+        );
+        assert_eq!(
+            (r2.epoch, back.assignment.map(|s| s.len())),
+            (epoch, Some(3))
+        );
+
+        // Leaving tombstones the member's records.
+        let a_epoch = r2.members["a"].epoch;
+        beat(&mut r2, &t, now, hb("a", a_epoch, None, None));
+        r2.drain();
+        r2.heartbeat(
+            hb("a", LEAVE, None, None),
+            &t,
+            now,
+            SESSION,
+            || unreachable!(),
+            None,
+        )
+        .unwrap();
+        let gone = r2.drain();
+        for k in [
+            Key::Member("a".into()),
+            Key::Target("a".into()),
+            Key::Current("a".into()),
+        ] {
+            assert!(
+                gone.contains(&(k.clone(), None)),
+                "{k:?} tombstoned: {gone:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn after_a_failed_append_the_next_drain_writes_the_whole_group_again() {
+        let t = topics(&[("orders", 2)]);
+        let mut g = ConsumerGroup::default();
+        let now = Instant::now();
+        beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
+        let b = beat(&mut g, &t, now, hb("b", 0, Some(&["orders"]), None));
+        let everything = g.drain();
+        g.heartbeat(
+            hb("b", b.member_epoch, None, None),
+            &t,
+            now,
+            SESSION,
+            || unreachable!(),
+            None,
+        )
+        .unwrap();
+        g.heartbeat(
+            hb("b", LEAVE, None, None),
+            &t,
+            now,
+            SESSION,
+            || unreachable!(),
+            None,
+        )
+        .unwrap();
+        g.forget_written();
+        let again = g.drain();
+        assert!(
+            again.contains(&(Key::Current("b".into()), None)),
+            "{again:?}"
+        );
+        assert!(again
+            .iter()
+            .any(|(k, v)| *k == Key::Current("a".into()) && v.is_some()));
+        assert!(again.len() >= everything.len() - 1);
+        assert_eq!(g.drain(), vec![]);
     }
 }

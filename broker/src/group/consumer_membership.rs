@@ -1,6 +1,9 @@
 //! Membership under KIP-848's consumer protocol: ConsumerGroupHeartbeat and
 //! ConsumerGroupDescribe drive [`super::consumer`] (the pure state) with the cluster's topics
-//! and the broker's session settings; [`Coordinator::tick`] expires silent members.
+//! and the broker's session settings; [`Coordinator::tick`] expires silent members. Whatever a
+//! heartbeat or an expiry changed is appended to the group's partition of
+//! `__consumer_offsets` ([`super::consumer_store`]) before the member is answered, so the
+//! coordinator that takes the group over next carries on from the same epochs.
 //!
 //! A group id is one protocol's at a time: a consumer heartbeat to a classic group with
 //! members, or a JoinGroup to a consumer group with members, is INCONSISTENT_GROUP_PROTOCOL
@@ -8,8 +11,10 @@
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use super::consumer::{Answer, ConsumerGroup, Heartbeat, Topics};
-use super::Coordinator;
+use super::{consumer_store, persist, Coordinator};
 use crate::error::{ApiError, ErrorCode};
 
 impl Coordinator {
@@ -55,7 +60,10 @@ impl Coordinator {
                 || uuid::Uuid::new_v4().to_string(),
                 may_describe,
             )
-            .map_err(|code| ApiError::new(code, heartbeat_refusal(code)))?;
+            .map_err(|code| ApiError::new(code, heartbeat_refusal(code)));
+        // Even a refused heartbeat may have expired others: their records go too.
+        self.store_consumer(group_id, group)?;
+        let answer = answer?;
         if group.epoch != epoch {
             tracing::info!(
                 group = group_id,
@@ -78,9 +86,35 @@ impl Coordinator {
                 let topics = topics.get_or_insert_with(|| self.topics());
                 if g.expire(now, session, topics) {
                     tracing::info!(group = %id, epoch = g.epoch, "consumer group members expired");
+                    // Logged inside: the members are told at their next heartbeat.
+                    let _ = self.store_consumer(id, g);
                 }
             }
         }
+    }
+
+    /// Appends what changed in the group to its partition of `__consumer_offsets`. When that
+    /// fails the change stands in memory (this coordinator is likely losing the partition)
+    /// and the next change writes the whole group again; the member is told Kafka's error.
+    fn store_consumer(&self, group_id: &str, group: &mut ConsumerGroup) -> Result<(), ApiError> {
+        let changed = group.drain();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<(Bytes, Option<Bytes>)> = changed
+            .iter()
+            .map(|(k, v)| {
+                (
+                    consumer_store::key(group_id, k),
+                    v.as_ref().map(consumer_store::value),
+                )
+            })
+            .collect();
+        self.persist(group_id, &records).map(|_| ()).map_err(|e| {
+            tracing::error!(group = group_id, error = %e, "cannot persist consumer group records");
+            group.forget_written();
+            ApiError::new(persist::store_error(e.code), e.message)
+        })
     }
 
     /// A consumer group's state for ConsumerGroupDescribe; None: not a consumer group here.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use super::state::GroupState;
-use super::{Coordinator, Entry, GroupView};
+use super::{consumer_store, Coordinator, Entry, GroupView};
 use crate::error::ErrorCode;
 
 impl Coordinator {
@@ -33,6 +33,16 @@ impl Coordinator {
         }
         if let Err(e) = self.tombstone(group_id, entry.offsets.keys(), entry.group.is_some()) {
             return e.code;
+        }
+        if let Some(consumer) = &entry.consumer {
+            let records: Vec<_> = (consumer.written_keys())
+                .map(|k| (consumer_store::key(group_id, k), None))
+                .collect();
+            if !records.is_empty() {
+                if let Err(e) = self.persist(group_id, &records) {
+                    return e.code;
+                }
+            }
         }
         groups.remove(group_id);
         ErrorCode::None

@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use super::consumer::ConsumerGroup;
+use super::consumer_store;
 use super::state::Group;
 use super::store::{self, GroupMetadata};
 use super::{validate_group_id, Coordinator, Entry, Offsets};
@@ -23,6 +25,8 @@ const LOAD_WAIT: Duration = Duration::from_secs(5);
 struct Rebuild {
     offsets: HashMap<String, Offsets>,
     metadata: HashMap<String, Option<GroupMetadata>>,
+    /// KIP-848 consumer groups' records, per group.
+    consumer: HashMap<String, BTreeMap<consumer_store::Key, consumer_store::Value>>,
     /// Records of transactions whose markers are not read yet, per producer id.
     pending: HashMap<i64, Vec<store::Entry>>,
 }
@@ -44,6 +48,13 @@ impl Rebuild {
             }
             store::Entry::Group { group, value } => {
                 self.metadata.insert(group, value);
+            }
+            store::Entry::Consumer { group, key, value } => {
+                let records = self.consumer.entry(group).or_default();
+                match value {
+                    Some(v) => records.insert(key, v),
+                    None => records.remove(&key),
+                };
             }
             store::Entry::Other => {}
         }
@@ -92,6 +103,19 @@ impl Rebuild {
                 wall_ms
             };
             entry.group = Some(Group::from_metadata(&id, record, now));
+        }
+        for (id, records) in self.consumer {
+            // A group's epoch record is its first and its tombstone its last: without one
+            // there is no group (deleted, or only some of its records compacted away).
+            if !records.contains_key(&consumer_store::Key::GroupEpoch) {
+                continue;
+            }
+            let group = ConsumerGroup::restore(records, now);
+            let entry = table.entry(id).or_default();
+            if !group.is_empty() {
+                entry.last_active_ms = wall_ms;
+            }
+            entry.consumer = Some(group);
         }
         // Transactions still open: their offsets wait for the marker.
         for (producer_id, entries) in pending {
@@ -269,7 +293,10 @@ impl Coordinator {
                     let table = rebuild.finish(Instant::now(), self.node.clock.now_ms());
                     let stable = table
                         .values()
-                        .filter(|e| e.group.as_ref().is_some_and(|g| !g.is_empty()))
+                        .filter(|e| {
+                            e.group.as_ref().is_some_and(|g| !g.is_empty())
+                                || e.consumer.as_ref().is_some_and(|g| !g.is_empty())
+                        })
                         .count();
                     let groups = table.len();
                     self.lock().extend(table);

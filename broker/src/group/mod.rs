@@ -4,7 +4,8 @@
 //! - [`state`] — one group's membership state machine (pure);
 //! - [`consumer`] — a KIP-848 consumer group: epochs, the server-side assignor and each
 //!   member's reconciliation (pure); [`consumer_membership`] drives it;
-//! - [`store`] — the `__consumer_offsets` record format;
+//! - [`store`] — the `__consumer_offsets` record format; [`consumer_store`] — a KIP-848
+//!   group's records in it; [`wire`] — Kafka's message encoding both use;
 //! - [`load`] — following the leadership of `__consumer_offsets`: loading a partition's groups
 //!   when it arrives, dropping them when it leaves, and the coordinator check;
 //! - [`persist`] — appending group and offset records to the group's partition;
@@ -21,7 +22,9 @@
 //! group's metadata (GroupMetadata: generation, protocol, leader, members with their
 //! subscriptions and assignments), appended when a generation completes (before the leader's
 //! SyncGroup is answered), when the group becomes empty, when a static member is replaced, and
-//! as a tombstone when the group is deleted.
+//! as a tombstone when the group is deleted. A KIP-848 consumer group writes Kafka's records
+//! for its epoch, members, target and current assignments whenever a heartbeat or an expiry
+//! changes them, before the member is answered.
 //!
 //! Invariants:
 //! - This broker coordinates exactly the groups of the `__consumer_offsets` partitions it
@@ -32,13 +35,14 @@
 //! - A partition's groups are rebuilt from its whole log when leadership arrives (start-up,
 //!   failover, restart) and dropped from memory when it leaves, so a stable group survives
 //!   clean restarts, `kill -9` and coordinator moves alike: its members carry on heartbeating
-//!   with their member ids and generation, and those that never come back expire after their
-//!   session timeout, which rebalances the rest.
+//!   with their member ids and generation (or member epoch), and those that never come back
+//!   expire after their session timeout, which rebalances the rest.
 //! - A committed offset is visible (OffsetFetch, lag) only once the commit is acknowledged,
 //!   that is once the ISR holds it; a commit that times out is not applied.
 
 pub mod consumer;
 mod consumer_membership;
+mod consumer_store;
 pub mod lag;
 mod listing;
 mod load;
@@ -48,6 +52,7 @@ mod persist;
 pub mod state;
 pub mod store;
 mod txn_offsets;
+mod wire;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

@@ -7,6 +7,9 @@
 //!   subscription and assignment). Values v0–v4 are read (v4 is Kafka's first flexible
 //!   version); v3 is written, as Kafka does.
 //!
+//! - a KIP-848 consumer group's epochs, members and assignments: key versions 3–8, laid out
+//!   in [`super::consumer_store`]. Later key versions (share and streams groups) are skipped.
+//!
 //! A record with a null value is a tombstone (offset or group deleted). Every integer is
 //! big-endian; strings are an i16 length and UTF-8 bytes (-1: null), byte arrays an i32 length.
 //!
@@ -15,6 +18,9 @@
 //! ahead of it.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use super::consumer_store;
+use super::wire::Reader;
 
 pub const TOPIC: &str = "__consumer_offsets";
 pub const PARTITIONS: usize = 50;
@@ -77,8 +83,14 @@ pub enum Entry {
         group: String,
         value: Option<GroupMetadata>,
     },
-    /// Key versions above 2 (Kafka's records for the KIP-848 consumer protocol, share groups):
-    /// not interpreted.
+    /// A record of a KIP-848 consumer group (key versions 3–8, [`super::consumer_store`]);
+    /// `value: None` is a tombstone.
+    Consumer {
+        group: String,
+        key: consumer_store::Key,
+        value: Option<consumer_store::Value>,
+    },
+    /// Key versions above 8 (Kafka's records for share and streams groups): not interpreted.
     Other,
 }
 
@@ -207,7 +219,11 @@ pub fn decode(key: Option<Bytes>, value: Option<Bytes>) -> Option<Entry> {
             };
             Some(Entry::Group { group, value })
         }
-        v if v > GROUP_KEY_VERSION => Some(Entry::Other),
+        v @ 3..=8 => {
+            let (group, key, value) = consumer_store::decode(v, key, value)?;
+            Some(Entry::Consumer { group, key, value })
+        }
+        v if v > 8 => Some(Entry::Other),
         _ => None,
     }
 }
@@ -259,90 +275,6 @@ fn decode_offset(mut key: Bytes, value: Option<Bytes>) -> Option<Entry> {
     })
 }
 
-/// Reads Kafka's generated-message encoding: classic (i16 string and i32 bytes/array lengths)
-/// or, for flexible versions, compact (unsigned varint length + 1) with tagged fields.
-struct Reader {
-    buf: Bytes,
-    flexible: bool,
-}
-
-impl Reader {
-    fn i16(&mut self) -> Option<i16> {
-        (self.buf.remaining() >= 2).then(|| self.buf.get_i16())
-    }
-
-    fn i32(&mut self) -> Option<i32> {
-        (self.buf.remaining() >= 4).then(|| self.buf.get_i32())
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        (self.buf.remaining() >= 8).then(|| self.buf.get_i64())
-    }
-
-    fn uvarint(&mut self) -> Option<u32> {
-        let mut v: u32 = 0;
-        for shift in (0..35).step_by(7) {
-            if !self.buf.has_remaining() {
-                return None;
-            }
-            let b = self.buf.get_u8();
-            v |= u32::from(b & 0x7f).checked_shl(shift)?;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-
-    /// Length of a string (`wide`: of bytes or an array); `Some(None)` for null.
-    fn len(&mut self, wide: bool) -> Option<Option<usize>> {
-        let n = if self.flexible {
-            i64::from(self.uvarint()?) - 1
-        } else if wide {
-            i64::from(self.i32()?)
-        } else {
-            i64::from(self.i16()?)
-        };
-        Some(usize::try_from(n).ok())
-    }
-
-    fn take(&mut self, n: usize) -> Option<Bytes> {
-        (self.buf.remaining() >= n).then(|| self.buf.split_to(n))
-    }
-
-    fn nullable_string(&mut self) -> Option<Option<String>> {
-        match self.len(false)? {
-            None => Some(None),
-            Some(n) => Some(Some(String::from_utf8(self.take(n)?.to_vec()).ok()?)),
-        }
-    }
-
-    fn string(&mut self) -> Option<String> {
-        self.nullable_string()?
-    }
-
-    fn bytes(&mut self) -> Option<Bytes> {
-        let n = self.len(true)??;
-        self.take(n)
-    }
-
-    fn array_len(&mut self) -> Option<usize> {
-        self.len(true)?
-    }
-
-    /// Skips a tagged-field section (flexible versions only).
-    fn tagged_fields(&mut self) -> Option<()> {
-        if self.flexible {
-            for _ in 0..self.uvarint()? {
-                self.uvarint()?;
-                let size = self.uvarint()? as usize;
-                self.take(size)?;
-            }
-        }
-        Some(())
-    }
-}
-
 /// GroupMetadataValue v0–v4. Fields a version lacks get Kafka's defaults: the rebalance timeout
 /// is the session timeout (v0), the state timestamp -1 (v0–1), no instance id (v0–2).
 fn decode_group_value(mut v: Bytes) -> Option<GroupMetadata> {
@@ -353,17 +285,15 @@ fn decode_group_value(mut v: Bytes) -> Option<GroupMetadata> {
     if !(0..=GROUP_VALUE_MAX_VERSION).contains(&version) {
         return None;
     }
-    let mut r = Reader {
-        buf: v,
-        flexible: version >= 4,
-    };
+    let mut r = Reader::classic(v);
+    r.flexible = version >= 4;
     let protocol_type = r.string()?;
     let generation = r.i32()?;
     let protocol = r.nullable_string()?;
     let leader = r.nullable_string()?;
     let current_state_timestamp = if version >= 2 { r.i64()? } else { -1 };
     let count = r.array_len()?;
-    let mut members = Vec::with_capacity(count.min(r.buf.remaining() / 16));
+    let mut members = Vec::with_capacity(count.min(r.remaining() / 16));
     for _ in 0..count {
         let member_id = r.string()?;
         let group_instance_id = if version >= 3 {
@@ -627,8 +557,9 @@ mod tests {
 
     #[test]
     fn newer_record_types_are_skipped_and_bad_keys_are_malformed() {
+        // A share group's metadata (key version 11): skipped.
         let mut k = BytesMut::new();
-        k.put_i16(3);
+        k.put_i16(11);
         put_str(&mut k, "g");
         assert_eq!(
             decode(Some(k.freeze()), Some(Bytes::new())),
