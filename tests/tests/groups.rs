@@ -1603,6 +1603,10 @@ fn a_consumer_protocol_group_carries_on_after_its_coordinator_is_killed_without_
     let mut broker = Broker::start(opts);
     let topic = unique_topic("kip848-failover");
     broker.create_topic(&topic, 4, &[]).unwrap();
+    // A topic nobody subscribes to: none of its partitions may be assigned.
+    broker
+        .create_topic(&unique_topic("kip848-unsubscribed"), 4, &[])
+        .unwrap();
     let group = unique_group("kip848-failover");
     let describe = |broker: &Broker| -> Option<DescribedGroup> {
         let mut conn = KafkaConn::connect(&broker.kafka_addr).ok()?;

@@ -424,6 +424,85 @@ fn the_group_coordinator_moves_with_its_offsets_partition_and_keeps_every_acknow
     assert_eq!(committed_total(&mut cluster, &group, &topic, 3), Some(900));
 }
 
+/// KIP-848: a consumer-protocol group's records replicate with `__consumer_offsets`; when
+/// its coordinator is killed, the new leader of the partition restores the group at the same
+/// epochs and the librdkafka member carries on without a rebalance, reading every record once.
+#[test]
+fn a_consumer_protocol_group_moves_with_its_coordinator_without_a_rebalance() {
+    use kafka_protocol::messages::{ConsumerGroupDescribeRequest, GroupId};
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let mut cluster = Cluster::start(3, 3, FAST);
+    cluster.wait_controller();
+    let topic = unique_topic("kip848-coord");
+    cluster.create_replicated_topic(
+        &topic,
+        3,
+        TopicReplication::Fixed(3),
+        &[("min.insync.replicas", "2")],
+    );
+    let producer = TrackingProducer::new(&cluster.producer_config());
+    let produce = |from: usize, to: usize| {
+        for i in from..to {
+            let key = format!("k{i}");
+            producer.send(i, &topic, None, key.as_bytes(), key.as_bytes(), &[], None);
+        }
+        producer.flush(Duration::from_secs(60));
+        producer.all_delivered(to);
+    };
+    produce(0, 300);
+    let group = unique_topic("kip848-coord-group");
+    let mut cfg = cluster.consumer_config();
+    cfg.set("group.id", &group)
+        .set("group.protocol", "consumer")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest");
+    let consumer: BaseConsumer = cfg.create().expect("consumer");
+    consumer.subscribe(&[&topic]).expect("subscribe");
+    let mut keys = BTreeSet::new();
+    let read = |n: usize, keys: &mut BTreeSet<Vec<u8>>| {
+        wait_for("records read", CLUSTER_TIMEOUT, || {
+            while let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
+                assert!(keys.insert(m.key().expect("key").to_vec()), "read twice");
+            }
+            keys.len() >= n
+        });
+    };
+    read(300, &mut keys);
+    let describe = |cluster: &mut Cluster, node: u64| {
+        let mut conn = KafkaConn::connect(&cluster.node(node).kafka_addr).ok()?;
+        let request = ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(group.clone().into())]);
+        let g = conn.request(1, &request).ok()?.groups.into_iter().next()?;
+        let member = g.members.first()?;
+        (g.error_code == 0).then(|| {
+            (
+                g.group_epoch,
+                member.member_id.to_string(),
+                member.member_epoch,
+            )
+        })
+    };
+    let old = find_coordinator(&mut cluster, 1, &group, None);
+    let before = describe(&mut cluster, old).expect("described");
+
+    cluster.node(old).kill9();
+    let via = (1..=3).find(|n| *n != old).unwrap();
+    let after = wait_for_some("the group at its new coordinator", CLUSTER_TIMEOUT, || {
+        let new = find_coordinator(&mut cluster, via, &group, Some(old));
+        describe(&mut cluster, new)
+    });
+    assert_eq!(after, before, "restored at the same epochs");
+    produce(300, 600);
+    read(600, &mut keys);
+    let new = find_coordinator(&mut cluster, via, &group, Some(old));
+    assert_eq!(
+        describe(&mut cluster, new),
+        Some(before),
+        "no rebalance: the member carried on at its epoch"
+    );
+}
+
 #[test]
 fn pipelined_acks_all_produces_on_one_connection_are_appended_and_answered_in_order() {
     let mut cluster = Cluster::start(3, 3, FAST);

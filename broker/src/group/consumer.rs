@@ -214,9 +214,12 @@ impl ConsumerGroup {
                 changed |= names != m.subscribed;
                 m.subscribed = names;
             }
-            if hb.subscribed_topic_regex.is_some() && hb.subscribed_topic_regex != m.regex {
-                m.regex = hb.subscribed_topic_regex.clone();
-                changed = true;
+            if let Some(re) = &hb.subscribed_topic_regex {
+                // An empty regex is none, as Kafka reads it (librdkafka sends "" when it
+                // subscribes by name).
+                let re = (!re.is_empty()).then(|| re.clone());
+                changed |= re != m.regex;
+                m.regex = re;
             }
             if let Some(may_describe) = may_describe {
                 let resolved = (m.regex.as_deref())
@@ -333,7 +336,7 @@ impl ConsumerGroup {
                 previous_epoch: 0,
                 rebalance_timeout: Duration::from_millis(hb.rebalance_timeout_ms.max(0) as u64),
                 subscribed,
-                regex: hb.subscribed_topic_regex.clone(),
+                regex: hb.subscribed_topic_regex.clone().filter(|r| !r.is_empty()),
                 resolved: None,
                 assigned: BTreeSet::new(),
                 revoking: BTreeSet::new(),
@@ -1089,6 +1092,22 @@ mod tests {
             static_hb("a2", "app-a", 0, Some(&["orders"])),
         );
         assert!(back.member_epoch > a.member_epoch);
+    }
+
+    #[test]
+    fn an_empty_regex_is_no_regex() {
+        let t = topics(&[("orders", 2), ("users", 2)]);
+        let mut g = ConsumerGroup::default();
+        let join = Heartbeat {
+            subscribed_topic_regex: Some(String::new()),
+            ..hb("a", 0, Some(&["orders"]), None)
+        };
+        let a = beat(&mut g, &t, Instant::now(), join);
+        let orders = t["orders"].0;
+        let got = a.assignment.unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(got.iter().all(|(id, _)| *id == orders), "{got:?}");
+        assert_eq!(g.members["a"].regex, None);
     }
 
     #[test]

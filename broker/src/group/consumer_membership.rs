@@ -2,13 +2,15 @@
 //! ConsumerGroupDescribe drive [`super::consumer`] (the pure state) with the cluster's topics
 //! and the broker's session settings; [`Coordinator::tick`] expires silent members. Whatever a
 //! heartbeat or an expiry changed is appended to the group's partition of
-//! `__consumer_offsets` ([`super::consumer_store`]) before the member is answered, so the
-//! coordinator that takes the group over next carries on from the same epochs.
+//! `__consumer_offsets` ([`super::consumer_store`]), and the member is answered once the ISR
+//! holds it ([`Appended::committed`]), so the coordinator that takes the group over next (the
+//! new leader of that partition, from the ISR) carries on from the same epochs.
 //!
 //! A group id is one protocol's at a time: a consumer heartbeat to a classic group with
 //! members, or a JoinGroup to a consumer group with members, is INCONSISTENT_GROUP_PROTOCOL
 //! (Kafka 4.0 can migrate a group online between the two; Strata cannot yet).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -16,6 +18,10 @@ use bytes::Bytes;
 use super::consumer::{Answer, ConsumerGroup, Heartbeat, Topics};
 use super::{consumer_store, persist, Coordinator};
 use crate::error::{ApiError, ErrorCode};
+use crate::partition::Partition;
+
+/// How long a heartbeat's records may take to reach the ISR: as an offset commit's.
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Coordinator {
     /// Every topic's id and partition count, as subscriptions resolve against them.
@@ -33,12 +39,13 @@ impl Coordinator {
     }
 
     /// One ConsumerGroupHeartbeat; `may_describe` as [`ConsumerGroup::heartbeat`] takes it.
+    /// The answer is to be sent once what it appended is committed.
     pub fn consumer_heartbeat(
         &self,
         group_id: &str,
         hb: Heartbeat,
         may_describe: Option<&dyn Fn(&str) -> bool>,
-    ) -> Result<Answer, ApiError> {
+    ) -> Result<(Answer, Option<Appended>), ApiError> {
         let topics = self.topics();
         let session = self.consumer_session();
         let mut groups = self.lock();
@@ -62,7 +69,7 @@ impl Coordinator {
             )
             .map_err(|code| ApiError::new(code, heartbeat_refusal(code)));
         // Even a refused heartbeat may have expired others: their records go too.
-        self.store_consumer(group_id, group)?;
+        let appended = self.store_consumer(group_id, group)?;
         let answer = answer?;
         if group.epoch != epoch {
             tracing::info!(
@@ -73,7 +80,7 @@ impl Coordinator {
             );
         }
         entry.last_active_ms = self.node.clock.now_ms();
-        Ok(answer)
+        Ok((answer, appended))
     }
 
     /// Consumer groups' silent members leave (called from [`Coordinator::tick`]).
@@ -96,10 +103,14 @@ impl Coordinator {
     /// Appends what changed in the group to its partition of `__consumer_offsets`. When that
     /// fails the change stands in memory (this coordinator is likely losing the partition)
     /// and the next change writes the whole group again; the member is told Kafka's error.
-    fn store_consumer(&self, group_id: &str, group: &mut ConsumerGroup) -> Result<(), ApiError> {
+    fn store_consumer(
+        &self,
+        group_id: &str,
+        group: &mut ConsumerGroup,
+    ) -> Result<Option<Appended>, ApiError> {
         let changed = group.drain();
         if changed.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let records: Vec<(Bytes, Option<Bytes>)> = changed
             .iter()
@@ -110,11 +121,18 @@ impl Coordinator {
                 )
             })
             .collect();
-        self.persist(group_id, &records).map(|_| ()).map_err(|e| {
-            tracing::error!(group = group_id, error = %e, "cannot persist consumer group records");
-            group.forget_written();
-            ApiError::new(persist::store_error(e.code), e.message)
-        })
+        match self.persist(group_id, &records) {
+            Ok((partition, leader_epoch, last_offset)) => Ok(Some(Appended {
+                partition,
+                leader_epoch,
+                last_offset,
+            })),
+            Err(e) => {
+                tracing::error!(group = group_id, error = %e, "cannot persist consumer group records");
+                group.forget_written();
+                Err(ApiError::new(persist::store_error(e.code), e.message))
+            }
+        }
     }
 
     /// A consumer group's state for ConsumerGroupDescribe; None: not a consumer group here.
@@ -127,6 +145,28 @@ impl Coordinator {
             .get(group_id)
             .and_then(|e| e.consumer.as_ref())
             .map(view)
+    }
+}
+
+/// A consumer group's records appended for a heartbeat.
+pub struct Appended {
+    partition: Arc<Partition>,
+    leader_epoch: i32,
+    last_offset: i64,
+}
+
+impl Appended {
+    /// Waits until the ISR holds the records: only then may the member act on its answer.
+    pub async fn committed(self) -> Result<(), ApiError> {
+        self.partition
+            .wait_committed(self.last_offset, self.leader_epoch, COMMIT_TIMEOUT)
+            .await
+            .map_err(|code| {
+                ApiError::new(
+                    persist::store_error(code),
+                    "the group's records did not reach the in-sync replicas in time",
+                )
+            })
     }
 }
 

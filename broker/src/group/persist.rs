@@ -15,8 +15,11 @@ use crate::partition::Partition;
 /// (`appendGroupMetadataErrorToResponseError`).
 pub(super) fn store_error(code: ErrorCode) -> ErrorCode {
     match code {
-        ErrorCode::UnknownTopicOrPartition => ErrorCode::CoordinatorNotAvailable,
-        ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
+        ErrorCode::UnknownTopicOrPartition
+        | ErrorCode::NotEnoughReplicas
+        | ErrorCode::NotEnoughReplicasAfterAppend
+        | ErrorCode::RequestTimedOut => ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::NotLeaderOrFollower | ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
         ErrorCode::MessageTooLarge | ErrorCode::RecordListTooLarge => ErrorCode::UnknownServerError,
         c => c,
     }

@@ -93,13 +93,16 @@ async fn beat(
     };
     // With an authorizer, a regex resolves to the topics the member may describe.
     let may_describe = |t: &str| access.sees(AclOperation::Describe, ResourceType::Topic, t);
-    let answer = broker.groups.consumer_heartbeat(
+    let (answer, appended) = broker.groups.consumer_heartbeat(
         &group_id,
         hb,
         access
             .enforcing()
             .then_some(&may_describe as &dyn Fn(&str) -> bool),
     )?;
+    if let Some(appended) = appended {
+        appended.committed().await?;
+    }
     let assignment = answer.assignment.map(|tps| {
         let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
         for (topic, p) in tps {
