@@ -1710,3 +1710,67 @@ fn a_consumer_protocol_group_carries_on_after_its_coordinator_is_killed_without_
     });
     assert_eq!(gone.error_code, 69, "GROUP_ID_NOT_FOUND: {gone:?}");
 }
+
+/// ConsumerGroupHeartbeat's refusals, raw: Kafka's error codes, and a refused heartbeat
+/// leaves no group behind; a join with a client-chosen member id (KIP-1082) is taken.
+#[test]
+fn consumer_group_heartbeats_out_of_turn_get_kafka_errors_and_create_nothing() {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    use kafka_protocol::messages::{
+        ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, GroupId, ListGroupsRequest,
+        TopicName,
+    };
+    let broker = Broker::start_default();
+    let topic = unique_topic("kip848-raw");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let group = unique_group("kip848-raw");
+    let beat = |conn: &mut KafkaConn, member: &str, epoch: i32, join: bool, regex: Option<&str>| {
+        let mut req = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(group.clone().into()))
+            .with_member_id(member.to_string().into())
+            .with_member_epoch(epoch)
+            .with_subscribed_topic_regex(regex.map(|r| r.to_string().into()));
+        if join {
+            req = req
+                .with_rebalance_timeout_ms(30_000)
+                .with_subscribed_topic_names(Some(vec![TopicName(topic.clone().into())]))
+                .with_topic_partitions(Some(Vec::<TopicPartitions>::new()));
+        }
+        let r = conn.request(1, &req).unwrap();
+        (r.error_code, r.member_epoch)
+    };
+    let described = |conn: &mut KafkaConn| {
+        let request = ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(group.clone().into())]);
+        conn.request(0, &request).unwrap().groups[0].error_code
+    };
+    let listed = |conn: &mut KafkaConn| {
+        let r = conn.request(4, &ListGroupsRequest::default()).unwrap();
+        r.groups.iter().any(|g| g.group_id.0.as_str() == group)
+    };
+    // A heartbeat at an epoch, to a group that does not exist: UNKNOWN_MEMBER_ID, no group.
+    assert_eq!(beat(&mut conn, "ghost", 5, false, None).0, 25);
+    assert_eq!(described(&mut conn), 69, "GROUP_ID_NOT_FOUND");
+    assert!(!listed(&mut conn));
+    // Joining without a subscription, or with a bad regex: INVALID_REQUEST, INVALID_REGULAR_EXPRESSION.
+    assert_eq!(beat(&mut conn, "m", 0, false, None).0, 42);
+    assert_eq!(beat(&mut conn, "m", 0, true, Some("(")).0, 128);
+    assert_eq!(described(&mut conn), 69);
+    // A member joins under its own id; a wrong epoch is fenced, a strange one invalid.
+    let (code, epoch) = beat(&mut conn, "client-chosen-id", 0, true, None);
+    assert_eq!((code, epoch), (0, 1));
+    assert_eq!(
+        beat(&mut conn, "client-chosen-id", epoch + 5, false, None).0,
+        110
+    );
+    assert_eq!(beat(&mut conn, "client-chosen-id", -7, false, None).0, 42);
+    assert_eq!(beat(&mut conn, "stranger", epoch, false, None).0, 25);
+    assert_eq!(
+        beat(&mut conn, "client-chosen-id", epoch, false, None),
+        (0, epoch)
+    );
+    assert_eq!(described(&mut conn), 0);
+    // It leaves: the group stays, empty.
+    assert_eq!(beat(&mut conn, "client-chosen-id", -1, false, None).0, 0);
+}

@@ -49,6 +49,14 @@ impl Coordinator {
         let topics = self.topics();
         let session = self.consumer_session();
         let mut groups = self.lock();
+        // Only a joining member (epoch 0) makes a group: a refused heartbeat leaves no
+        // empty group behind for ListGroups and ConsumerGroupDescribe to show.
+        if hb.member_epoch != 0 && groups.get(group_id).is_none_or(|e| e.consumer.is_none()) {
+            return Err(ApiError::new(
+                ErrorCode::UnknownMemberId,
+                heartbeat_refusal(ErrorCode::UnknownMemberId),
+            ));
+        }
         let entry = groups.entry(group_id.to_string()).or_default();
         if entry.group.as_ref().is_some_and(|g| !g.is_empty()) {
             return Err(ApiError::new(
