@@ -1263,15 +1263,7 @@ mod tests {
         let a_epoch = r2.members["a"].epoch;
         beat(&mut r2, &t, now, hb("a", a_epoch, None, None));
         r2.drain();
-        r2.heartbeat(
-            hb("a", LEAVE, None, None),
-            &t,
-            now,
-            SESSION,
-            || unreachable!(),
-            None,
-        )
-        .unwrap();
+        beat(&mut r2, &t, now, hb("a", LEAVE, None, None));
         let gone = r2.drain();
         for k in [
             Key::Member("a".into()),
@@ -1293,24 +1285,8 @@ mod tests {
         beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
         let b = beat(&mut g, &t, now, hb("b", 0, Some(&["orders"]), None));
         let everything = g.drain();
-        g.heartbeat(
-            hb("b", b.member_epoch, None, None),
-            &t,
-            now,
-            SESSION,
-            || unreachable!(),
-            None,
-        )
-        .unwrap();
-        g.heartbeat(
-            hb("b", LEAVE, None, None),
-            &t,
-            now,
-            SESSION,
-            || unreachable!(),
-            None,
-        )
-        .unwrap();
+        beat(&mut g, &t, now, hb("b", b.member_epoch, None, None));
+        beat(&mut g, &t, now, hb("b", LEAVE, None, None));
         g.forget_written();
         let again = g.drain();
         assert!(

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use bytes::{BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
-use super::wire::{Reader, Writer};
+use super::wire::{put_str, Reader, Writer};
 
 /// A partition by topic id.
 type Tp = (Uuid, i32);
@@ -81,11 +81,6 @@ pub enum Value {
     Current(CurrentRecord),
 }
 
-fn put_str(b: &mut BytesMut, s: &str) {
-    b.put_i16(s.len() as i16);
-    b.put_slice(s.as_bytes());
-}
-
 /// The record key of `key` in group `group`.
 pub fn key(group: &str, key: &Key) -> Bytes {
     let mut b = BytesMut::with_capacity(8 + group.len());
@@ -135,17 +130,37 @@ pub fn value(value: &Value) -> Bytes {
             w.0.put_i32(m.rebalance_timeout_ms);
             w.nullable(None); // no client-chosen server assignor
         }
-        Value::Target(tps) => w.partitions(tps),
+        Value::Target(tps) => put_partitions(&mut w, tps),
         Value::Current(c) => {
             w.0.put_i32(c.epoch);
             w.0.put_i32(c.previous_epoch);
             w.0.put_i8(c.state);
-            w.partitions(&c.assigned);
-            w.partitions(&c.revoking);
+            put_partitions(&mut w, &c.assigned);
+            put_partitions(&mut w, &c.revoking);
         }
     }
     w.no_tags();
     w.0.freeze()
+}
+
+/// `[]TopicPartitions`: per topic id its partitions.
+fn put_partitions(w: &mut Writer, tps: &BTreeSet<Tp>) {
+    let mut topics: Vec<(Uuid, Vec<i32>)> = Vec::new();
+    for (t, p) in tps {
+        match topics.last_mut() {
+            Some((last, ps)) if last == t => ps.push(*p),
+            _ => topics.push((*t, vec![*p])),
+        }
+    }
+    w.len(topics.len());
+    for (t, ps) in topics {
+        w.0.put_slice(t.as_bytes());
+        w.len(ps.len());
+        for p in ps {
+            w.0.put_i32(p);
+        }
+        w.no_tags();
+    }
 }
 
 /// Decodes the rest of a key of `version` (3–8) and its value: the group, the record and its
@@ -261,6 +276,13 @@ mod tests {
             .collect()
     }
 
+    /// A key's version, and the rest that [`decode`] takes.
+    fn split_key(k: &Key) -> (i16, Bytes) {
+        let mut b = key("g", k);
+        let rest = b.split_off(2);
+        (i16::from_be_bytes([b[0], b[1]]), rest)
+    }
+
     fn every_record() -> Vec<(Key, Value)> {
         vec![
             (Key::GroupEpoch, Value::GroupEpoch(7)),
@@ -301,9 +323,7 @@ mod tests {
     #[test]
     fn every_record_round_trips_and_tombstones_decode_as_deletes() {
         for (k, v) in every_record() {
-            let mut key_bytes = key("g", &k);
-            let version = i16::from_be_bytes([key_bytes[0], key_bytes[1]]);
-            let rest = key_bytes.split_off(2);
+            let (version, rest) = split_key(&k);
             let decoded = decode(version, rest.clone(), Some(value(&v)));
             assert_eq!(decoded, Some(("g".to_string(), k.clone(), Some(v))));
             assert_eq!(decode(version, rest, None), Some(("g".into(), k, None)));
@@ -333,9 +353,7 @@ mod tests {
     #[test]
     fn truncated_oversized_and_unknown_values_are_malformed() {
         for (k, v) in every_record() {
-            let mut key_bytes = key("g", &k);
-            let version = i16::from_be_bytes([key_bytes[0], key_bytes[1]]);
-            let rest = key_bytes.split_off(2);
+            let (version, rest) = split_key(&k);
             let full = value(&v);
             for cut in 0..full.len() {
                 assert_eq!(decode(version, rest.clone(), Some(full.slice(..cut))), None);
@@ -348,8 +366,8 @@ mod tests {
         let mut huge = BytesMut::new();
         huge.put_i16(0);
         huge.put_slice(&[0xff, 0xff, 0xff, 0x7f]);
-        let target_key = key("g", &Key::Target("m".into())).split_off(2);
-        assert_eq!(decode(TARGET, target_key, Some(huge.freeze())), None);
+        let (version, target_key) = split_key(&Key::Target("m".into()));
+        assert_eq!(decode(version, target_key, Some(huge.freeze())), None);
         // A member record's key without its member id.
         assert_eq!(
             decode(CURRENT, Bytes::from_static(&[0, 1, b'g']), None),

@@ -20,7 +20,7 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::consumer_store;
-use super::wire::Reader;
+use super::wire::{put_str, Reader};
 
 pub const TOPIC: &str = "__consumer_offsets";
 pub const PARTITIONS: usize = 50;
@@ -108,11 +108,6 @@ pub fn partition_of(key: &str, partitions: usize) -> i32 {
         .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32));
     let abs = if h == i32::MIN { 0 } else { h.abs() };
     abs % partitions as i32
-}
-
-fn put_str(b: &mut BytesMut, s: &str) {
-    b.put_i16(s.len() as i16);
-    b.put_slice(s.as_bytes());
 }
 
 fn get_str(b: &mut Bytes) -> Option<String> {

@@ -2,10 +2,7 @@
 //! (i16 string and i32 bytes/array lengths) and flexible (compact lengths, tagged fields).
 //! The reader never trusts a declared length beyond the bytes present.
 
-use std::collections::BTreeSet;
-
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use uuid::Uuid;
 
 /// Reads Kafka's generated-message encoding: classic (i16 string and i32 bytes/array lengths)
 /// or, for flexible versions, compact (unsigned varint length + 1) with tagged fields.
@@ -112,6 +109,12 @@ impl Reader {
     }
 }
 
+/// A classic (non-flexible) string: an i16 length and the bytes.
+pub(super) fn put_str(b: &mut BytesMut, s: &str) {
+    b.put_i16(s.len() as i16);
+    b.put_slice(s.as_bytes());
+}
+
 /// Kafka's flexible (compact) encoding.
 pub(super) struct Writer(pub(super) BytesMut);
 
@@ -142,25 +145,5 @@ impl Writer {
 
     pub(super) fn no_tags(&mut self) {
         self.uvarint(0);
-    }
-
-    /// `[]TopicPartitions`: per topic id its partitions.
-    pub(super) fn partitions(&mut self, tps: &BTreeSet<(Uuid, i32)>) {
-        let mut topics: Vec<(Uuid, Vec<i32>)> = Vec::new();
-        for (t, p) in tps {
-            match topics.last_mut() {
-                Some((last, ps)) if last == t => ps.push(*p),
-                _ => topics.push((*t, vec![*p])),
-            }
-        }
-        self.len(topics.len());
-        for (t, ps) in topics {
-            self.0.put_slice(t.as_bytes());
-            self.len(ps.len());
-            for p in ps {
-                self.0.put_i32(p);
-            }
-            self.no_tags();
-        }
     }
 }
