@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use regex::Regex;
 use uuid::Uuid;
 
 use super::consumer_store::{CurrentRecord, Key, MemberRecord, Value};
@@ -46,7 +47,8 @@ pub struct Member {
     previous_epoch: i32,
     rebalance_timeout: Duration,
     pub subscribed: BTreeSet<String>,
-    pub regex: Option<String>,
+    /// Its subscription regex, compiled once when it changes (`as_str` is the pattern).
+    pub regex: Option<Regex>,
     /// The topics its regex resolved to among those it may DESCRIBE, as of its last
     /// heartbeat (None: no authorizer, the regex is matched against every topic).
     resolved: Option<BTreeSet<String>>,
@@ -215,21 +217,18 @@ impl ConsumerGroup {
                 m.subscribed = names;
             }
             if let Some(re) = &hb.subscribed_topic_regex {
-                // An empty regex is none, as Kafka reads it (librdkafka sends "" when it
-                // subscribes by name).
-                let re = (!re.is_empty()).then(|| re.clone());
-                changed |= re != m.regex;
-                m.regex = re;
+                if re != m.regex.as_ref().map_or("", Regex::as_str) {
+                    m.regex = compile(re);
+                    changed = true;
+                }
             }
             if let Some(may_describe) = may_describe {
-                let resolved = (m.regex.as_deref())
-                    .and_then(|r| regex::Regex::new(r).ok())
-                    .map(|re| {
-                        (topics.keys())
-                            .filter(|t| !t.starts_with("__") && re.is_match(t) && may_describe(t))
-                            .cloned()
-                            .collect()
-                    });
+                let resolved = (m.regex.as_ref()).map(|re| {
+                    (matching(re, topics))
+                        .filter(|t| may_describe(t))
+                        .cloned()
+                        .collect()
+                });
                 changed |= resolved != m.resolved;
                 m.resolved = resolved;
             }
@@ -336,7 +335,7 @@ impl ConsumerGroup {
                 previous_epoch: 0,
                 rebalance_timeout: Duration::from_millis(hb.rebalance_timeout_ms.max(0) as u64),
                 subscribed,
-                regex: hb.subscribed_topic_regex.clone().filter(|r| !r.is_empty()),
+                regex: hb.subscribed_topic_regex.as_deref().and_then(compile),
                 resolved: None,
                 assigned: BTreeSet::new(),
                 revoking: BTreeSet::new(),
@@ -556,7 +555,7 @@ impl ConsumerGroup {
                 previous_epoch,
                 rebalance_timeout: Duration::from_millis(r.rebalance_timeout_ms.max(0) as u64),
                 subscribed: r.subscribed.clone(),
-                regex: r.regex.clone(),
+                regex: r.regex.as_deref().and_then(compile),
                 resolved: None,
                 assigned: assigned.clone(),
                 revoking: revoking.clone(),
@@ -581,7 +580,7 @@ impl Member {
             client_id: self.client_id.clone(),
             client_host: self.client_host.clone(),
             subscribed: self.subscribed.clone(),
-            regex: self.regex.clone(),
+            regex: self.regex.as_ref().map(|r| r.as_str().to_string()),
             rebalance_timeout_ms: self.rebalance_timeout.as_millis().min(i32::MAX as u128) as i32,
         }
     }
@@ -617,15 +616,21 @@ fn subscription(m: &Member, topics: &Topics) -> BTreeSet<String> {
     let mut out: BTreeSet<String> = m.subscribed.clone();
     if let Some(resolved) = &m.resolved {
         out.extend(resolved.iter().filter(|t| topics.contains_key(*t)).cloned());
-    } else if let Some(re) = m.regex.as_deref().and_then(|r| regex::Regex::new(r).ok()) {
-        out.extend(
-            topics
-                .keys()
-                .filter(|t| !t.starts_with("__") && re.is_match(t))
-                .cloned(),
-        );
+    } else if let Some(re) = &m.regex {
+        out.extend(matching(re, topics).cloned());
     }
     out
+}
+
+/// The topics `re` matches, internal ones aside.
+fn matching<'a>(re: &'a Regex, topics: &'a Topics) -> impl Iterator<Item = &'a String> {
+    (topics.keys()).filter(move |t| !t.starts_with("__") && re.is_match(t))
+}
+
+/// A subscription regex, compiled. An empty one is none, as Kafka reads it (librdkafka sends
+/// "" when it subscribes by name); one that does not compile was refused by the handler.
+fn compile(re: &str) -> Option<Regex> {
+    (!re.is_empty()).then(|| Regex::new(re).ok()).flatten()
 }
 
 /// Kafka's uniform assignor, sticky: each partition of a subscribed topic goes to one member
@@ -1107,7 +1112,7 @@ mod tests {
         let got = a.assignment.unwrap();
         assert_eq!(got.len(), 2);
         assert!(got.iter().all(|(id, _)| *id == orders), "{got:?}");
-        assert_eq!(g.members["a"].regex, None);
+        assert!(g.members["a"].regex.is_none());
     }
 
     #[test]

@@ -80,7 +80,9 @@ pub async fn handle(
                                 .map(|t| TopicName(str_bytes(t.clone())))
                                 .collect(),
                         )
-                        .with_subscribed_topic_regex(m.regex.clone().map(str_bytes))
+                        .with_subscribed_topic_regex(
+                            m.regex.as_ref().map(|r| str_bytes(r.as_str().to_string())),
+                        )
                         .with_assignment(assignment(&m.assigned))
                         .with_target_assignment(assignment(
                             &cg.target.get(&m.id).cloned().unwrap_or_default(),
