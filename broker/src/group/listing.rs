@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use super::state::GroupState;
-use super::{consumer_store, Coordinator, Entry, GroupView};
+use super::{Coordinator, Entry, GroupView};
 use crate::error::ErrorCode;
 
 impl Coordinator {
@@ -19,7 +19,7 @@ impl Coordinator {
         describe(&self.lock(), group_id)
     }
 
-    /// DeleteGroups: only a group without members; its offsets and its metadata record are
+    /// DeleteGroups: only a group without members; its offsets and its records are
     /// tombstoned.
     pub fn delete(&self, group_id: &str) -> ErrorCode {
         let mut groups = self.lock();
@@ -31,18 +31,8 @@ impl Coordinator {
         {
             return ErrorCode::NonEmptyGroup;
         }
-        if let Err(e) = self.tombstone(group_id, entry.offsets.keys(), entry.group.is_some()) {
+        if let Err(e) = self.tombstone_group(group_id, entry) {
             return e.code;
-        }
-        if let Some(consumer) = &entry.consumer {
-            let records: Vec<_> = (consumer.written_keys())
-                .map(|k| (consumer_store::key(group_id, k), None))
-                .collect();
-            if !records.is_empty() {
-                if let Err(e) = self.persist(group_id, &records) {
-                    return e.code;
-                }
-            }
         }
         groups.remove(group_id);
         ErrorCode::None

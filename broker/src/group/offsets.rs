@@ -278,7 +278,7 @@ impl Coordinator {
             .map(|(p, _)| p)
             .collect();
         if !doomed.is_empty() {
-            self.tombstone(group_id, doomed.iter().copied(), false)
+            self.tombstone_offsets(group_id, doomed.iter().copied())
                 .map_err(|e| e.code)?;
             for (t, p) in doomed {
                 entry.offsets.remove(&(t.clone(), *p));
@@ -289,14 +289,17 @@ impl Coordinator {
 
     /// Deletes groups that have been empty for longer than `retention_ms` (KIP-211's clock:
     /// from the later of the newest commit and the last time the group had members): their
-    /// committed offsets and metadata record are tombstoned, and the group is gone, as when
+    /// committed offsets and group records are tombstoned, and the group is gone, as when
     /// Kafka's offset expiry leaves an empty group without offsets. Returns how many groups
     /// expired.
     pub fn expire_offsets(&self, now_ms: i64, retention_ms: i64) -> usize {
         let mut groups = self.lock();
         let expired: Vec<String> = groups
             .iter()
-            .filter(|(_, e)| e.group.as_ref().is_none_or(|g| g.is_empty()))
+            .filter(|(_, e)| {
+                e.group.as_ref().is_none_or(|g| g.is_empty())
+                    && e.consumer.as_ref().is_none_or(|g| g.is_empty())
+            })
             .filter(|(_, e)| {
                 (!e.offsets.is_empty() || e.group.is_some())
                     && offsets_expired(&e.offsets, e.last_active_ms, now_ms, retention_ms)
@@ -308,7 +311,7 @@ impl Coordinator {
             let Some(entry) = groups.get(&id) else {
                 continue;
             };
-            match self.tombstone(&id, entry.offsets.keys(), entry.group.is_some()) {
+            match self.tombstone_group(&id, entry) {
                 Ok(()) => {
                     tracing::info!(group = %id, partitions = entry.offsets.len(), "empty group and its committed offsets expired (offsets_retention_minutes)");
                     groups.remove(&id);

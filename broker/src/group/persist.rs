@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::consumer_store;
 use super::store::{self, GroupMetadata};
 use super::{Coordinator, Entry};
 use crate::error::{ApiError, ErrorCode};
@@ -49,20 +50,31 @@ impl Coordinator {
         Ok((part, epoch, info.last_offset))
     }
 
-    /// Appends tombstones deleting the given committed offsets and, with `metadata`, the
-    /// group's GroupMetadata record (nothing when there is nothing to delete).
-    pub(super) fn tombstone<'a>(
+    /// Appends tombstones deleting the given committed offsets.
+    pub(super) fn tombstone_offsets<'a>(
         &self,
         group: &str,
         partitions: impl Iterator<Item = &'a (String, i32)>,
-        metadata: bool,
     ) -> Result<(), ApiError> {
-        let mut records: Vec<(Bytes, Option<Bytes>)> = partitions
-            .map(|(t, p)| (store::offset_key(group, t, *p), None))
-            .collect();
-        if metadata {
-            records.push((store::group_key(group), None));
-        }
+        self.tombstones(
+            group,
+            partitions.map(|(t, p)| store::offset_key(group, t, *p)),
+        )
+    }
+
+    /// Appends, in one batch, tombstones for everything the log holds for a group that goes:
+    /// its committed offsets, its GroupMetadata record and a consumer group's records.
+    pub(super) fn tombstone_group(&self, group: &str, entry: &Entry) -> Result<(), ApiError> {
+        let offsets = (entry.offsets.keys()).map(|(t, p)| store::offset_key(group, t, *p));
+        let metadata = entry.group.is_some().then(|| store::group_key(group));
+        let consumer = (entry.consumer.iter())
+            .flat_map(|g| g.written_keys())
+            .map(|k| consumer_store::key(group, k));
+        self.tombstones(group, offsets.chain(metadata).chain(consumer))
+    }
+
+    fn tombstones(&self, group: &str, keys: impl Iterator<Item = Bytes>) -> Result<(), ApiError> {
+        let records: Vec<(Bytes, Option<Bytes>)> = keys.map(|k| (k, None)).collect();
         if records.is_empty() {
             return Ok(());
         }
