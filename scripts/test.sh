@@ -90,8 +90,12 @@ log "docker engine and base images (scripts/docker-base.sh)"
 $SUDO bash scripts/docker-base.sh
 
 # ---- build and test ----
-log "building strata"
-cargo build -p strata-cli --bin strata
+# One build of the whole workspace, every target at once: the `strata` binary the tests start
+# and the test binaries then share one feature resolution. (Building the binary alone with
+# `-p strata-cli` resolves fewer features, and cargo would compile some 70 crates, the broker
+# among them, a second time for the tests.)
+log "building strata and the tests"
+cargo build --workspace --all-targets
 
 TARGET_DIR="${CARGO_TARGET_DIR:-$(cargo metadata --format-version 1 --no-deps | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')}"
 export STRATA_BIN="$TARGET_DIR/debug/strata"

@@ -29,6 +29,10 @@ use crate::metrics::Metrics;
 use crate::node::Node;
 use crate::security::Security;
 
+/// How long start-up waits for the object store's first answer before it carries on without
+/// it (a store that hangs would otherwise hold the broker for its whole retry budget).
+const STORE_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Why `strata serve` could not start, or could not stop cleanly; the binary prints it.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -36,6 +40,25 @@ pub enum ServeError {
     Config(#[from] ConfigError),
     #[error("{0}")]
     Failed(String),
+}
+
+/// Binds a listener; a failure names the address, why, and the setting that moves it.
+async fn listen(addr: SocketAddr, what: &str, setting: &str) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        let fix = match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                format!("another process (another strata?) listens there: stop it, or choose another address with {setting}")
+            }
+            std::io::ErrorKind::AddrNotAvailable => {
+                format!("no interface of this machine has that address: choose another with {setting}")
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                format!("ports below 1024 need privileges: choose another with {setting}")
+            }
+            _ => format!("choose another address with {setting}"),
+        };
+        ServeError::Failed(format!("cannot listen for {what} on {addr}: {e}; {fix}"))
+    })
 }
 
 /// Turns an error into a [`ServeError`] that says what was being done.
@@ -127,7 +150,16 @@ pub fn run(args: ServeArgs) -> Result<(), ServeError> {
         &std::env::var("STRATA_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
     );
     let cfg = args.resolve()?;
+    let unknown_env: Vec<String> = (cfg.unknown_env.iter())
+        .map(|(name, near)| match near {
+            Some(near) => format!("{name} names no setting (did you mean {near}?): ignored"),
+            None => format!("{name} names no setting: ignored"),
+        })
+        .collect();
     if args.check_config {
+        for line in &unknown_env {
+            println!("warning: {line}");
+        }
         println!(
             "configuration ok: node_id={} data_dir={} listeners={} admin={} raft={} voters={} object_store={} rack={}",
             cfg.node_id,
@@ -140,6 +172,9 @@ pub fn run(args: ServeArgs) -> Result<(), ServeError> {
             cfg.rack.as_deref().unwrap_or("(none)"),
         );
         return Ok(());
+    }
+    for line in &unknown_env {
+        tracing::warn!("{line}");
     }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -175,26 +210,27 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     let (listeners, inter_broker_listener) = cfg.listeners()?;
     let mut kafka = Vec::with_capacity(listeners.len());
     for listener in listeners {
-        let socket = TcpListener::bind(listener.bind)
-            .await
-            .map_err(failed(format!(
-                "cannot listen for Kafka ({}) on {}",
-                listener.name, listener.bind
-            )))?;
+        let what = format!("Kafka ({})", listener.name);
+        let socket = listen(
+            listener.bind,
+            &what,
+            "--kafka-addr or listeners (STRATA_KAFKA_ADDR, STRATA_LISTENERS)",
+        )
+        .await?;
         kafka.push((socket, listener));
     }
-    let admin = TcpListener::bind(cfg.admin_addr)
-        .await
-        .map_err(failed(format!(
-            "cannot listen for admin HTTP on {}",
-            cfg.admin_addr
-        )))?;
-    let raft = TcpListener::bind(cfg.raft_addr)
-        .await
-        .map_err(failed(format!(
-            "cannot listen for the other nodes on {}",
-            cfg.raft_addr
-        )))?;
+    let admin = listen(
+        cfg.admin_addr,
+        "admin HTTP",
+        "--admin-addr (STRATA_ADMIN_ADDR)",
+    )
+    .await?;
+    let raft = listen(
+        cfg.raft_addr,
+        "the other nodes",
+        "--raft-addr (STRATA_RAFT_ADDR)",
+    )
+    .await?;
     let (admin_addr, raft_addr) =
         (|| Ok::<_, std::io::Error>((admin.local_addr()?, raft.local_addr()?)))()
             .map_err(failed("cannot read the listeners' addresses"))?;
@@ -237,6 +273,10 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     );
     // The object store is checked before anything else starts: a wrong bucket, endpoint or
     // credentials stop the broker with a clear message rather than failing every upload later.
+    // A store that cannot be reached (connections refused, no answer, server errors) does not:
+    // the broker starts and serves its local log, closed segments wait on local disk and
+    // upload once the store answers again (as Kafka with tiered storage does), and reads of
+    // remote-only offsets get a retriable error meanwhile.
     let store_config = cfg.object_store_config()?;
     let objects = strata_objstore::Store::open(&store_config)
         .map_err(failed(format!("object store {}", store_config.url)))?;
@@ -246,11 +286,21 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     // On the tier's threads, like every other request to the store: the HTTP client's pooled
     // connections are driven by the runtime that opened them, and must not be the Kafka one's.
     let check = objects.clone();
-    tier.spawn(async move { check.check().await })
-        .await
-        .map_err(failed("object store check"))?
-        .map_err(failed(format!("object store {objects}")))?;
-    tracing::info!(store = %objects, "object store reachable");
+    let checked = tier.spawn(async move { check.check().await });
+    match tokio::time::timeout(STORE_CHECK_TIMEOUT, checked).await {
+        Ok(joined) => match joined.map_err(failed("object store check"))? {
+            Ok(()) => tracing::info!(store = %objects, "object store reachable"),
+            Err(e) if e.is_retriable() => tracing::warn!(
+                store = %objects, error = %e,
+                "object store unreachable: serving the local log; closed segments stay on local disk until it answers"
+            ),
+            Err(e) => return Err(failed(format!("object store {objects}"))(e)),
+        },
+        Err(_) => tracing::warn!(
+            store = %objects, seconds = STORE_CHECK_TIMEOUT.as_secs(),
+            "object store did not answer: serving the local log; closed segments stay on local disk until it answers"
+        ),
+    }
     let request_budget =
         crate::protocol::frame::RequestBudget::new(cfg.queued_max_request_bytes as usize);
     metrics.register_request_budget(request_budget.clone());

@@ -2,7 +2,10 @@
 //! validation of values set through CreateTopics / IncrementalAlterConfigs, and the
 //! [`LogConfig`] a partition's log runs with, built from them.
 //!
-//! A key Strata does not implement is refused with INVALID_CONFIG rather than stored and ignored.
+//! Every topic key of Kafka 4.0 is accepted with Kafka's validation. Those Strata has no use
+//! for ([`NO_OP_KEYS`]: file handling of Kafka's own log layout, replication throttles, the
+//! legacy message formats) are stored and described like the others, and documented as having
+//! no effect; any other key is refused with INVALID_CONFIG.
 
 use std::collections::BTreeMap;
 
@@ -132,6 +135,95 @@ pub const KEYS: &[KeyDef] = &[
         kind: Kind::Bool,
         doc: "elect leaders outside the ISR",
     },
+    KeyDef {
+        name: "file.delete.delay.ms",
+        kind: Kind::Long,
+        doc: "no effect: Strata deletes a segment's files once no reader holds them",
+    },
+    KeyDef {
+        name: "follower.replication.throttled.replicas",
+        kind: Kind::List,
+        doc: "no effect: replication is not throttled per replica",
+    },
+    KeyDef {
+        name: "leader.replication.throttled.replicas",
+        kind: Kind::List,
+        doc: "no effect: replication is not throttled per replica",
+    },
+    KeyDef {
+        name: "max.compaction.lag.ms",
+        kind: Kind::Long,
+        doc: "no effect: the cleaner picks logs by min.cleanable.dirty.ratio alone",
+    },
+    KeyDef {
+        name: "message.downconversion.enable",
+        kind: Kind::Bool,
+        doc: "no effect: batches are served in the format they were written (v2)",
+    },
+    KeyDef {
+        name: "message.format.version",
+        kind: Kind::Str,
+        doc: "no effect: every batch is written in record batch format v2",
+    },
+    KeyDef {
+        name: "message.timestamp.after.max.ms",
+        kind: Kind::Long,
+        doc: "no effect: record timestamps ahead of the broker's clock are not refused",
+    },
+    KeyDef {
+        name: "message.timestamp.before.max.ms",
+        kind: Kind::Long,
+        doc: "no effect: record timestamps behind the broker's clock are not refused",
+    },
+    KeyDef {
+        name: "message.timestamp.difference.max.ms",
+        kind: Kind::Long,
+        doc: "no effect (deprecated in Kafka for the two keys above)",
+    },
+    KeyDef {
+        name: "preallocate",
+        kind: Kind::Bool,
+        doc: "no effect: segment files grow as they are written",
+    },
+    KeyDef {
+        name: "remote.log.copy.disable",
+        kind: Kind::Bool,
+        doc: "no effect: a tiered topic uploads every closed segment",
+    },
+    KeyDef {
+        name: "remote.log.delete.on.disable",
+        kind: Kind::Bool,
+        doc: "no effect: remote.storage.enable cannot be turned off once on",
+    },
+    KeyDef {
+        name: "segment.index.bytes",
+        kind: Kind::Int,
+        doc: "no effect: offset indexes grow with their segment",
+    },
+    KeyDef {
+        name: "segment.jitter.ms",
+        kind: Kind::Long,
+        doc: "no effect: segments roll at segment.ms exactly",
+    },
+];
+
+/// The keys of [`KEYS`] that Kafka defines and Strata accepts, stores and describes, but
+/// that change nothing here (each one's doc says why).
+pub const NO_OP_KEYS: &[&str] = &[
+    "file.delete.delay.ms",
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+    "max.compaction.lag.ms",
+    "message.downconversion.enable",
+    "message.format.version",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.difference.max.ms",
+    "preallocate",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+    "segment.index.bytes",
+    "segment.jitter.ms",
 ];
 
 pub fn key(name: &str) -> Option<&'static KeyDef> {
@@ -194,6 +286,19 @@ pub fn default_value(cfg: &BrokerConfig, name: &str) -> String {
         "segment.bytes" => cfg.log_segment_bytes.to_string(),
         "segment.ms" => cfg.log_segment_ms.to_string(),
         "unclean.leader.election.enable" => "false".into(),
+        // Kafka's defaults of the keys that have no effect here.
+        "file.delete.delay.ms" => "60000".into(),
+        "max.compaction.lag.ms"
+        | "message.timestamp.after.max.ms"
+        | "message.timestamp.before.max.ms"
+        | "message.timestamp.difference.max.ms" => i64::MAX.to_string(),
+        "message.downconversion.enable" => "true".into(),
+        "message.format.version" => "3.0-IV1".into(),
+        "preallocate" | "remote.log.copy.disable" | "remote.log.delete.on.disable" => {
+            "false".into()
+        }
+        "segment.index.bytes" => "10485760".into(),
+        "segment.jitter.ms" => "0".into(),
         _ => String::new(),
     }
 }
@@ -207,10 +312,17 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             let Ok(v) = value.parse::<i64>() else {
                 return bad("not a number");
             };
-            let min = if name.starts_with("local.retention.") {
-                -2
-            } else {
-                -1
+            let min = match name {
+                "local.retention.ms" | "local.retention.bytes" => -2,
+                // Kafka sets no bound: a negative size means none.
+                "retention.bytes" => i64::MIN,
+                "file.delete.delay.ms"
+                | "segment.jitter.ms"
+                | "message.timestamp.after.max.ms"
+                | "message.timestamp.before.max.ms"
+                | "message.timestamp.difference.max.ms" => 0,
+                "max.compaction.lag.ms" => 1,
+                _ => -1,
             };
             if v < min {
                 return bad(&format!("must be ≥ {min}"));
@@ -234,6 +346,7 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             }
             let min = match name {
                 "segment.bytes" => 1024,
+                "segment.index.bytes" => 4,
                 "max.message.bytes" => 0,
                 _ => 1,
             };
@@ -258,6 +371,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
                     return Codec::parse(value).map(drop).or_else(|why| bad(&why));
                 }
                 "message.timestamp.type" => value == "CreateTime" || value == "LogAppendTime",
+                "message.format.version" => is_format_version(value),
+                "leader.replication.throttled.replicas"
+                | "follower.replication.throttled.replicas" => is_throttled_replicas(value),
                 _ => true,
             };
             if !ok {
@@ -266,6 +382,28 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Kafka's `MetadataVersionValidator`: a release (`2.8`, `3.0`) with an optional
+/// inter-broker version (`3.0-IV1`), or the old formats' `0.10.2`.
+fn is_format_version(value: &str) -> bool {
+    let (release, iv) = value.split_once("-IV").unwrap_or((value, "0"));
+    let parts: Vec<&str> = release.split('.').collect();
+    (2..=4).contains(&parts.len())
+        && parts
+            .iter()
+            .chain([&iv])
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Kafka's `ThrottledReplicaListValidator`: `*`, or `partition:broker` pairs.
+fn is_throttled_replicas(value: &str) -> bool {
+    let values = list_values(value);
+    values == ["*"]
+        || values.iter().all(|v| {
+            v.split_once(':')
+                .is_some_and(|(p, b)| p.parse::<u32>().is_ok() && b.parse::<u32>().is_ok())
+        })
 }
 
 /// A LIST key's values (`compact,delete`): trimmed, empty ones dropped.
@@ -400,6 +538,57 @@ mod tests {
     use super::*;
 
     #[test]
+    fn kafkas_other_topic_keys_are_accepted_with_kafkas_validation() {
+        for (name, good, bad) in [
+            ("file.delete.delay.ms", "0", "-1"),
+            ("max.compaction.lag.ms", "1", "0"),
+            ("segment.jitter.ms", "0", "-1"),
+            ("segment.index.bytes", "4", "3"),
+            ("preallocate", "true", "yes"),
+            ("message.downconversion.enable", "false", "1"),
+            ("message.format.version", "3.0-IV1", "three"),
+            ("message.format.version", "0.10.2", "3."),
+            ("message.timestamp.before.max.ms", "0", "-1"),
+            ("message.timestamp.after.max.ms", "3600000", "soon"),
+            (
+                "message.timestamp.difference.max.ms",
+                "9223372036854775807",
+                "-5",
+            ),
+            ("leader.replication.throttled.replicas", "*", "0:x"),
+            (
+                "follower.replication.throttled.replicas",
+                "0:1,1:2",
+                "*,0:1",
+            ),
+            ("remote.log.copy.disable", "false", ""),
+            ("remote.log.delete.on.disable", "true", "no"),
+        ] {
+            assert_eq!(validate(name, good), Ok(()), "{name}={good}");
+            assert!(validate(name, bad).is_err(), "{name}={bad} must be refused");
+        }
+        for name in NO_OP_KEYS {
+            assert!(
+                key(name).is_some_and(|k| k.doc.starts_with("no effect")),
+                "{name}"
+            );
+        }
+        assert!(validate("no.such.key", "1").is_err());
+        // An empty list is valid for a LIST key; an empty cleanup.policy keeps everything.
+        assert_eq!(validate("cleanup.policy", ""), Ok(()));
+        assert_eq!(
+            validate("leader.replication.throttled.replicas", ""),
+            Ok(())
+        );
+        let cfg = BrokerConfig::default();
+        let none: BTreeMap<String, String> = [("cleanup.policy".into(), String::new())].into();
+        let log = log_config(&cfg, &none);
+        assert!(!log.compact && !log.delete);
+        // retention.bytes has no lower bound in Kafka: any negative size means none.
+        assert_eq!(validate("retention.bytes", "-7"), Ok(()));
+    }
+
+    #[test]
     fn defaults_are_the_values_of_their_broker_settings() {
         let cfg = BrokerConfig {
             log_retention_ms: 123,
@@ -419,7 +608,7 @@ mod tests {
                     matches!(
                         k.name,
                         "min.insync.replicas" | "unclean.leader.election.enable"
-                    ),
+                    ) || NO_OP_KEYS.contains(&k.name),
                     "{} has no broker setting",
                     k.name
                 ),

@@ -1,5 +1,7 @@
 //! `strata`: the broker (`strata serve`) and a Kafka client CLI on one binary.
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -9,6 +11,9 @@ use clap::{Parser, Subcommand};
     about = "Kafka-compatible broker with an object-storage tier"
 )]
 struct Cli {
+    /// On failure, print the error's full chain and a backtrace (errors are one line otherwise).
+    #[arg(long, global = true)]
+    debug: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -21,10 +26,27 @@ enum Command {
     Client(strata_cli::ClientCommand),
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors reach people as one line, `error: ` and the cause with its context (which names the
+/// fix where there is one), whatever `RUST_BACKTRACE` says; `--debug` adds the backtrace.
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Serve(args) => Ok(strata_broker::serve::run(args)?),
+    if cli.debug {
+        // Still one thread: anyhow captures a backtrace where each error is made.
+        std::env::set_var("RUST_LIB_BACKTRACE", "1");
+    }
+    let result = match cli.command {
+        Command::Serve(args) => strata_broker::serve::run(args).map_err(anyhow::Error::from),
         Command::Client(cmd) => strata_cli::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if cli.debug => {
+            eprintln!("error: {e:?}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicU64;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -31,6 +32,9 @@ pub struct StoreMetrics {
     latency: Family<OpLabels, Histogram, fn() -> Histogram>,
     read_bytes: Counter<u64, AtomicU64>,
     written_bytes: Counter<u64, AtomicU64>,
+    /// 1 while the last request reached the store (or no request has been made), 0 after one
+    /// that found it unreachable.
+    reachable: Gauge,
 }
 
 impl Default for StoreMetrics {
@@ -41,6 +45,11 @@ impl Default for StoreMetrics {
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             read_bytes: Counter::default(),
             written_bytes: Counter::default(),
+            reachable: {
+                let g = Gauge::default();
+                g.set(1);
+                g
+            },
         }
     }
 }
@@ -74,9 +83,17 @@ impl StoreMetrics {
             "Bytes written to the object store",
             self.written_bytes.clone(),
         );
+        r.register(
+            "reachable",
+            "1 while the object store answers, 0 since a request found it unreachable (uploads then queue on local disk)",
+            self.reachable.clone(),
+        );
     }
 
     pub(crate) fn observe(&self, op: &str, seconds: f64, error: Option<&'static str>) {
+        // Any answer from the store, even a refusal, shows it reachable; "unavailable" is the
+        // kind for a store that could not be reached or failed with server errors.
+        self.reachable.set(i64::from(error != Some("unavailable")));
         let labels = OpLabels { op: op.to_string() };
         self.requests.get_or_create(&labels).inc();
         self.latency.get_or_create(&labels).observe(seconds);
@@ -111,5 +128,10 @@ impl StoreMetrics {
 
     pub fn written_bytes(&self) -> u64 {
         self.written_bytes.get()
+    }
+
+    /// Whether the last request reached the store.
+    pub fn reachable(&self) -> bool {
+        self.reachable.get() == 1
     }
 }

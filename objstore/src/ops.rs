@@ -1,6 +1,6 @@
 //! Every request the store makes to the object store: its label in the metrics and the S3
 //! permission it needs. `deploy/ec2/iam-policy.json` grants exactly these permissions
-//! (`tests/tests/deploy.rs` compares them), so a new kind of request cannot ship without the
+//! (`tests/tests/integration/deploy.rs` compares them), so a new kind of request cannot ship without the
 //! policy that lets it run.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

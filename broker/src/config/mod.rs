@@ -261,6 +261,11 @@ pub struct BrokerConfig {
     /// DescribeConfigs reports as STATIC_BROKER_CONFIG.
     #[serde(skip)]
     pub static_keys: BTreeSet<String>,
+    /// `STRATA_*` variables of the environment that name no setting (a typo would otherwise
+    /// turn a feature off without a word), each with the nearest setting's variable if one is
+    /// close: `serve` warns of them at start and `--check-config` lists them.
+    #[serde(skip)]
+    pub unknown_env: Vec<(String, Option<String>)>,
 }
 
 impl Default for BrokerConfig {
@@ -389,6 +394,7 @@ impl Default for BrokerConfig {
             remote_fetch_max_concurrent_gets: 16,
             remote_io_threads: 2,
             static_keys: BTreeSet::new(),
+            unknown_env: Vec::new(),
         }
     }
 }
@@ -461,6 +467,30 @@ fn typed_value(
     })
 }
 
+/// `STRATA_*` variables that are not broker settings: read by the CLI (`strata topic …`),
+/// by logging, or by the project's own scripts and tests, which pass them to the brokers they
+/// start.
+const NOT_SETTINGS: &[&str] = &[
+    "STRATA_LOG",
+    "STRATA_BOOTSTRAP",
+    "STRATA_USER_PASSWORD",
+    "STRATA_ADMIN_SSL_CERTIFICATE_LOCATION",
+    "STRATA_ADMIN_SSL_KEY_LOCATION",
+    "STRATA_ADMIN_SSL_CA_LOCATION",
+    "STRATA_BIN",
+    "STRATA_FUZZ_CORPUS",
+    "STRATA_MOTO_SERVER",
+    "STRATA_VENV",
+    "STRATA_VENV_PYTHON",
+];
+
+/// The variable of the setting nearest to `key` (the part after `STRATA_`), if one is close
+/// enough to be the one meant.
+fn nearest_variable<'a>(keys: impl Iterator<Item = &'a str>, key: &str) -> Option<String> {
+    let (distance, nearest) = keys.map(|k| (strsim::levenshtein(key, k), k)).min()?;
+    (distance <= 2.max(key.len() / 5)).then(|| format!("STRATA_{}", nearest.to_ascii_uppercase()))
+}
+
 /// `host:port` with a host (a name or an address) and a port number.
 fn is_host_port(addr: &str) -> bool {
     addr.rsplit_once(':')
@@ -486,14 +516,24 @@ impl BrokerConfig {
         };
         let known = toml::Table::try_from(BrokerConfig::default())
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let optional = optional_keys();
+        let mut unknown_env = Vec::new();
         for (name, value) in env {
             let Some(key) = name.strip_prefix("STRATA_") else {
                 continue;
             };
+            let lower = key.to_ascii_lowercase();
+            if !known.contains_key(&lower)
+                && !optional.contains(&lower)
+                && !NOT_SETTINGS.contains(&name.as_str())
+            {
+                let near = known.keys().chain(&optional).map(String::as_str);
+                unknown_env.push((name.clone(), nearest_variable(near, &lower)));
+            }
             let key = key.to_ascii_lowercase();
             // Empty unsets an optional key: how a container overrides an image's default
             // (the image advertises 127.0.0.1:9092; compose and Kubernetes use listeners).
-            if value.is_empty() && !known.contains_key(&key) && optional_keys().contains(&key) {
+            if value.is_empty() && !known.contains_key(&key) && optional.contains(&key) {
                 table.remove(&key);
                 continue;
             }
@@ -510,6 +550,7 @@ impl BrokerConfig {
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
         cfg.static_keys = static_keys;
+        cfg.unknown_env = unknown_env;
         cfg.validate()?;
         Ok(cfg)
     }

@@ -62,6 +62,7 @@ use bytes::Bytes;
 use crate::error::{ApiError, ErrorCode};
 use crate::node::Node;
 use crate::partition::Partition;
+pub use offsets::Committer;
 use state::Group;
 use store::CommittedOffset;
 pub use txn_offsets::PendingTxnCommit;

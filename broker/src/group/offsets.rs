@@ -7,7 +7,9 @@ use bytes::Bytes;
 
 use super::state::GroupState;
 use super::store::{self, CommittedOffset};
-use super::{Commit, Coordinator, Offsets, PendingCommit, TopicOffsets, MAX_OFFSET_METADATA};
+use super::{
+    Commit, Coordinator, Entry, Offsets, PendingCommit, TopicOffsets, MAX_OFFSET_METADATA,
+};
 use crate::error::{ApiError, ErrorCode};
 
 /// Whether an empty group's offsets have outlived `offsets.retention.minutes` (KIP-211): the
@@ -39,6 +41,91 @@ fn commit_error(code: ErrorCode) -> ErrorCode {
     }
 }
 
+/// Who commits offsets: what OffsetCommit and TxnOffsetCommit say of the committing member.
+pub struct Committer<'a> {
+    pub member_id: &'a str,
+    pub instance_id: Option<&'a str>,
+    /// The generation (classic protocol) or member epoch (KIP-848); negative for a commit
+    /// from outside group management (an admin client, a consumer assigning by hand).
+    pub generation: i32,
+    /// TxnOffsetCommit: never REBALANCE_IN_PROGRESS, and a member without id or generation
+    /// may commit into a group with members (older clients send neither).
+    pub transactional: bool,
+    /// The request's version: OffsetCommit v9+ learns that a group does not exist
+    /// (GROUP_ID_NOT_FOUND); older versions get ILLEGAL_GENERATION, as Kafka answers.
+    pub version: i16,
+}
+
+/// Kafka's checks of a committer, in Kafka's order (`OffsetMetadataManager` for a group that
+/// does not exist, then `ClassicGroup`/`ConsumerGroup.validateOffsetCommit`). A zombie (a
+/// member that left or was removed, an older generation, a static instance taken over) is
+/// refused, so it cannot move a group's offsets back after a rebalance.
+pub(super) fn validate_committer(
+    entry: Option<&Entry>,
+    c: &Committer<'_>,
+) -> Result<(), ErrorCode> {
+    let consumer = entry.and_then(|e| e.consumer.as_ref());
+    let classic = entry.and_then(|e| e.group.as_ref());
+    // A group "exists" once it has a membership state or offsets (a simple group, made by
+    // commits from outside group management, is an Empty classic group in Kafka).
+    let exists =
+        entry.is_some_and(|e| consumer.is_some() || classic.is_some() || !e.offsets.is_empty());
+    if !exists {
+        return match c.generation {
+            g if g < 0 => Ok(()),
+            _ if !c.transactional && c.version >= 9 => Err(ErrorCode::GroupIdNotFound),
+            _ => Err(ErrorCode::IllegalGeneration),
+        };
+    }
+    if let Some(g) = consumer.filter(|g| !g.is_empty() || classic.is_none()) {
+        if c.generation < 0 && g.is_empty() {
+            return Ok(());
+        }
+        let epoch = g
+            .member_epoch(c.member_id)
+            .ok_or(ErrorCode::UnknownMemberId)?;
+        if !c.transactional && c.version < 9 {
+            return Err(ErrorCode::UnsupportedVersion);
+        }
+        return match epoch == c.generation {
+            true => Ok(()),
+            false if c.transactional => Err(ErrorCode::IllegalGeneration),
+            false => Err(ErrorCode::StaleMemberEpoch),
+        };
+    }
+    let (state, generation) = classic.map_or((GroupState::Empty, 0), |g| (g.state, g.generation));
+    if state == GroupState::Dead {
+        return Err(ErrorCode::CoordinatorNotAvailable);
+    }
+    if c.generation < 0 && state == GroupState::Empty {
+        return Ok(());
+    }
+    if c.generation >= 0 || !c.member_id.is_empty() || c.instance_id.is_some() {
+        if let Some(instance) = c.instance_id {
+            match classic.and_then(|g| g.instance_member(instance)) {
+                None => return Err(ErrorCode::UnknownMemberId),
+                Some(current) if current != c.member_id => return Err(ErrorCode::FencedInstanceId),
+                Some(_) => {}
+            }
+        }
+        if !classic.is_some_and(|g| g.members.contains_key(c.member_id)) {
+            return Err(ErrorCode::UnknownMemberId);
+        }
+        if c.generation != generation {
+            return Err(ErrorCode::IllegalGeneration);
+        }
+    } else if !c.transactional && state != GroupState::Empty {
+        return Err(ErrorCode::UnknownMemberId);
+    }
+    // Assignments are being handed out: the member has the new generation but not yet its
+    // partitions. During PreparingRebalance the generation is still current, and cooperative
+    // members commit what they are giving up right then, before they rejoin.
+    if !c.transactional && state == GroupState::CompletingRebalance {
+        return Err(ErrorCode::RebalanceInProgress);
+    }
+    Ok(())
+}
+
 impl Coordinator {
     /// Validates the committer and appends the commits; one error per commit, and the
     /// appended commits, which [`Coordinator::complete_commit`] acknowledges once the ISR has
@@ -46,38 +133,10 @@ impl Coordinator {
     pub fn commit(
         &self,
         group_id: &str,
-        member_id: &str,
-        generation: i32,
+        committer: &Committer<'_>,
         commits: Vec<Commit>,
     ) -> (Vec<ErrorCode>, Option<PendingCommit>) {
-        let mut groups = self.lock();
-        let entry = groups.entry(group_id.to_string()).or_default();
-        // A consumer-protocol member commits under its member epoch (KIP-848): an older one
-        // is STALE_MEMBER_EPOCH, as Kafka answers.
-        let consumer = entry.consumer.as_ref().filter(|g| !g.is_empty());
-        let group_error = match consumer.map(|g| g.member_epoch(member_id)) {
-            Some(None) if generation < 0 && member_id.is_empty() => {
-                Some(ErrorCode::UnknownMemberId)
-            }
-            Some(None) => Some(ErrorCode::UnknownMemberId),
-            Some(Some(epoch)) if epoch != generation => Some(ErrorCode::StaleMemberEpoch),
-            Some(Some(_)) => None,
-            None => match entry.group.as_ref().filter(|g| !g.is_empty()) {
-                // A group with no members takes "simple" commits (generation -1, no member) only.
-                None if generation < 0 && member_id.is_empty() => None,
-                None if generation >= 0 => Some(ErrorCode::IllegalGeneration),
-                None => Some(ErrorCode::UnknownMemberId),
-                // Kafka refuses commits only while assignments are being handed out. During
-                // PreparingRebalance the generation is still current, and cooperative members
-                // commit what they are giving up right then, before they rejoin.
-                Some(g) if g.state == GroupState::CompletingRebalance => {
-                    Some(ErrorCode::RebalanceInProgress)
-                }
-                Some(g) if !g.members.contains_key(member_id) => Some(ErrorCode::UnknownMemberId),
-                Some(g) if g.generation != generation => Some(ErrorCode::IllegalGeneration),
-                Some(_) => None,
-            },
-        };
+        let group_error = validate_committer(self.lock().get(group_id), committer).err();
         if let Some(code) = group_error {
             return (commits.iter().map(|_| code).collect(), None);
         }
@@ -328,7 +387,11 @@ impl Coordinator {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
+    use crate::group::state::Group;
+    use crate::group::store::{GroupMetadata, MemberMetadata};
 
     fn offsets(commit_ts: &[i64]) -> Offsets {
         commit_ts
@@ -363,6 +426,166 @@ mod tests {
         assert!(
             !offsets_expired(&o, 0, i64::MAX, -1),
             "-1 keeps offsets forever"
+        );
+    }
+
+    /// A stable classic group at generation 3 with members `a` and static `b` (instance `ib`).
+    fn stable() -> Entry {
+        let member = |id: &str, instance: Option<&str>| MemberMetadata {
+            member_id: id.into(),
+            group_instance_id: instance.map(Into::into),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            rebalance_timeout: 30_000,
+            session_timeout: 10_000,
+            subscription: Bytes::new(),
+            assignment: Bytes::new(),
+        };
+        let record = GroupMetadata {
+            protocol_type: "consumer".into(),
+            generation: 3,
+            protocol: Some("range".into()),
+            leader: Some("a".into()),
+            current_state_timestamp: 0,
+            members: vec![member("a", None), member("b", Some("ib"))],
+        };
+        Entry {
+            group: Some(Group::from_metadata("g", record, Instant::now())),
+            ..Entry::default()
+        }
+    }
+
+    fn commit<'a>(
+        member_id: &'a str,
+        instance_id: Option<&'a str>,
+        generation: i32,
+    ) -> Committer<'a> {
+        Committer {
+            member_id,
+            instance_id,
+            generation,
+            transactional: false,
+            version: 9,
+        }
+    }
+
+    #[test]
+    fn a_current_member_at_its_generation_commits() {
+        let e = stable();
+        assert_eq!(validate_committer(Some(&e), &commit("a", None, 3)), Ok(()));
+        assert_eq!(
+            validate_committer(Some(&e), &commit("b", Some("ib"), 3)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn zombies_get_kafkas_codes() {
+        let e = stable();
+        let check = |c: Committer<'_>| validate_committer(Some(&e), &c);
+        // A member that left (or was removed), whatever generation it names.
+        assert_eq!(
+            check(commit("gone", None, 3)),
+            Err(ErrorCode::UnknownMemberId)
+        );
+        assert_eq!(
+            check(commit("gone", None, -1)),
+            Err(ErrorCode::UnknownMemberId)
+        );
+        // A member of an older generation.
+        assert_eq!(
+            check(commit("a", None, 2)),
+            Err(ErrorCode::IllegalGeneration)
+        );
+        // A static instance taken over by another member id, or no longer in the group.
+        assert_eq!(
+            check(commit("old-b", Some("ib"), 3)),
+            Err(ErrorCode::FencedInstanceId)
+        );
+        assert_eq!(
+            check(commit("b", Some("nobody"), 3)),
+            Err(ErrorCode::UnknownMemberId)
+        );
+        // Neither member nor generation: only an empty group takes such commits.
+        assert_eq!(check(commit("", None, -1)), Err(ErrorCode::UnknownMemberId));
+        // Absurd values are just unknown.
+        let long = "m".repeat(10_000);
+        assert_eq!(
+            check(commit(&long, None, i32::MAX)),
+            Err(ErrorCode::UnknownMemberId)
+        );
+        assert_eq!(
+            check(commit("a", None, i32::MIN)),
+            Err(ErrorCode::IllegalGeneration)
+        );
+    }
+
+    #[test]
+    fn a_transactional_commit_skips_the_state_checks_kafka_skips() {
+        let mut e = stable();
+        let txn = |member_id, generation| Committer {
+            transactional: true,
+            ..commit(member_id, None, generation)
+        };
+        // Older transactional clients name neither member nor generation.
+        assert_eq!(validate_committer(Some(&e), &txn("", -1)), Ok(()));
+        assert_eq!(
+            validate_committer(Some(&e), &txn("a", 2)),
+            Err(ErrorCode::IllegalGeneration)
+        );
+        // While assignments are handed out: a plain commit waits, a transactional one not.
+        e.group.as_mut().unwrap().state = GroupState::CompletingRebalance;
+        assert_eq!(validate_committer(Some(&e), &txn("a", 3)), Ok(()));
+        assert_eq!(
+            validate_committer(Some(&e), &commit("a", None, 3)),
+            Err(ErrorCode::RebalanceInProgress)
+        );
+        // But a zombie is a zombie first.
+        assert_eq!(
+            validate_committer(Some(&e), &commit("gone", None, 3)),
+            Err(ErrorCode::UnknownMemberId)
+        );
+    }
+
+    #[test]
+    fn an_empty_or_missing_group_takes_commits_from_outside_group_management_only() {
+        let mut empty = Entry {
+            group: Some(Group::new("g")),
+            ..Entry::default()
+        };
+        assert_eq!(
+            validate_committer(Some(&empty), &commit("", None, -1)),
+            Ok(())
+        );
+        // Kafka lets a -1 commit through an empty group whoever names itself.
+        assert_eq!(
+            validate_committer(Some(&empty), &commit("x", None, -1)),
+            Ok(())
+        );
+        assert_eq!(
+            validate_committer(Some(&empty), &commit("a", None, 3)),
+            Err(ErrorCode::UnknownMemberId),
+            "the last member, after leaving"
+        );
+        // No such group: a simple commit creates it; a generation is refused, by version.
+        assert_eq!(validate_committer(None, &commit("", None, -1)), Ok(()));
+        assert_eq!(
+            validate_committer(None, &commit("a", None, 3)),
+            Err(ErrorCode::GroupIdNotFound)
+        );
+        let v8 = Committer {
+            version: 8,
+            ..commit("a", None, 3)
+        };
+        assert_eq!(
+            validate_committer(None, &v8),
+            Err(ErrorCode::IllegalGeneration)
+        );
+        // A dead group (being deleted) sends the client to find its coordinator again.
+        empty.group.as_mut().unwrap().state = GroupState::Dead;
+        assert_eq!(
+            validate_committer(Some(&empty), &commit("", None, -1)),
+            Err(ErrorCode::CoordinatorNotAvailable)
         );
     }
 }

@@ -11,6 +11,7 @@
 //! - the pending offsets are a function of the log: rebuilt on load from the transactional
 //!   batches whose markers have not been read yet.
 
+use super::offsets::{validate_committer, Committer};
 use super::store;
 use super::{Commit, Coordinator};
 use crate::error::ErrorCode;
@@ -39,24 +40,10 @@ impl Coordinator {
         group_id: &str,
         producer_id: i64,
         producer_epoch: i16,
-        member_id: &str,
-        generation: i32,
+        committer: &Committer<'_>,
         commits: Vec<Commit>,
     ) -> (Vec<ErrorCode>, Option<PendingTxnCommit>) {
-        let group_error = {
-            let groups = self.lock();
-            let live = groups
-                .get(group_id)
-                .and_then(|e| e.group.as_ref())
-                .filter(|g| !g.is_empty());
-            match live {
-                _ if member_id.is_empty() && generation < 0 => None,
-                None => Some(ErrorCode::IllegalGeneration),
-                Some(g) if !g.members.contains_key(member_id) => Some(ErrorCode::UnknownMemberId),
-                Some(g) if g.generation != generation => Some(ErrorCode::IllegalGeneration),
-                Some(_) => None,
-            }
-        };
+        let group_error = validate_committer(self.lock().get(group_id), committer).err();
         if let Some(code) = group_error {
             return (commits.iter().map(|_| code).collect(), None);
         }

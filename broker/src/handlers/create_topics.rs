@@ -60,6 +60,11 @@ pub async fn handle(
                 ErrorCode::TopicAuthorizationFailed,
                 "CREATE on the cluster or the topic is not authorized",
             )),
+            // Existence comes before the request's own faults, as in Kafka.
+            Some(_) if broker.node.metadata.state().topic(&name).is_some() => Err(ApiError::new(
+                ErrorCode::TopicAlreadyExists,
+                format!("topic '{name}' already exists"),
+            )),
             Some(e) => Err(e),
             None => {
                 broker

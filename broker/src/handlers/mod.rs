@@ -248,7 +248,7 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
             ResponseKind::LeaveGroup(leave_group::handle(broker, r, v, &access).await)
         }
         RequestKind::OffsetCommit(r) => {
-            ResponseKind::OffsetCommit(offset_commit::handle(broker, r, &access).await)
+            ResponseKind::OffsetCommit(offset_commit::handle(broker, r, v, &access).await)
         }
         RequestKind::OffsetFetch(r) => {
             ResponseKind::OffsetFetch(offset_fetch::handle(broker, r, v, &access).await)

@@ -8,7 +8,7 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::store::CommittedOffset;
-use crate::group::{validate_group_id, Commit};
+use crate::group::{validate_group_id, Commit, Committer};
 use crate::security::Access;
 use strata_metadata::acl::AclOperation;
 
@@ -25,6 +25,7 @@ async fn coordinator_ready(broker: &Broker, group: &str) -> Result<(), ApiError>
 pub async fn handle(
     broker: &Arc<Broker>,
     req: OffsetCommitRequest,
+    version: i16,
     access: &Access,
 ) -> OffsetCommitResponse {
     let group = req.group_id.0.as_str().to_string();
@@ -60,12 +61,14 @@ pub async fn handle(
         _ if total == 0 => vec![],
         Err(e) => vec![e.code; total],
         Ok(()) => {
-            let (mut codes, pending) = broker.groups.commit(
-                &group,
-                req.member_id.as_str(),
-                req.generation_id_or_member_epoch,
-                commits,
-            );
+            let committer = Committer {
+                member_id: req.member_id.as_str(),
+                instance_id: req.group_instance_id.as_deref(),
+                generation: req.generation_id_or_member_epoch,
+                transactional: false,
+                version,
+            };
+            let (mut codes, pending) = broker.groups.commit(&group, &committer, commits);
             // Acknowledged only once the ISR holds the commit.
             if let Some(pending) = pending {
                 if let Err(code) = broker.groups.complete_commit(pending).await {

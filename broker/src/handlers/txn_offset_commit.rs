@@ -8,7 +8,7 @@ use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::store::{self, CommittedOffset};
-use crate::group::{validate_group_id, Commit};
+use crate::group::{validate_group_id, Commit, Committer};
 use crate::security::Access;
 use crate::txn::verify::Join;
 use strata_metadata::acl::AclOperation;
@@ -92,12 +92,18 @@ pub async fn handle(
         _ if total == 0 => vec![],
         Err(e) => vec![e.code; total],
         Ok(()) => {
+            let committer = Committer {
+                member_id: req.member_id.as_str(),
+                instance_id: req.group_instance_id.as_deref(),
+                generation: req.generation_id,
+                transactional: true,
+                version,
+            };
             let (mut codes, pending) = broker.groups.txn_commit(
                 &group,
                 req.producer_id.0,
                 req.producer_epoch,
-                req.member_id.as_str(),
-                req.generation_id,
+                &committer,
                 commits,
             );
             if let Some(pending) = pending {

@@ -73,7 +73,8 @@ impl LogConfig {
 /// `(compact, delete)` of a `cleanup.policy` value: a comma-separated subset of the two.
 pub fn cleanup_policy(value: &str) -> Option<(bool, bool)> {
     let (mut compact, mut delete) = (false, false);
-    for part in value.split(',').map(str::trim) {
+    // An empty list is valid, as in Kafka: neither deletion nor compaction (history kept).
+    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match part {
             "compact" => compact = true,
             "delete" => delete = true,

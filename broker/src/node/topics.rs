@@ -82,7 +82,16 @@ impl Node {
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<TopicInfo, ApiError> {
+        // Kafka's precedence: a bad name, then existence, then configs, then partitions and
+        // replication factor (so a topic that exists is TOPIC_ALREADY_EXISTS even while too
+        // few brokers are live to place it again).
         validate_topic_name(name)?;
+        if self.metadata.state().topic(name).is_some() {
+            return Err(ApiError::new(
+                ErrorCode::TopicAlreadyExists,
+                format!("topic '{name}' already exists"),
+            ));
+        }
         for (k, v) in &configs {
             topic_config::validate(k, v).map_err(|m| ApiError::new(ErrorCode::InvalidConfig, m))?;
         }
@@ -121,12 +130,6 @@ impl Node {
             }
         };
         if validate_only {
-            if self.metadata.state().topic(name).is_some() {
-                return Err(ApiError::new(
-                    ErrorCode::TopicAlreadyExists,
-                    format!("topic '{name}' already exists"),
-                ));
-            }
             return Ok(TopicInfo {
                 name: name.to_string(),
                 topic_id: Uuid::nil(),

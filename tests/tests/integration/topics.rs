@@ -377,10 +377,23 @@ fn list_configs_take_append_and_subtract() {
         Some("compact")
     );
 
-    // Refused, nothing changes: no policy left, a value that is no policy, a key that is not
-    // a list, an unknown operation.
+    // Subtracting the last policy leaves an empty list, which Kafka accepts: neither deletion
+    // nor compaction. Subtracting a value that is not there changes nothing.
     let (code, why) = incremental(&broker, &topic, "cleanup.policy", SUBTRACT, "compact");
-    assert_eq!(code, INVALID_CONFIG, "{why}");
+    assert_eq!(code, 0, "{why}");
+    assert_eq!(
+        described(&broker, &topic, "cleanup.policy").as_deref(),
+        Some("")
+    );
+    let (code, why) = incremental(&broker, &topic, "cleanup.policy", SUBTRACT, "delete");
+    assert_eq!(code, 0, "{why}");
+    assert_eq!(
+        incremental(&broker, &topic, "cleanup.policy", APPEND, "compact").0,
+        0
+    );
+
+    // Refused, nothing changes: a value that is no policy, a key that is not a list, an
+    // unknown operation.
     let (code, why) = incremental(&broker, &topic, "cleanup.policy", APPEND, "shred");
     assert_eq!(code, INVALID_CONFIG, "{why}");
     let (code, why) = incremental(&broker, &topic, "retention.ms", APPEND, "1000");
@@ -702,4 +715,179 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         )
         .unwrap();
     assert_eq!(r.coordinators[0].error_code, 42, "INVALID_REQUEST: {r:?}");
+}
+
+/// One CreateTopics request (v7) for `name` with these fields: the topic's error code.
+fn create_raw(
+    conn: &mut KafkaConn,
+    name: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: &[(&str, Option<&str>)],
+) -> i16 {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    use kafka_protocol::messages::{CreateTopicsRequest, TopicName};
+    let topic = CreatableTopic::default()
+        .with_name(TopicName(StrBytes::from_string(name.to_string())))
+        .with_num_partitions(partitions)
+        .with_replication_factor(replication_factor)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_string(k.to_string()))
+                        .with_value(v.map(|v| StrBytes::from_string(v.to_string())))
+                })
+                .collect(),
+        );
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![topic]);
+    conn.request(7, &req).expect("CreateTopics").topics[0].error_code
+}
+
+/// Kafka's precedence when a CreateTopics topic is wrong in two ways: a bad name first, then
+/// existence, then its configs, then partitions and replication factor.
+#[test]
+fn create_topics_reports_the_error_kafka_reports_first() {
+    const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    const INVALID_PARTITIONS: i16 = 37;
+    const INVALID_REPLICATION_FACTOR: i16 = 38;
+    const TOPIC_ALREADY_EXISTS: i16 = 36;
+    const INVALID_CONFIG: i16 = 40;
+    let broker = Broker::start_default();
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let topic = unique_topic("precedence");
+    assert_eq!(create_raw(&mut conn, &topic, 1, 1, &[]), 0);
+    let fresh = unique_topic("precedence-new");
+    for (name, partitions, rf, configs, want, why) in [
+        (
+            &topic,
+            1,
+            5,
+            vec![],
+            TOPIC_ALREADY_EXISTS,
+            "exists, too few brokers",
+        ),
+        (
+            &topic,
+            0,
+            1,
+            vec![],
+            TOPIC_ALREADY_EXISTS,
+            "exists, no partitions",
+        ),
+        (
+            &topic,
+            1,
+            1,
+            vec![("retention.ms", None)],
+            TOPIC_ALREADY_EXISTS,
+            "exists, null config",
+        ),
+        (
+            &topic,
+            1,
+            1,
+            vec![("no.such.key", Some("1"))],
+            TOPIC_ALREADY_EXISTS,
+            "exists, unknown key",
+        ),
+        (
+            &"bad/name".to_string(),
+            0,
+            9,
+            vec![],
+            INVALID_TOPIC_EXCEPTION,
+            "bad name, bad sizes",
+        ),
+        (
+            &fresh,
+            0,
+            9,
+            vec![("no.such.key", Some("1"))],
+            INVALID_CONFIG,
+            "config before sizes",
+        ),
+        (
+            &fresh,
+            0,
+            9,
+            vec![],
+            INVALID_PARTITIONS,
+            "partitions before replication",
+        ),
+        (
+            &fresh,
+            1,
+            9,
+            vec![],
+            INVALID_REPLICATION_FACTOR,
+            "too few brokers",
+        ),
+    ] {
+        assert_eq!(
+            create_raw(&mut conn, name, partitions, rf, &configs),
+            want,
+            "{why}"
+        );
+    }
+}
+
+/// Every topic config Kafka 4.0 defines is accepted, stored and described, those with no
+/// effect here included; Kafka's validation still refuses bad values.
+#[test]
+fn kafkas_topic_configs_without_effect_here_are_accepted_and_described() {
+    const INVALID_CONFIG: i16 = 40;
+    let broker = Broker::start_default();
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let topic = unique_topic("noop-configs");
+    let configs = [
+        ("file.delete.delay.ms", "1000"),
+        ("preallocate", "true"),
+        ("segment.jitter.ms", "5"),
+        ("segment.index.bytes", "4096"),
+        ("max.compaction.lag.ms", "60000"),
+        ("message.format.version", "3.0-IV1"),
+        ("message.timestamp.difference.max.ms", "1000"),
+        ("leader.replication.throttled.replicas", "*"),
+    ];
+    let with: Vec<(&str, Option<&str>)> = configs.iter().map(|(k, v)| (*k, Some(*v))).collect();
+    assert_eq!(create_raw(&mut conn, &topic, 1, 1, &with), 0);
+    for (k, v) in configs {
+        assert_eq!(described(&broker, &topic, k).as_deref(), Some(v), "{k}");
+    }
+    assert_eq!(
+        described(&broker, &topic, "remote.log.copy.disable").as_deref(),
+        Some("false"),
+        "a default, described"
+    );
+    let bad = unique_topic("noop-configs-bad");
+    for (k, v) in [
+        ("segment.index.bytes", "1"),
+        ("file.delete.delay.ms", "-1"),
+        ("preallocate", "maybe"),
+    ] {
+        assert_eq!(
+            create_raw(&mut conn, &bad, 1, 1, &[(k, Some(v))]),
+            INVALID_CONFIG,
+            "{k}={v}"
+        );
+    }
+    // The legacy AlterConfigs (librdkafka's alter_configs) takes the deprecated keys too.
+    let mut change = rdkafka::admin::AlterConfig::new(ResourceSpecifier::Topic(&topic));
+    change = change
+        .set("message.timestamp.difference.max.ms", "2000")
+        .set("message.downconversion.enable", "false");
+    let res = block_on(broker.admin().alter_configs(
+        [&change],
+        &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
+    ))
+    .expect("AlterConfigs");
+    assert!(res[0].is_ok(), "{res:?}");
+    assert_eq!(
+        described(&broker, &topic, "message.downconversion.enable").as_deref(),
+        Some("false")
+    );
 }

@@ -1,4 +1,5 @@
-//! The container deliverables run for real, driven by `testcontainers` against images built
+//! The container deliverables run for real, driven by `testcontainers` (the image) and the local `docker compose` (the quick
+//! start) against images built
 //! here (no registry is reachable: `scripts/docker-base.sh` starts the engine and makes the
 //! base image and the S3 test server image, which `scripts/test.sh` runs first):
 //! - the image (`deploy/docker`) is a complete single node with no configuration, runs as a
@@ -18,7 +19,6 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::ClientConfig;
 use strata_tests::cluster::free_port;
 use strata_tests::{poll_until, repo_root, strata_bin, unique_topic, wait_for, TrackingProducer};
-use testcontainers::compose::DockerCompose;
 use testcontainers::core::{ExecCommand, IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{GenericImage, ImageExt};
@@ -37,6 +37,72 @@ fn docker(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A compose project driven through the local `docker compose`, as a user runs it: `up`
+/// waits for every service's health check; dropping it runs `down -v`.
+struct Compose {
+    files: Vec<std::path::PathBuf>,
+    project: String,
+    env: Vec<(String, String)>,
+    up: bool,
+}
+
+impl Compose {
+    fn new(files: &[std::path::PathBuf], project: &str) -> Compose {
+        Compose {
+            files: files.to_vec(),
+            project: project.to_string(),
+            env: Vec::new(),
+            up: false,
+        }
+    }
+
+    fn with_env(mut self, key: &str, value: impl Into<String>) -> Compose {
+        self.env.push((key.to_string(), value.into()));
+        self
+    }
+
+    fn run(&self, args: &[&str]) -> std::io::Result<std::process::Output> {
+        let mut cmd = Command::new("docker");
+        cmd.arg("compose").args(["--project-name", &self.project]);
+        for f in &self.files {
+            cmd.arg("--file").arg(f);
+        }
+        cmd.args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .output()
+    }
+
+    fn up(&mut self) {
+        let out = self
+            .run(&["up", "--detach", "--wait"])
+            .expect("run docker compose");
+        self.up = true;
+        assert!(
+            out.status.success(),
+            "docker compose up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The container id of `service`.
+    fn service(&self, service: &str) -> String {
+        let out = self
+            .run(&["ps", "--all", "--quiet", service])
+            .expect("run docker compose");
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(!id.is_empty(), "no container for service {service}");
+        id
+    }
+}
+
+impl Drop for Compose {
+    fn drop(&mut self) {
+        if self.up {
+            let _ = self.run(&["down", "--volumes", "--remove-orphans"]);
+        }
+    }
 }
 
 /// Builds `strata:test` once per test binary with the deploy script users run.
@@ -190,27 +256,23 @@ async fn the_compose_quick_start_serves_clients_and_survives_a_killed_broker() {
     let compose_dir = repo_root().join("deploy/compose");
     let project = unique_topic("strata-compose").to_lowercase();
     let ports = [free_port(), free_port(), free_port()];
-    let mut compose = DockerCompose::with_local_client(&[
-        compose_dir.join("compose.yaml"),
-        compose_dir.join("compose.test.yaml"),
-    ])
-    .with_project_name(project.clone())
+    let mut compose = Compose::new(
+        &[
+            compose_dir.join("compose.yaml"),
+            compose_dir.join("compose.test.yaml"),
+        ],
+        &project,
+    )
     .with_env("STRATA_IMAGE", image)
     .with_env("STRATA_PORT_1", ports[0].to_string())
     .with_env("STRATA_PORT_2", ports[1].to_string())
     .with_env("STRATA_PORT_3", ports[2].to_string())
     .with_env("STRATA_ADMIN_PORT", free_port().to_string());
-    compose
-        .up()
-        .await
-        .expect("docker compose up (waits for every broker's health check)");
+    // Waits for every broker's health check.
+    tokio::task::block_in_place(|| compose.up());
 
     // The bucket service made the bucket before any broker started.
-    let bucket = compose
-        .service("bucket")
-        .expect("bucket service")
-        .id()
-        .to_string();
+    let bucket = compose.service("bucket");
     let bucket_log = docker(&["logs", &bucket]);
     assert!(
         bucket_log.contains("bucket=strata created=true lifecycle_rule=added"),
@@ -239,7 +301,7 @@ async fn the_compose_quick_start_serves_clients_and_survives_a_killed_broker() {
 
     // SIGKILL the leader's container: the others elect a new leader and keep every record.
     let service = format!("strata-{victim}");
-    let id = compose.service(&service).expect("service").id().to_string();
+    let id = compose.service(&service);
     docker(&["kill", "--signal", "KILL", &id]);
     // Bootstrap from a survivor (the victim may be the one on the first port).
     let survivor = (1..=3).find(|n| *n != victim).unwrap();
@@ -247,7 +309,7 @@ async fn the_compose_quick_start_serves_clients_and_survives_a_killed_broker() {
     let brokers: Vec<String> = (1..=3)
         .map(|n| {
             let service = format!("strata-{n}");
-            compose.service(&service).expect("service").id().to_string()
+            compose.service(&service)
         })
         .collect();
     tokio::task::spawn_blocking(move || {
@@ -287,7 +349,7 @@ async fn the_compose_quick_start_serves_clients_and_survives_a_killed_broker() {
     .unwrap();
 
     // `docker compose down -v` (on drop) leaves nothing of the project running or stored.
-    drop(compose);
+    tokio::task::block_in_place(|| drop(compose));
     let label = format!("label=com.docker.compose.project={project}");
     tokio::task::spawn_blocking(move || {
         wait_for(

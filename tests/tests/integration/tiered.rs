@@ -381,6 +381,70 @@ fn an_unreachable_s3_server_stalls_uploads_but_not_producers() {
     assert_eq!(offset_for_time(&broker, &topic, ts0 + 10), 10);
 }
 
+/// Kafka with tiered storage starts and serves its local log while the remote store is down;
+/// so does Strata, whether the store refuses connections or accepts them and never answers.
+/// Uploads wait on local disk and drain once the store is back; then the whole history reads
+/// back from offset 0.
+#[test]
+fn a_broker_restarted_while_the_object_store_is_unreachable_serves_its_local_log() {
+    let moto = MotoServer::start();
+    moto.create_bucket("tiered");
+    let proxy = OutageProxy::start(moto.endpoint.trim_start_matches("http://"));
+    let mut broker = Broker::start(
+        s3_opts(BrokerOpts::new().quick_tiering(), &proxy.endpoint, "tiered")
+            .env("STRATA_OBJECT_STORE_MAX_RETRIES", 1)
+            .env("STRATA_OBJECT_STORE_REQUEST_TIMEOUT_MS", 2000)
+            .env("STRATA_OBJECT_STORE_RETRY_TIMEOUT_MS", 3000),
+    );
+    let topic = unique_topic("outage-restart");
+    tiered_topic(&broker, &topic, &[]);
+    let ts0 = now_ms();
+    produce(&broker, &topic, 0, 4_000, ts0);
+    wait_offloaded(&broker, &topic, 2.0);
+
+    let mut end = 4_000;
+    for (outage, how) in [(0, "refused"), (1, "hanging")] {
+        match outage {
+            0 => proxy.down(),
+            _ => proxy.stall(),
+        }
+        broker.kill9();
+        let started = Instant::now();
+        broker.restart();
+        let ready = started.elapsed();
+        eprintln!("object store {how}: ready {ready:?} after the restart");
+        // The local log takes writes and serves them; closed segments wait for the store.
+        produce(&broker, &topic, end, end + 4_000, ts0);
+        check_records(&broker, &topic, end, end + 4_000, ts0);
+        end += 4_000;
+        let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+        let (code, _) = fetch_error(&mut conn, &topic, 0);
+        assert!(
+            code == KAFKA_STORAGE_ERROR || code == REQUEST_TIMED_OUT,
+            "a remote-only offset while the store is {how}: a retriable error, got {code}"
+        );
+        wait_for(
+            "uploads waiting and the store seen unreachable",
+            Duration::from_secs(60),
+            || {
+                broker.metric("strata_tier_upload_lag_segments") >= 2.0
+                    && broker.metric("strata_object_store_reachable") == 0.0
+            },
+        );
+        assert!(broker.metric("strata_object_store_reachable") == 0.0);
+
+        let back = Instant::now();
+        proxy.up();
+        wait_offloaded(&broker, &topic, 1.0);
+        eprintln!(
+            "object store {how}: the upload backlog drained {:?} after it came back",
+            back.elapsed()
+        );
+        assert_eq!(broker.metric("strata_object_store_reachable"), 1.0);
+    }
+    check_records(&broker, &topic, 0, end, ts0);
+}
+
 #[test]
 fn sigkill_in_the_middle_of_an_upload_leaves_no_orphan_and_loses_nothing() {
     let mut broker = Broker::start(

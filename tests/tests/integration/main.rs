@@ -1,0 +1,41 @@
+//! The integration, fault and compatibility suite: one test binary (each module drives real
+//! `strata` processes), so the broker and librdkafka are linked once rather than once per file.
+
+mod abuse;
+mod admin_http;
+mod bad_input;
+mod broker_configs;
+mod chaos;
+mod cluster;
+mod codecs;
+mod compaction;
+mod containers;
+mod cooperative;
+mod deploy;
+mod elastic;
+mod fetch_sessions;
+mod group_restart;
+mod groups;
+mod hostile;
+mod idempotence;
+mod lag;
+mod leader_epochs;
+mod log_dirs;
+mod long_poll;
+mod objstore_s3;
+mod objstore_serve;
+mod offsets;
+mod partition;
+mod perf_cli;
+mod quotas;
+mod reassignment;
+mod replication;
+mod restart;
+mod retention;
+mod scale;
+mod security;
+mod segments;
+mod tiered;
+mod timestamps;
+mod topics;
+mod transactions;
