@@ -792,7 +792,8 @@ fn bad_group_requests_get_kafka_error_codes_and_other_groups_keep_working() {
     c.simple_commit_ok(&simple, &topic, &[(0, 7)]);
     assert_eq!(c.fetched_offsets(&simple, &topic, &[0]), [(0, 7)].into());
 
-    // A member of a generation of a group that does not exist.
+    // A member of a generation of a group that does not exist: ILLEGAL_GENERATION for
+    // OffsetCommit v8, the version this client uses (v9 is told GROUP_ID_NOT_FOUND).
     let ghost = unique_group("ghost");
     assert_eq!(
         c.commit(&ghost, 5, "x", &topic, &[(0, 3)]).unwrap(),
@@ -894,6 +895,31 @@ fn bad_group_requests_get_kafka_error_codes_and_other_groups_keep_working() {
     another_group_works(&mut c);
 
     assert_eq!(c.leave(&live, &joined.member_id).unwrap(), 0, "LeaveGroup");
+    // The member that left is a zombie now: its commit, with its old id and generation, must
+    // not move the group's offsets (Kafka: UNKNOWN_MEMBER_ID), nor its heartbeat or leave.
+    assert_eq!(
+        c.commit(
+            &live,
+            joined.generation,
+            &joined.member_id,
+            &topic,
+            &[(0, 3)]
+        )
+        .unwrap(),
+        vec![(0, group_error::UNKNOWN_MEMBER_ID)],
+        "OffsetCommit by a member that left"
+    );
+    assert_eq!(
+        c.heartbeat(&live, joined.generation, &joined.member_id)
+            .unwrap(),
+        group_error::UNKNOWN_MEMBER_ID,
+        "Heartbeat by a member that left"
+    );
+    assert_eq!(
+        c.leave(&live, &joined.member_id).unwrap(),
+        group_error::UNKNOWN_MEMBER_ID,
+        "LeaveGroup by a member that left"
+    );
     broker.assert_running();
     let mut fresh = GroupClient::connect(&broker.kafka_addr).unwrap();
     another_group_works(&mut fresh);
@@ -1315,6 +1341,51 @@ fn a_static_leader_rejoining_a_stable_group_skips_the_assignment() {
         b"partitions",
         "the assignment in force"
     );
+    // The old process is a zombie: its commit and heartbeat name an instance that is another
+    // member's now (FENCED_INSTANCE_ID); the new member's get past that check (to the topic,
+    // which does not exist here).
+    let commit = |c: &mut KafkaConn, j: &JoinGroupResponse| {
+        use kafka_protocol::messages::offset_commit_request::{
+            OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+        };
+        use kafka_protocol::messages::{OffsetCommitRequest, TopicName};
+        let req = OffsetCommitRequest::default()
+            .with_group_id(GroupId(group.clone().into()))
+            .with_generation_id_or_member_epoch(j.generation_id)
+            .with_member_id(j.member_id.clone())
+            .with_group_instance_id(Some("instance-a".into()))
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName("no-such-topic".into()))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(5)])]);
+        c.request(9, &req).unwrap().topics[0].partitions[0].error_code
+    };
+    let heartbeat = |c: &mut KafkaConn, j: &JoinGroupResponse| {
+        let req = kafka_protocol::messages::HeartbeatRequest::default()
+            .with_group_id(GroupId(group.clone().into()))
+            .with_generation_id(j.generation_id)
+            .with_member_id(j.member_id.clone())
+            .with_group_instance_id(Some("instance-a".into()));
+        c.request(4, &req).unwrap().error_code
+    };
+    const FENCED_INSTANCE_ID: i16 = 82;
+    assert_eq!(
+        commit(&mut c, &first),
+        FENCED_INSTANCE_ID,
+        "the zombie's commit"
+    );
+    assert_eq!(
+        heartbeat(&mut c, &first),
+        FENCED_INSTANCE_ID,
+        "the zombie's heartbeat"
+    );
+    assert_eq!(
+        commit(&mut c, &again),
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION, past the fencing"
+    );
+    assert_eq!(heartbeat(&mut c, &again), 0);
     let old = join(&mut c, 7);
     assert_eq!((old.error_code, old.leader == old.member_id), (0, true));
     assert!(old.members.is_empty(), "before v9: nothing to assign from");
@@ -1773,4 +1844,68 @@ fn consumer_group_heartbeats_out_of_turn_get_kafka_errors_and_create_nothing() {
     assert_eq!(described(&mut conn), 0);
     // It leaves: the group stays, empty.
     assert_eq!(beat(&mut conn, "client-chosen-id", -1, false, None).0, 0);
+}
+
+/// Kafka's zombie: a librdkafka consumer that stops polling past `max.poll.interval.ms` is
+/// taken out of the group (it leaves by itself, and the coordinator removes it), its
+/// partitions go to the other member, which commits; the zombie's commit afterwards — the
+/// close-while-committing pattern: it commits what it processed, then closes — must fail and
+/// must not move the offsets back.
+#[test]
+fn a_consumer_removed_from_its_group_cannot_move_the_offsets_back() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("zombie");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    broker.produce_to_each(&topic, 2, 20, "zombie");
+    let group = unique_group("zombie");
+    let cfg = |name: &str, max_poll_ms: &str| {
+        let mut cfg = named(broker.group_config(&group), name);
+        cfg.set("enable.auto.commit", "false")
+            .set("session.timeout.ms", "6000")
+            .set("max.poll.interval.ms", max_poll_ms);
+        cfg
+    };
+    let zombie: BaseConsumer = cfg("zombie", "7000").create().unwrap();
+    zombie.subscribe(&[&topic]).unwrap();
+    let assigned = |c: &BaseConsumer| c.assignment().map(|a| a.count()).unwrap_or(0);
+    wait_for("the first member to get both partitions", SETTLE, || {
+        let _ = zombie.poll(Duration::from_millis(100));
+        assigned(&zombie) == 2
+    });
+    let survivor: BaseConsumer = cfg("survivor", "300000").create().unwrap();
+    survivor.subscribe(&[&topic]).unwrap();
+    wait_for("one partition each", SETTLE, || {
+        let _ = zombie.poll(Duration::from_millis(50));
+        let _ = survivor.poll(Duration::from_millis(50));
+        assigned(&zombie) == 1 && assigned(&survivor) == 1
+    });
+
+    // The zombie stops polling; the survivor takes both partitions and commits them.
+    wait_for("the survivor to take both partitions", SETTLE, || {
+        let _ = survivor.poll(Duration::from_millis(100));
+        assigned(&survivor) == 2
+    });
+    let mut done = TopicPartitionList::new();
+    for p in 0..2 {
+        done.add_partition_offset(&topic, p, Offset::Offset(20))
+            .unwrap();
+    }
+    survivor.commit(&done, CommitMode::Sync).unwrap();
+
+    // The zombie commits what it had processed, as a consumer closing would.
+    let mut stale = TopicPartitionList::new();
+    for p in 0..2 {
+        stale
+            .add_partition_offset(&topic, p, Offset::Offset(3))
+            .unwrap();
+    }
+    let refused = zombie.commit(&stale, CommitMode::Sync);
+    assert!(refused.is_err(), "the zombie's commit was accepted");
+    eprintln!("the zombie's commit: {refused:?}");
+    drop(zombie);
+    assert_eq!(
+        broker.committed(&group, &topic, &[0, 1]).unwrap(),
+        [(0, Some(20)), (1, Some(20))].into(),
+        "the survivor's offsets stand"
+    );
 }
