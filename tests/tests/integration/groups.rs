@@ -189,6 +189,17 @@ fn assert_resumed_at(
 
 #[test]
 fn members_starting_together_are_assigned_once_thanks_to_the_initial_rebalance_delay() {
+    starting_together_is_one_generation(false);
+}
+
+/// The same with `group.instance.id` (static members join with no member id and are never
+/// asked for one): both in the first generation, no second rebalance, no revoke.
+#[test]
+fn static_members_starting_together_form_one_generation() {
+    starting_together_is_one_generation(true);
+}
+
+fn starting_together_is_one_generation(fixed: bool) {
     let broker =
         Broker::start(BrokerOpts::new().env("STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS", 3000));
     let topic = unique_topic("initial-delay");
@@ -197,7 +208,11 @@ fn members_starting_together_are_assigned_once_thanks_to_the_initial_rebalance_d
     let members: Vec<Member> = (0..3)
         .map(|i| {
             let name = format!("member-{i}");
-            let m = Member::start(&name, named(broker.group_config(&group), &name), &topic);
+            let mut cfg = named(broker.group_config(&group), &name);
+            if fixed {
+                cfg.set("group.instance.id", &name);
+            }
+            let m = Member::start(&name, cfg, &topic);
             std::thread::sleep(Duration::from_millis(300));
             m
         })
