@@ -242,12 +242,9 @@ impl Broker {
         if let Some(adv) = &self.opts.advertised_kafka_addr {
             cmd.args(["--advertised-kafka-addr", adv]);
         }
-        // A node alone forms a new group at once by default (Kafka's quick-start value); as in
-        // Kafka's own test clusters, so do members of a cluster, unless a test asks for the
-        // initial rebalance delay with its own STRATA_ setting.
-        if opts.voters.is_some() {
-            cmd.env("STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0");
-        }
+        // As in Kafka's own test clusters, a new group forms at once (not after the default
+        // 3 s), unless a test asks for the initial rebalance delay with its own STRATA_ setting.
+        cmd.env("STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0");
         for (k, v) in &self.opts.env {
             cmd.env(k, v);
         }

@@ -138,7 +138,7 @@ pub const SETTINGS: &[Setting] = settings![
     transaction_state_log_min_isr "transaction.state.log.min.isr" Int static "In-sync replicas a __transaction_state write needs.",
     transaction_max_timeout_ms "transaction.max.timeout.ms" Int static "The longest transaction.timeout.ms a producer may ask for.",
     transaction_abort_timed_out_transaction_cleanup_interval_ms "transaction.abort.timed.out.transaction.cleanup.interval.ms" Int static "How often transactions past their timeout are aborted.",
-    group_initial_rebalance_delay_ms "group.initial.rebalance.delay.ms" Int static "The first rebalance of an empty group waits this long for more members (unset: 0 alone, 3000 in a cluster).",
+    group_initial_rebalance_delay_ms "group.initial.rebalance.delay.ms" Int static "The first rebalance of an empty group waits this long for more members (Kafka's default 3000).",
     group_consumer_session_timeout_ms "group.consumer.session.timeout.ms" Int static "A consumer-protocol (KIP-848) member silent this long leaves its group.",
     group_consumer_heartbeat_interval_ms "group.consumer.heartbeat.interval.ms" Int static "How often consumer-protocol (KIP-848) members heartbeat.",
     lag_sample_interval_ms "lag.sample.interval.ms" Long static "How often consumer lag is sampled.",
@@ -200,7 +200,7 @@ pub fn values(cfg: &BrokerConfig) -> std::collections::BTreeMap<&'static str, Op
         .map(|s| {
             let value = match json.get(s.key) {
                 Some(serde_json::Value::String(v)) => Some(v.clone()),
-                // Unset, it follows the node's shape: show what is in force.
+                // Unset: show what is in force.
                 None | Some(serde_json::Value::Null)
                     if s.key == "group_initial_rebalance_delay_ms" =>
                 {
@@ -252,6 +252,9 @@ mod tests {
         assert_eq!(v["data_dir"].as_deref(), Some("./strata-data"));
         assert_eq!(v["log_dirs"].as_deref(), Some("./strata-data"));
         assert_eq!(v["rack"], None);
-        assert_eq!(v["group_initial_rebalance_delay_ms"].as_deref(), Some("0"));
+        assert_eq!(
+            v["group_initial_rebalance_delay_ms"].as_deref(),
+            Some("3000")
+        );
     }
 }

@@ -169,9 +169,7 @@ pub struct BrokerConfig {
     /// How often the coordinator aborts transactions past their timeout.
     pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
     /// The first rebalance of an empty group waits this long for more members to join. Unset:
-    /// 0 on a single node (Kafka's quick-start `server.properties`, so a first consumer is
-    /// assigned at once), 3000 in a cluster (Kafka's default); see
-    /// [`BrokerConfig::group_initial_rebalance_delay`].
+    /// Kafka's default, 3000; see [`BrokerConfig::group_initial_rebalance_delay`].
     #[serde(deserialize_with = "number_or_numeric_string")]
     pub group_initial_rebalance_delay_ms: Option<u64>,
     /// KIP-848 consumer groups: a member not heard from for this long leaves its group.
@@ -842,16 +840,13 @@ impl BrokerConfig {
         }
     }
 
-    /// `group_initial_rebalance_delay_ms` as set, else by the cluster's shape: a node alone
-    /// (no `voters`) is a development or test node and uses Kafka's quick-start 0; a cluster
-    /// keeps Kafka's production 3 s so members starting together form one generation.
+    /// `group_initial_rebalance_delay_ms` as set, else Kafka's default of 3 s, on a node
+    /// alone as in a cluster: clients and their test suites expect members starting together
+    /// (static ones, cooperative ones) to form one generation. (Kafka's quick-start
+    /// `server.properties` sets 0; an operator may too, trading that for a first consumer
+    /// assigned at once.)
     pub fn group_initial_rebalance_delay(&self) -> std::time::Duration {
-        let ms = (self.group_initial_rebalance_delay_ms).unwrap_or(if self.voters.is_none() {
-            0
-        } else {
-            3000
-        });
-        std::time::Duration::from_millis(ms)
+        std::time::Duration::from_millis(self.group_initial_rebalance_delay_ms.unwrap_or(3000))
     }
 
     /// The metadata voters by node id: `voters` parsed, or this node alone on `raft_addr`.
@@ -1036,9 +1031,12 @@ mod tests {
     }
 
     #[test]
-    fn the_initial_rebalance_delay_follows_the_cluster_shape_unless_set() {
+    fn the_initial_rebalance_delay_is_kafkas_unless_set() {
         let alone = BrokerConfig::load(None, std::iter::empty()).unwrap();
-        assert_eq!(alone.group_initial_rebalance_delay(), Duration::ZERO);
+        assert_eq!(
+            alone.group_initial_rebalance_delay(),
+            Duration::from_secs(3)
+        );
         let cluster = BrokerConfig {
             voters: Some("1@a:9093,2@b:9093,3@c:9093".into()),
             ..BrokerConfig::default()
@@ -1072,9 +1070,9 @@ mod tests {
             err.to_string().contains("'soon' is not a whole number"),
             "{err}"
         );
-        // Empty unsets it: back to the shape's default.
+        // Empty unsets it: back to the default.
         let cfg = BrokerConfig::load(Some(&file), env("").into_iter()).unwrap();
-        assert_eq!(cfg.group_initial_rebalance_delay(), Duration::ZERO);
+        assert_eq!(cfg.group_initial_rebalance_delay(), Duration::from_secs(3));
     }
 
     #[test]

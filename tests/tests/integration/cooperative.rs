@@ -815,3 +815,77 @@ fn handover(
         })
         .collect()
 }
+
+/// The callbacks `m` has seen since `from`, without librdkafka's empty incremental assigns
+/// (it calls the assign callback with nothing new after each round).
+fn calls(m: &CoopMember, from: Instant) -> Vec<(Kind, BTreeSet<i32>)> {
+    (m.callbacks_between(from, Instant::now()).into_iter())
+        .filter(|c| c.kind == Kind::Revoke || !c.partitions.is_empty())
+        .map(|c| (c.kind, c.partitions))
+        .collect()
+}
+
+/// A plain join makes the fewest rebalance calls: the first member gets one assign call,
+/// with every partition; a second member's arrival costs the first one revoke of what moves
+/// (and nothing new assigned), and the newcomer one assign.
+#[test]
+fn a_plain_join_makes_the_fewest_assign_and_revoke_calls() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("coop-calls");
+    broker.create_topic(&topic, PARTITIONS, &[]).unwrap();
+    let group = unique_group("coop-calls");
+    let started = Instant::now();
+    let a = CoopMember::start("calls-a", &broker, &group, &topic, None);
+    wait_for_settled(&[&a], &[6]);
+    // Long enough for any further round the first one would have caused.
+    thread::sleep(Duration::from_secs(3));
+    let all: BTreeSet<i32> = (0..PARTITIONS).collect();
+    assert_eq!(
+        calls(&a, started),
+        vec![(Kind::Assign, all)],
+        "{}",
+        a.report()
+    );
+    let joined = Instant::now();
+    let b = CoopMember::start("calls-b", &broker, &group, &topic, None);
+    let two = wait_for_settled(&[&a, &b], &[3, 3]);
+    thread::sleep(Duration::from_secs(3));
+    let moved = two[1].clone();
+    assert_eq!(
+        calls(&a, joined),
+        vec![(Kind::Revoke, moved.clone())],
+        "{}",
+        a.report()
+    );
+    assert_eq!(
+        calls(&b, joined),
+        vec![(Kind::Assign, moved)],
+        "{}",
+        b.report()
+    );
+}
+
+/// Members starting together within `group.initial.rebalance.delay.ms` (Kafka's default,
+/// 3 s) form one generation: one assign call each, with its share, and no revoke.
+#[test]
+fn cooperative_members_starting_together_are_assigned_once() {
+    let broker = Broker::start(
+        strata_tests::BrokerOpts::new().env("STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS", 3000),
+    );
+    let topic = unique_topic("coop-together");
+    broker.create_topic(&topic, PARTITIONS, &[]).unwrap();
+    let group = unique_group("coop-together");
+    let started = Instant::now();
+    let a = CoopMember::start("together-a", &broker, &group, &topic, None);
+    let b = CoopMember::start("together-b", &broker, &group, &topic, None);
+    let two = wait_for_settled(&[&a, &b], &[3, 3]);
+    thread::sleep(Duration::from_secs(3));
+    for (m, mine) in [(&a, &two[0]), (&b, &two[1])] {
+        assert_eq!(
+            calls(m, started),
+            vec![(Kind::Assign, mine.clone())],
+            "{}",
+            m.report()
+        );
+    }
+}
