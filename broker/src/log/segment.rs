@@ -314,7 +314,17 @@ impl Segment {
             std::io::IoSlice::new(prefix),
             std::io::IoSlice::new(&body[16..]),
         ];
-        write_all_vectored(&*self.file()?, &bufs)?;
+        let file = self.file()?;
+        if let Err(e) = write_all_vectored(&file, &bufs) {
+            // A write cut short (a full disk) leaves part of the batch past `size`, and the
+            // next batch would land after those bytes. Take them back, and the write position
+            // with them (a new segment's file is not opened for appending): the segment stays
+            // exactly its batches, and once space returns the next append goes on from here.
+            file.set_len(position)?;
+            std::io::Seek::seek(&mut &*file, std::io::SeekFrom::Start(position))?;
+            return Err(e.into());
+        }
+        drop(file);
         self.size += body.len() as u64;
         self.index_batch(header, position);
         self.next_offset = header.next_offset();

@@ -8,12 +8,23 @@
 //! - The log directories are fixed for the life of the process, in the configured order.
 //! - A failed log directory stays failed until the process ends (KIP-858): nothing is placed,
 //!   opened or written in it again; its partitions are offline here.
+//! - A full one has not failed: its partitions stay online and readable, writes to it fail
+//!   (KAFKA_STORAGE_ERROR, nothing acknowledged) and succeed again once space returns.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use uuid::Uuid;
+
+/// ENOSPC, or EDQUOT (a quota): space that may come back.
+fn is_out_of_space(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
 
 /// One log directory.
 #[derive(Debug)]
@@ -21,6 +32,9 @@ pub struct LogDir {
     pub path: PathBuf,
     /// Why it failed, once it has.
     failure: OnceLock<String>,
+    /// Out of space at the last probe (logged when it changes; `/metrics` shows the space
+    /// left, `strata_log_dir_available_bytes`).
+    full: AtomicBool,
     /// The partitions it held when it failed, (topic id, partition), for the report to the
     /// controller.
     lost: Mutex<Vec<(Uuid, i32)>>,
@@ -39,6 +53,7 @@ impl LogDirs {
                     Arc::new(LogDir {
                         path,
                         failure: OnceLock::new(),
+                        full: AtomicBool::new(false),
                         lost: Mutex::new(Vec::new()),
                     })
                 })
@@ -86,13 +101,31 @@ impl LogDir {
     }
 
     /// Writes, syncs and removes a small file: what fails here (a disk gone, removed or
-    /// remounted read-only, out of space) would fail the next append too.
+    /// remounted read-only) would fail the next append too. Running out of space is not a
+    /// failure: the directory is full until a probe succeeds.
     pub fn probe(&self) -> std::io::Result<()> {
         let path = self.path.join(".strata-probe");
-        let mut f = std::fs::File::create(&path)?;
-        f.write_all(b"ok")?;
-        f.sync_all()?;
-        std::fs::remove_file(&path)
+        let written = (|| {
+            let mut f = std::fs::File::create(&path)?;
+            f.write_all(b"ok")?;
+            f.sync_all()
+        })();
+        let _ = std::fs::remove_file(&path);
+        match written {
+            Err(e) if is_out_of_space(&e) => {
+                if !self.full.swap(true, Ordering::AcqRel) {
+                    tracing::error!(dir = %self.path.display(), "log directory full: produce to its partitions fails (KAFKA_STORAGE_ERROR) until space returns; reads go on");
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+            Ok(()) => {
+                if self.full.swap(false, Ordering::AcqRel) {
+                    tracing::info!(dir = %self.path.display(), "log directory has space again");
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The partitions the directory held when it failed.

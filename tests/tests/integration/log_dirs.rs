@@ -4,6 +4,8 @@
 //! own partitions offline — the broker keeps serving the others, says which directory failed
 //! (metric, DescribeLogDirs, `strata cluster status`), and in a cluster the controller moves
 //! those partitions' leadership to in-sync replicas with nothing acknowledged lost (KIP-858).
+//! A directory that fills up has not failed: produce is refused until space returns, reads go
+//! on, and no batch is torn.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -389,4 +391,138 @@ fn a_replica_moves_between_log_dirs_under_load_with_nothing_lost() {
     broker.restart();
     assert!(partitions_in(&to, &topic).contains(&0));
     check(&broker);
+}
+
+/// A small filesystem of its own (tmpfs, so the test needs root, as CI has), unmounted on drop.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    fn mount(size: &str) -> SmallFs {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "mount a {size} tmpfs (the disk-full test needs root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallFs { dir }
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// A log directory that fills up: produce is answered KAFKA_STORAGE_ERROR (nothing
+/// acknowledged that is not stored), reads go on, nothing is lost or torn, and once space
+/// returns produce works again by itself — and everything acknowledged survives a kill -9.
+#[test]
+fn a_full_log_directory_refuses_produce_keeps_serving_reads_and_recovers_when_space_returns() {
+    use strata_tests::{encode_batch, RawRecord};
+    const KAFKA_STORAGE_ERROR: i16 = 56;
+    let fs = SmallFs::mount("6m");
+    let disk = fs.dir.path().to_path_buf();
+    // What the test frees later, so that space comes back.
+    let filler = disk.join("filler");
+    std::fs::write(&filler, vec![7u8; 3 << 20]).unwrap();
+    let mut broker = Broker::start(BrokerOpts::new().env("STRATA_LOG_DIRS", disk.display()));
+    let topic = unique_topic("disk-full");
+    broker
+        .create_topic(&topic, 1, &[("segment.bytes", "1048576")])
+        .unwrap();
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let mut acked: Vec<String> = Vec::new();
+    let produce = |conn: &mut KafkaConn, acked: &mut Vec<String>| {
+        let n = acked.len();
+        let values: Vec<String> = (n..n + 16)
+            .map(|i| format!("{i:08}-{}", "x".repeat(4000)))
+            .collect();
+        let records: Vec<RawRecord> = values
+            .iter()
+            .map(|v| RawRecord::new(b"k".to_vec(), v.as_bytes().to_vec(), 1))
+            .collect();
+        let batch = encode_batch(&records, kafka_protocol::records::Compression::None, None);
+        let p = conn.produce(&topic, 0, batch).unwrap();
+        if p.error_code == 0 {
+            assert_eq!(p.base_offset, n as i64, "offsets stay dense");
+            acked.extend(values);
+        }
+        p.error_code
+    };
+    // A first read brings up what a consumer's group needs (__consumer_offsets), as on any
+    // broker that has served consumers before its disk filled.
+    assert_eq!(produce(&mut conn, &mut acked), 0);
+    broker.consume_until(
+        &topic,
+        &[(0, Offset::Beginning)],
+        Duration::from_secs(60),
+        |r| r.len() >= 16,
+    );
+    let mut refused = 0;
+    for _ in 0..200 {
+        match produce(&mut conn, &mut acked) {
+            0 => {}
+            KAFKA_STORAGE_ERROR => {
+                refused += 1;
+                if refused == 3 {
+                    break;
+                }
+            }
+            code => panic!("produce to a full disk: error {code}, not KAFKA_STORAGE_ERROR"),
+        }
+    }
+    assert_eq!(
+        refused,
+        3,
+        "the disk never filled ({} records)",
+        acked.len()
+    );
+    eprintln!("disk full after {} records", acked.len());
+    assert!(acked.len() > 100, "only {} records fit", acked.len());
+
+    // Reads go on while the disk is full.
+    let fetched = conn.fetch(&topic, 0, 0, 1 << 20).unwrap();
+    let p = &fetched.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0, "a fetch from the full disk");
+    assert!(p.records.as_ref().is_some_and(|r| !r.is_empty()), "records");
+    let read = |broker: &Broker, want: usize| {
+        let got = broker.consume_until(
+            &topic,
+            &[(0, Offset::Beginning)],
+            Duration::from_secs(60),
+            |r| r.len() >= want,
+        );
+        let values: Vec<String> = got
+            .iter()
+            .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+            .collect();
+        assert_eq!(values.len(), want);
+        values
+    };
+    assert_eq!(
+        read(&broker, acked.len()),
+        acked,
+        "what was acknowledged, in order"
+    );
+
+    // Space returns: produce works again, with no operator action.
+    std::fs::remove_file(&filler).unwrap();
+    wait_for("produce to work again", Duration::from_secs(30), || {
+        produce(&mut conn, &mut acked) == 0
+    });
+    for _ in 0..10 {
+        assert_eq!(produce(&mut conn, &mut acked), 0);
+    }
+    assert_eq!(read(&broker, acked.len()), acked);
+    broker.kill9();
+    broker.restart();
+    assert_eq!(read(&broker, acked.len()), acked, "after kill -9");
 }
