@@ -209,7 +209,7 @@ impl Broker {
         let bin = strata_bin();
         assert!(
             bin.exists(),
-            "strata binary not found at {} (run `cargo build -p strata-cli --bin strata` \
+            "strata binary not found at {} (run `cargo build --workspace --all-targets` \
              first, or set STRATA_BIN)",
             bin.display()
         );

@@ -6,6 +6,7 @@ mod admin_http;
 mod bad_input;
 mod broker_configs;
 mod chaos;
+mod cli_errors;
 mod cluster;
 mod codecs;
 mod compaction;

@@ -1,6 +1,7 @@
 //! `strata serve` and its object store: the single-node default is a directory under the data
-//! dir; an S3 bucket is checked at start, and a missing bucket, wrong credentials or an
-//! unreachable endpoint stop the broker with the cause and the fix; `strata objstore init`
+//! dir; an S3 bucket is checked at start, and a missing bucket or wrong credentials stop the
+//! broker with the cause and the fix (an unreachable endpoint does not: the broker serves its
+//! local log until the store answers); `strata objstore init`
 //! creates the bucket and its multipart-abort lifecycle rule.
 
 use std::process::{Command, Stdio};
@@ -162,7 +163,7 @@ fn objstore_init_keeps_the_lifecycle_rules_already_there() {
 }
 
 #[test]
-fn wrong_credentials_and_an_unreachable_endpoint_stop_the_broker_naming_the_fix() {
+fn wrong_credentials_stop_the_broker_naming_the_fix_and_an_unreachable_endpoint_does_not() {
     let moto = MotoServer::start_authenticating();
     let stderr = start_fails(&moto.endpoint, "s3://any/strata", &[]);
     assert!(
@@ -170,16 +171,27 @@ fn wrong_credentials_and_an_unreachable_endpoint_stop_the_broker_naming_the_fix(
         "stderr: {stderr}"
     );
 
+    // Nothing listens there: the broker starts all the same, says so, and serves.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let stderr = start_fails(
-        &endpoint,
-        "s3://any/strata",
-        &[("STRATA_OBJECT_STORE_RETRY_TIMEOUT_MS", "1000")],
+    let broker = Broker::start(
+        BrokerOpts::new()
+            .env("STRATA_OBJECT_STORE", "s3://any/strata")
+            .env("STRATA_OBJECT_STORE_ENDPOINT", &endpoint)
+            .env("STRATA_OBJECT_STORE_REGION", REGION)
+            .env("STRATA_OBJECT_STORE_ALLOW_HTTP", "true")
+            .env("STRATA_OBJECT_STORE_ACCESS_KEY_ID", "test")
+            .env("STRATA_OBJECT_STORE_SECRET_ACCESS_KEY", "test")
+            .env("STRATA_OBJECT_STORE_RETRY_TIMEOUT_MS", "1000"),
     );
     assert!(
-        stderr.contains("unavailable") && stderr.contains("object_store_endpoint"),
-        "stderr: {stderr}"
+        broker
+            .output()
+            .contains("object store unreachable: serving the local log"),
+        "{}",
+        broker.output()
     );
+    assert_eq!(broker.metric("strata_object_store_reachable"), 0.0);
+    broker.create_topic("local", 1, &[]).unwrap();
 }

@@ -1014,7 +1014,12 @@ fn exactly_once_holds_when_the_producer_a_partition_leader_and_the_coordinator_a
             group.clone(),
         ];
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "txn_checker_worker", "--ignored", "--nocapture"])
+            .args([
+                "--exact",
+                "transactions::txn_checker_worker",
+                "--ignored",
+                "--nocapture",
+            ])
             .env(WORKER_ENV, format!("{}|{}|{n}", env.join("|"), id))
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log_of(n)).unwrap())
