@@ -12,6 +12,7 @@ use crate::node::Node;
 use crate::quota::Quotas;
 use crate::replication::fetcher::Fetchers;
 use crate::security::Security;
+use crate::telemetry::ClientTelemetry;
 use crate::tier::Tier;
 use crate::txn::TxnCoordinator;
 
@@ -35,6 +36,8 @@ pub struct Broker {
     pub quotas: Quotas,
     /// Log levels, changed at run time through BROKER_LOGGER configs.
     pub loggers: Loggers,
+    /// Metrics clients push (KIP-714).
+    pub telemetry: Arc<ClientTelemetry>,
 }
 
 impl Broker {
@@ -55,6 +58,7 @@ impl Broker {
             lag: LagTracker::new(node.clone()),
             fetchers: Fetchers::new(node.clone(), tier.clone()),
             quotas: Quotas::new(node.clone()),
+            telemetry: ClientTelemetry::new(&node.config, &node.metrics),
             tier,
             security,
             loggers,

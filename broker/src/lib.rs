@@ -16,7 +16,8 @@
 //!   [`cleaner`] (compaction thread), [`session`] (registration and heartbeats),
 //!   [`fetch_session`] (incremental fetch sessions, KIP-227), [`quota`] (client quotas:
 //!   sensors and throttles, above [`security`], whose principals it charges), [`security`]
-//!   (TLS, SASL authentication, principals, ACLs);
+//!   (TLS, SASL authentication, principals, ACLs), [`telemetry`] (metrics clients push,
+//!   KIP-714);
 //! - [`node`] — the shared core: settings, metadata handle, partitions, metrics, clock; topic
 //!   operations, leader lookup, producer ids;
 //! - [`partition`] — a hosted partition: log operations, replica state, its view across
@@ -58,6 +59,7 @@ pub mod security;
 pub mod serve;
 pub mod server;
 pub mod session;
+pub mod telemetry;
 pub mod throttle;
 pub mod tier;
 pub mod tls;

@@ -180,6 +180,14 @@ pub struct BrokerConfig {
     pub lag_sample_interval_ms: u64,
     /// The window over which the lag trend (least-squares slope) is computed.
     pub lag_window_ms: u64,
+    /// Client telemetry (KIP-714): prefixes of the metric names clients are asked to push
+    /// (`*`: all); empty, the default, asks for none.
+    pub client_telemetry_metrics: String,
+    /// How often clients push their metrics (Kafka's `interval.ms` of a client-metrics
+    /// subscription).
+    pub client_telemetry_interval_ms: u64,
+    /// The largest push accepted, compressed or not (Kafka's `telemetry.max.bytes`).
+    pub telemetry_max_bytes: u32,
     pub message_max_bytes: u32,
     /// Default `compression.type` of topics: `producer` (batches stored as sent) or the
     /// codec every batch is stored under (uncompressed, gzip, snappy, lz4, zstd).
@@ -348,6 +356,9 @@ impl Default for BrokerConfig {
             group_consumer_heartbeat_interval_ms: 5_000,
             lag_sample_interval_ms: 5_000,
             lag_window_ms: 60_000,
+            client_telemetry_metrics: String::new(),
+            client_telemetry_interval_ms: 300_000,
+            telemetry_max_bytes: 1_048_576,
             message_max_bytes: 1_048_588,
             compression_type: "producer".into(),
             compression_gzip_level: -1,

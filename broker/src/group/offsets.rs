@@ -136,8 +136,10 @@ impl Coordinator {
         committer: &Committer<'_>,
         commits: Vec<Commit>,
     ) -> (Vec<ErrorCode>, Option<PendingCommit>) {
-        let group_error = validate_committer(self.lock().get(group_id), committer).err();
-        if let Some(code) = group_error {
+        // Held until the commit is appended: a member cannot leave (or a rebalance complete)
+        // between its check and its append, as in Kafka's coordinator, where both are one step.
+        let groups = self.lock();
+        if let Err(code) = validate_committer(groups.get(group_id), committer) {
             return (commits.iter().map(|_| code).collect(), None);
         }
         let (errors, records, accepted) = self.accept_commits(group_id, commits);

@@ -35,6 +35,7 @@ mod elect_leaders;
 mod end_txn;
 mod fetch;
 mod find_coordinator;
+mod get_telemetry_subscriptions;
 mod heartbeat;
 mod incremental_alter_configs;
 mod init_producer_id;
@@ -51,6 +52,7 @@ mod offset_delete;
 mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
+mod push_telemetry;
 mod raft_voters;
 mod sasl_authenticate;
 mod sasl_handshake;
@@ -202,6 +204,15 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         }
         RequestKind::ListConfigResources(r) => {
             ResponseKind::ListConfigResources(list_config_resources::handle(r, &access))
+        }
+        RequestKind::GetTelemetrySubscriptions(r) => {
+            let client_id = (req.header.client_id.as_ref()).map_or("", |c| c.as_str());
+            ResponseKind::GetTelemetrySubscriptions(get_telemetry_subscriptions::handle(
+                broker, r, client_id,
+            ))
+        }
+        RequestKind::PushTelemetry(r) => {
+            ResponseKind::PushTelemetry(push_telemetry::handle(broker, r))
         }
         RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(describe_cluster::handle(
             broker, r, v, &listener, &access,

@@ -72,19 +72,29 @@ fn section_within(batch: &Bytes, header: &BatchHeader, limit: usize) -> Result<B
         return Err(corrupt(header, "shorter than its header"));
     }
     let body = batch.slice(HEADER_LEN..end);
-    let inflated = match header.codec() {
-        0 => return Ok(body),
-        1 => read_bounded(flate2::read::GzDecoder::new(&body[..]), limit),
-        2 => snappy(&body, limit),
-        3 => lz4::Decoder::new(&body[..]).and_then(|d| read_bounded(d, limit)),
-        4 => {
-            zstd::stream::read::Decoder::with_buffer(&body[..]).and_then(|d| read_bounded(d, limit))
-        }
-        c => return Err(corrupt(header, &format!("unknown compression codec {c}"))),
-    };
-    inflated
+    if header.codec() == 0 {
+        return Ok(body);
+    }
+    inflate(header.codec(), &body, limit)
         .map(Bytes::from)
         .map_err(|e| corrupt(header, &format!("cannot decompress: {e}")))
+}
+
+/// `body` under Kafka's compression `codec` (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd),
+/// decompressed to at most `limit` bytes.
+pub fn inflate(codec: i16, body: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
+    match codec {
+        0 if body.len() <= limit => Ok(body.to_vec()),
+        0 => Err(too_big(limit)),
+        1 => read_bounded(flate2::read::GzDecoder::new(body), limit),
+        2 => snappy(body, limit),
+        3 => lz4::Decoder::new(body).and_then(|d| read_bounded(d, limit)),
+        4 => zstd::stream::read::Decoder::with_buffer(body).and_then(|d| read_bounded(d, limit)),
+        c => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("unknown compression codec {c}"),
+        )),
+    }
 }
 
 fn too_big(limit: usize) -> std::io::Error {

@@ -346,6 +346,10 @@ mod tests {
                 RequestKind::DescribeDelegationToken(Default::default())
             }
             ApiKey::ListConfigResources => RequestKind::ListConfigResources(Default::default()),
+            ApiKey::GetTelemetrySubscriptions => {
+                RequestKind::GetTelemetrySubscriptions(Default::default())
+            }
+            ApiKey::PushTelemetry => RequestKind::PushTelemetry(Default::default()),
             other => panic!("{other:?} is not supported"),
         }
     }

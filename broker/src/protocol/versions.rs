@@ -55,6 +55,14 @@ pub const SUPPORTED: &[Api] = &[
         1,
     ),
     api(ApiKey::DescribeCluster, "DescribeCluster", 0, 2),
+    // Client telemetry (KIP-714): see `telemetry/`.
+    api(
+        ApiKey::GetTelemetrySubscriptions,
+        "GetTelemetrySubscriptions",
+        0,
+        0,
+    ),
+    api(ApiKey::PushTelemetry, "PushTelemetry", 0, 0),
     // v0 is Kafka 4.0's ListClientMetricsResources: see `handlers/list_config_resources.rs`.
     api(ApiKey::ListConfigResources, "ListConfigResources", 0, 0),
     api(ApiKey::DescribeQuorum, "DescribeQuorum", 0, 2),

@@ -36,6 +36,7 @@ mod retention;
 mod scale;
 mod security;
 mod segments;
+mod telemetry;
 mod tiered;
 mod timestamps;
 mod topics;

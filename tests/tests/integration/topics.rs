@@ -649,6 +649,8 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         (ApiKey::EndTxn, 5),
         (ApiKey::TxnOffsetCommit, 5),
         (ApiKey::ListConfigResources, 0),
+        (ApiKey::GetTelemetrySubscriptions, 0),
+        (ApiKey::PushTelemetry, 0),
     ] {
         assert_eq!(max(key), Some(v), "{key:?}");
     }
