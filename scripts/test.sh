@@ -70,7 +70,7 @@ if ! "$VENV/bin/python" -c 'import confluent_kafka, kafka, lz4' >/dev/null 2>&1;
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check confluent-kafka kafka-python lz4 </dev/null
 fi
 
-# moto: the real S3 HTTP server the object-store tests run against (../shared/TESTING.md).
+# moto: the real S3 HTTP server the object-store tests run against.
 if [ ! -x "$VENV/bin/moto_server" ]; then
     log "installing moto (S3 server) into $VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "moto[s3]==5.2.5" flask flask-cors </dev/null
@@ -85,7 +85,7 @@ fi
 export STRATA_VENV_PYTHON="$VENV/bin/python"
 
 # The container tests' world: a Docker engine, the locally made base image and the S3 test
-# server image (no registry is reachable; ../shared/TESTING.md).
+# server image (no registry is reachable).
 log "docker engine and base images (scripts/docker-base.sh)"
 $SUDO bash scripts/docker-base.sh
 

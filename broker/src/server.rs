@@ -17,7 +17,7 @@
 //! instead of one. Any other request waits until every earlier one has been answered, and
 //! responses are always written in request order.
 //!
-//! Invariants (DESIGN.md §Invariants 7, bad input):
+//! Invariants (docs/invariants.md 7, bad input):
 //! - a TLS listener serves nothing in plaintext, and a SASL listener nothing before the
 //!   client authenticated;
 //! - a bad frame, a malformed request or a panic while handling one closes only its own

@@ -1,6 +1,6 @@
 //! Where every offloaded segment lives: the remote-segment records of each partition.
 //!
-//! Invariants (DESIGN.md §Invariants 4–5):
+//! Invariants (docs/invariants.md 4–5):
 //! - a record is committed only after its objects are fully written and checked, so every
 //!   `Committed` record names readable objects;
 //! - a partition's segments are ordered by end offset with no gap between them: a new one

@@ -1,4 +1,4 @@
-//! A real S3 HTTP server for object-store tests: moto (../shared/TESTING.md), started on a free
+//! A real S3 HTTP server for object-store tests: moto (installed by `scripts/test.sh`), started on a free
 //! port per test and killed on drop. `scripts/test.sh` installs it and sets
 //! `STRATA_MOTO_SERVER`; otherwise `~/.cache/strata-venv/bin/moto_server` is tried.
 

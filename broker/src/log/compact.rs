@@ -2,7 +2,7 @@
 //! one batch keeping only the records a predicate accepts (the records are walked by
 //! [`super::records`]).
 //!
-//! Invariants (DESIGN.md §Invariants 1, compacted topics):
+//! Invariants (docs/invariants.md 1, compacted topics):
 //! - offsets never change: a kept record keeps its offset delta, and a rewritten batch keeps its
 //!   base offset, last offset delta, timestamps, producer id, epoch and base sequence, so the
 //!   producer state rebuilt from batch headers and the offsets consumers committed stay valid;

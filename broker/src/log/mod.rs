@@ -13,7 +13,7 @@
 //! - `cleaning/` — compacted logs: a clean in progress ([`cleaning`]);
 //! - `clean-shutdown` — present only between a clean close and the next open.
 //!
-//! Invariants (DESIGN.md §Invariants 1–2):
+//! Invariants (docs/invariants.md 1–2):
 //! - offsets strictly increase and `log_start ≤ high_watermark ≤ log_end`; they are dense
 //!   except in a compacted log, where the cleaner leaves gaps (it never renumbers);
 //! - batches are stored exactly as received except for the broker-assigned base offset and

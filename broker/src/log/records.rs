@@ -1,6 +1,6 @@
 //! The records inside a v2 batch: bounded decompression and a walk over the records.
 //!
-//! Invariants (DESIGN.md §Invariants 7, bad input):
+//! Invariants (docs/invariants.md 7, bad input):
 //! - no decompression produces more than [`MAX_UNCOMPRESSED_BATCH_BYTES`]: output grows as it is
 //!   produced and stops at the cap, so a "zip bomb" (1 MiB of gzip that inflates to 1 GiB)
 //!   costs at most the cap, never the size it would inflate to. Decompression runs without an

@@ -54,7 +54,7 @@ impl Log {
     /// Without a remote copy (`remote` is `None`), `retention.ms/bytes` bound the local log.
     /// With one, a segment goes when the whole log's retention expires it (it may never have
     /// been offloaded: the store was down), or when it is committed remotely and past
-    /// `local.retention.ms/bytes` (DESIGN.md §Invariant 4). The remote part of the whole log
+    /// `local.retention.ms/bytes` (docs/invariants.md 4). The remote part of the whole log
     /// is expired by the tier, which moves the start of this log with it.
     pub fn enforce_retention(
         &mut self,

@@ -1,7 +1,7 @@
 //! A partition leader's view of its followers: how far each has fetched, when each was last
 //! caught up, and from that the high watermark and the ISR changes to propose.
 //!
-//! Invariants (DESIGN.md §Invariants 1, 3):
+//! Invariants (docs/invariants.md 1, 3):
 //! - The high watermark is the smallest log end of the ISR (this leader included) and never
 //!   moves back while this leader leads; a follower whose position is unknown holds it where
 //!   it is.

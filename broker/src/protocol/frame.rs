@@ -1,6 +1,6 @@
 //! Length-prefixed frames: a 4-byte big-endian size, then that many bytes.
 //!
-//! Invariants (DESIGN.md §Invariants 7, bad input):
+//! Invariants (docs/invariants.md 7, bad input):
 //! - The size is checked against `max_request_bytes` before anything is allocated, so a client
 //!   announcing a 2 GiB frame costs nothing but a closed connection, and the buffer grows only
 //!   as bytes arrive, so one announcing 100 MiB and sending nothing costs no memory either.

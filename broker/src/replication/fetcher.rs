@@ -18,7 +18,7 @@
 //! state as of its start comes with the remote segment ending there
 //! ([`RemoteProducers`]), so retries of batches it never copied are still duplicates.
 //!
-//! Invariants (DESIGN.md §Invariant 6):
+//! Invariants (docs/invariants.md 6):
 //! - Before the first fetch at a leader epoch, the follower truncates: it asks the leader
 //!   (OffsetForLeaderEpoch) where the follower's newest epoch ends and cuts its log there, so
 //!   a suffix the new leader does not have is dropped before anything is appended after it.

@@ -4,7 +4,7 @@
 //! through the quorum ([`propose_isr`]).
 //!
 //! An acknowledged `acks=all` write is one the high watermark passed: every ISR member holds
-//! it, so it survives the loss of any ISR minority (DESIGN.md §Invariant 3) — a new leader
+//! it, so it survives the loss of any ISR minority (docs/invariants.md 3) — a new leader
 //! comes from the ISR ([`strata_metadata`]'s elections), and followers drop what it lacks
 //! before fetching again.
 

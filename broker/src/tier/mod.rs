@@ -6,7 +6,7 @@
 //! byte for byte) and `.index` ([`index`]); both immutable. The uuid is new for every upload
 //! attempt, so a retried or concurrent upload never overwrites an object a record names.
 //!
-//! Invariants (DESIGN.md §Invariants 4–5):
+//! Invariants (docs/invariants.md 4–5):
 //! - a remote-segment record is committed only after both objects are written and the log
 //!   object's size is checked in the store, and only by the partition's leader;
 //! - a local segment is deleted only once its record is committed (or retention expired it
