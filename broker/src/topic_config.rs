@@ -249,6 +249,7 @@ pub fn broker_setting(name: &str) -> Option<&'static str> {
         "local.retention.bytes" => "log_local_retention_bytes",
         "local.retention.ms" => "log_local_retention_ms",
         "max.message.bytes" => "message_max_bytes",
+        "min.insync.replicas" => "min_insync_replicas",
         "message.timestamp.type" => "log_message_timestamp_type",
         "remote.storage.enable" => "remote_storage_enable",
         "retention.bytes" => "log_retention_bytes",
@@ -279,7 +280,7 @@ pub fn default_value(cfg: &BrokerConfig, name: &str) -> String {
         "local.retention.ms" => cfg.log_local_retention_ms.to_string(),
         "max.message.bytes" => cfg.message_max_bytes.to_string(),
         "message.timestamp.type" => cfg.log_message_timestamp_type.clone(),
-        "min.insync.replicas" => "1".into(),
+        "min.insync.replicas" => cfg.min_insync_replicas.to_string(),
         "remote.storage.enable" => cfg.remote_storage_enable.to_string(),
         "retention.bytes" => cfg.log_retention_bytes.to_string(),
         "retention.ms" => cfg.log_retention_ms.to_string(),
@@ -605,10 +606,8 @@ mod tests {
                     k.name
                 ),
                 None => assert!(
-                    matches!(
-                        k.name,
-                        "min.insync.replicas" | "unclean.leader.election.enable"
-                    ) || NO_OP_KEYS.contains(&k.name),
+                    matches!(k.name, "unclean.leader.election.enable")
+                        || NO_OP_KEYS.contains(&k.name),
                     "{} has no broker setting",
                     k.name
                 ),

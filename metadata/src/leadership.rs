@@ -266,16 +266,18 @@ impl ClusterState {
             .collect()
     }
 
-    /// Offline partitions whose topic allows unclean elections and that have a live replica:
-    /// what the controller proposes [`crate::Command::ElectUncleanLeader`] for.
+    /// Offline partitions whose topic allows unclean elections (its own
+    /// `unclean.leader.election.enable`, else the cluster-wide dynamic broker config, else
+    /// false, as Kafka's controller decides) and that have a live replica: what the controller
+    /// proposes [`crate::Command::ElectUncleanLeader`] for.
     pub fn unclean_candidates(&self) -> Vec<(uuid::Uuid, i32)> {
+        const KEY: &str = "unclean.leader.election.enable";
+        let yes = |v: &String| v.eq_ignore_ascii_case("true");
+        let cluster_wide =
+            (self.broker_configs.get("")).is_some_and(|c| c.get(KEY).is_some_and(yes));
         let mut out = Vec::new();
         for t in self.topics.values() {
-            if t.configs
-                .get("unclean.leader.election.enable")
-                .map(String::as_str)
-                != Some("true")
-            {
+            if !t.configs.get(KEY).map_or(cluster_wide, yes) {
                 continue;
             }
             for (i, p) in t.partitions.iter().enumerate() {
@@ -784,12 +786,37 @@ mod tests {
         );
 
         let topic_id = state.topics["t"].topic_id;
+        let unclean = |v: &str| {
+            BTreeMap::from([("unclean.leader.election.enable".to_string(), v.to_string())])
+        };
+        // The cluster-wide default allows it unless the topic says otherwise.
+        state.apply(&Command::AlterBrokerConfig {
+            resource: String::new(),
+            set: unclean("true"),
+            delete: vec![],
+        });
+        assert_eq!(
+            state.unclean_candidates(),
+            vec![(topic_id, 0)],
+            "cluster-wide default"
+        );
         state.apply(&Command::AlterTopicConfig {
             name: "t".to_string(),
-            set: BTreeMap::from([(
-                "unclean.leader.election.enable".to_string(),
-                "true".to_string(),
-            )]),
+            set: unclean("false"),
+            delete: vec![],
+        });
+        assert!(
+            state.unclean_candidates().is_empty(),
+            "the topic's own wins"
+        );
+        state.apply(&Command::AlterBrokerConfig {
+            resource: String::new(),
+            set: BTreeMap::new(),
+            delete: vec!["unclean.leader.election.enable".to_string()],
+        });
+        state.apply(&Command::AlterTopicConfig {
+            name: "t".to_string(),
+            set: unclean("true"),
             delete: vec![],
         });
         assert_eq!(state.unclean_candidates(), vec![(topic_id, 0)]);

@@ -495,7 +495,7 @@ impl ClusterState {
     /// Checks replica lists for partitions numbered from `first_partition`: each must be
     /// non-empty, duplicate-free, name only registered brokers, and have the same length as
     /// the others (and as `replication_factor`, if the topic already has partitions).
-    pub(crate) fn check_assignment(
+    pub fn check_assignment(
         &self,
         assignment: &[Vec<NodeId>],
         first_partition: usize,

@@ -131,6 +131,7 @@ pub const SETTINGS: &[Setting] = settings![
     log_flush_messages "log.flush.interval.messages" Long dynamic "Default flush.messages of topics.",
     log_flush_ms "log.flush.interval.ms" Long dynamic "Default flush.ms of topics.",
     log_index_interval_bytes "log.index.interval.bytes" Int dynamic "Default index.interval.bytes of topics.",
+    min_insync_replicas "min.insync.replicas" Int dynamic "Default min.insync.replicas of topics: the ISR size below which acks=all produce is refused.",
     log_retention_check_interval_ms "log.retention.check.interval.ms" Long static "How often retention (and offset expiry) runs.",
     offsets_retention_minutes "offsets.retention.minutes" Int static "Committed offsets of a group empty this long are deleted (-1: never).",
     offsets_topic_replication_factor "offsets.topic.replication.factor" Short static "Replicas of __consumer_offsets partitions (every broker of a smaller cluster).",

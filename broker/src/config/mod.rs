@@ -5,6 +5,7 @@
 //! one environment variable: `STRATA_` + the key in upper case.
 
 pub mod catalogue;
+pub mod kafka_broker_configs;
 pub mod listeners;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -153,6 +154,8 @@ pub struct BrokerConfig {
     pub log_flush_messages: i64,
     pub log_flush_ms: i64,
     pub log_index_interval_bytes: u64,
+    /// Default `min.insync.replicas` of topics.
+    pub min_insync_replicas: i32,
     pub log_retention_check_interval_ms: u64,
     /// Committed offsets of a group empty for this long are deleted (-1: never).
     pub offsets_retention_minutes: i64,
@@ -344,6 +347,7 @@ impl Default for BrokerConfig {
             log_flush_messages: i64::MAX,
             log_flush_ms: i64::MAX,
             log_index_interval_bytes: 4096,
+            min_insync_replicas: 1,
             log_retention_check_interval_ms: 30_000,
             offsets_retention_minutes: 7 * 24 * 60,
             offsets_topic_replication_factor: 3,

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
-use super::incremental_alter_configs::{audit, authorize, Target};
+use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::incremental_alter_configs::{audit, authorize, precheck, repeated_resources, Target};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
@@ -20,12 +21,28 @@ pub async fn handle(
     access: &Access,
 ) -> AlterConfigsResponse {
     let mut responses = Vec::with_capacity(req.resources.len());
+    let repeated = repeated_resources(
+        req.resources
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str())),
+    );
     for r in req.resources {
         let name = r.resource_name.as_str().to_string();
         let wanted: Vec<(&str, &str)> = (r.configs.iter())
             .map(|c| (c.name.as_str(), c.value.as_deref().unwrap_or("")))
             .collect();
-        let outcome = match authorize(access, r.resource_type, &name) {
+        let configs = (r.configs.iter()).map(|c| (c.name.as_str(), c.value.is_none()));
+        let checked = precheck(
+            broker,
+            r.resource_type,
+            &name,
+            configs,
+            repeated.contains(&(r.resource_type, name.clone())),
+            // The legacy API has no BROKER_LOGGER.
+            &[RESOURCE_TOPIC, RESOURCE_BROKER],
+        )
+        .and_then(|()| authorize(access, r.resource_type, &name));
+        let outcome = match checked {
             Err(e) => Err(e),
             Ok(()) => replace(broker, r.resource_type, &name, &wanted, req.validate_only).await,
         };

@@ -1,7 +1,8 @@
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
+use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse, TopicName};
 
 use super::str_bytes;
 use crate::broker::Broker;
@@ -15,7 +16,21 @@ pub async fn handle(
     access: &Access,
 ) -> CreatePartitionsResponse {
     let mut results = Vec::with_capacity(req.topics.len());
+    let mut named: HashMap<TopicName, usize> = HashMap::new();
+    for t in &req.topics {
+        *named.entry(t.name.clone()).or_default() += 1;
+    }
     for t in req.topics {
+        // Kafka's order: a topic named twice, then authorization, then the change itself.
+        if named[&t.name] > 1 {
+            results.push(
+                CreatePartitionsTopicResult::default()
+                    .with_name(t.name)
+                    .with_error_code(ErrorCode::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes("duplicate topic name"))),
+            );
+            continue;
+        }
         let assignments = t.assignments.as_ref().map(|a| {
             a.iter()
                 .map(|x| x.broker_ids.iter().map(|b| b.0 as u64).collect())

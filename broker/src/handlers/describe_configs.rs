@@ -16,6 +16,7 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::config::catalogue::{self, Kind, Setting};
 use crate::config::BrokerConfig;
+use crate::dynamic_config;
 use crate::error::ErrorCode;
 use crate::security::Access;
 use crate::topic_config;
@@ -35,7 +36,7 @@ const SOURCE_DYNAMIC_BROKER_LOGGER: i8 = 6;
 /// One value of a config and where it comes from; the first of a config's layers is the one
 /// in force, the others are its synonyms.
 struct Layer {
-    name: &'static str,
+    name: String,
     value: Option<String>,
     source: i8,
 }
@@ -69,35 +70,64 @@ impl<'a> Settings<'a> {
     /// A broker setting's layers, winner first: this broker's dynamic value, the cluster-wide
     /// one, the file's (or environment's, or a flag's), the default.
     fn layers(&self, s: &'static Setting) -> Vec<Layer> {
+        // Under its own name, then under Kafka's synonyms in other units (which it beats).
+        let names: Vec<&str> = std::iter::once(s.name)
+            .chain(dynamic_config::synonyms_of(s.name))
+            .collect();
         let stored = |resource: &str, source| {
-            (self.state.broker_config(resource))
-                .and_then(|c| c.get(s.name))
-                .map(|v| Layer {
-                    name: s.name,
+            let configs = self.state.broker_config(resource);
+            (names.iter()).filter_map(move |n| {
+                configs.and_then(|c| c.get(*n)).map(|v| Layer {
+                    name: n.to_string(),
                     value: Some(v.clone()),
                     source,
                 })
+            })
         };
-        let mut layers: Vec<Layer> = [
-            stored(&self.own, SOURCE_DYNAMIC_BROKER),
-            stored("", SOURCE_DYNAMIC_DEFAULT_BROKER),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let mut layers: Vec<Layer> = (stored(&self.own, SOURCE_DYNAMIC_BROKER))
+            .chain(stored("", SOURCE_DYNAMIC_DEFAULT_BROKER))
+            .collect();
         if self.base.static_keys.contains(s.key) {
             layers.push(Layer {
-                name: s.name,
+                name: s.name.to_string(),
                 value: self.base_values[s.key].clone(),
                 source: SOURCE_STATIC_BROKER,
             });
         }
         layers.push(Layer {
-            name: s.name,
+            name: s.name.to_string(),
             value: self.defaults[s.key].clone(),
             source: SOURCE_DEFAULT,
         });
         layers
+    }
+}
+
+impl Settings<'_> {
+    /// The names stored for a broker resource that no setting holds (see
+    /// [`dynamic_config::Name`]), each with its layers, winner first: this broker's own
+    /// (when `own`) then the cluster-wide one.
+    fn inert(&self, own: bool) -> BTreeMap<String, Vec<Layer>> {
+        let mut names: BTreeMap<String, Vec<Layer>> = BTreeMap::new();
+        let resources = [
+            (own.then_some(self.own.as_str()), SOURCE_DYNAMIC_BROKER),
+            (Some(""), SOURCE_DYNAMIC_DEFAULT_BROKER),
+        ];
+        for (resource, source) in resources {
+            let Some(stored) = resource.and_then(|r| self.state.broker_config(r)) else {
+                continue;
+            };
+            for (name, value) in stored {
+                if dynamic_config::name(name).is_ok_and(|n| n.stored_only()) {
+                    names.entry(name.clone()).or_default().push(Layer {
+                        name: name.clone(),
+                        value: Some(value.clone()),
+                        source,
+                    });
+                }
+            }
+        }
+        names
     }
 }
 
@@ -202,7 +232,7 @@ pub fn handle(
                                     topic_config::key(&k).expect("effective lists known keys");
                                 let mut layers: Vec<Layer> = (t.configs.get(&k))
                                     .map(|v| Layer {
-                                        name: def.name,
+                                        name: def.name.to_string(),
                                         value: Some(v.clone()),
                                         source: SOURCE_DYNAMIC_TOPIC,
                                     })
@@ -213,7 +243,7 @@ pub fn handle(
                                 }) {
                                     Some(s) => layers.extend(settings.layers(s)),
                                     None => layers.push(Layer {
-                                        name: def.name,
+                                        name: def.name.to_string(),
                                         value: Some(v.clone()),
                                         source: SOURCE_DEFAULT,
                                     }),
@@ -228,10 +258,17 @@ pub fn handle(
                 // The cluster-wide resource holds only what was set dynamically for it.
                 RESOURCE_BROKER if name.is_empty() => {
                     let stored = state.broker_config("").cloned().unwrap_or_default();
+                    let mut stored_only = settings.inert(false);
                     let configs = (stored.into_iter())
                         .filter(|(k, _)| wanted(k))
                         .filter_map(|(k, v)| {
-                            let s = catalogue::by_name(&k)?;
+                            if let Some(layers) = stored_only.remove(&k) {
+                                let (kind, doc) = inert(&k);
+                                let source = SOURCE_DYNAMIC_DEFAULT_BROKER;
+                                return Some(entry(&k, Some(v), source, layers, false, kind, doc));
+                            }
+                            let s = catalogue::by_name(&k)
+                                .or_else(|| dynamic_config::synonym_setting(&k))?;
                             let layers = settings.layers(s);
                             let layers = layers
                                 .into_iter()
@@ -256,7 +293,7 @@ pub fn handle(
                         return refused;
                     }
                     let values = catalogue::values(&broker.node.settings());
-                    let configs = (catalogue::SETTINGS.iter())
+                    let mut configs: Vec<_> = (catalogue::SETTINGS.iter())
                         .filter(|s| wanted(s.name))
                         .map(|s| {
                             let (value, layers) = (values[s.key].clone(), settings.layers(s));
@@ -264,6 +301,15 @@ pub fn handle(
                             entry(s.name, value, source, layers, !s.dynamic, s.kind, s.doc)
                         })
                         .collect();
+                    configs.extend(
+                        (settings.inert(true).into_iter())
+                            .filter(|(k, _)| wanted(k))
+                            .map(|(k, layers)| {
+                                let (value, source) = (layers[0].value.clone(), layers[0].source);
+                                let (kind, doc) = inert(&k);
+                                entry(&k, value, source, layers, false, kind, doc)
+                            }),
+                    );
                     result.with_configs(configs)
                 }
                 RESOURCE_BROKER_LOGGER => {
@@ -295,4 +341,13 @@ pub fn handle(
         })
         .collect();
     DescribeConfigsResponse::default().with_results(results)
+}
+
+/// The type and documentation of a name stored only: Kafka's type, or a string for a name
+/// Kafka does not know.
+fn inert(name: &str) -> (Kind, &'static str) {
+    match dynamic_config::name(name) {
+        Ok(n) => (n.kind().unwrap_or(Kind::Str), n.doc()),
+        Err(_) => (Kind::Str, ""),
+    }
 }

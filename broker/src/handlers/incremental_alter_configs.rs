@@ -5,7 +5,7 @@
 //! [`super::alter_configs`] shares). BROKER_LOGGER resources change log levels
 //! ([`crate::loggers`]), in this process only, as in Kafka.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig;
@@ -34,9 +34,29 @@ pub async fn handle(
     access: &Access,
 ) -> IncrementalAlterConfigsResponse {
     let mut responses = Vec::with_capacity(req.resources.len());
+    let repeated = repeated_resources(
+        req.resources
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str())),
+    );
     for r in req.resources {
         let name = r.resource_name.as_str().to_string();
-        let outcome = match authorize(access, r.resource_type, &name) {
+        let configs = (r.configs.iter()).map(|c| {
+            (
+                c.name.as_str(),
+                c.value.is_none() && c.config_operation != DELETE,
+            )
+        });
+        let checked = precheck(
+            broker,
+            r.resource_type,
+            &name,
+            configs,
+            repeated.contains(&(r.resource_type, name.clone())),
+            &[RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER],
+        )
+        .and_then(|()| authorize(access, r.resource_type, &name));
+        let outcome = match checked {
             Err(e) => Err(e),
             Ok(()) => {
                 alter(
@@ -72,6 +92,53 @@ pub async fn handle(
         });
     }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+/// The resources named more than once in a request: each is refused, as Kafka refuses them.
+pub(super) fn repeated_resources<'a>(
+    resources: impl Iterator<Item = (i8, &'a str)>,
+) -> HashSet<(i8, String)> {
+    let mut seen = HashSet::new();
+    (resources.filter(|r| !seen.insert(*r)))
+        .map(|(t, n)| (t, n.to_string()))
+        .collect()
+}
+
+/// Kafka's checks before authorization (its `ConfigAdminManager.preprocess`), in its order:
+/// the resource named twice, a config named twice, a value missing where one is needed
+/// (`configs`: name, missing), a resource type the API does not alter, another broker's id.
+pub(super) fn precheck<'a>(
+    broker: &Broker,
+    resource_type: i8,
+    name: &str,
+    configs: impl Iterator<Item = (&'a str, bool)> + Clone,
+    repeated: bool,
+    types: &[i8],
+) -> Result<(), ApiError> {
+    let request = |message: String| Err(ApiError::new(ErrorCode::InvalidRequest, message));
+    if repeated {
+        return request("each resource must appear at most once".into());
+    }
+    let mut seen = HashSet::new();
+    if let Some((key, _)) = configs.clone().find(|(key, _)| !seen.insert(*key)) {
+        return request(format!("config '{key}' is named twice"));
+    }
+    let missing: Vec<&str> = configs
+        .filter(|(_, missing)| *missing)
+        .map(|(k, _)| k)
+        .collect();
+    if !missing.is_empty() {
+        return request(format!("no value for {}", missing.join(", ")));
+    }
+    if !types.contains(&resource_type) {
+        return request(format!(
+            "configs of resource type {resource_type} cannot be altered"
+        ));
+    }
+    if matches!(resource_type, RESOURCE_BROKER | RESOURCE_BROKER_LOGGER) && !name.is_empty() {
+        this_broker(broker, name)?;
+    }
+    Ok(())
 }
 
 /// ALTER_CONFIGS on the topic, or on the cluster for any other resource.
@@ -125,7 +192,10 @@ async fn alter(
                 merged.insert(key.to_string(), value.to_string());
             }
             DELETE => {
-                target.kind(key)?;
+                match target {
+                    Target::Topic(_) => drop(target.kind(key)?),
+                    Target::Broker(_) => dynamic_config::name(key).map(drop).map_err(refused)?,
+                }
                 merged.remove(key);
             }
             op @ (APPEND | SUBTRACT) => {
@@ -138,9 +208,12 @@ async fn alter(
                 let now =
                     (merged.get(key).cloned()).unwrap_or_else(|| target.inherited(broker, key));
                 let changed = topic_config::list_change(&now, value, op == SUBTRACT);
-                target
-                    .check(key, &changed)
-                    .map_err(|e| invalid(format!("{verb} '{value}' to '{now}': {}", e.message)))?;
+                target.check(key, &changed).map_err(|e| {
+                    ApiError::new(
+                        e.code,
+                        format!("{verb} '{value}' to '{now}': {}", e.message),
+                    )
+                })?;
                 merged.insert(key.to_string(), changed);
             }
             op => {
@@ -158,6 +231,12 @@ async fn alter(
 
 fn invalid(message: String) -> ApiError {
     ApiError::new(ErrorCode::InvalidConfig, message)
+}
+
+/// A broker config change Kafka refuses: INVALID_REQUEST, as Kafka answers every broker
+/// config that fails validation (KAFKA-13609 keeps it so for compatibility).
+fn refused(message: String) -> ApiError {
+    ApiError::new(ErrorCode::InvalidRequest, message)
 }
 
 /// BROKER_LOGGER: SET a logger's level, DELETE it (back to its parent's); all or none.
@@ -242,19 +321,19 @@ impl Target {
     pub(super) fn check(&self, key: &str, value: &str) -> Result<(), ApiError> {
         match self {
             Target::Topic(_) => topic_config::validate(key, value).map_err(invalid),
-            Target::Broker(_) => dynamic_config::setting(key).map(drop).map_err(invalid),
+            Target::Broker(_) => dynamic_config::name(key).map(drop).map_err(refused),
         }
     }
 
     /// The type of a key the target has.
     fn kind(&self, key: &str) -> Result<Kind, ApiError> {
+        let unknown = || invalid(format!("unknown config '{key}'"));
         match self {
-            Target::Topic(_) => topic_config::key(key)
-                .map(|k| k.kind)
-                .ok_or_else(|| invalid(format!("unknown config '{key}'"))),
-            Target::Broker(_) => dynamic_config::setting(key)
-                .map(|s| s.kind)
-                .map_err(invalid),
+            Target::Topic(_) => topic_config::key(key).map(|k| k.kind).ok_or_else(unknown),
+            Target::Broker(_) => dynamic_config::name(key)
+                .map_err(refused)?
+                .kind()
+                .ok_or_else(unknown),
         }
     }
 
@@ -291,7 +370,7 @@ impl Target {
                     true => (merged.clone(), stored(&own)),
                     false => (stored(""), merged.clone()),
                 };
-                dynamic_config::check(&broker.node.config, &cluster, &mine).map_err(invalid)?
+                dynamic_config::check(&broker.node.config, &cluster, &mine).map_err(refused)?
             }
         }
         if validate_only {

@@ -302,6 +302,7 @@ impl Node {
             ));
         }
         let new = total as usize - current;
+        let rf = (topic.partitions.first()).map_or(1, |p| p.replication_factor());
         let new_replicas = match assignments {
             Some(a) if a.len() != new => {
                 return Err(ApiError::new(
@@ -309,15 +310,12 @@ impl Node {
                     format!("{} assignments for {new} new partitions", a.len()),
                 ))
             }
-            Some(a) => a,
-            None => {
-                let rf = topic
-                    .partitions
-                    .first()
-                    .map(|p| p.replication_factor())
-                    .unwrap_or(1);
-                self.place(name, current, new, rf)?
-            }
+            // Checked here too, so that validate_only answers what the change would.
+            Some(a) => match state.check_assignment(&a, current, Some(rf)) {
+                Ok(()) => a,
+                Err(why) => return Err(ApiError::new(ErrorCode::InvalidReplicaAssignment, why)),
+            },
+            None => self.place(name, current, new, rf)?,
         };
         if validate_only {
             return Ok(());

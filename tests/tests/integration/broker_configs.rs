@@ -382,46 +382,63 @@ fn broker_config_changes_are_checked_and_refusals_change_nothing() {
     );
     let before = describe(addr, BROKER, "");
 
+    // Kafka answers INVALID_REQUEST for every broker config that fails validation (it wraps
+    // the ConfigException), INVALID_CONFIG for a list operation on a config of another type.
     for (ops, code, why) in [
         (
             vec![("num.partitions", SET, Some("3"))],
-            INVALID_CONFIG,
+            INVALID_REQUEST,
             "cannot change while the broker runs",
         ),
         (
-            vec![("no.such.setting", SET, Some("1"))],
-            INVALID_CONFIG,
-            "unknown broker config",
+            vec![("broker.id", SET, Some("3"))],
+            INVALID_REQUEST,
+            "cannot be updated dynamically",
+        ),
+        (
+            vec![("ssl.keystore.location", SET, Some("/k"))],
+            INVALID_REQUEST,
+            "cannot be updated dynamically",
+        ),
+        (
+            vec![("num.io.threads", SET, Some("many"))],
+            INVALID_REQUEST,
+            "not a number",
         ),
         (
             vec![("log.retention.ms", SET, Some("-5"))],
-            INVALID_CONFIG,
+            INVALID_REQUEST,
             "log.retention.ms",
         ),
         (
             vec![("log.retention.ms", SET, Some("soon"))],
-            INVALID_CONFIG,
+            INVALID_REQUEST,
             "not a number",
         ),
         (
             vec![("compression.type", SET, Some("brotli"))],
-            INVALID_CONFIG,
+            INVALID_REQUEST,
             "brotli",
         ),
         (
             vec![("compression.zstd.level", SET, Some("99"))],
-            INVALID_CONFIG,
+            INVALID_REQUEST,
             "compression.zstd.level",
         ),
         (
             vec![("log.segment.bytes", SET, Some("10"))],
-            INVALID_CONFIG,
+            INVALID_REQUEST,
             "log.segment.bytes",
         ),
         (
             vec![("log.retention.ms", APPEND, Some("1"))],
             INVALID_CONFIG,
             "not one",
+        ),
+        (
+            vec![("my.plugin.setting", APPEND, Some("1"))],
+            INVALID_CONFIG,
+            "unknown config",
         ),
         (
             vec![("log.retention.ms", 9, Some("1"))],
@@ -434,8 +451,16 @@ fn broker_config_changes_are_checked_and_refusals_change_nothing() {
                 ("log.retention.bytes", SET, Some("1000")),
                 ("log.cleanup.policy", SET, Some("shred")),
             ],
-            INVALID_CONFIG,
+            INVALID_REQUEST,
             "shred",
+        ),
+        (
+            vec![
+                ("num.io.threads", SET, Some("8")),
+                ("broker.id", SET, Some("3")),
+            ],
+            INVALID_REQUEST,
+            "broker.id",
         ),
     ] {
         let (got, message) = alter(addr, BROKER, &id, &ops, false);
@@ -497,6 +522,113 @@ fn broker_config_changes_are_checked_and_refusals_change_nothing() {
     let now = describe(addr, BROKER, "");
     let names: Vec<&str> = now.configs.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["log.retention.bytes"]);
+}
+
+/// Kafka's dynamic broker configs that Strata has no use for, and names Kafka does not know
+/// either (a plugin's), are stored, described with their source and type, and change nothing;
+/// `min.insync.replicas` and Kafka's hours synonym of `log.retention.ms` do take effect.
+#[test]
+fn kafka_broker_configs_without_a_setting_are_stored_and_described() {
+    let broker = Broker::start_default();
+    let addr = &broker.kafka_addr;
+    let id = broker.node_id().to_string();
+    alter_ok(
+        addr,
+        BROKER,
+        "",
+        &[
+            ("num.io.threads", SET, Some("16")),
+            ("my.plugin.setting", SET, Some("on")),
+            ("min.insync.replicas", SET, Some("2")),
+            ("unclean.leader.election.enable", SET, Some("true")),
+        ],
+    );
+    alter_ok(
+        addr,
+        BROKER,
+        &id,
+        &[
+            ("num.io.threads", SET, Some("32")),
+            ("log.retention.hours", SET, Some("2")),
+        ],
+    );
+    let cluster = describe(addr, BROKER, "");
+    let e = entry(&cluster, "num.io.threads");
+    assert_eq!(
+        (value(&e), e.config_source, e.config_type, e.read_only),
+        (Some("16"), DYNAMIC_DEFAULT_BROKER, 3, false)
+    );
+    let own = describe(addr, BROKER, &id);
+    let e = entry(&own, "num.io.threads");
+    assert_eq!((value(&e), e.config_source), (Some("32"), DYNAMIC_BROKER));
+    assert_eq!(
+        synonyms(&e),
+        [
+            syn("num.io.threads", "32", DYNAMIC_BROKER),
+            syn("num.io.threads", "16", DYNAMIC_DEFAULT_BROKER),
+        ]
+    );
+    assert!((e.documentation.as_deref().unwrap_or("")).contains("no effect"));
+    let e = entry(&own, "my.plugin.setting");
+    assert_eq!(
+        (value(&e), e.config_source),
+        (Some("on"), DYNAMIC_DEFAULT_BROKER)
+    );
+    let e = entry(&own, "log.retention.ms");
+    assert_eq!(value(&e), Some("7200000"), "two hours");
+    assert_eq!(
+        synonyms(&e)[0],
+        syn("log.retention.hours", "2", DYNAMIC_BROKER)
+    );
+    let e = entry(&own, "min.insync.replicas");
+    assert_eq!(
+        (value(&e), e.config_source),
+        (Some("2"), DYNAMIC_DEFAULT_BROKER)
+    );
+
+    // A topic without its own min.insync.replicas follows the broker's: on one broker, an
+    // acks=all produce now finds too few in-sync replicas.
+    let topic = unique_topic("min-isr-default");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let t = describe(addr, TOPIC, &topic);
+    assert_eq!(value(&entry(&t, "min.insync.replicas")), Some("2"));
+    let producer: FutureProducer = broker
+        .client_config()
+        .set("acks", "all")
+        .set("retries", "0")
+        .set("enable.idempotence", "false")
+        .create()
+        .unwrap();
+    let sent = block_on(producer.send(
+        FutureRecord::<(), str>::to(&topic).payload("x"),
+        Duration::from_secs(10),
+    ));
+    assert!(
+        matches!(
+            sent,
+            Err((
+                KafkaError::MessageProduction(RDKafkaErrorCode::NotEnoughReplicas),
+                _
+            ))
+        ),
+        "{sent:?}"
+    );
+
+    // DELETE removes an inert name like any other; a static one cannot be deleted either.
+    alter_ok(addr, BROKER, "", &[("my.plugin.setting", DELETE, None)]);
+    let names: Vec<String> = (describe(addr, BROKER, "").configs.iter())
+        .map(|c| c.name.to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "min.insync.replicas",
+            "num.io.threads",
+            "unclean.leader.election.enable"
+        ]
+    );
+    let (code, why) = alter(addr, BROKER, "", &[("broker.id", DELETE, None)], false);
+    assert_eq!(code, INVALID_REQUEST, "{why}");
 }
 
 /// A logger's level set through BROKER_LOGGER takes effect at once (its debug lines appear),

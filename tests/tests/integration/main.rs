@@ -3,6 +3,7 @@
 
 mod abuse;
 mod admin_http;
+mod admin_precedence;
 mod bad_input;
 mod broker_configs;
 mod chaos;

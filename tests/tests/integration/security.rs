@@ -25,7 +25,7 @@ use strata_tests::{
     KafkaConn, RawRecord,
 };
 
-const PASSWORD: &str = "alice-s3cret";
+pub(crate) const PASSWORD: &str = "alice-s3cret";
 const SASL_AUTHENTICATION_FAILED: i16 = 58;
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 const ILLEGAL_SASL_STATE: i16 = 34;
@@ -52,7 +52,7 @@ fn secured(certs: &Certs) -> BrokerOpts {
 
 /// A broker started with `opts` whose user alice (password [`PASSWORD`], both SCRAM
 /// mechanisms) was created with `strata user create` through its PLAINTEXT listener.
-fn with_alice(opts: BrokerOpts) -> Broker {
+pub(crate) fn with_alice(opts: BrokerOpts) -> Broker {
     let broker = Broker::start(opts);
     let plaintext = broker.listener("PLAINTEXT").to_string();
     strata(&[
@@ -69,7 +69,11 @@ fn with_alice(opts: BrokerOpts) -> Broker {
 
 /// A SASL PLAIN exchange on a raw connection: the handshake (which must be accepted), then the
 /// authentication's answer.
-fn sasl_plain(c: &mut KafkaConn, user: &str, password: &str) -> SaslAuthenticateResponse {
+pub(crate) fn sasl_plain(
+    c: &mut KafkaConn,
+    user: &str,
+    password: &str,
+) -> SaslAuthenticateResponse {
     let hs = c
         .request(
             1,
@@ -86,7 +90,7 @@ fn sasl_plain(c: &mut KafkaConn, user: &str, password: &str) -> SaslAuthenticate
 }
 
 /// Runs the `strata` CLI; its stdout, or a panic with both outputs.
-fn strata(args: &[&str]) -> String {
+pub(crate) fn strata(args: &[&str]) -> String {
     let out = std::process::Command::new(strata_bin())
         .args(args)
         .env("RUST_BACKTRACE", "0")
