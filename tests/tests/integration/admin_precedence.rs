@@ -507,3 +507,110 @@ fn alter_configs_report_the_error_kafka_reports_first() {
         assert_eq!(legacy_alter(&mut alice, resources), want, "{why}");
     }
 }
+
+/// DeleteRecords: authorization, then existence (topic and partition), then the offset; and
+/// CreateAcls: ALTER on the cluster before the bindings, then the binding's own faults.
+#[test]
+fn delete_records_and_create_acls_report_the_error_kafka_reports_first() {
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::{CreateAclsRequest, DeleteRecordsRequest};
+    const OFFSET_OUT_OF_RANGE: i16 = 1;
+    let Fixture {
+        broker: _broker,
+        mut alice,
+        mut admin,
+    } = fixture();
+    let delete = |conn: &mut KafkaConn, topic: &str, partition: i32, offset: i64| {
+        let req = DeleteRecordsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![DeleteRecordsTopic::default()
+                .with_name(name(topic))
+                .with_partitions(vec![DeleteRecordsPartition::default()
+                    .with_partition_index(partition)
+                    .with_offset(offset)])]);
+        conn.request(2, &req).unwrap().topics[0].partitions[0].error_code
+    };
+    for (topic, partition, offset, want, why) in [
+        (
+            "prec-hid-ghost",
+            0,
+            5,
+            TOPIC_AUTHORIZATION_FAILED,
+            "not authorized, unknown",
+        ),
+        (
+            "prec-hid-a",
+            0,
+            5,
+            TOPIC_AUTHORIZATION_FAILED,
+            "not authorized",
+        ),
+        (
+            "prec-del-ghost",
+            0,
+            5,
+            UNKNOWN_TOPIC_OR_PARTITION,
+            "unknown topic, bad offset",
+        ),
+        (
+            "prec-del-a",
+            9,
+            5,
+            UNKNOWN_TOPIC_OR_PARTITION,
+            "unknown partition, bad offset",
+        ),
+        (
+            "prec-del-a",
+            0,
+            5,
+            OFFSET_OUT_OF_RANGE,
+            "beyond the high watermark",
+        ),
+        ("prec-del-a", 0, 0, NONE, "at the high watermark"),
+    ] {
+        assert_eq!(delete(&mut alice, topic, partition, offset), want, "{why}");
+    }
+
+    // ACL enums as Kafka numbers them.
+    const CLUSTER: i8 = 4;
+    const TOPIC_RESOURCE: i8 = 2;
+    const LITERAL: i8 = 3;
+    const READ: i8 = 3;
+    const ALLOW: i8 = 3;
+    let creation = |resource_type: i8, resource: &str| {
+        AclCreation::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(s(resource))
+            .with_resource_pattern_type(LITERAL)
+            .with_principal(s("User:bob"))
+            .with_host(s("*"))
+            .with_operation(READ)
+            .with_permission_type(ALLOW)
+    };
+    let create = |conn: &mut KafkaConn, creations: Vec<AclCreation>| {
+        let req = CreateAclsRequest::default().with_creations(creations);
+        (conn.request(3, &req).unwrap().results.iter())
+            .map(|r| r.error_code)
+            .collect::<Vec<_>>()
+    };
+    let bad_and_good = || {
+        vec![
+            creation(CLUSTER, "not-the-cluster"),
+            creation(TOPIC_RESOURCE, ""),
+            creation(TOPIC_RESOURCE, "t"),
+        ]
+    };
+    assert_eq!(
+        create(&mut alice, bad_and_good()),
+        [CLUSTER_AUTHORIZATION_FAILED; 3],
+        "no ALTER on the cluster: every creation, bad or not"
+    );
+    assert_eq!(
+        create(&mut admin, bad_and_good()),
+        [INVALID_REQUEST, INVALID_REQUEST, NONE],
+        "a cluster resource not named kafka-cluster; an empty name"
+    );
+}
