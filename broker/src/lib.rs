@@ -59,6 +59,7 @@ pub mod security;
 pub mod serve;
 pub mod server;
 pub mod session;
+pub mod sys;
 pub mod telemetry;
 pub mod throttle;
 pub mod tier;

@@ -453,34 +453,22 @@ fn count_panics(counter: prometheus_client::metrics::counter::Counter) {
 /// hard one, as Go's runtime does for every server and Kafka's packaging does with
 /// `LimitNOFILE`; warn when `max_connections` cannot fit. Returns the limit in force.
 fn raise_fd_limit(max_connections: usize) -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+    let Some((mut soft, hard)) = crate::sys::open_file_limit() else {
         return 1024;
+    };
+    if soft < hard && crate::sys::set_open_file_limit(hard, hard).is_ok() {
+        tracing::info!(from = soft, to = hard, "raised the open-file limit");
+        soft = hard;
     }
-    let want = lim.rlim_max;
-    if lim.rlim_cur < want {
-        let before = lim.rlim_cur;
-        lim.rlim_cur = want;
-        // SAFETY: as above.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
-            tracing::info!(from = before, to = want, "raised the open-file limit");
-        } else {
-            lim.rlim_cur = before;
-        }
-    }
-    if lim.rlim_cur < max_connections as libc::rlim_t {
+    if soft < max_connections as u64 {
         tracing::warn!(
-            limit = lim.rlim_cur,
+            limit = soft,
             max_connections,
             "the open-file limit is below max_connections: connections past it will be refused"
         );
     }
     // RLIM_INFINITY is u64::MAX: no limit worth more than a million descriptors.
-    lim.rlim_cur.min(1 << 20) as usize
+    soft.min(1 << 20) as usize
 }
 
 async fn wait_for_signal() {

@@ -6,6 +6,9 @@
 //! through the raw bindings `rdkafka` re-exports, on a private result queue, and waits for
 //! the result with a deadline.
 
+// Calls librdkafka's C API directly (see above).
+#![allow(unsafe_code)]
+
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::ptr;
 use std::time::Duration;

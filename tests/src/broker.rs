@@ -1,5 +1,8 @@
 //! Running `strata serve` as a child process on free ports.
 
+// Sends signals to the broker processes it starts (kill(2)).
+#![allow(unsafe_code)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

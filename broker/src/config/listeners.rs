@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// Kafka's `security.protocol` of a listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

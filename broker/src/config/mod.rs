@@ -5,6 +5,7 @@
 //! one environment variable: `STRATA_` + the key in upper case.
 
 pub mod catalogue;
+mod error;
 pub mod kafka_broker_configs;
 pub mod listeners;
 
@@ -13,6 +14,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+pub use error::ConfigError;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -410,17 +413,6 @@ impl Default for BrokerConfig {
             unknown_env: Vec::new(),
         }
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("invalid configuration: {0}")]
-    Invalid(String),
 }
 
 /// An optional number from the file (a number) or a `STRATA_*` variable (the loader takes an

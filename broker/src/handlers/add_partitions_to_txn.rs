@@ -9,7 +9,7 @@ use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResp
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;
-use crate::txn::verify::Join;
+use crate::txn::messages::Join;
 use strata_metadata::acl::AclOperation;
 
 /// The partitions of a request, as `(topic, partition)`.

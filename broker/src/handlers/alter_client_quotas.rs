@@ -11,7 +11,7 @@ use strata_metadata::acl::AclOperation;
 use strata_metadata::quota::{EntityName, QuotaAlteration, QuotaEntity, QuotaKey};
 use strata_metadata::Command;
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;
@@ -22,7 +22,7 @@ pub async fn handle(
     access: &Access,
 ) -> AlterClientQuotasResponse {
     let op = AclOperation::AlterConfigs;
-    let refused = (!access.cluster(op)).then(|| super::cluster_denied(op));
+    let refused = (!access.cluster(op)).then(|| super::reply::cluster_denied(op));
     let parsed: Vec<Result<QuotaAlteration, ApiError>> = (req.entries.iter())
         .map(|e| match &refused {
             Some(e) => Err(e.clone()),

@@ -10,7 +10,7 @@ use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::incremental_alter_configs::{audit, authorize, precheck, repeated_resources, Target};
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;

@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 };
 use strata_metadata::Command;
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;

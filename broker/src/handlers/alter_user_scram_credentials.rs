@@ -10,7 +10,7 @@ use kafka_protocol::messages::{
 };
 use strata_metadata::{Command, ScramCredential};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::sasl::scram;
@@ -44,7 +44,7 @@ pub async fn handle(
         let entry = users.entry(user.to_string()).or_insert(Ok(Vec::new()));
         let change = (|| {
             if !authorized {
-                return Err(super::cluster_denied(AclOperation::Alter));
+                return Err(super::reply::cluster_denied(AclOperation::Alter));
             }
             if user.is_empty() {
                 return Err(ApiError::new(

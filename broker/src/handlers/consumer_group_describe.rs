@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 };
 use strata_metadata::acl::{AclOperation, ResourceType};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::group::consumer::{Tp, ASSIGNOR};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::consumer::{Heartbeat, ASSIGNOR};

@@ -7,7 +7,7 @@ use kafka_protocol::messages::{CreateAclsRequest, CreateAclsResponse};
 use strata_metadata::acl::{AclBinding, AclOperation, PatternType, Permission, ResourceType};
 use strata_metadata::Command;
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;
@@ -17,7 +17,7 @@ pub async fn handle(
     req: CreateAclsRequest,
     access: &Access,
 ) -> CreateAclsResponse {
-    let refuse_all = super::acl_api_refusal(broker, access, AclOperation::Alter);
+    let refuse_all = super::reply::acl_api_refusal(broker, access, AclOperation::Alter);
     let bindings: Vec<Result<AclBinding, ApiError>> = req
         .creations
         .iter()

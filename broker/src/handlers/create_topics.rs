@@ -6,7 +6,7 @@ use kafka_protocol::messages::create_topics_response::{
 };
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;

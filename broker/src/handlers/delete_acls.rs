@@ -11,7 +11,7 @@ use kafka_protocol::messages::{DeleteAclsRequest, DeleteAclsResponse};
 use strata_metadata::acl::{AclBinding, AclFilter, AclOperation};
 use strata_metadata::Command;
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;
@@ -21,7 +21,7 @@ pub async fn handle(
     req: DeleteAclsRequest,
     access: &Access,
 ) -> DeleteAclsResponse {
-    let refuse_all = super::acl_api_refusal(broker, access, AclOperation::Alter);
+    let refuse_all = super::reply::acl_api_refusal(broker, access, AclOperation::Alter);
     let state = broker.node.metadata.state();
     let found: Vec<Result<Vec<AclBinding>, ApiError>> = req
         .filters

@@ -7,13 +7,13 @@ use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeA
 use kafka_protocol::messages::{DescribeAclsRequest, DescribeAclsResponse};
 use strata_metadata::acl::{AclFilter, AclOperation};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::security::Access;
 
 pub fn handle(broker: &Broker, req: DescribeAclsRequest, access: &Access) -> DescribeAclsResponse {
-    if let Some(e) = super::acl_api_refusal(broker, access, AclOperation::Describe) {
+    if let Some(e) = super::reply::acl_api_refusal(broker, access, AclOperation::Describe) {
         return DescribeAclsResponse::default()
             .with_error_code(e.code.code())
             .with_error_message(Some(str_bytes(e.message)));

@@ -9,7 +9,7 @@ use kafka_protocol::messages::{DescribeClientQuotasRequest, DescribeClientQuotas
 use strata_metadata::acl::AclOperation;
 use strata_metadata::quota::{EntityName, QuotaEntity};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;
@@ -26,7 +26,7 @@ pub fn handle(
 ) -> DescribeClientQuotasResponse {
     let op = AclOperation::DescribeConfigs;
     let filter = match (access.cluster(op), filter(&req.components)) {
-        (false, _) => Err(super::cluster_denied(op)),
+        (false, _) => Err(super::reply::cluster_denied(op)),
         (true, f) => f,
     };
     let filter = match filter {

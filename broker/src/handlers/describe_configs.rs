@@ -12,7 +12,7 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use strata_metadata::ClusterState;
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::config::catalogue::{self, Kind, Setting};
 use crate::config::BrokerConfig;

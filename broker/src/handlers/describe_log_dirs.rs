@@ -11,7 +11,7 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 };
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::security::Access;
@@ -89,8 +89,8 @@ pub fn handle(
     let results = (dirs.iter().zip(found))
         .map(|(dir, topics)| {
             let path = std::fs::canonicalize(&dir.path).unwrap_or_else(|_| dir.path.clone());
-            let (total, usable) = crate::metrics::filesystem_bytes(&path)
-                .map_or((-1, -1), |(t, u)| (clamp(t), clamp(u)));
+            let (total, usable) =
+                crate::sys::filesystem_bytes(&path).map_or((-1, -1), |(t, u)| (clamp(t), clamp(u)));
             // A failed directory is listed with Kafka's error for it, and nothing in it.
             let error = match dir.failure() {
                 Some(_) => ErrorCode::KafkaStorageError,

@@ -18,7 +18,7 @@ use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumRe
 use strata_metadata::acl::AclOperation;
 use strata_metadata::QuorumStatus;
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::security::Access;

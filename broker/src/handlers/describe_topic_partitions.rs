@@ -18,7 +18,7 @@ use kafka_protocol::messages::{
 use strata_metadata::acl::{AclOperation, ResourceType};
 
 use super::metadata::partition_views;
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::security::Access;

@@ -6,7 +6,7 @@ use kafka_protocol::messages::{
     DescribeTransactionsRequest, DescribeTransactionsResponse, ProducerId, TopicName,
 };
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;

@@ -10,7 +10,7 @@ use kafka_protocol::messages::{
     DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
 };
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::sasl::scram;

@@ -12,7 +12,7 @@ use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaE
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
 use strata_metadata::{ClusterState, Command, CommandResult};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::security::Access;

@@ -20,7 +20,7 @@ use strata_metadata::acl::AclOperation;
 use strata_metadata::ClusterState;
 use tokio::sync::Notify;
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::fetch_session::{Answer, Cached, Context, Session, TopicKey, View, Visit};

@@ -14,7 +14,7 @@ use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterC
 use strata_metadata::Command;
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC};
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::config::catalogue::{self, Kind};
 use crate::dynamic_config;

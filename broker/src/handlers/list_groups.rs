@@ -3,7 +3,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::security::Access;
 use strata_metadata::acl::{AclOperation, ResourceType, CLUSTER_NAME};

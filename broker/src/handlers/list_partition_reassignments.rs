@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
 };
 use strata_metadata::{NodeId, PartitionInfo};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::security::Access;

@@ -5,7 +5,7 @@ use kafka_protocol::messages::{
     ListTransactionsRequest, ListTransactionsResponse, ProducerId, TransactionalId,
 };
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::security::Access;
 use crate::txn::state::TxnState;

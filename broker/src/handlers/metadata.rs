@@ -7,7 +7,7 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use strata_metadata::acl::{AclOperation, ResourceType};
 use strata_metadata::{ClusterState, TopicInfo};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::security::Access;

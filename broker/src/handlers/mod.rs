@@ -54,6 +54,7 @@ mod offset_for_leader_epoch;
 mod produce;
 mod push_telemetry;
 mod raft_voters;
+mod reply;
 mod sasl_authenticate;
 mod sasl_handshake;
 mod sync_group;
@@ -65,13 +66,10 @@ mod write_txn_markers;
 use std::sync::Arc;
 
 use kafka_protocol::messages::{RequestKind, ResponseKind};
-use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
-use crate::error::{ApiError, ErrorCode};
 use crate::protocol::{Request, Response};
-use crate::security::{Access, Connection};
-use strata_metadata::acl::AclOperation;
+use crate::security::Connection;
 
 pub use api_versions::unsupported_version_response;
 pub use produce::Appended;
@@ -319,28 +317,4 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         _ => return Handled::Now(None),
     };
     Handled::Now(Some(body.into()))
-}
-
-/// Why a request of the ACL APIs is refused as a whole: no authorizer (SECURITY_DISABLED, as
-/// Kafka answers), or the caller may not `op` the cluster.
-fn acl_api_refusal(broker: &Broker, access: &Access, op: AclOperation) -> Option<ApiError> {
-    if !broker.security.authorizer().enabled() {
-        return Some(ApiError::new(
-            ErrorCode::SecurityDisabled,
-            "No authorizer is configured on the broker (authorizer_enable = false)",
-        ));
-    }
-    (!access.cluster(op)).then(|| cluster_denied(op))
-}
-
-/// CLUSTER_AUTHORIZATION_FAILED for `op` on the cluster.
-fn cluster_denied(op: AclOperation) -> ApiError {
-    ApiError::new(
-        ErrorCode::ClusterAuthorizationFailed,
-        format!("{op:?} on the cluster is not authorized"),
-    )
-}
-
-fn str_bytes(s: impl Into<String>) -> StrBytes {
-    StrBytes::from_string(s.into())
 }

@@ -9,13 +9,13 @@ use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 
 use kafka_protocol::messages::TopicName;
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::log::AppendInfo;
 use crate::partition::{Committing, Partition};
 use crate::security::Access;
-use crate::txn::verify::Join;
+use crate::txn::messages::Join;
 use strata_metadata::acl::AclOperation;
 
 /// A produce request after its appends: each partition's outcome, or (acks=all) what it still

@@ -20,7 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 use strata_metadata::acl::AclOperation;
 use strata_metadata::NodeId;
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;

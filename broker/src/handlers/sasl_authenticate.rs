@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use kafka_protocol::messages::{SaslAuthenticateRequest, SaslAuthenticateResponse};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::security::connection::AuthStep;
 use crate::security::Connection;

@@ -2,7 +2,7 @@
 
 use kafka_protocol::messages::{SaslHandshakeRequest, SaslHandshakeResponse};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::security::Connection;

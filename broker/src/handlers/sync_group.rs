@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::group::state::Reply;

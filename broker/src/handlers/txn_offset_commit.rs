@@ -10,7 +10,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::group::store::{self, CommittedOffset};
 use crate::group::{validate_group_id, Commit, Committer};
 use crate::security::Access;
-use crate::txn::verify::Join;
+use crate::txn::messages::Join;
 use strata_metadata::acl::AclOperation;
 
 /// The group coordinator takes offsets committed inside a transaction: after checking with

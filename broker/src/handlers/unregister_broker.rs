@@ -7,7 +7,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::{UnregisterBrokerRequest, UnregisterBrokerResponse};
 use strata_metadata::Command;
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;
@@ -21,7 +21,7 @@ pub async fn handle(
     let outcome = if access.cluster(AclOperation::Alter) {
         unregister(broker, req.broker_id.0).await
     } else {
-        Err(super::cluster_denied(AclOperation::Alter))
+        Err(super::reply::cluster_denied(AclOperation::Alter))
     };
     match outcome {
         Ok(()) => {

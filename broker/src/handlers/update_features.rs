@@ -14,7 +14,7 @@ use kafka_protocol::messages::api_versions_response::{FinalizedFeatureKey, Suppo
 use kafka_protocol::messages::update_features_response::UpdatableFeatureResult;
 use kafka_protocol::messages::{UpdateFeaturesRequest, UpdateFeaturesResponse};
 
-use super::str_bytes;
+use super::reply::str_bytes;
 use crate::error::ErrorCode;
 use crate::security::Access;
 use strata_metadata::acl::AclOperation;

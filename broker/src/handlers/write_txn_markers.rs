@@ -8,7 +8,7 @@ use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::security::Access;
-use crate::txn::markers::MarkerSpec;
+use crate::txn::messages::MarkerSpec;
 use strata_metadata::acl::AclOperation;
 
 /// A transaction coordinator's markers for partitions led here (inter-broker): each written

@@ -205,14 +205,7 @@ fn tmp_path(path: &Path) -> std::path::PathBuf {
 /// Flushes every file of the file system holding `path` (syncfs(2)): one call instead of an
 /// fsync per file when thousands were written together.
 pub fn sync_filesystem(path: &Path) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let dir = std::fs::File::open(path)?;
-    // SAFETY: the descriptor is open for the duration of the call.
-    if unsafe { libc::syncfs(dir.as_raw_fd()) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    crate::sys::syncfs(&std::fs::File::open(path)?)
 }
 
 /// A checkpoint file: one decimal offset.

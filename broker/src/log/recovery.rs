@@ -256,12 +256,4 @@ impl Log {
         std::fs::File::create(dir.join(CLEAN_SHUTDOWN))?;
         Ok(())
     }
-
-    /// Removes the whole partition directory (topic deletion).
-    pub fn delete_all(self) -> Result<(), LogError> {
-        let dir = self.dir.clone();
-        drop(self);
-        std::fs::remove_dir_all(&dir)?;
-        Ok(())
-    }
 }

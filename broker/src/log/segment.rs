@@ -18,6 +18,9 @@
 //! reopens the file (in append mode) after evicting it. A mapping is released when the log's
 //! sweep finds it unread since the sweep before ([`Segment::release_idle_map`]).
 
+// Memory maps of segment files (see the invariants above); the broker's other unsafe code is in `sys.rs`.
+#![allow(unsafe_code)]
+
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -20,7 +20,6 @@ use crate::error::ErrorCode;
 
 mod disk;
 
-pub use disk::filesystem_bytes;
 mod process;
 
 pub use process::usage_json;

@@ -91,26 +91,18 @@ fn cpu_seconds() -> Option<f64> {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    (hz > 0).then(|| ticks as f64 / hz as f64)
+    let hz = crate::sys::clock_ticks_per_second()?;
+    Some(ticks as f64 / hz as f64)
 }
 
 fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(page).ok().map(|p| pages * p)
+    crate::sys::page_size().map(|p| pages * p)
 }
 
 fn max_fds() -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim.rlim_cur)
+    crate::sys::open_file_limit().map(|(soft, _)| soft)
 }
 
 #[cfg(test)]

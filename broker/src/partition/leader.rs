@@ -207,8 +207,9 @@ impl LeaderState {
         }
     }
 
-    /// The proposal failed (not committed): the next fetch or tick may propose again.
-    pub fn change_failed(&mut self) {
+    /// The proposal is decided (committed and applied, or not): the next fetch or tick may
+    /// propose again.
+    pub fn change_settled(&mut self) {
         self.change_in_flight = false;
         self.joining = None;
     }
@@ -316,7 +317,7 @@ mod tests {
             None,
             "in flight"
         );
-        l.change_failed();
+        l.change_settled();
         let change = l
             .shrink(t0 + Duration::from_secs(30), lag)
             .expect("both out");
@@ -338,7 +339,7 @@ mod tests {
         s.fetched(3, 150, 150, 100, now);
         assert_eq!(s.high_watermark(150, 100), 150);
         // A failed proposal drops it from the count again.
-        s.change_failed();
+        s.change_settled();
         s.fetched(2, 170, 170, 150, now);
         assert_eq!(s.high_watermark(170, 150), 170);
     }

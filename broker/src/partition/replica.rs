@@ -211,10 +211,10 @@ impl Partition {
         }
     }
 
-    /// A proposed ISR change did not commit.
-    pub fn isr_change_failed(&self) {
+    /// A proposed ISR change is decided, committed (and applied) or not: another may follow.
+    pub fn isr_change_settled(&self) {
         if let Role::Leader(s) = &mut *self.role() {
-            s.change_failed();
+            s.change_settled();
         }
     }
 

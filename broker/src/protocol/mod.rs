@@ -5,6 +5,7 @@
 //! connection, never a panic.
 
 pub mod client;
+mod error;
 pub mod fetch_response;
 pub mod frame;
 pub mod versions;
@@ -12,6 +13,8 @@ pub mod versions;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
+
+pub use error::EncodeError;
 
 /// Why a frame could not become a request.
 #[derive(Debug, thiserror::Error)]
@@ -85,18 +88,6 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, DecodeError> {
         header,
         body,
     })
-}
-
-/// A response the codec could not encode (a field out of range for the version asked).
-#[derive(Debug, thiserror::Error)]
-#[error("cannot encode the response: {0}")]
-pub struct EncodeError(String);
-
-/// The codec reports its errors as `anyhow`; they stop here.
-impl From<anyhow::Error> for EncodeError {
-    fn from(e: anyhow::Error) -> EncodeError {
-        EncodeError(e.to_string())
-    }
 }
 
 /// A response body: Fetch responses are Strata's own (see [`fetch_response`]), the rest the

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use serde_json::{json, Map, Value};
 
-use super::SecurityError;
+use super::error::SecurityError;
 use crate::config::BrokerConfig;
 
 /// Where the audit events go, if anywhere.

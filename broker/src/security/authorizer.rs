@@ -24,8 +24,9 @@ use strata_metadata::acl::{
 use strata_metadata::SecurityState;
 
 use super::audit::AuditLog;
+use super::error::SecurityError;
 use super::metrics::SecurityMetrics;
-use super::{Principal, SecurityError};
+use super::Principal;
 use crate::config::BrokerConfig;
 use crate::node::Node;
 
@@ -83,7 +84,8 @@ impl Authorizer {
 
     fn index(&self) -> Arc<AclIndex> {
         let security = self.node.metadata.state().security.clone();
-        let mut cached = self.index.lock().expect("authorizer index lock");
+        // A cache: whatever a panicking holder left is replaced or reused as it stands.
+        let mut cached = self.index.lock().unwrap_or_else(|p| p.into_inner());
         match &*cached {
             Some((built_from, index)) if Arc::ptr_eq(built_from, &security) => index.clone(),
             _ => {

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::SecurityError;
+use super::error::SecurityError;
 use crate::config::BrokerConfig;
 use crate::protocol::client::{Client, ClientError, ClientSecurity, SaslCredentials};
 use crate::tls::{self, ClientAuth, TlsFiles};

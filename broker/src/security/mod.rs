@@ -18,6 +18,7 @@
 pub mod audit;
 pub mod authorizer;
 pub mod connection;
+mod error;
 pub mod inter_broker;
 mod jwks;
 mod metrics;
@@ -32,23 +33,15 @@ use crate::config::listeners::SecurityProtocol;
 use crate::config::BrokerConfig;
 use crate::node::Node;
 use crate::sasl::{oauthbearer, scram, SaslError};
-use crate::tls::{ClientAuth, ReloadingServer, TlsError, TlsFiles};
+use crate::tls::{ClientAuth, ReloadingServer, TlsFiles};
 
 pub use authorizer::{Access, Authorizer};
 pub use connection::Connection;
+pub use error::SecurityError;
 use metrics::SecurityMetrics;
 
 /// How often TLS files are checked for a change.
 const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
-
-/// Why security could not be set up at start-up.
-#[derive(Debug, thiserror::Error)]
-pub enum SecurityError {
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-    #[error("{0}")]
-    Config(String),
-}
 
 /// A SASL mechanism the broker offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

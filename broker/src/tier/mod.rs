@@ -90,12 +90,8 @@ impl TierRuntime {
             .worker_threads(threads.max(1))
             .thread_name("strata-tier")
             .on_thread_start(|| {
-                // SAFETY: plain syscalls on the calling thread's own id; failure only means
-                // the thread keeps normal priority.
-                let ok = unsafe {
-                    libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10)
-                };
-                if ok != 0 {
+                // Failure only means the thread keeps normal priority.
+                if !crate::sys::set_thread_nice(10) {
                     tracing::debug!("could not lower the priority of a tier thread");
                 }
             })

@@ -23,35 +23,16 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::group;
-use crate::log::control::Marker;
 use crate::node::Node;
 use crate::security::inter_broker;
 
+use super::messages::MarkerSpec;
 use super::TxnCoordinator;
 
 /// How long a marker waits for the ISR, here or at a remote leader.
 const MARKER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest WriteTxnMarkers response accepted (a few bytes per partition).
 const MAX_RESPONSE: usize = 16 << 20;
-
-/// One transaction's markers.
-#[derive(Debug, Clone, Copy)]
-pub struct MarkerSpec {
-    pub producer_id: i64,
-    pub producer_epoch: i16,
-    pub coordinator_epoch: i32,
-    pub commit: bool,
-}
-
-impl MarkerSpec {
-    fn marker(&self) -> Marker {
-        if self.commit {
-            Marker::Commit
-        } else {
-            Marker::Abort
-        }
-    }
-}
 
 /// Whether a partition's outcome settles it: written, gone, or completed by a newer
 /// producer or coordinator.

@@ -38,6 +38,7 @@
 
 mod load;
 pub mod markers;
+pub mod messages;
 mod metrics;
 pub mod state;
 pub mod store;
@@ -335,7 +336,7 @@ impl TxnCoordinator {
     }
 
     /// Partitions joining a transaction at a partition leader's or group coordinator's request
-    /// ([`verify::Join`]): each partition's outcome. Retries briefly while another transition
+    /// ([`messages::Join`]): each partition's outcome. Retries briefly while another transition
     /// of the id is written, which a producer writing to several leaders at once causes.
     pub(crate) async fn join(
         &self,
@@ -343,14 +344,14 @@ impl TxnCoordinator {
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
-        how: verify::Join,
+        how: messages::Join,
     ) -> Result<Vec<ErrorCode>, ApiError> {
         match how {
-            verify::Join::Verify => {
+            messages::Join::Verify => {
                 self.verify(id, producer_id, producer_epoch, partitions)
                     .await
             }
-            verify::Join::Add => {
+            messages::Join::Add => {
                 let mut backoff = Duration::from_millis(5);
                 loop {
                     match (self.add_partitions(id, producer_id, producer_epoch, partitions)).await {
@@ -563,7 +564,7 @@ impl TxnCoordinator {
     /// id (the next coordinator finishes it).
     async fn complete(&self, id: &str, prepared: TxnMetadata, coordinator_epoch: i32) {
         let commit = prepared.state == TxnState::PrepareCommit;
-        let spec = markers::MarkerSpec {
+        let spec = messages::MarkerSpec {
             producer_id: prepared.producer_id,
             producer_epoch: prepared.producer_epoch,
             coordinator_epoch,

@@ -17,21 +17,13 @@ use kafka_protocol::messages::add_partitions_to_txn_request::{
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, ProducerId, TopicName, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
 
+use super::messages::Join;
 use super::{store, TxnCoordinator};
 use crate::error::{ApiError, ErrorCode};
 use crate::security::inter_broker;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_RESPONSE: usize = 16 << 20;
-
-/// What a partition leader or group coordinator asks of the transaction's coordinator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Join {
-    /// The partitions must already be in the ongoing transaction (KIP-890 part 1).
-    Verify,
-    /// The partitions join the transaction (KIP-890 part 2).
-    Add,
-}
 
 impl TxnCoordinator {
     /// Each partition's outcome at the coordinator of `id`, here or on another broker.

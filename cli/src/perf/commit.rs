@@ -19,7 +19,8 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::member::group_position;
-use super::{ensure_topic, with_progress, IntervalRate};
+use super::report::{with_progress, IntervalRate};
+use super::setup::ensure_topic;
 use crate::common::{emit, latency_histogram, per_sec, percentile_fields, ConnectArgs};
 use crate::group::describe_group;
 

@@ -13,7 +13,8 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::broker_cpu::{BrokerCpu, BrokerCpuArgs};
-use super::{ms, topic_names, unique_group, with_progress, IntervalRate};
+use super::report::{ms, with_progress, IntervalRate};
+use super::setup::{topic_names, unique_group};
 use crate::common::{emit, mib_per_sec, per_sec, topic_partitions, ConnectArgs, ErrorReporter};
 
 #[derive(Args, Debug)]

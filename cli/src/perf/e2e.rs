@@ -17,7 +17,7 @@ use super::consume::assigned_consumer;
 use super::produce::{
     make_payload, pace, producer_config, send_retrying, LatencyRecorder, MESSAGE_TIMEOUT_MS,
 };
-use super::{nanos_since, with_progress};
+use super::report::{nanos_since, with_progress};
 use crate::common::{
     emit, latency_histogram, percentile_fields, Acks, Compression, ConnectArgs, ErrorReporter,
 };

@@ -30,8 +30,10 @@ use anyhow::{anyhow, bail, Context as _};
 use clap::Args;
 use rdkafka::consumer::BaseConsumer;
 
+use super::member::AssignmentStrategy;
 use super::member::{MemberState, Report};
-use super::{ensure_topic, ms, unique_group, AssignmentStrategy};
+use super::report::ms;
+use super::setup::{ensure_topic, unique_group};
 use crate::common::{emit, ConnectArgs};
 use crate::group::{decode_assignment, describe_group};
 

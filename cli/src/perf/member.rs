@@ -17,6 +17,9 @@
 //! request to librdkafka's main thread, and waking that thread changes when the classic
 //! protocol's heartbeats go out (they are sent from its loop, not from a timer of their own).
 
+// Reads librdkafka's group metadata through its C API.
+#![allow(unsafe_code)]
+
 use std::ffi::CStr;
 use std::io::Read as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,12 +27,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use rdkafka::bindings as rd;
 use rdkafka::client::{Client, ClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 
-use super::AssignmentStrategy;
 use crate::common::{emit, ConnectArgs, ErrorReporter};
 
 #[derive(Args, Debug)]
@@ -264,6 +266,27 @@ pub(super) fn run(args: GroupMemberArgs) -> anyhow::Result<()> {
     // Dropping the consumer closes it: revoke, LeaveGroup.
     drop(consumer);
     Ok(())
+}
+
+/// `partition.assignment.strategy` values accepted by `--assignment-strategy`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssignmentStrategy {
+    /// Eager: every member gives up all its partitions at each rebalance.
+    Range,
+    /// Eager, partitions dealt round-robin.
+    Roundrobin,
+    /// Incremental (KIP-429): only moved partitions are revoked, in a second rebalance.
+    CooperativeSticky,
+}
+
+impl AssignmentStrategy {
+    pub fn as_config(self) -> &'static str {
+        match self {
+            AssignmentStrategy::Range => "range",
+            AssignmentStrategy::Roundrobin => "roundrobin",
+            AssignmentStrategy::CooperativeSticky => "cooperative-sticky",
+        }
+    }
 }
 
 #[cfg(test)]

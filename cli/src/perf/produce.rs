@@ -14,7 +14,8 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 
 use super::broker_cpu::{BrokerCpu, BrokerCpuArgs};
-use super::{ensure_topics, nanos_since, topic_names, with_progress, IntervalRate};
+use super::report::{nanos_since, with_progress, IntervalRate};
+use super::setup::{ensure_topics, topic_names};
 use crate::common::{
     emit, latency_histogram, mib_per_sec, per_sec, percentile_fields, topic_partitions, Acks,
     Compression, ConnectArgs,

@@ -17,7 +17,8 @@ use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 
 use super::e2e::{encode_e2e_header, receive, run_id, tail_consumer, Until, E2E_HEADER};
 use super::produce::{make_payload, pace, producer_config, send_retrying, LatencyRecorder};
-use super::{ensure_topic, with_progress, IntervalRate};
+use super::report::{with_progress, IntervalRate};
+use super::setup::ensure_topic;
 use crate::common::{
     emit, latency_histogram, mib_per_sec, per_sec, percentile_fields, Acks, Compression,
     ConnectArgs,

@@ -5,6 +5,9 @@
 //! generous bound), the abuser is cut off, and everyone else is served and loses nothing.
 //! Latency under abuse is measured in benchmarks (docs/benchmarks.md), not asserted here.
 
+// Raises the open-file limit (setrlimit(2)).
+#![allow(unsafe_code)]
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::thread;

@@ -7,6 +7,9 @@
 //! The broker listens on a new port after each restart, so clients reach it through a proxy
 //! whose address (also the advertised one) never changes.
 
+// Reads librdkafka's group metadata through its C API.
+#![allow(unsafe_code)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -4,6 +4,7 @@
 mod abuse;
 mod admin_http;
 mod admin_precedence;
+mod api_coverage;
 mod bad_input;
 mod broker_configs;
 mod chaos;
