@@ -33,6 +33,7 @@ fi
 WORK="$(mktemp -d /tmp/strata-librdkafka.XXXXXX)"
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 PORT=$(free_port)
+: >"$WORK/strata.log"
 STRATA_DATA_DIR="$WORK/data" STRATA_KAFKA_ADDR="127.0.0.1:$PORT" STRATA_ADMIN_ADDR="127.0.0.1:$(free_port)" \
     STRATA_RAFT_ADDR="127.0.0.1:$(free_port)" "$BIN" serve >"$WORK/strata.log" 2>&1 &
 PID=$!
@@ -49,3 +50,8 @@ cd "$SUITE/tests"
 RDKAFKA_TEST_CONF="$WORK/test.conf" LD_LIBRARY_PATH=../src:../src-cpp TESTS="$TESTS" SUBTESTS="$SUBTESTS" \
     ./test-runner -p1 2>&1 | tee "$WORK/suite.log" | grep -E "PASSED|FAILED|SKIPPED|Test.*FAIL|^\|" || true
 grep -q "ALL TESTS PASSED" "$WORK/suite.log"
+# SUBTESTS is a substring: one that names no sub-test runs nothing, which is no pass.
+if [ -n "$SUBTESTS" ] && ! grep -q ": PASS (" "$WORK/suite.log"; then
+    echo "no sub-test matched '$SUBTESTS'" >&2
+    exit 1
+fi
