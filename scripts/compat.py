@@ -414,12 +414,21 @@ def run(binary, keep):
             try:
                 ck_admin().incremental_alter_configs([bad])[bad].result(15)
             except KafkaException as e:
-                check(e.args[0].code() == KafkaError.INVALID_CONFIG, f"read-only change failed with {e}")
+                # Kafka answers INVALID_REQUEST for a broker config it will not change.
+                check(e.args[0].code() == KafkaError.INVALID_REQUEST, f"read-only change failed with {e}")
             else:
                 raise AssertionError("num.partitions changed at run time")
+            # A Kafka dynamic config Strata has no use for is accepted, stored and described.
+            inert = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+                ConfigEntry("num.io.threads", "16", incremental_operation=AlterConfigOpType.SET)])
+            ck_admin().incremental_alter_configs([inert])[inert].result(15)
+            entry = ck_admin().describe_configs([broker])[broker].result(15)["num.io.threads"]
+            check((entry.value, entry.source) == ("16", ConfigSource.DYNAMIC_BROKER_CONFIG.value),
+                  f"num.io.threads = {entry.value} from source {entry.source}")
         finally:
             undo = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
-                ConfigEntry("log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+                ConfigEntry("log.retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+                ConfigEntry("num.io.threads", None, incremental_operation=AlterConfigOpType.DELETE)])
             ck_admin().incremental_alter_configs([undo])[undo].result(15)
 
     def confluent_elect_leaders():
