@@ -9,7 +9,7 @@ use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceRespon
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
-use super::incremental_alter_configs::{audit, authorize, precheck, repeated_resources, Target};
+use super::incremental_alter_configs::{admit, audit, repeated_resources, Target};
 use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
@@ -32,16 +32,15 @@ pub async fn handle(
             .map(|c| (c.name.as_str(), c.value.as_deref().unwrap_or("")))
             .collect();
         let configs = (r.configs.iter()).map(|c| (c.name.as_str(), c.value.is_none()));
-        let checked = precheck(
+        let checked = admit(
             broker,
-            r.resource_type,
-            &name,
+            access,
+            (r.resource_type, &name),
             configs,
-            repeated.contains(&(r.resource_type, name.clone())),
+            &repeated,
             // The legacy API has no BROKER_LOGGER.
             &[RESOURCE_TOPIC, RESOURCE_BROKER],
-        )
-        .and_then(|()| authorize(access, r.resource_type, &name));
+        );
         let outcome = match checked {
             Err(e) => Err(e),
             Ok(()) => replace(broker, r.resource_type, &name, &wanted, req.validate_only).await,

@@ -47,15 +47,14 @@ pub async fn handle(
                 c.value.is_none() && c.config_operation != DELETE,
             )
         });
-        let checked = precheck(
+        let checked = admit(
             broker,
-            r.resource_type,
-            &name,
+            access,
+            (r.resource_type, &name),
             configs,
-            repeated.contains(&(r.resource_type, name.clone())),
+            &repeated,
             &[RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER],
-        )
-        .and_then(|()| authorize(access, r.resource_type, &name));
+        );
         let outcome = match checked {
             Err(e) => Err(e),
             Ok(()) => {
@@ -104,19 +103,21 @@ pub(super) fn repeated_resources<'a>(
         .collect()
 }
 
-/// Kafka's checks before authorization (its `ConfigAdminManager.preprocess`), in its order:
-/// the resource named twice, a config named twice, a value missing where one is needed
-/// (`configs`: name, missing), a resource type the API does not alter, another broker's id.
-pub(super) fn precheck<'a>(
+/// Whether a resource of an alter request may go on to its change: Kafka's checks before
+/// authorization (its `ConfigAdminManager.preprocess`), in its order — the resource named
+/// twice in the request (`repeated`), a config named twice, a value missing where one is
+/// needed (`configs`: name, missing), a resource type the API does not alter (`types`),
+/// another broker's id — then ALTER_CONFIGS.
+pub(super) fn admit<'a>(
     broker: &Broker,
-    resource_type: i8,
-    name: &str,
+    access: &Access,
+    (resource_type, name): (i8, &str),
     configs: impl Iterator<Item = (&'a str, bool)> + Clone,
-    repeated: bool,
+    repeated: &HashSet<(i8, String)>,
     types: &[i8],
 ) -> Result<(), ApiError> {
     let request = |message: String| Err(ApiError::new(ErrorCode::InvalidRequest, message));
-    if repeated {
+    if repeated.contains(&(resource_type, name.to_string())) {
         return request("each resource must appear at most once".into());
     }
     let mut seen = HashSet::new();
@@ -138,11 +139,11 @@ pub(super) fn precheck<'a>(
     if matches!(resource_type, RESOURCE_BROKER | RESOURCE_BROKER_LOGGER) && !name.is_empty() {
         this_broker(broker, name)?;
     }
-    Ok(())
+    authorize(access, resource_type, name)
 }
 
 /// ALTER_CONFIGS on the topic, or on the cluster for any other resource.
-pub(super) fn authorize(access: &Access, resource_type: i8, name: &str) -> Result<(), ApiError> {
+fn authorize(access: &Access, resource_type: i8, name: &str) -> Result<(), ApiError> {
     let denied = match resource_type {
         RESOURCE_TOPIC => (!access.topic(AclOperation::AlterConfigs, name))
             .then_some(ErrorCode::TopicAuthorizationFailed),
@@ -303,10 +304,8 @@ impl Target {
                     format!("unknown topic '{name}'"),
                 )),
             },
+            // Another broker's id was refused by `admit`.
             RESOURCE_BROKER => {
-                if !name.is_empty() {
-                    this_broker(broker, name)?;
-                }
                 let current = state.broker_config(name).cloned().unwrap_or_default();
                 Ok((Target::Broker(name.to_string()), current))
             }
