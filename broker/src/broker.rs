@@ -58,7 +58,7 @@ impl Broker {
             lag: LagTracker::new(node.clone()),
             fetchers: Fetchers::new(node.clone(), tier.clone()),
             quotas: Quotas::new(node.clone()),
-            telemetry: ClientTelemetry::new(&node.config, &node.metrics),
+            telemetry: ClientTelemetry::new(&node.config, &node.metrics, node.clock.clone()),
             tier,
             security,
             loggers,

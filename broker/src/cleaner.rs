@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -131,7 +131,7 @@ fn run(node: &Node, metrics: &CleanerMetrics, stop: &AtomicBool) {
         if pass(node, metrics, stop, &mut uncleanable) {
             continue;
         }
-        let idle = Instant::now();
+        let idle = crate::clock::Stopwatch::start();
         while idle.elapsed() < backoff && !stop.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(50).min(backoff));
         }
@@ -164,7 +164,7 @@ fn pass(
         if stop.load(Ordering::Acquire) {
             return false;
         }
-        let started = Instant::now();
+        let started = crate::clock::Stopwatch::start();
         let mut pacer = Pacer::default();
         let mut progress = |bytes: u64| {
             pacer.pace(bytes, cfg.log_cleaner_io_max_bytes_per_second);

@@ -625,7 +625,7 @@ mod tests {
     }
 
     fn incremental(c: &FetchSessions, req: &FetchRequest) -> Arc<Mutex<Session>> {
-        match c.context(req, V, Instant::now()) {
+        match c.context(req, V, crate::clock::Clock::manual(0).instant()) {
             Ok(Context::Incremental(s)) => s,
             Ok(_) => panic!("not incremental"),
             Err(e) => panic!("refused: {e:?}"),
@@ -642,7 +642,7 @@ mod tests {
     #[test]
     fn a_visit_reads_what_changed_and_everything_when_places_or_metadata_moved() {
         let c = FetchSessions::new(10);
-        let id = c.create(true, V, parts(6), Instant::now());
+        let id = c.create(true, V, parts(6), crate::clock::Clock::manual(0).instant());
         let (state, hosted) = (
             Arc::new(ClusterState::default()),
             Arc::new(Hosted::default()),
@@ -703,7 +703,7 @@ mod tests {
     #[test]
     fn full_fetch_epochs_open_or_close() {
         let c = FetchSessions::new(10);
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         assert!(matches!(
             c.context(&fetch(0, INITIAL_EPOCH), V, now),
             Ok(Context::New)
@@ -744,7 +744,7 @@ mod tests {
     #[test]
     fn incremental_fetches_update_add_and_forget() {
         let c = FetchSessions::new(10);
-        let id = c.create(false, V, parts(3), Instant::now());
+        let id = c.create(false, V, parts(3), crate::clock::Clock::manual(0).instant());
         let s = incremental(&c, &with_partition(fetch(id, 1), "t", 1, 50));
         {
             let s = s.lock().unwrap();
@@ -773,7 +773,7 @@ mod tests {
                 .with_partitions(vec![0]),
         ];
         assert!(matches!(
-            c.context(&req, V, Instant::now()),
+            c.context(&req, V, crate::clock::Clock::manual(0).instant()),
             Ok(Context::Sessionless)
         ));
         assert!(c.is_empty());
@@ -782,7 +782,7 @@ mod tests {
     #[test]
     fn epochs_out_of_order_and_unknown_ids_are_refused() {
         let c = FetchSessions::new(10);
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let id = c.create(false, V, parts(2), now);
         let other = c.create(false, V, parts(2), now);
         assert!(matches!(
@@ -821,7 +821,7 @@ mod tests {
         // Nothing ties a session to the connection that opened it: any request with the id and
         // epoch goes on with it (a consumer that reconnected).
         let c = Arc::new(FetchSessions::new(10));
-        let id = c.create(false, V, parts(2), Instant::now());
+        let id = c.create(false, V, parts(2), crate::clock::Clock::manual(0).instant());
         let c2 = c.clone();
         std::thread::spawn(move || {
             incremental(&c2, &fetch(id, 1));
@@ -834,7 +834,7 @@ mod tests {
     #[test]
     fn answers_record_what_was_sent_and_rotate() {
         let c = FetchSessions::new(10);
-        let id = c.create(false, V, parts(4), Instant::now());
+        let id = c.create(false, V, parts(4), crate::clock::Clock::manual(0).instant());
         let s = incremental(&c, &fetch(id, 1));
         let mut s = s.lock().unwrap();
         let sent = s.partitions[&key("t", 1)];
@@ -902,7 +902,7 @@ mod tests {
 
     #[test]
     fn eviction_follows_kafka() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::Clock::manual(0).instant();
         let old = t0 + STALE_AFTER + Duration::from_secs(1);
 
         // Full of young consumer sessions: a consumer cannot take a slot, a follower can,

@@ -1,9 +1,10 @@
 //! Strata's broker: the Kafka protocol server, the partition log engine and admin HTTP. The
 //! `strata` binary and its client commands are the `strata-cli` crate (`cli/`).
 //!
-//! Layout, top to bottom; each module imports only modules below it (`scripts/check-cycles.py`
+//! Layout, top to bottom; each module imports only modules below it (`tools/check-cycles`
 //! keeps it so, and `docs/architecture.md` says what each room owns):
-//! - [`serve`] — `strata serve`: start-up order, housekeeping, clean shutdown;
+//! - [`serve`] — `strata serve`: start-up order, clean shutdown;
+//! - [`housekeeping`] — the periodic background jobs, run by a [`schedule::Scheduler`];
 //! - [`server`] — Kafka listener and connections (frames in, responses out, in order);
 //! - [`admin`] — the operators' HTTP port: `/metrics`, `/healthz`, `/readyz`, `/v1/...`;
 //! - [`handlers`] — one module per Kafka API, each taking a [`broker::Broker`];
@@ -32,7 +33,8 @@
 //! - [`protocol`] — frames, request decoding, the API table, the inter-broker client;
 //! - [`tls`], [`sasl`] — rustls configurations from PEM files; SASL PLAIN and SCRAM, both
 //!   sides, without I/O;
-//! - [`clock`] — wall-clock milliseconds, injectable.
+//! - [`schedule`] — periodic jobs of one shape, due by the clock, counted on `/metrics`;
+//! - [`clock`] — every time read: wall-clock milliseconds and monotonic instants, injectable.
 
 pub mod admin;
 pub mod balance;
@@ -45,6 +47,7 @@ pub mod error;
 pub mod fetch_session;
 pub mod group;
 pub mod handlers;
+pub mod housekeeping;
 pub mod log;
 pub mod loggers;
 pub mod metrics;
@@ -55,6 +58,7 @@ pub mod protocol;
 pub mod quota;
 pub mod replication;
 pub mod sasl;
+pub mod schedule;
 pub mod security;
 pub mod serve;
 pub mod server;

@@ -353,7 +353,7 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     crate::session::wait_unfenced(&node, epoch)
         .await
         .map_err(failed("cannot join the cluster"))?;
-    let opened = std::time::Instant::now();
+    let opened = crate::clock::Stopwatch::start();
     node.sync_partitions()
         .map_err(failed("cannot open partitions"))?;
     tracing::info!(
@@ -375,8 +375,10 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
         epoch,
         shutdown_rx.clone(),
     ));
-    let housekeeper = tokio::spawn(housekeeping(broker.clone(), shutdown_rx.clone()));
-    let dir_watch = tokio::spawn(watch_log_dirs(node.clone(), shutdown_rx.clone()));
+    let housekeeper = tokio::spawn(
+        crate::housekeeping::scheduler(&broker)
+            .run(crate::housekeeping::RESOLUTION, shutdown_rx.clone()),
+    );
     let offloader = tokio::spawn(crate::tier::offload::run(
         node.clone(),
         broker.tier.clone(),
@@ -414,7 +416,6 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     let _ = follower.await;
     broker.fetchers.stop();
     let _ = housekeeper.await;
-    let _ = dir_watch.await;
     let _ = tls_reloader.await;
     let _ = jwks_refresher.await;
     let _ = offloader.await;
@@ -501,139 +502,5 @@ async fn follow_metadata(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool
         broker.fetchers.sync();
         broker.groups.follow_leadership().await;
         broker.txn.follow_leadership().await;
-    }
-}
-
-/// Housekeeping ticks every 100 ms. Per tick it visits the partitions whose writes left work
-/// due (flush.ms flushes, fsyncs of rolled segments) and a slice of the sweep that visits
-/// every partition once per `log_retention_check_interval_ms` (retention, segment.ms rolls of
-/// idle segments) — see `partition::activity`; the ISR check runs every half
-/// `replica_lag_time_max_ms`, as Kafka's does; group session expiry every tick; consumer lag
-/// every `lag_sample_interval_ms`; transactions past their timeout aborted every
-/// `transaction_abort_timed_out_transaction_cleanup_interval_ms`.
-const TICK: Duration = Duration::from_millis(100);
-
-/// How often the controller checks that internal topics have their replication factor.
-const GROW_EVERY: Duration = Duration::from_secs(1);
-
-/// Probes the log directories every second (see `node/log_dirs.rs`).
-async fn watch_log_dirs(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tokio::select! {
-            _ = tick.tick() => node.check_log_dirs().await,
-            _ = shutdown.changed() => return,
-        }
-    }
-}
-
-async fn housekeeping(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(TICK);
-    let node = &broker.node;
-    let retention_every = node.config.log_retention_check_interval_ms.max(100);
-    let ticks_per_sweep = retention_every / TICK.as_millis() as u64;
-    let mut sweep = crate::partition::Sweep::default();
-    let mut last_retention = 0i64;
-    let isr_every = Duration::from_millis(node.config.replica_lag_time_max_ms / 2).max(TICK);
-    let mut last_isr = std::time::Instant::now();
-    let lag_every = Duration::from_millis(node.config.lag_sample_interval_ms);
-    let mut last_lag = std::time::Instant::now();
-    let mut flusher: Option<tokio::task::JoinHandle<()>> = None;
-    let mut last_grow = std::time::Instant::now();
-    let mut last_balance = std::time::Instant::now();
-    let balance_every = Duration::from_millis(node.config.auto_balance_interval_ms.max(100));
-    let mut auto_balance = crate::node::AutoBalance::default();
-    let txn_timeouts_every = Duration::from_millis(
-        node.config
-            .transaction_abort_timed_out_transaction_cleanup_interval_ms,
-    );
-    let mut last_txn_timeouts = std::time::Instant::now();
-    let mut txn_aborter: Option<tokio::task::JoinHandle<()>> = None;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {},
-            _ = shutdown.changed() => {
-                // Clean close flushes what is left; it must not race a batch in flight.
-                if let Some(f) = flusher {
-                    let _ = f.await;
-                }
-                return;
-            }
-        }
-        let now = node.clock.now_ms();
-        let retention = now - last_retention >= retention_every as i64;
-        if retention {
-            last_retention = now;
-            let minutes = node.config.offsets_retention_minutes;
-            broker.groups.expire_offsets(
-                now,
-                if minutes < 0 {
-                    -1
-                } else {
-                    minutes.saturating_mul(60_000)
-                },
-            );
-        }
-        // Retries a failed group or transaction load; a no-op when nothing changed.
-        broker.groups.follow_leadership().await;
-        broker.txn.follow_leadership().await;
-        broker.groups.tick();
-        // Its writes wait for the ISR: off the tick, one round at a time.
-        if last_txn_timeouts.elapsed() >= txn_timeouts_every
-            && txn_aborter.as_ref().is_none_or(|t| t.is_finished())
-        {
-            last_txn_timeouts = std::time::Instant::now();
-            let txn = broker.txn.clone();
-            txn_aborter = Some(tokio::spawn(async move { txn.abort_timed_out().await }));
-        }
-        if last_isr.elapsed() >= isr_every {
-            last_isr = std::time::Instant::now();
-            crate::replication::check_isr(node);
-        }
-        if last_grow.elapsed() >= GROW_EVERY && node.metadata.is_leader() {
-            last_grow = std::time::Instant::now();
-            node.grow_internal_topics().await;
-        }
-        if last_balance.elapsed() >= balance_every {
-            last_balance = std::time::Instant::now();
-            node.auto_balance(&mut auto_balance).await;
-        }
-        if last_lag.elapsed() >= lag_every {
-            last_lag = std::time::Instant::now();
-            broker.lag.sample(broker.groups.committed());
-        }
-        let hosted = node.partitions.hosted();
-        for p in sweep.next(hosted.all(), ticks_per_sweep) {
-            if let Err(e) = p.sweep(now) {
-                tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "housekeeping failed");
-            }
-        }
-        let written = node.partitions.activity().take();
-        for p in &written {
-            match p.flush_due(now) {
-                Ok(false) => {}
-                Ok(true) => p.revisit(),
-                Err(e) => {
-                    tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "flush failed; will retry");
-                    p.revisit();
-                }
-            }
-        }
-        // Fsyncs of rolled segments block for as long as the disk takes: off the runtime, one
-        // batch at a time; partitions written meanwhile wait for the next.
-        if flusher.as_ref().is_none_or(|f| f.is_finished()) {
-            flusher = Some(tokio::task::spawn_blocking(move || {
-                for p in written {
-                    if let Err(e) = p.flush_rolled() {
-                        tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "fsync of a rolled segment failed; will retry");
-                        p.revisit();
-                    }
-                }
-            }));
-        } else {
-            for p in written {
-                p.revisit();
-            }
-        }
     }
 }

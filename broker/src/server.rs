@@ -41,7 +41,7 @@ use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
@@ -274,7 +274,8 @@ enum Incoming {
 
 /// What the reader and the processor of one connection share to tell an idle connection.
 struct Activity {
-    epoch: Instant,
+    /// On tokio's clock: the idle deadline is a timer's.
+    epoch: tokio::time::Instant,
     /// Milliseconds since `epoch` of the last request received or response written.
     last: AtomicU64,
     /// Requests read and not yet answered.
@@ -299,8 +300,7 @@ impl Activity {
     }
 
     fn idle_deadline(&self, idle: Duration) -> tokio::time::Instant {
-        let last = self.epoch + Duration::from_millis(self.last.load(Ordering::Relaxed));
-        tokio::time::Instant::from_std(last + idle)
+        self.epoch + Duration::from_millis(self.last.load(Ordering::Relaxed)) + idle
     }
 }
 
@@ -339,7 +339,7 @@ async fn connection(
     let io_timeout = Duration::from_millis(broker.node.config.socket_io_timeout_ms);
     let idle = Duration::from_millis(broker.node.config.connections_max_idle_ms);
     let activity = Arc::new(Activity {
-        epoch: Instant::now(),
+        epoch: tokio::time::Instant::now(),
         last: AtomicU64::new(0),
         in_flight: AtomicUsize::new(0),
     });
@@ -471,7 +471,7 @@ async fn handle<'a>(
         Incoming::Request(req, budget) => (req, budget),
     };
     let api = req.api_key;
-    if let Err(why) = conn.admit(api, Instant::now()) {
+    if let Err(why) = conn.admit(api, broker.node.clock.instant()) {
         broker
             .node
             .metrics
@@ -496,7 +496,7 @@ async fn handle<'a>(
     }
     let size = req.size;
     let timed = charges.as_ref().is_some_and(|c| c.times_requests());
-    let started = Instant::now();
+    let started = crate::clock::Stopwatch::start();
     let handler = handlers::handle(broker, *req, conn).instrument(span.clone());
     let (handled, busy) = AssertUnwindSafe(quota::timed(handler, timed))
         .catch_unwind()

@@ -3,9 +3,15 @@
 //! offloader's upload bandwidth, `remote_log_upload_max_bytes_per_second`). [`Pacer`], one
 //! blocking stream (the cleaner's I/O, a replica's copy between log directories). Idle time is
 //! not saved up, so a pause never turns into a burst. The rate comes with each step: it is a
-//! dynamic setting, so it may change between two.
+//! dynamic setting, so it may change between two. Both pace real I/O, so they measure real
+//! time: the throttle on tokio's clock (its waits are tokio timers), the pacer with a
+//! [`Stopwatch`].
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::clock::Stopwatch;
 
 pub struct Throttle {
     next_free: std::sync::Mutex<Instant>,
@@ -32,7 +38,7 @@ impl Throttle {
             *next = start + Duration::from_secs_f64(bytes as f64 / bytes_per_second as f64);
             start
         };
-        tokio::time::sleep_until(start.into()).await;
+        tokio::time::sleep_until(start).await;
         start - now
     }
 }
@@ -41,14 +47,14 @@ impl Throttle {
 /// directories) to a rate per second given with each step (0: unbounded; it may change
 /// between steps), measured over one-second windows so a pause does not turn into a burst.
 pub struct Pacer {
-    window: Instant,
+    window: Stopwatch,
     bytes: u64,
 }
 
 impl Default for Pacer {
     fn default() -> Pacer {
         Pacer {
-            window: Instant::now(),
+            window: Stopwatch::start(),
             bytes: 0,
         }
     }
@@ -67,7 +73,7 @@ impl Pacer {
             std::thread::sleep(due - elapsed);
         }
         if self.window.elapsed() >= Duration::from_secs(1) {
-            self.window = Instant::now();
+            self.window = Stopwatch::start();
             self.bytes = 0;
         }
     }
@@ -97,13 +103,13 @@ mod tests {
     #[test]
     fn the_pacer_holds_the_rate() {
         let mut p = Pacer::default();
-        let started = Instant::now();
+        let started = Stopwatch::start();
         for _ in 0..10 {
             p.pace(50_000, 1_000_000);
         }
         // 500 kB at 1 MB/s cannot take less than half a second.
         assert!(started.elapsed() >= Duration::from_millis(450));
-        let started = Instant::now();
+        let started = Stopwatch::start();
         p.pace(1 << 30, 0);
         assert!(started.elapsed() < Duration::from_millis(100), "unbounded");
     }

@@ -15,6 +15,9 @@
 //! - reads of [`ReadClass::Replay`] only look up and fill the replay cache, so catching up on old
 //!   history never evicts what readers near the tail use.
 
+// Only its tests read time, to bound their waits.
+#![allow(clippy::disallowed_methods)]
+
 mod block;
 mod cache;
 mod config;

@@ -21,6 +21,9 @@
 //! `-X key=value` librdkafka properties and `--request-timeout-ms`; the security ones
 //! (`security.protocol`, `sasl.*`, `ssl.*`) also secure the CLI's own Kafka client.
 
+// A client: benchmarks and progress output measure real time.
+#![allow(clippy::disallowed_methods)]
+
 use clap::Subcommand;
 
 pub mod acl;

@@ -5,6 +5,9 @@
 //! conditions with deadlines ([`util::wait_until`]), never bare sleeps. A failing test prints
 //! the broker's stdout and stderr (see [`Broker`]'s `Drop`).
 
+// The harness waits on real processes in real time.
+#![allow(clippy::disallowed_methods)]
+
 pub mod broker;
 pub mod capture;
 pub mod certs;

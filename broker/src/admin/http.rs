@@ -181,7 +181,7 @@ fn cluster_json(broker: &Broker, leader_view: Option<strata_metadata::QuorumStat
         "controller": quorum.leader,
         "quorum": quorum,
         "quorum_high_watermark": leader_view.as_ref().map(|l| l.high_watermark()),
-        "quorum_replicas": leader_view.map(|l| l.replicas(crate::clock::now_ms())),
+        "quorum_replicas": leader_view.map(|l| l.replicas(broker.node.clock.now_ms())),
         "brokers": brokers,
         "partitions": total,
         "unhealthy": unhealthy,

@@ -760,7 +760,7 @@ mod tests {
     fn a_lone_member_gets_every_partition_and_the_group_epoch() {
         let t = topics(&[("orders", 4)]);
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
         assert_eq!(a.member_epoch, g.epoch);
         assert_eq!(a.assignment.map(|s| s.len()), Some(4));
@@ -777,7 +777,7 @@ mod tests {
     fn a_second_member_gets_partitions_only_after_the_first_revokes_them() {
         let t = topics(&[("orders", 6)]);
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
         let a_owns = a.assignment.unwrap();
         let b = beat(&mut g, &t, now, hb("b", 0, Some(&["orders"]), None));
@@ -821,7 +821,7 @@ mod tests {
     fn a_leaving_or_silent_member_frees_its_partitions() {
         let t = topics(&[("orders", 4)]);
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
         let mut owned = a.assignment.unwrap();
         let b = beat(&mut g, &t, now, hb("b", 0, Some(&["orders"]), None));
@@ -852,7 +852,7 @@ mod tests {
     fn stale_and_unknown_members_are_refused() {
         let t = topics(&[("orders", 2)]);
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
         let err = |g: &mut ConsumerGroup, h| g.heartbeat(h, &t, now, SESSION, String::new, None);
         assert_eq!(
@@ -877,7 +877,7 @@ mod tests {
     fn a_member_slow_to_revoke_is_removed_after_its_rebalance_timeout() {
         let t = topics(&[("orders", 4)]);
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
         let owned = a.assignment.unwrap();
         beat(&mut g, &t, now, hb("b", 0, Some(&["orders"]), None));
@@ -913,7 +913,7 @@ mod tests {
             assigned: BTreeSet::new(),
             revoking: BTreeSet::new(),
             revoking_since: None,
-            last_seen: Instant::now(),
+            last_seen: crate::clock::Clock::manual(0).instant(),
             away: false,
             sent: None,
         };
@@ -974,7 +974,7 @@ mod tests {
     fn a_static_member_that_comes_back_within_its_session_takes_its_place_without_a_rebalance() {
         let t = topics(&[("orders", 4)]);
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let a = beat(
             &mut g,
             &t,
@@ -1071,7 +1071,7 @@ mod tests {
     fn a_static_member_away_past_its_session_is_replaced_by_a_rebalance() {
         let t = topics(&[("orders", 4)]);
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let a = beat(
             &mut g,
             &t,
@@ -1107,7 +1107,7 @@ mod tests {
             subscribed_topic_regex: Some(String::new()),
             ..hb("a", 0, Some(&["orders"]), None)
         };
-        let a = beat(&mut g, &t, Instant::now(), join);
+        let a = beat(&mut g, &t, crate::clock::Clock::manual(0).instant(), join);
         let orders = t["orders"].0;
         let got = a.assignment.unwrap();
         assert_eq!(got.len(), 2);
@@ -1119,7 +1119,7 @@ mod tests {
     fn a_regex_resolves_to_the_topics_the_member_may_describe() {
         let t = topics(&[("orders-eu", 2), ("orders-secret", 2), ("users", 2)]);
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let join = Heartbeat {
             subscribed_topic_regex: Some("orders-.*".to_string()),
             ..hb("a", 0, None, Some(&BTreeSet::new()))
@@ -1197,7 +1197,7 @@ mod tests {
         let t = topics(&[("orders", 6)]);
         let mut g = ConsumerGroup::default();
         let mut log = BTreeMap::new();
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
         let first = g.drain();
         let keys: Vec<&Key> = first.iter().map(|(k, _)| k).collect();
@@ -1286,7 +1286,7 @@ mod tests {
     fn after_a_failed_append_the_next_drain_writes_the_whole_group_again() {
         let t = topics(&[("orders", 2)]);
         let mut g = ConsumerGroup::default();
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
         let b = beat(&mut g, &t, now, hb("b", 0, Some(&["orders"]), None));
         let everything = g.drain();

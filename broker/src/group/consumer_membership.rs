@@ -70,7 +70,7 @@ impl Coordinator {
             .heartbeat(
                 hb,
                 &topics,
-                Instant::now(),
+                self.node.clock.instant(),
                 session,
                 || uuid::Uuid::new_v4().to_string(),
                 may_describe,

@@ -191,7 +191,7 @@ impl LagTracker {
     /// The lag of every committed offset, and the keys sampled last time but not now.
     fn measure(&self, committed: Vec<(String, String, i32, i64)>) -> (Vec<Lag>, Vec<Key>) {
         let node = &self.node;
-        let now = Instant::now();
+        let now = node.clock.instant();
         let wall = node.clock.now_ms();
         let window = Duration::from_millis(node.config.lag_window_ms);
         let state = node.metadata.state();

@@ -286,11 +286,11 @@ impl Coordinator {
             else {
                 continue;
             };
-            let started = Instant::now();
+            let started = crate::clock::Stopwatch::start();
             let loaded = Self::read_partition(&part);
             match loaded {
                 Ok((records, rebuild)) => {
-                    let table = rebuild.finish(Instant::now(), self.node.clock.now_ms());
+                    let table = rebuild.finish(self.node.clock.instant(), self.node.clock.now_ms());
                     let stable = table
                         .values()
                         .filter(|e| {
@@ -462,7 +462,7 @@ mod tests {
         ] {
             r.apply(e);
         }
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let table = r.finish(now, 99_000);
         let mut ids: Vec<&String> = table.keys().collect();
         ids.sort();
@@ -500,7 +500,8 @@ mod tests {
             Some(record(4, &[("m1", b"a1"), ("m2", b"a2")], 10)),
         ));
         r.apply(group("g2", Some(record(9, &[], 10))));
-        let mut table = r.finish(Instant::now(), 0);
+        let now = crate::clock::Clock::manual(0).instant();
+        let mut table = r.finish(now, 0);
         let listed: Vec<_> = (list(&table).into_iter())
             .map(|g| (g.id, g.protocol_type, g.state, g.kind))
             .collect();
@@ -547,9 +548,12 @@ mod tests {
                 ),
             ]
         );
-        assert_eq!(heartbeat(&mut table, "g1", "m2", 4, None), ErrorCode::None);
         assert_eq!(
-            heartbeat(&mut table, "g1", "m2", 3, None),
+            heartbeat(&mut table, "g1", "m2", 4, None, now),
+            ErrorCode::None
+        );
+        assert_eq!(
+            heartbeat(&mut table, "g1", "m2", 3, None, now),
             ErrorCode::IllegalGeneration
         );
         assert_eq!(describe(&table, "g2").state, "Empty");

@@ -27,7 +27,7 @@ impl Coordinator {
             *group = Group::new(group_id);
         }
         group.initial_rebalance_delay = self.node.config.group_initial_rebalance_delay();
-        let reply = group.join(req, Instant::now());
+        let reply = group.join(req, self.node.clock.instant());
         // A join is activity: a group that only handed out a member id is not expired before
         // the member comes back with it.
         entry.last_active_ms = self.node.clock.now_ms();
@@ -66,7 +66,7 @@ impl Coordinator {
             member_id,
             generation,
             assignments,
-            Instant::now(),
+            self.node.clock.instant(),
             now_ms,
             |record| {
                 let generation = record.generation;
@@ -91,6 +91,7 @@ impl Coordinator {
             member_id,
             generation,
             instance_id,
+            self.node.clock.instant(),
         )
     }
 
@@ -103,7 +104,7 @@ impl Coordinator {
         let Some(group) = entry.group.as_mut() else {
             return members.iter().map(|_| ErrorCode::UnknownMemberId).collect();
         };
-        let now = Instant::now();
+        let now = self.node.clock.instant();
         let codes = members
             .iter()
             .map(|(member_id, instance)| {
@@ -124,7 +125,7 @@ impl Coordinator {
 
     /// Session expiry and rebalance deadlines; called every 100 ms.
     pub fn tick(&self) {
-        let now = Instant::now();
+        let now = self.node.clock.instant();
         self.expire_consumer_members(now);
         let wall = self.node.clock.now_ms();
         for (id, entry) in self.lock().iter_mut() {
@@ -159,6 +160,7 @@ pub(super) fn heartbeat(
     member_id: &str,
     generation: i32,
     instance_id: Option<&str>,
+    now: Instant,
 ) -> ErrorCode {
     let Some(group) = groups.get_mut(group_id).and_then(|e| e.group.as_mut()) else {
         return ErrorCode::UnknownMemberId;
@@ -166,5 +168,5 @@ pub(super) fn heartbeat(
     if let Err(code) = check_instance(group, member_id, instance_id) {
         return code;
     }
-    group.heartbeat(member_id, generation, Instant::now())
+    group.heartbeat(member_id, generation, now)
 }

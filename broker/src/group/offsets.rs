@@ -389,7 +389,6 @@ impl Coordinator {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
 
     use super::*;
     use crate::group::state::Group;
@@ -452,7 +451,11 @@ mod tests {
             members: vec![member("a", None), member("b", Some("ib"))],
         };
         Entry {
-            group: Some(Group::from_metadata("g", record, Instant::now())),
+            group: Some(Group::from_metadata(
+                "g",
+                record,
+                crate::clock::Clock::manual(0).instant(),
+            )),
             ..Entry::default()
         }
     }

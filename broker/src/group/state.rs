@@ -763,7 +763,7 @@ mod tests {
 
     #[test]
     fn the_initial_delay_gathers_members_starting_together_into_one_generation() {
-        let t = Instant::now();
+        let t = crate::clock::Clock::manual(0).instant();
         let secs = Duration::from_secs;
         let mut g = Group::new("g");
         g.initial_rebalance_delay = secs(3);
@@ -792,7 +792,7 @@ mod tests {
 
     #[test]
     fn the_initial_delay_never_outlasts_the_rebalance_timeout() {
-        let t = Instant::now();
+        let t = crate::clock::Clock::manual(0).instant();
         let mut g = Group::new("g");
         g.initial_rebalance_delay = Duration::from_secs(20);
         let mut r = req("", "a");
@@ -807,7 +807,7 @@ mod tests {
 
     #[test]
     fn a_new_member_gets_an_id_then_joins_and_leads_a_stable_group() {
-        let t = Instant::now();
+        let t = crate::clock::Clock::manual(0).instant();
         let mut g = Group::new("g");
         let first = now_join(&mut g, req("", "c1"), t);
         assert_eq!(first.error, ErrorCode::MemberIdRequired);
@@ -838,7 +838,7 @@ mod tests {
 
     #[test]
     fn a_second_member_triggers_a_rebalance_that_waits_for_the_first_to_rejoin() {
-        let t = Instant::now();
+        let t = crate::clock::Clock::manual(0).instant();
         let mut g = Group::new("g");
         let a = now_join(&mut g, req("", "a"), t).member_id;
         let _ = now_join(&mut g, req(&a, "a"), t);
@@ -863,7 +863,7 @@ mod tests {
 
     #[test]
     fn members_that_do_not_rejoin_are_dropped_at_the_deadline_and_silent_ones_expire() {
-        let t = Instant::now();
+        let t = crate::clock::Clock::manual(0).instant();
         let mut g = Group::new("g");
         let a = now_join(&mut g, req("", "a"), t).member_id;
         let _ = now_join(&mut g, req(&a, "a"), t);
@@ -889,7 +889,7 @@ mod tests {
 
     #[test]
     fn a_static_member_restarting_in_a_stable_group_causes_no_rebalance() {
-        let t = Instant::now();
+        let t = crate::clock::Clock::manual(0).instant();
         let mut g = Group::new("g");
         let mut first = req("", "a");
         first.instance_id = Some("i1".into());
@@ -925,7 +925,7 @@ mod tests {
 
     #[test]
     fn incompatible_protocols_are_refused() {
-        let t = Instant::now();
+        let t = crate::clock::Clock::manual(0).instant();
         let mut g = Group::new("g");
         let a = now_join(&mut g, req("", "a"), t).member_id;
         let _ = now_join(&mut g, req(&a, "a"), t);
@@ -995,7 +995,7 @@ mod tests {
 
     #[test]
     fn the_leaders_sync_stores_the_generation_with_every_assignment() {
-        let t = Instant::now();
+        let t = crate::clock::Clock::manual(0).instant();
         let mut g = Group::new("g");
         let (a, b, record) = stable_pair(&mut g, t);
         assert_eq!(g.state, GroupState::Stable);
@@ -1031,7 +1031,7 @@ mod tests {
 
     #[test]
     fn a_failed_store_answers_every_member_with_the_error_and_rebalances() {
-        let t = Instant::now();
+        let t = crate::clock::Clock::manual(0).instant();
         let mut g = Group::new("g");
         let a = now_join(&mut g, req("", "a"), t).member_id;
         let _ = now_join(&mut g, req(&a, "a"), t);
@@ -1064,7 +1064,7 @@ mod tests {
 
     #[test]
     fn a_group_rebuilt_from_its_record_is_stable_and_expires_members_that_never_return() {
-        let t = Instant::now();
+        let t = crate::clock::Clock::manual(0).instant();
         let mut g = Group::new("g");
         let (a, b, record) = stable_pair(&mut g, t);
 
@@ -1106,7 +1106,7 @@ mod tests {
 
     #[test]
     fn a_group_that_empties_asks_to_be_recorded_and_comes_back_empty_with_its_generation() {
-        let t = Instant::now();
+        let t = crate::clock::Clock::manual(0).instant();
         let mut g = Group::new("g");
         let a = now_join(&mut g, req("", "a"), t).member_id;
         let _ = now_join(&mut g, req(&a, "a"), t);

@@ -58,7 +58,7 @@ pub async fn handle(
                     let answer = PartitionData::default().with_partition_index(p.partition_index);
                     match &status {
                         Some(Ok(s)) if quorum(t.topic_name.0.as_str(), p.partition_index) => {
-                            describe(s, version, answer)
+                            describe(s, version, answer, broker.node.clock.now_ms())
                         }
                         Some(Err(e)) if quorum(t.topic_name.0.as_str(), p.partition_index) => {
                             answer
@@ -83,9 +83,9 @@ pub async fn handle(
         .with_nodes(nodes)
 }
 
-fn describe(s: &QuorumStatus, version: i16, answer: PartitionData) -> PartitionData {
+fn describe(s: &QuorumStatus, version: i16, answer: PartitionData, now_ms: i64) -> PartitionData {
     let (mut voters, mut observers) = (Vec::new(), Vec::new());
-    for r in s.replicas(crate::clock::now_ms()) {
+    for r in s.replicas(now_ms) {
         let state = ReplicaState::default()
             .with_replica_id(BrokerId(r.id as i32))
             .with_log_end_offset(r.log_end);

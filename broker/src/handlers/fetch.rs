@@ -11,7 +11,7 @@
 //! most once per partition.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use indexmap::IndexMap;
 use kafka_protocol::messages::FetchRequest;
@@ -67,7 +67,10 @@ pub async fn handle(
         req.replica_id.0
     };
     let replica = u64::try_from(replica_id).ok();
-    let context = match broker.fetch_sessions.context(&req, version, Instant::now()) {
+    let context = match broker
+        .fetch_sessions
+        .context(&req, version, broker.node.clock.instant())
+    {
         Ok(c) => c,
         Err(code) => return FetchResponse::error(code.code()),
     };
@@ -81,7 +84,7 @@ pub async fn handle(
         (Context::Incremental(s), Some(_)) => {
             let every = Duration::from_millis(broker.node.config.replica_lag_time_max_ms / 4);
             let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
-            s.report_all_due(Instant::now(), every)
+            s.report_all_due(broker.node.clock.instant(), every)
         }
         _ => true,
     };
@@ -96,7 +99,9 @@ pub async fn handle(
         _ => full_wanted(&resolver, &req, version),
     };
 
-    let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    // A wait on tokio's clock (paused in tests), not a decision on the broker's.
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let min_bytes = req.min_bytes.max(0) as usize;
     let max_bytes = if req.max_bytes <= 0 {
         usize::MAX
@@ -119,11 +124,11 @@ pub async fn handle(
         let report = first.then_some(report_all);
         let reply = read_all(broker, &wanted, &pass, report).await;
         first = false;
-        if reply.bytes >= min_bytes || reply.errors || Instant::now() >= deadline {
+        if reply.bytes >= min_bytes || reply.errors || tokio::time::Instant::now() >= deadline {
             break reply;
         }
         if let (Some(v), Context::Incremental(s)) = (&mut visit, &context) {
-            if tokio::time::timeout_at(deadline.into(), v.visit.changes.changed())
+            if tokio::time::timeout_at(deadline, v.visit.changes.changed())
                 .await
                 .is_err()
             {
@@ -152,7 +157,7 @@ pub async fn handle(
             watching = true;
             continue;
         }
-        if tokio::time::timeout_at(deadline.into(), notify.notified())
+        if tokio::time::timeout_at(deadline, notify.notified())
             .await
             .is_err()
         {
@@ -288,7 +293,12 @@ fn remember(
             if partitions.len() > cluster {
                 return 0;
             }
-            (broker.fetch_sessions).create(follower, version, partitions, Instant::now())
+            (broker.fetch_sessions).create(
+                follower,
+                version,
+                partitions,
+                broker.node.clock.instant(),
+            )
         }
         Context::Incremental(session) => {
             let told: Vec<((TopicKey, i32), Answer)> = (reply.answers.iter())

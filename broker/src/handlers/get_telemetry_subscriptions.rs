@@ -14,8 +14,11 @@ pub fn handle(
     req: GetTelemetrySubscriptionsRequest,
     client_id: &str,
 ) -> GetTelemetrySubscriptionsResponse {
-    let s =
-        (broker.telemetry).subscribe(req.client_instance_id, client_id, std::time::Instant::now());
+    let s = (broker.telemetry).subscribe(
+        req.client_instance_id,
+        client_id,
+        broker.node.clock.instant(),
+    );
     GetTelemetrySubscriptionsResponse::default()
         .with_client_instance_id(s.client_instance_id)
         .with_subscription_id(s.subscription_id)

@@ -13,7 +13,7 @@ pub fn handle(broker: &Broker, req: PushTelemetryRequest) -> PushTelemetryRespon
         compression_type: req.compression_type,
         metrics: &req.metrics,
     };
-    let code = match broker.telemetry.push(&push, std::time::Instant::now()) {
+    let code = match broker.telemetry.push(&push, broker.node.clock.instant()) {
         Ok(()) => 0,
         Err(code) => {
             tracing::debug!(?code, "client telemetry push refused");

@@ -1,8 +1,6 @@
 //! SaslAuthenticate: one step of the exchange the handshake chose. A refusal is answered,
 //! then the connection closes (`Handled::ThenClose`).
 
-use std::time::Instant;
-
 use kafka_protocol::messages::{SaslAuthenticateRequest, SaslAuthenticateResponse};
 
 use super::reply::str_bytes;
@@ -16,7 +14,11 @@ pub fn handle(
     req: SaslAuthenticateRequest,
     conn: &mut Connection,
 ) -> (SaslAuthenticateResponse, bool) {
-    match conn.authenticate(&broker.security, &req.auth_bytes, Instant::now()) {
+    match conn.authenticate(
+        &broker.security,
+        &req.auth_bytes,
+        broker.node.clock.instant(),
+    ) {
         Ok(AuthStep::Continue(msg)) => (
             SaslAuthenticateResponse::default().with_auth_bytes(msg.into()),
             false,

@@ -39,7 +39,7 @@ impl Node {
             return;
         }
         let state = self.metadata.state();
-        let now = Instant::now();
+        let now = self.clock.instant();
         memory
             .fenced_since
             .retain(|id, _| state.brokers.get(id).is_some_and(|b| b.fenced));

@@ -98,7 +98,13 @@ impl LeaderState {
     }
 
     /// The metadata committed a new ISR (or partition epoch) for this leadership.
-    pub fn update(&mut self, partition_epoch: i32, replicas: Vec<u64>, isr: Vec<u64>) {
+    pub fn update(
+        &mut self,
+        partition_epoch: i32,
+        replicas: Vec<u64>,
+        isr: Vec<u64>,
+        now: Instant,
+    ) {
         if partition_epoch != self.partition_epoch {
             self.change_in_flight = false;
             self.joining = None;
@@ -106,7 +112,6 @@ impl LeaderState {
         self.partition_epoch = partition_epoch;
         self.isr = isr;
         self.replicas = replicas;
-        let now = Instant::now();
         for r in &self.replicas {
             if *r != self.me {
                 self.followers
@@ -236,7 +241,7 @@ mod tests {
 
     #[test]
     fn the_high_watermark_is_the_smallest_isr_log_end_and_never_moves_back() {
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let mut l = leader(&[1, 2, 3], 100, now);
         assert_eq!(
             l.high_watermark(120, 100),
@@ -260,7 +265,7 @@ mod tests {
 
     #[test]
     fn a_follower_joins_once_it_has_the_high_watermark_and_this_epoch() {
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let mut l = leader(&[1, 2], 100, now);
         assert_eq!(
             l.fetched(3, 90, 120, 95, now),
@@ -275,7 +280,7 @@ mod tests {
             None,
             "one change in flight"
         );
-        l.update(1, vec![1, 2, 3], vec![1, 2, 3]);
+        l.update(1, vec![1, 2, 3], vec![1, 2, 3], now);
         assert_eq!(l.fetched(3, 120, 120, 120, now), None, "already in");
 
         let mut fresh = leader(&[1], 100, now);
@@ -288,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_follower_always_one_fetch_behind_under_load_stays_caught_up() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::Clock::manual(0).instant();
         let lag = Duration::from_secs(10);
         let mut l = leader(&[1, 2], 0, t0);
         // Each fetch reaches where the leader was at the previous fetch, never "now".
@@ -303,7 +308,7 @@ mod tests {
 
     #[test]
     fn a_follower_not_caught_up_for_the_lag_limit_leaves() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::Clock::manual(0).instant();
         let lag = Duration::from_secs(10);
         let mut l = leader(&[1, 2, 3], 100, t0);
         l.fetched(2, 100, 100, 100, t0 + Duration::from_secs(8));
@@ -326,7 +331,7 @@ mod tests {
 
     #[test]
     fn a_joining_follower_holds_the_high_watermark_while_its_expansion_is_in_flight() {
-        let now = Instant::now();
+        let now = crate::clock::Clock::manual(0).instant();
         let mut s = leader(&[1, 2], 100, now);
         s.fetched(2, 100, 100, 100, now);
         // Follower 3 reaches the high watermark: its expansion is proposed.

@@ -171,7 +171,7 @@ impl Partitions {
     pub fn sync(&self, state: impl FnOnce() -> Arc<ClusterState>) -> Result<(), LogError> {
         let mut synced = self.synced.lock().unwrap_or_else(|p| p.into_inner());
         let state = state();
-        let started = std::time::Instant::now();
+        let started = crate::clock::Stopwatch::start();
         let changes = self.changes(synced.as_deref(), &state);
         let changed = changes.len();
         let mut map: HashMap<TopicPartition, Arc<Partition>> = self
@@ -499,7 +499,7 @@ impl Partitions {
         let spawned = std::thread::Builder::new()
             .name("strata-relocate".into())
             .spawn(move || {
-                let started = std::time::Instant::now();
+                let started = crate::clock::Stopwatch::start();
                 let from = p.log_dir().path.display().to_string();
                 let result = p.relocate(&relocation, &pacer, &*rate);
                 let bytes = relocation.copied.load(Ordering::Relaxed);

@@ -161,7 +161,7 @@ impl Partition {
             // the last round (a 1 GiB copy synced there held appends for half a second).
             sync_filesystem(&to.dest.path)?;
             let mut log = self.log();
-            let held = std::time::Instant::now();
+            let held = crate::clock::Stopwatch::start();
             if self.stopped(from, to) {
                 return Ok(false);
             }

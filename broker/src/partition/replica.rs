@@ -116,6 +116,7 @@ impl Partition {
                         info.partition_epoch,
                         info.replicas.clone(),
                         info.isr.clone(),
+                        self.clock.instant(),
                     ),
                     _ => {
                         // As Kafka's makeLeader: the new epoch starts at the log end now, so
@@ -139,7 +140,7 @@ impl Partition {
                             info.replicas.clone(),
                             info.isr.clone(),
                             log_end,
-                            std::time::Instant::now(),
+                            self.clock.instant(),
                         ));
                     }
                 },
@@ -192,7 +193,7 @@ impl Partition {
                 (log.log_end_offset(), log.high_watermark())
             };
             let before = s.follower_end(follower);
-            let change = s.fetched(follower, offset, log_end, hw, std::time::Instant::now());
+            let change = s.fetched(follower, offset, log_end, hw, self.clock.instant());
             // The high watermark can move only if this follower's end did, or it is joining.
             if before == Some(offset) && change.is_none() {
                 return None;
@@ -206,7 +207,7 @@ impl Partition {
     /// On the leader: an ISR shrink to propose, for followers lagging over `max_lag`.
     pub fn isr_shrink(&self, max_lag: std::time::Duration) -> Option<IsrChange> {
         match &mut *self.role() {
-            Role::Leader(s) => s.shrink(std::time::Instant::now(), max_lag),
+            Role::Leader(s) => s.shrink(self.clock.instant(), max_lag),
             _ => None,
         }
     }

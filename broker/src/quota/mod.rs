@@ -104,7 +104,7 @@ impl Quotas {
         Quotas {
             burst: window * (node.config.quota_window_num - 1),
             max_throttle: window * node.config.quota_window_num,
-            epoch: Instant::now(),
+            epoch: node.clock.instant(),
             sensors: Mutex::default(),
             metrics,
             node,
@@ -198,7 +198,11 @@ impl Quotas {
     }
 
     fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        self.node
+            .clock
+            .instant()
+            .duration_since(self.epoch)
+            .as_millis() as u64
     }
 }
 
@@ -267,7 +271,7 @@ pub async fn timed<F: Future>(f: F, measure: bool) -> (F::Output, Duration) {
         if !measure {
             return f.as_mut().poll(cx);
         }
-        let start = Instant::now();
+        let start = crate::clock::Stopwatch::start();
         let polled = f.as_mut().poll(cx);
         busy += start.elapsed();
         polled

@@ -113,6 +113,7 @@ impl Fetchers {
         let moves = Moves {
             budget: Arc::new(MoveBudget::new(
                 node.config.replica_move_max_bytes_per_second,
+                node.clock.clone(),
             )),
             metrics: MoveMetrics::register(&node),
         };

@@ -18,6 +18,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
+use crate::clock::Clock;
 use crate::node::Node;
 
 /// The shared byte budget of moving replicas.
@@ -25,14 +26,16 @@ pub struct MoveBudget {
     /// Bytes per second; a dynamic setting, so it may change between rounds.
     rate: AtomicU64,
     state: Mutex<(f64, Instant)>,
+    clock: Clock,
 }
 
 impl MoveBudget {
     /// A budget of `rate` bytes per second (0: unbounded).
-    pub fn new(rate: u64) -> MoveBudget {
+    pub fn new(rate: u64, clock: Clock) -> MoveBudget {
         MoveBudget {
             rate: AtomicU64::new(rate),
-            state: Mutex::new((rate as f64, Instant::now())),
+            state: Mutex::new((rate as f64, clock.instant())),
+            clock,
         }
     }
 
@@ -48,7 +51,7 @@ impl MoveBudget {
             return max;
         }
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
+        let now = self.clock.instant();
         let refill = now.duration_since(s.1).as_secs_f64() * rate as f64;
         s.0 = (s.0 + refill).min(rate as f64);
         s.1 = now;
@@ -166,20 +169,29 @@ mod tests {
 
     #[test]
     fn the_budget_grants_what_it_holds_and_collects_what_is_owed() {
-        let unbounded = MoveBudget::new(0);
+        let clock = Clock::manual(0);
+        let unbounded = MoveBudget::new(0, clock.clone());
         assert_eq!(unbounded.grant(1 << 20), 1 << 20);
-        let b = MoveBudget::new(1000);
+        let b = MoveBudget::new(1000, clock.clone());
         // Starts with one second's worth.
         let g = b.grant(600);
         assert_eq!(g, 600);
         let g2 = b.grant(600);
-        assert!((399..=400).contains(&g2), "{g2}");
+        assert_eq!(g2, 400);
         assert_eq!(b.grant(600), 0, "spent");
-        // A whole batch of 5000 bytes came back for a grant of 400: 4600 owed.
+        // A whole batch of 5000 bytes came back for a grant of 400: 4600 owed, paid back at
+        // 1000 bytes a second.
         b.settle(g2, 5000);
         assert_eq!(b.grant(600), 0, "in debt");
+        clock.advance(std::time::Duration::from_millis(4_000));
+        assert_eq!(b.grant(600), 0, "still 600 owed after four seconds");
+        clock.advance(std::time::Duration::from_millis(1_000));
+        assert_eq!(b.grant(600), 400, "a second later: 400 saved up");
+        // Idle time saves up at most one second's worth.
+        clock.advance(std::time::Duration::from_secs(60));
+        assert_eq!(b.grant(5_000), 1_000);
         // Unused grant comes back.
-        let fresh = MoveBudget::new(1000);
+        let fresh = MoveBudget::new(1000, clock.clone());
         let g = fresh.grant(1000);
         fresh.settle(g, 0);
         assert!(fresh.grant(1000) >= 999);

@@ -16,16 +16,18 @@ use std::sync::Mutex;
 use serde_json::{json, Map, Value};
 
 use super::error::SecurityError;
+use crate::clock::Clock;
 use crate::config::BrokerConfig;
 
 /// Where the audit events go, if anywhere.
 pub struct AuditLog {
     out: Option<Mutex<Box<dyn Write + Send>>>,
+    clock: Clock,
 }
 
 impl AuditLog {
     /// `audit_log`: unset (off), `stdout`, or a file (relative to `data_dir`), appended to.
-    pub fn open(cfg: &BrokerConfig) -> Result<AuditLog, SecurityError> {
+    pub fn open(cfg: &BrokerConfig, clock: Clock) -> Result<AuditLog, SecurityError> {
         let out: Option<Box<dyn Write + Send>> = match cfg.audit_log.as_deref() {
             None | Some("") => None,
             Some("stdout") => Some(Box::new(std::io::stdout())),
@@ -48,19 +50,23 @@ impl AuditLog {
         };
         Ok(AuditLog {
             out: out.map(Mutex::new),
+            clock,
         })
     }
 
     /// A log that writes nothing.
     pub fn off() -> AuditLog {
-        AuditLog { out: None }
+        AuditLog {
+            out: None,
+            clock: Clock::system(),
+        }
     }
 
     /// Writes `{"time_ms":…,"event":event,…fields}`; `fields` is a JSON object.
     pub fn record(&self, event: &str, fields: Value) {
         let Some(out) = &self.out else { return };
         let mut line = Map::new();
-        line.insert("time_ms".into(), json!(crate::clock::now_ms()));
+        line.insert("time_ms".into(), json!(self.clock.now_ms()));
         line.insert("event".into(), json!(event));
         if let Value::Object(fields) = fields {
             line.extend(fields);
@@ -86,7 +92,7 @@ mod tests {
             audit_log: Some("audit/audit.log".into()),
             ..BrokerConfig::default()
         };
-        let log = AuditLog::open(&cfg).unwrap();
+        let log = AuditLog::open(&cfg, Clock::manual(1_700_000_000_000)).unwrap();
         log.record(
             "topic_created",
             json!({"principal": "User:a", "topic": "t"}),
@@ -103,7 +109,7 @@ mod tests {
         assert_eq!(lines.len(), 2, "{text}");
         assert_eq!(lines[0]["event"], "topic_created");
         assert_eq!(lines[0]["topic"], "t");
-        assert!(lines[0]["time_ms"].as_i64().unwrap() > 0);
+        assert_eq!(lines[0]["time_ms"], 1_700_000_000_000i64);
         assert_eq!(lines[1]["reason"], "bad \"quote\"\n");
         AuditLog::off().record("ignored", json!({}));
     }

@@ -172,7 +172,7 @@ impl Security {
             .map_err(|e| SecurityError::Config(format!("ssl_principal_mapping_rules: {e}")))?;
         let metrics = Arc::new(SecurityMetrics::default());
         node.metrics.register(|r| metrics.register(r));
-        let audit = Arc::new(audit::AuditLog::open(cfg)?);
+        let audit = Arc::new(audit::AuditLog::open(cfg, node.clock.clone())?);
         let authorizer = Authorizer::new(node.clone(), metrics.clone(), audit.clone())?;
         let inter_broker = match (
             &cfg.inter_broker_sasl_username,

@@ -29,6 +29,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use uuid::Uuid;
 
+use crate::clock::Clock;
 use crate::config::BrokerConfig;
 use crate::error::ErrorCode;
 use crate::metrics::Metrics;
@@ -87,7 +88,7 @@ pub struct ClientTelemetry {
 }
 
 impl ClientTelemetry {
-    pub fn new(cfg: &BrokerConfig, metrics: &Metrics) -> Arc<ClientTelemetry> {
+    pub fn new(cfg: &BrokerConfig, metrics: &Metrics, clock: Clock) -> Arc<ClientTelemetry> {
         let prefixes: Vec<String> = crate::topic_config::list_values(&cfg.client_telemetry_metrics)
             .into_iter()
             .map(|p| {
@@ -123,7 +124,7 @@ impl ClientTelemetry {
         let weak = Arc::downgrade(&telemetry);
         metrics.on_scrape(move || {
             if let Some(t) = weak.upgrade() {
-                t.refresh(Instant::now());
+                t.refresh(clock.instant());
             }
         });
         telemetry
@@ -258,7 +259,7 @@ mod tests {
             telemetry_max_bytes: 4096,
             ..BrokerConfig::default()
         };
-        ClientTelemetry::new(&cfg, &Metrics::new())
+        ClientTelemetry::new(&cfg, &Metrics::new(), Clock::manual(0))
     }
 
     fn payload(name: &str, value: f64) -> Vec<u8> {
@@ -286,7 +287,7 @@ mod tests {
     #[test]
     fn a_client_subscribes_pushes_and_is_held_to_the_interval() {
         let t = telemetry("org.apache.kafka.producer.");
-        let t0 = Instant::now();
+        let t0 = crate::clock::Clock::manual(0).instant();
         let s = t.subscribe(Uuid::nil(), "app", t0);
         assert!(!s.client_instance_id.is_nil());
         assert_eq!(s.requested_metrics, vec!["org.apache.kafka.producer."]);
@@ -342,7 +343,7 @@ mod tests {
     #[test]
     fn bad_pushes_get_kafkas_codes_and_nothing_is_requested_by_default() {
         let t = telemetry("*");
-        let t0 = Instant::now();
+        let t0 = crate::clock::Clock::manual(0).instant();
         let s = t.subscribe(Uuid::nil(), "app", t0);
         assert_eq!(s.requested_metrics, vec![String::new()], "every metric");
         let later = t0 + Duration::from_secs(1);

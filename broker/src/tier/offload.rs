@@ -50,7 +50,7 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
     let mut backoff: HashMap<TopicPartition, Backoff> = HashMap::new();
     let mut last_warning: Option<Instant> = None;
     // The first sweep runs soon after start: that is when a crash's leftovers are found.
-    let mut last_sweep = Instant::now() - SWEEP_EVERY + Duration::from_secs(5).min(every * 5);
+    let mut last_sweep = node.clock.instant() - SWEEP_EVERY + Duration::from_secs(5).min(every * 5);
     let mut sweep: Option<JoinHandle<()>> = None;
     let mut round = crate::partition::Sweep::default();
     let mut visited = 0usize;
@@ -85,7 +85,7 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
                     backoff.insert(
                         tp,
                         Backoff {
-                            until: Instant::now() + delay,
+                            until: node.clock.instant() + delay,
                             delay,
                         },
                     );
@@ -131,7 +131,9 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
                 super::expiry::expired_before(p, &remote, node.clock.now_ms()).is_some();
             if (pending.is_empty() && !has_deleting && !expirable)
                 || tasks.contains_key(&p.tp)
-                || backoff.get(&p.tp).is_some_and(|b| Instant::now() < b.until)
+                || backoff
+                    .get(&p.tp)
+                    .is_some_and(|b| node.clock.instant() < b.until)
             {
                 continue;
             }
@@ -155,16 +157,20 @@ pub async fn run(node: Arc<Node>, tier: Arc<Tier>, mut shutdown: watch::Receiver
         visited = 0;
         tier.metrics
             .set_backlog(lag_segments, lag_bytes, remote_segments, remote_bytes);
-        if lag_segments >= WARN_SEGMENTS && last_warning.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
-            last_warning = Some(Instant::now());
+        if lag_segments >= WARN_SEGMENTS
+            && last_warning.is_none_or(|t| node.clock.instant() - t >= WARN_EVERY)
+        {
+            last_warning = Some(node.clock.instant());
             tracing::warn!(
                 segments = lag_segments,
                 bytes = lag_bytes,
                 "offload backlog is growing: closed segments are kept on local disk until the object store takes them"
             );
         }
-        if last_sweep.elapsed() >= SWEEP_EVERY && sweep.as_ref().is_none_or(|s| s.is_finished()) {
-            last_sweep = Instant::now();
+        if node.clock.instant() - last_sweep >= SWEEP_EVERY
+            && sweep.as_ref().is_none_or(|s| s.is_finished())
+        {
+            last_sweep = node.clock.instant();
             sweep = Some(tier.spawn(super::expiry::sweep_orphans(node.clone(), tier.clone())));
         }
     }
@@ -203,7 +209,7 @@ async fn upload_segment(
         .acquire()
         .await
         .map_err(|_| TierError::Commit("shutting down".into()))?;
-    let started = Instant::now();
+    let started = crate::clock::Stopwatch::start();
     // Retention may have deleted it meanwhile; the bytes stay mapped while we hold them.
     let Some((bytes, aborted)) = p.closed_segment(seg.base_offset)? else {
         return Ok(());

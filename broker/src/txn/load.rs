@@ -4,7 +4,7 @@
 //! when it leaves; [`TxnCoordinator::check`] is the one check before serving any id.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::state::TxnMetadata;
 use super::{store, validate_id, TxnCoordinator};
@@ -135,7 +135,7 @@ impl TxnCoordinator {
             else {
                 continue;
             };
-            let started = Instant::now();
+            let started = crate::clock::Stopwatch::start();
             match read_partition(&part) {
                 Ok((records, table)) => {
                     let prepared: Vec<(String, TxnMetadata)> = (table.iter())

@@ -571,7 +571,7 @@ impl TxnCoordinator {
             commit,
         };
         let partitions: Vec<(String, i32)> = prepared.partitions.iter().cloned().collect();
-        let started = std::time::Instant::now();
+        let started = crate::clock::Stopwatch::start();
         let coordinating =
             || self.loaded_lock().get(&store::partition_for(id)) == Some(&coordinator_epoch);
         if !self.deliver(&spec, partitions, coordinating).await {

@@ -1,6 +1,9 @@
 //! The integration, fault and compatibility suite: one test binary (each module drives real
 //! `strata` processes), so the broker and librdkafka are linked once rather than once per file.
 
+// Tests wait on real processes in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod abuse;
 mod admin_http;
 mod admin_precedence;

@@ -1,0 +1,272 @@
+//! The broker's periodic background work, as named [`Job`]s of one [`Scheduler`] (see
+//! [`crate::schedule`]), in the order they run within a round:
+//!
+//! | job | every | what |
+//! |---|---|---|
+//! | `offsets_expiry` | `log_retention_check_interval_ms` | committed offsets past `offsets_retention_minutes` |
+//! | `coordinators` | 100 ms | group and transaction loads follow leadership; session expiry and rebalance deadlines |
+//! | `txn_timeouts` | `transaction_abort_timed_out_transaction_cleanup_interval_ms` | transactions past their timeout aborted (off the round: its writes wait for the ISR) |
+//! | `isr` | half `replica_lag_time_max_ms`, as Kafka's | followers lagging out of the ISR |
+//! | `internal_topics` | 1 s | on the controller: internal topics grown to their replication factor |
+//! | `auto_balance` | `auto_balance_interval_ms` | the automatic balancer |
+//! | `lag` | `lag_sample_interval_ms` | consumer lag sampled |
+//! | `log_sweep` | 100 ms | a slice of the partitions, each once per `log_retention_check_interval_ms`: retention, `segment.ms` rolls of idle segments (see `partition::activity`) |
+//! | `flush` | 100 ms | partitions written since: `flush.ms` flushes, and fsyncs of rolled segments off the runtime |
+//! | `log_dirs` | 1 s | the log directories probed (see `node/log_dirs.rs`) |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::task::JoinHandle;
+
+use crate::broker::Broker;
+use crate::schedule::{Job, Scheduler, Tick};
+
+/// How often the scheduler wakes, and the interval of the per-round jobs.
+pub const RESOLUTION: Duration = Duration::from_millis(100);
+
+/// How often the controller checks that internal topics have their replication factor.
+const GROW_EVERY: Duration = Duration::from_secs(1);
+
+const LOG_DIRS_EVERY: Duration = Duration::from_secs(1);
+
+/// Every job of a running broker, ready to run.
+pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
+    let node = &broker.node;
+    let cfg = &node.config;
+    let mut s = Scheduler::new(node.clock.clone(), &node.metrics);
+    let b = || broker.clone();
+    s.add(OffsetsExpiry(b()));
+    s.add(Coordinators(b()));
+    // Its writes wait for the ISR: off the round.
+    s.add(background(
+        "txn_timeouts",
+        Duration::from_millis(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms),
+        b(),
+        |b| async move { b.txn.abort_timed_out().await }.boxed(),
+    ));
+    s.add(periodic(
+        "isr",
+        Duration::from_millis(cfg.replica_lag_time_max_ms / 2).max(RESOLUTION),
+        b(),
+        |b| async move { crate::replication::check_isr(&b.node) }.boxed(),
+    ));
+    s.add(periodic("internal_topics", GROW_EVERY, b(), |b| {
+        async move {
+            if b.node.metadata.is_leader() {
+                b.node.grow_internal_topics().await;
+            }
+        }
+        .boxed()
+    }));
+    s.add(AutoBalance {
+        broker: b(),
+        memory: Default::default(),
+    });
+    s.add(periodic(
+        "lag",
+        Duration::from_millis(cfg.lag_sample_interval_ms),
+        b(),
+        |b| async move { b.lag.sample(b.groups.committed()) }.boxed(),
+    ));
+    s.add(LogSweep {
+        broker: b(),
+        cursor: Default::default(),
+    });
+    s.add(Flush {
+        broker: b(),
+        running: None,
+    });
+    // A failing disk's probe may hang: off the round, so the other jobs go on.
+    s.add(background("log_dirs", LOG_DIRS_EVERY, b(), |b| {
+        async move { b.node.check_log_dirs().await }.boxed()
+    }));
+    s
+}
+
+type Round = fn(Arc<Broker>) -> BoxFuture<'static, ()>;
+
+/// A job with no state of its own: a round is `run(broker)`, awaited.
+fn periodic(name: &'static str, every: Duration, broker: Arc<Broker>, run: Round) -> Periodic {
+    Periodic {
+        name,
+        every,
+        broker,
+        run,
+        running: None,
+        detached: false,
+    }
+}
+
+/// [`periodic`], but each round is spawned and rounds are skipped while one runs: for work
+/// that may wait long. Abandoned at shutdown.
+fn background(name: &'static str, every: Duration, broker: Arc<Broker>, run: Round) -> Periodic {
+    Periodic {
+        detached: true,
+        ..periodic(name, every, broker, run)
+    }
+}
+
+struct Periodic {
+    name: &'static str,
+    every: Duration,
+    broker: Arc<Broker>,
+    run: Round,
+    detached: bool,
+    running: Option<JoinHandle<()>>,
+}
+
+impl Job for Periodic {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn every(&self) -> Duration {
+        self.every
+    }
+    fn tick(&mut self, _: Tick) -> BoxFuture<'_, ()> {
+        let round = (self.run)(self.broker.clone());
+        if !self.detached {
+            return round;
+        }
+        if self.running.as_ref().is_none_or(|t| t.is_finished()) {
+            self.running = Some(tokio::spawn(round));
+        }
+        Box::pin(async {})
+    }
+}
+
+struct OffsetsExpiry(Arc<Broker>);
+
+impl Job for OffsetsExpiry {
+    fn name(&self) -> &'static str {
+        "offsets_expiry"
+    }
+    fn every(&self) -> Duration {
+        Duration::from_millis(self.0.node.config.log_retention_check_interval_ms.max(100))
+    }
+    fn tick(&mut self, at: Tick) -> BoxFuture<'_, ()> {
+        let minutes = self.0.node.config.offsets_retention_minutes;
+        let retention_ms = match minutes < 0 {
+            true => -1,
+            false => minutes.saturating_mul(60_000),
+        };
+        self.0.groups.expire_offsets(at.now_ms, retention_ms);
+        Box::pin(async {})
+    }
+}
+
+struct Coordinators(Arc<Broker>);
+
+impl Job for Coordinators {
+    fn name(&self) -> &'static str {
+        "coordinators"
+    }
+    fn every(&self) -> Duration {
+        RESOLUTION
+    }
+    fn tick(&mut self, _: Tick) -> BoxFuture<'_, ()> {
+        Box::pin(async {
+            // Retries a failed group or transaction load; a no-op when nothing changed.
+            self.0.groups.follow_leadership().await;
+            self.0.txn.follow_leadership().await;
+            self.0.groups.tick();
+        })
+    }
+}
+
+struct AutoBalance {
+    broker: Arc<Broker>,
+    memory: crate::node::AutoBalance,
+}
+
+impl Job for AutoBalance {
+    fn name(&self) -> &'static str {
+        "auto_balance"
+    }
+    fn every(&self) -> Duration {
+        Duration::from_millis(self.broker.node.config.auto_balance_interval_ms.max(100))
+    }
+    fn tick(&mut self, _: Tick) -> BoxFuture<'_, ()> {
+        Box::pin(self.broker.node.auto_balance(&mut self.memory))
+    }
+}
+
+struct LogSweep {
+    broker: Arc<Broker>,
+    cursor: crate::partition::Sweep,
+}
+
+impl Job for LogSweep {
+    fn name(&self) -> &'static str {
+        "log_sweep"
+    }
+    fn every(&self) -> Duration {
+        RESOLUTION
+    }
+    fn tick(&mut self, at: Tick) -> BoxFuture<'_, ()> {
+        let node = &self.broker.node;
+        let retention_every = node.config.log_retention_check_interval_ms.max(100);
+        let rounds_per_sweep = retention_every / RESOLUTION.as_millis() as u64;
+        let hosted = node.partitions.hosted();
+        for p in self.cursor.next(hosted.all(), rounds_per_sweep) {
+            if let Err(e) = p.sweep(at.now_ms) {
+                tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "housekeeping failed");
+            }
+        }
+        Box::pin(async {})
+    }
+}
+
+struct Flush {
+    broker: Arc<Broker>,
+    running: Option<JoinHandle<()>>,
+}
+
+impl Job for Flush {
+    fn name(&self) -> &'static str {
+        "flush"
+    }
+    fn every(&self) -> Duration {
+        RESOLUTION
+    }
+    fn tick(&mut self, at: Tick) -> BoxFuture<'_, ()> {
+        let written = self.broker.node.partitions.activity().take();
+        for p in &written {
+            match p.flush_due(at.now_ms) {
+                Ok(false) => {}
+                Ok(true) => p.revisit(),
+                Err(e) => {
+                    tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "flush failed; will retry");
+                    p.revisit();
+                }
+            }
+        }
+        // Fsyncs of rolled segments block for as long as the disk takes: off the runtime, one
+        // batch at a time; partitions written meanwhile wait for the next.
+        if self.running.as_ref().is_none_or(|f| f.is_finished()) {
+            self.running = Some(tokio::task::spawn_blocking(move || {
+                for p in written {
+                    if let Err(e) = p.flush_rolled() {
+                        tracing::error!(topic = %p.tp.topic, partition = p.tp.partition, error = %e, "fsync of a rolled segment failed; will retry");
+                        p.revisit();
+                    }
+                }
+            }));
+        } else {
+            for p in written {
+                p.revisit();
+            }
+        }
+        Box::pin(async {})
+    }
+    fn stop(&mut self) -> BoxFuture<'_, ()> {
+        // Clean close flushes what is left; it must not race a batch in flight.
+        Box::pin(async {
+            if let Some(f) = self.running.take() {
+                let _ = f.await;
+            }
+        })
+    }
+}
