@@ -19,10 +19,11 @@
 //! only once it is that old, so new sessions do not thrash each other out. A fetch that finds
 //! no slot is still answered, as a full fetch without a session (session id 0).
 //!
-//! Invariants:
+//! Invariants (invariant 12 of docs/invariants.md):
 //! - A session's epoch moves on when an incremental fetch is accepted, before the fetch waits:
 //!   a retried or concurrent request with the same epoch is refused
-//!   (INVALID_FETCH_SESSION_EPOCH), never applied twice.
+//!   (INVALID_FETCH_SESSION_EPOCH), never applied twice. It moves by exactly one, past
+//!   `i32::MAX` to 1, and is never 0 or -1 (those mean full fetches); checked in debug builds.
 //! - What the session last answered for a partition (high watermark, log start) is what the
 //!   next incremental response compares with; an error is remembered as high watermark -1, so
 //!   the partition is sent again once the error clears.
@@ -456,7 +457,9 @@ impl FetchSessions {
             self.count(&sessions);
             return Ok(Context::Sessionless);
         }
+        let accepted = s.epoch;
         s.epoch = next_epoch(s.epoch);
+        check_epoch(accepted, s.epoch);
         self.metrics.incremental.inc();
         entry.last_used = now;
         entry.size = s.partitions.len();
@@ -572,6 +575,14 @@ fn next_epoch(epoch: i32) -> i32 {
     } else {
         epoch + 1
     }
+}
+
+/// Invariant 12 (docs/invariants.md): the epoch after an accepted `accepted` is the next one.
+fn check_epoch(accepted: i32, next: i32) {
+    debug_assert!(
+        next >= 1 && (next == accepted.wrapping_add(1) || (accepted == i32::MAX && next == 1)),
+        "invariant 12 (docs/invariants.md): fetch session epoch {accepted} moved to {next}"
+    );
 }
 
 /// A session id unlikely to be reused across broker restarts, so a client's stale id is
@@ -937,5 +948,14 @@ mod tests {
         let id = c.create(true, V, parts(100), t0);
         assert!(c.create(false, V, parts(1), old) > 0);
         assert!(!c.lock().contains_key(&id));
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "invariant 12")]
+    fn a_session_epoch_that_skips_is_caught() {
+        check_epoch(i32::MAX, 1);
+        check_epoch(5, 6);
+        check_epoch(5, 7);
     }
 }

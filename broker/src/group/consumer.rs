@@ -153,6 +153,53 @@ impl ConsumerGroup {
         new_id: impl FnOnce() -> String,
         may_describe: Option<&dyn Fn(&str) -> bool>,
     ) -> Result<Answer, ErrorCode> {
+        let answer = self.beat(hb, topics, now, session_timeout, new_id, may_describe);
+        self.check();
+        answer
+    }
+
+    /// Invariant 10 (docs/invariants.md), checked in debug builds after every heartbeat and
+    /// expiry: no partition is owned (assigned or being revoked) by two members at once, and
+    /// no member's epoch or the target's is ahead of the group's.
+    fn check(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        assert!(
+            self.assignment_epoch <= self.epoch,
+            "invariant 10 (docs/invariants.md): target epoch {} ahead of the group epoch {}",
+            self.assignment_epoch,
+            self.epoch
+        );
+        let mut owners: BTreeMap<Tp, &str> = BTreeMap::new();
+        for m in self.members.values() {
+            assert!(
+                m.epoch <= self.epoch,
+                "invariant 10 (docs/invariants.md): member {} at epoch {} ahead of the group epoch {}",
+                m.id,
+                m.epoch,
+                self.epoch
+            );
+            for tp in m.assigned.iter().chain(&m.revoking) {
+                if let Some(other) = owners.insert(*tp, &m.id) {
+                    panic!(
+                        "invariant 10 (docs/invariants.md): {tp:?} owned by both {other} and {}",
+                        m.id
+                    );
+                }
+            }
+        }
+    }
+
+    fn beat(
+        &mut self,
+        hb: Heartbeat,
+        topics: &Topics,
+        now: Instant,
+        session_timeout: Duration,
+        new_id: impl FnOnce() -> String,
+        may_describe: Option<&dyn Fn(&str) -> bool>,
+    ) -> Result<Answer, ErrorCode> {
         self.expire(now, session_timeout, topics);
         match hb.member_epoch {
             LEAVE_STATIC if hb.instance_id.is_some() => {
@@ -367,6 +414,7 @@ impl ConsumerGroup {
         if expired {
             self.rebalance(topics);
         }
+        self.check();
         expired
     }
 
@@ -1303,5 +1351,19 @@ mod tests {
             .any(|(k, v)| *k == Key::Current("a".into()) && v.is_some()));
         assert!(again.len() >= everything.len() - 1);
         assert_eq!(g.drain(), vec![]);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "invariant 10")]
+    fn a_partition_owned_by_two_members_is_caught() {
+        let t = topics(&[("orders", 2)]);
+        let mut g = ConsumerGroup::default();
+        let now = crate::clock::Clock::manual(0).instant();
+        let a = beat(&mut g, &t, now, hb("a", 0, Some(&["orders"]), None));
+        beat(&mut g, &t, now, hb("b", 0, Some(&["orders"]), None));
+        let stolen = *a.assignment.unwrap().iter().next().unwrap();
+        g.members.get_mut("b").unwrap().assigned.insert(stolen);
+        g.expire(now, SESSION, &t);
     }
 }

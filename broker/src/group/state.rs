@@ -642,7 +642,33 @@ impl Group {
             self.prepare_rebalance(now);
         }
         self.maybe_complete_join(now, false);
+        self.check();
         ErrorCode::None
+    }
+
+    /// Invariant 10 (docs/invariants.md), checked in debug builds after every leave, tick and
+    /// completed join round: an empty group has no members, and a group past its join round
+    /// (completing or stable) is led by one of its members.
+    fn check(&self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        match self.state {
+            GroupState::Empty => assert!(
+                self.members.is_empty(),
+                "invariant 10 (docs/invariants.md): group {} is Empty with {} members",
+                self.id,
+                self.members.len()
+            ),
+            GroupState::CompletingRebalance | GroupState::Stable => assert!(
+                self.leader.as_ref().is_none_or(|l| self.members.contains_key(l)),
+                "invariant 10 (docs/invariants.md): group {} at generation {} is led by {:?}, not a member",
+                self.id,
+                self.generation,
+                self.leader
+            ),
+            GroupState::PreparingRebalance | GroupState::Dead => {}
+        }
     }
 
     fn remove_member(&mut self, member_id: &str) {
@@ -717,6 +743,7 @@ impl Group {
                 _ => self.deadline = None,
             }
         }
+        self.check();
         expired
     }
 }
@@ -1139,5 +1166,37 @@ mod tests {
         assert_eq!(g.tick(t + Duration::from_secs(11)), vec![c]);
         assert_eq!((g.state, g.generation), (GroupState::Empty, 4));
         assert!(g.take_store());
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "invariant 10")]
+    fn a_group_led_by_a_stranger_is_caught() {
+        let t = crate::clock::Clock::manual(0).instant();
+        let mut g = Group::new("g");
+        let a = now_join(&mut g, req("", "a"), t).member_id;
+        let joined = now_join(&mut g, req(&a, "a"), t);
+        assert_eq!(
+            (g.state, joined.leader),
+            (GroupState::CompletingRebalance, a)
+        );
+        g.leader = Some("stranger".into());
+        g.tick(t);
+    }
+
+    #[test]
+    fn a_member_whose_session_lapses_on_the_clock_leaves_and_the_group_empties() {
+        let clock = crate::clock::Clock::manual(0);
+        let mut g = Group::new("g");
+        let a = now_join(&mut g, req("", "a"), clock.instant()).member_id;
+        now_join(&mut g, req(&a, "a"), clock.instant());
+        clock.advance(Duration::from_secs(10));
+        assert!(
+            g.tick(clock.instant()).is_empty(),
+            "at the session timeout, not past it"
+        );
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(g.tick(clock.instant()), [a]);
+        assert_eq!((g.state, g.members.len()), (GroupState::Empty, 0));
     }
 }

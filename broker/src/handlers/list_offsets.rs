@@ -7,9 +7,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
-use crate::partition::TimeLookup;
 use crate::security::Access;
-use crate::tier::read::RemoteSource;
 use strata_metadata::acl::AclOperation;
 
 const LATEST: i64 = -1;
@@ -166,20 +164,7 @@ async fn find(
         }
         ts => ts,
     };
-    let found = match p.offset_for_timestamp(target)? {
-        TimeLookup::Local(found) => found,
-        TimeLookup::Remote(segment) => {
-            let src = RemoteSource {
-                tp: &p.tp,
-                topic_id: &p.topic_id,
-                segment: &segment,
-                next: None,
-            };
-            (broker.tier)
-                .offset_for_timestamp(&src, target, o.log_start)
-                .await?
-        }
-    };
+    let found = broker.tier.offset_for_timestamp(p.clone(), target).await?;
     Ok(match found {
         Some((offset, ts)) if offset < fetchable => ((offset, ts), p.epoch_for_offset(offset)),
         _ => ((-1, -1), -1),

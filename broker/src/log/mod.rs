@@ -161,12 +161,14 @@ impl Log {
             .unwrap_or(leader_epoch::UNDEFINED_EPOCH)
     }
 
-    /// `log_start ≤ high_watermark ≤ log_end`, and the first segment holds the log start.
+    /// Invariant 1 (docs/invariants.md): `log_start ≤ high_watermark ≤ log_end`, and the first
+    /// segment holds the log start; checked in debug builds after every change of any of
+    /// them. (The last stable offset is derived between the two, never stored.)
     fn debug_check(&self) {
         debug_assert!(
             self.log_start_offset <= self.high_watermark
                 && self.high_watermark <= self.log_end_offset(),
-            "{}: log start {} <= high watermark {} <= log end {} broken",
+            "invariant 1 (docs/invariants.md): {}: log start {} <= high watermark {} <= log end {} broken",
             self.dir.display(),
             self.log_start_offset,
             self.high_watermark,
@@ -455,10 +457,6 @@ impl Log {
         self.producers.ongoing_txn_epoch(producer_id) == Some(epoch)
     }
 
-    /// Switches to a high watermark moved by the partition's ISR ([`Log::set_high_watermark`]).
-    /// The first switch after opening starts it at the log start: this broker does not know
-    /// what its ISR had committed, and must not show consumers a suffix that a new leader may
-    /// not have; the ISR moves it up within a fetch round.
     /// Truncations and resets since the log was opened.
     pub fn truncations(&self) -> u64 {
         self.truncations
@@ -468,8 +466,14 @@ impl Log {
         self.replicated
     }
 
-    pub fn set_replicated(&mut self, replicated: bool) {
-        if replicated && !self.replicated {
+    /// Switches to a high watermark moved by the partition's ISR ([`Log::set_high_watermark`]).
+    /// The first switch after opening starts it at the log start: this broker does not know
+    /// what its ISR had committed, and must not show consumers a suffix that a new leader may
+    /// not have; the ISR moves it up within a fetch round. `sole_leader`: this log has been
+    /// serving as the partition's only replica, so everything to its end is committed and the
+    /// high watermark stays (a leader whose partition gains replicas never shows less).
+    pub fn set_replicated(&mut self, replicated: bool, sole_leader: bool) {
+        if replicated && !self.replicated && !sole_leader {
             self.high_watermark = self.log_start_offset;
         }
         self.replicated = replicated;
@@ -480,8 +484,18 @@ impl Log {
     /// the smallest log end of the ISR on a leader, the leader's high watermark on a follower,
     /// which may be ahead of this log: a follower's high watermark is its log end then (Kafka's
     /// rule), and never below its log start, whose records are committed or gone.
+    ///
+    /// Invariant 1 (docs/invariants.md): through this call the high watermark never moves back
+    /// (only a truncation or a reset lowers it); checked in debug builds.
     pub fn set_high_watermark(&mut self, hw: i64) {
-        self.high_watermark = hw.clamp(self.log_start_offset, self.log_end_offset());
+        let hw = hw.clamp(self.log_start_offset, self.log_end_offset());
+        debug_assert!(
+            hw >= self.high_watermark,
+            "invariant 1 (docs/invariants.md): {}: the high watermark would move back from {} to {hw}",
+            self.dir.display(),
+            self.high_watermark
+        );
+        self.high_watermark = hw;
         self.debug_check();
     }
 

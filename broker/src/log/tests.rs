@@ -712,7 +712,7 @@ mod transactions {
         let mut leader = open(ld.path(), 1 << 20);
         two_transactions(&mut leader);
         let mut follower = open(fd.path(), 1 << 20);
-        follower.set_replicated(true);
+        follower.set_replicated(true, false);
         let bytes = leader.read_replica(0, 1 << 20).unwrap();
         follower.append_replicated(&validated(bytes), 0).unwrap();
         follower.set_high_watermark(8);
@@ -767,4 +767,51 @@ fn a_segment_is_offloaded_only_below_the_last_stable_offset_with_every_abort_tha
     );
     let (_, middle) = log.closed_segment(closed[1].base_offset).unwrap().unwrap();
     assert_eq!(middle, aborted, "it spans the middle segment too");
+}
+
+#[test]
+fn a_sole_leader_whose_partition_gains_replicas_keeps_its_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), 1 << 20);
+    log.append(&validated(batch(5, 0)), 0, 0).unwrap();
+    assert_eq!(
+        log.high_watermark(),
+        5,
+        "a lone replica commits what it appends"
+    );
+    log.set_replicated(true, true);
+    assert_eq!(
+        log.high_watermark(),
+        5,
+        "still committed: it was the only replica"
+    );
+    // Opened after a restart, the log cannot know what its ISR committed.
+    let reopened_dir = tempfile::tempdir().unwrap();
+    let mut reopened = open(reopened_dir.path(), 1 << 20);
+    reopened.append(&validated(batch(5, 0)), 0, 0).unwrap();
+    reopened.set_replicated(true, false);
+    assert_eq!(reopened.high_watermark(), 0);
+}
+
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "invariant 1")]
+fn a_high_watermark_moved_back_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), 1 << 20);
+    log.set_replicated(true, false);
+    log.append(&validated(batch(5, 0)), 0, 0).unwrap();
+    log.set_high_watermark(4);
+    log.set_high_watermark(2);
+}
+
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "invariant 1")]
+fn a_high_watermark_past_the_log_end_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), 1 << 20);
+    log.append(&validated(batch(5, 0)), 0, 0).unwrap();
+    log.high_watermark = 9;
+    log.debug_check();
 }

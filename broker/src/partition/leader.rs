@@ -84,7 +84,7 @@ impl LeaderState {
             .filter(|r| **r != me)
             .map(|r| (*r, Progress::unknown(now)))
             .collect();
-        LeaderState {
+        let s = LeaderState {
             me,
             leader_epoch,
             partition_epoch,
@@ -94,7 +94,9 @@ impl LeaderState {
             followers,
             change_in_flight: false,
             joining: None,
-        }
+        };
+        check_isr(s.me, &s.replicas, &s.isr);
+        s
     }
 
     /// The metadata committed a new ISR (or partition epoch) for this leadership.
@@ -121,6 +123,7 @@ impl LeaderState {
         }
         let replicas = self.replicas.clone();
         self.followers.retain(|r, _| replicas.contains(r));
+        check_isr(self.me, &self.replicas, &self.isr);
     }
 
     /// The high watermark the ISR allows, given this leader's log end; never below `current`.
@@ -203,6 +206,7 @@ impl LeaderState {
     }
 
     fn propose(&mut self, isr: Vec<u64>) -> IsrChange {
+        check_isr(self.me, &self.replicas, &isr);
         self.change_in_flight = true;
         IsrChange {
             leader_epoch: self.leader_epoch,
@@ -228,6 +232,21 @@ impl LeaderState {
             .collect();
         v.sort_unstable();
         v
+    }
+}
+
+/// Invariant 9 (docs/invariants.md), checked in debug builds wherever this leader takes an ISR
+/// from the metadata or proposes one: the ISR is a set of the replicas and holds the leader.
+/// The controller refuses any other; a leader holding one would count the wrong replicas
+/// toward the high watermark.
+fn check_isr(leader: u64, replicas: &[u64], isr: &[u64]) {
+    if cfg!(debug_assertions) {
+        let distinct = isr.iter().collect::<std::collections::BTreeSet<_>>().len() == isr.len();
+        assert!(
+            distinct && isr.contains(&leader) && isr.iter().all(|r| replicas.contains(r)),
+            "invariant 9 (docs/invariants.md): ISR {isr:?} is not a set of the replicas \
+             {replicas:?} holding the leader {leader}"
+        );
     }
 }
 
@@ -347,5 +366,22 @@ mod tests {
         s.change_settled();
         s.fetched(2, 170, 170, 150, now);
         assert_eq!(s.high_watermark(170, 150), 170);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "invariant 9")]
+    fn an_isr_without_the_leader_is_caught() {
+        let now = crate::clock::Clock::manual(0).instant();
+        let mut l = leader(&[1, 2], 0, now);
+        l.update(1, vec![1, 2, 3], vec![2, 3], now);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "invariant 9")]
+    fn an_isr_naming_a_broker_outside_the_replicas_is_caught() {
+        let now = crate::clock::Clock::manual(0).instant();
+        leader(&[1, 4], 0, now);
     }
 }

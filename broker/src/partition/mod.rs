@@ -58,7 +58,7 @@ pub use activity::{Activity, Sweep};
 pub use changes::ChangeSet;
 pub use registry::{Hosted, Partitions, RelocateRefusal};
 pub use replica::{Committing, Role};
-pub use tiers::{Read, RemoteLog, RemoteProducers, TierStats, TimeLookup};
+pub use tiers::{Isolation, Read, RemoteLog, RemoteProducers, TierStats, TimeLookup};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {

@@ -194,7 +194,7 @@ impl Partition {
             }
             if let Some(opened) = opened {
                 let (mut reopened, _) = opened?;
-                reopened.set_replicated(replicated);
+                reopened.set_replicated(replicated, false);
                 reopened.set_high_watermark(hw);
                 let live: &mut Log = &mut log;
                 *live = reopened;

@@ -109,7 +109,11 @@ impl Partition {
     pub fn set_role(&self, me: u64, info: &strata_metadata::PartitionInfo) {
         {
             let mut role = self.role();
-            self.log().set_replicated(info.replicas.len() > 1);
+            {
+                let mut log = self.log();
+                let sole_leader = matches!(*role, Role::Leader(_)) && !log.is_replicated();
+                log.set_replicated(info.replicas.len() > 1, sole_leader);
+            }
             match info.leader {
                 Some(l) if l == me => match &mut *role {
                     Role::Leader(s) if s.leader_epoch == info.leader_epoch => s.update(

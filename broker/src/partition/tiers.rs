@@ -87,6 +87,27 @@ pub trait RemoteProducers: Send + Sync {
     ) -> futures::future::BoxFuture<'a, Option<crate::log::producer_state::ProducerState>>;
 }
 
+/// How far a read may go, as Kafka's fetch isolation: a follower to the log end, a consumer to
+/// the high watermark (read_uncommitted) or to the last stable offset (read_committed, with
+/// the aborted transactions among what it reads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    LogEnd,
+    HighWatermark,
+    Committed,
+}
+
+impl Isolation {
+    /// The offset a reader at this isolation is caught up at.
+    pub fn end(self, o: &Offsets) -> i64 {
+        match self {
+            Isolation::LogEnd => o.log_end,
+            Isolation::HighWatermark => o.high_watermark,
+            Isolation::Committed => o.last_stable,
+        }
+    }
+}
+
 /// Where a fetch's bytes come from.
 #[derive(Debug)]
 pub enum Read {

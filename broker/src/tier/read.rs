@@ -1,4 +1,5 @@
-//! Reads from remote segments, through the block cache.
+//! Reads of a partition over both tiers ([`Tier::read`], [`Tier::offset_for_timestamp`]): the
+//! local log directly, remote segments through the block cache.
 //!
 //! A fetch below the local log start finds its segment's index object (one cached entry),
 //! the position of the batch holding its offset, and reads whole batches from there: the
@@ -25,15 +26,26 @@ use crate::log::batch::{self, BatchHeader, HEADER_LEN};
 use crate::log::producer_state::ProducerState;
 use crate::log::records;
 use crate::log::txn_index::{self, AbortedTxn};
-use crate::partition::{Partition, RemoteLog, RemoteProducers, TopicPartition};
+use crate::partition::{
+    Isolation, Offsets, Partition, Read, RemoteLog, RemoteProducers, TimeLookup, TopicPartition,
+};
+
+/// What a read returns: whole batches, the partition's offsets as of the read, and for a
+/// read_committed read the aborted transactions that overlap the batches.
+#[derive(Debug)]
+pub struct Records {
+    pub bytes: Bytes,
+    pub offsets: Offsets,
+    pub aborted: Vec<AbortedTxn>,
+}
 
 /// A remote segment as the reader addresses it.
-pub struct RemoteSource<'a> {
-    pub tp: &'a TopicPartition,
-    pub topic_id: &'a Uuid,
-    pub segment: &'a RemoteSegment,
+struct RemoteSource<'a> {
+    tp: &'a TopicPartition,
+    topic_id: &'a Uuid,
+    segment: &'a RemoteSegment,
     /// The remote segment after this one, where readahead continues past its end.
-    pub next: Option<&'a RemoteSegment>,
+    next: Option<&'a RemoteSegment>,
 }
 
 fn log_object(tp: &TopicPartition, topic_id: &Uuid, segment: &RemoteSegment) -> ObjectRef {
@@ -255,67 +267,106 @@ impl Tier {
         }
     }
 
-    /// A partition's whole batches from `offset`, which lies in its remote `segment`, up to
-    /// `max_bytes` (at least one batch): read on the tier's low-priority threads
-    /// ([`Tier::spawn`]) and cached by how recent the segment is.
-    pub async fn read_partition(
-        self: &Arc<Self>,
-        p: Arc<Partition>,
-        segment: RemoteSegment,
-        offset: i64,
-        max_bytes: usize,
-    ) -> Result<Bytes, TierError> {
-        let tier = self.clone();
-        self.spawn(async move {
-            let remote = p.remote();
-            let class = read_class(&remote, &segment, tier.recent_bytes);
-            let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, &segment);
-            tier.read(&src, offset, max_bytes, class).await
-        })
-        .await
-        .map_err(|e| TierError::Task(e.to_string()))?
-    }
-
-    /// read_committed: whole batches from `offset`, which lies in the remote `segment`, up to
-    /// `max_bytes` and below `last_stable`, and the aborted transactions among them (from the
-    /// segment's index object, which lists every one that overlaps it, see `index`).
-    pub async fn read_partition_committed(
-        self: &Arc<Self>,
-        p: Arc<Partition>,
-        segment: RemoteSegment,
-        offset: i64,
-        max_bytes: usize,
-        last_stable: i64,
-    ) -> Result<(Bytes, Vec<AbortedTxn>), TierError> {
-        let tier = self.clone();
-        self.spawn(async move {
-            let remote = p.remote();
-            let class = read_class(&remote, &segment, tier.recent_bytes);
-            let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, &segment);
-            let bytes = below(
-                tier.read(&src, offset, max_bytes, class).await?,
-                last_stable,
-            )?;
-            let Some(upper) = records::batches(&bytes)
-                .map_while(Result::ok)
-                .last()
-                .map(|(h, _)| h.next_offset())
-            else {
-                return Ok((bytes, Vec::new()));
-            };
-            let index = tier.index(&src).await?;
-            let aborted = (index.aborted().iter())
-                .filter(|a| txn_index::overlaps(a, offset, upper))
-                .copied()
-                .collect();
-            Ok((bytes, aborted))
-        })
-        .await
-        .map_err(|e| TierError::Task(e.to_string()))?
-    }
-
-    /// Whole batches from the one holding `offset`, up to `max_bytes` (at least one batch).
+    /// One partition's batches from `offset`, whichever tier holds them: the one read of a
+    /// partition, for consumers (Fetch, share groups) and followers alike. A local read takes
+    /// the log's lock and returns slices of its mapped segments; a read below the local log
+    /// start reads the remote segment holding the offset on the tier's low-priority threads
+    /// ([`Tier::spawn`]), cached by how recent the segment is. A read_committed read (see
+    /// [`Isolation`]) stops below the last stable offset and lists the aborted transactions
+    /// among what it returns (remotely, from the segment's index object, which lists every one
+    /// that overlaps it). Always at least one whole batch when there is one to read.
     pub async fn read(
+        self: &Arc<Self>,
+        p: Arc<Partition>,
+        offset: i64,
+        max_bytes: usize,
+        isolation: Isolation,
+    ) -> Result<Records, TierError> {
+        if isolation == Isolation::LogEnd {
+            // A follower starts at the leader's local log start: never a remote read.
+            let (bytes, offsets) = p.read_replica(offset, max_bytes)?;
+            return Ok(Records {
+                bytes,
+                offsets,
+                aborted: Vec::new(),
+            });
+        }
+        let committed = isolation == Isolation::Committed;
+        let (segment, offsets) = match p.read(offset, max_bytes, committed)? {
+            (Read::Local(bytes, aborted), offsets) => {
+                return Ok(Records {
+                    bytes,
+                    offsets,
+                    aborted,
+                })
+            }
+            (Read::Remote(segment), offsets) => (segment, offsets),
+        };
+        let tier = self.clone();
+        let last_stable = committed.then_some(offsets.last_stable);
+        let (bytes, aborted) = self
+            .spawn(async move {
+                let remote = p.remote();
+                let class = read_class(&remote, &segment, tier.recent_bytes);
+                let src = RemoteSource::new(&p.tp, &p.topic_id, &remote, &segment);
+                let bytes = tier.read_segment(&src, offset, max_bytes, class).await?;
+                let Some(last_stable) = last_stable else {
+                    return Ok((bytes, Vec::new()));
+                };
+                let bytes = below(bytes, last_stable)?;
+                let Some(upper) = records::batches(&bytes)
+                    .map_while(Result::ok)
+                    .last()
+                    .map(|(h, _)| h.next_offset())
+                else {
+                    return Ok((bytes, Vec::new()));
+                };
+                let index = tier.index(&src).await?;
+                let aborted = (index.aborted().iter())
+                    .filter(|a| txn_index::overlaps(a, offset, upper))
+                    .copied()
+                    .collect();
+                Ok::<_, TierError>((bytes, aborted))
+            })
+            .await
+            .map_err(|e| TierError::Task(e.to_string()))??;
+        Ok(Records {
+            bytes,
+            offsets,
+            aborted,
+        })
+    }
+
+    /// ListOffsets by timestamp over both tiers: the first record with a timestamp ≥ `ts` at
+    /// or after the log start, as `(offset, timestamp)`. A remote segment is searched on the
+    /// tier's threads, as a remote fetch is read.
+    pub async fn offset_for_timestamp(
+        self: &Arc<Self>,
+        p: Arc<Partition>,
+        ts: i64,
+    ) -> Result<Option<(i64, i64)>, TierError> {
+        let segment = match p.offset_for_timestamp(ts)? {
+            TimeLookup::Local(found) => return Ok(found),
+            TimeLookup::Remote(segment) => segment,
+        };
+        let floor = p.offsets().log_start;
+        let tier = self.clone();
+        self.spawn(async move {
+            let src = RemoteSource {
+                tp: &p.tp,
+                topic_id: &p.topic_id,
+                segment: &segment,
+                next: None,
+            };
+            tier.find_timestamp(&src, ts, floor).await
+        })
+        .await
+        .map_err(|e| TierError::Task(e.to_string()))?
+    }
+
+    /// Whole batches of a remote segment from the one holding `offset`, up to `max_bytes` (at
+    /// least one batch).
+    async fn read_segment(
         &self,
         src: &RemoteSource<'_>,
         offset: i64,
@@ -395,7 +446,7 @@ impl Tier {
     }
 
     /// The first record with a timestamp ≥ `ts` at or after `floor` in a remote segment.
-    pub async fn offset_for_timestamp(
+    async fn find_timestamp(
         &self,
         src: &RemoteSource<'_>,
         ts: i64,

@@ -463,6 +463,7 @@ impl TxnCoordinator {
                 }
                 Transition::Write(next) => next,
             };
+            state::check_transition(current, &next);
             let was_new = current.is_none();
             let mut placeholder = current.cloned().unwrap_or_else(|| next.clone());
             placeholder.pending = Some(Box::new(next.clone()));

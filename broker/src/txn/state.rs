@@ -45,6 +45,21 @@ pub enum TxnState {
 }
 
 impl TxnState {
+    /// Kafka's state graph (its `TransactionState` valid previous states, with KIP-890's abort
+    /// of nothing ongoing): whether a transactional id may move from `previous` to `self`.
+    pub fn may_follow(self, previous: TxnState) -> bool {
+        use TxnState::*;
+        let settled = matches!(previous, Empty | CompleteCommit | CompleteAbort);
+        match self {
+            Empty | Dead => settled,
+            Ongoing => settled || previous == Ongoing,
+            PrepareCommit => previous == Ongoing,
+            PrepareAbort => settled || previous == Ongoing,
+            CompleteCommit => previous == PrepareCommit,
+            CompleteAbort => previous == PrepareAbort,
+        }
+    }
+
     pub fn from_id(id: i8) -> Option<TxnState> {
         Some(match id {
             0 => TxnState::Empty,
@@ -484,6 +499,36 @@ impl TxnMetadata {
     }
 }
 
+/// Invariant 11 (docs/invariants.md), checked in debug builds where the coordinator takes a
+/// transition: a transactional id moves only along Kafka's state graph, starts Empty, and its
+/// producer epoch never goes back under the same producer id.
+pub fn check_transition(current: Option<&TxnMetadata>, next: &TxnMetadata) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let Some(current) = current else {
+        assert!(
+            next.state == TxnState::Empty,
+            "invariant 11 (docs/invariants.md): a new transactional id starts {}",
+            next.state.name()
+        );
+        return;
+    };
+    assert!(
+        next.state.may_follow(current.state),
+        "invariant 11 (docs/invariants.md): {} cannot follow {}",
+        next.state.name(),
+        current.state.name()
+    );
+    assert!(
+        next.producer_id != current.producer_id || next.producer_epoch >= current.producer_epoch,
+        "invariant 11 (docs/invariants.md): producer {} epoch {} went back to {}",
+        current.producer_id,
+        current.producer_epoch,
+        next.producer_epoch
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -748,5 +793,28 @@ mod tests {
         );
         let next = write(done.add_partitions(99, 0, &[tp(0)], 40));
         assert_eq!(next.state, TxnState::Ongoing);
+    }
+
+    #[test]
+    fn every_transition_the_state_machine_takes_is_on_kafkas_graph() {
+        use TxnState::*;
+        assert!(PrepareCommit.may_follow(Ongoing) && CompleteCommit.may_follow(PrepareCommit));
+        assert!(
+            PrepareAbort.may_follow(Empty),
+            "KIP-890: an abort of nothing ongoing"
+        );
+        assert!(!CompleteCommit.may_follow(PrepareAbort));
+        assert!(!Ongoing.may_follow(PrepareCommit), "not while completing");
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "invariant 11")]
+    fn a_commit_completed_from_an_abort_is_caught() {
+        let mut prepared = TxnMetadata::new(7, 60_000, 0);
+        prepared.state = TxnState::PrepareAbort;
+        let mut next = prepared.clone();
+        next.state = TxnState::CompleteCommit;
+        check_transition(Some(&prepared), &next);
     }
 }
