@@ -11,7 +11,8 @@
 //! - [`broker`] — the thin holder of the node and the subsystems, for handlers;
 //! - subsystems, each on an `Arc<`[`node::Node`]`>` and never importing `broker`:
 //!   [`txn`] (the transaction coordinator and its markers, above [`group`], whose offsets a
-//!   transaction commits), [`group`] (the group coordinator and consumer lag),
+//!   transaction commits), [`group`] (the group coordinator and consumer lag), both above
+//!   [`coordination`] (following the leadership of their internal topic, loading it),
 //!   [`replication`] (followers fetching
 //!   from leaders, ISR proposals), [`tier`] (offload, remote reads, remote retention),
 //!   [`cleaner`] (compaction thread), [`session`] (registration and heartbeats),
@@ -42,6 +43,7 @@ pub mod broker;
 pub mod cleaner;
 pub mod clock;
 pub mod config;
+pub mod coordination;
 pub mod dynamic_config;
 pub mod error;
 pub mod fetch_session;

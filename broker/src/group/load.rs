@@ -4,20 +4,18 @@
 //! request.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::consumer::ConsumerGroup;
 use super::consumer_store;
 use super::state::Group;
 use super::store::{self, GroupMetadata};
 use super::{validate_group_id, Coordinator, Entry, Offsets};
+use crate::coordination::{read_whole, Loader};
 use crate::error::{ApiError, ErrorCode};
 use crate::log::control::{self, Marker};
 use crate::log::records;
 use crate::partition::Partition;
-
-/// How long a group request waits for its `__consumer_offsets` partition to load here.
-const LOAD_WAIT: Duration = Duration::from_secs(5);
 
 /// The coordinator's table rebuilt from `__consumer_offsets` records read in log order: the
 /// latest record per key wins and a tombstone deletes.
@@ -181,204 +179,91 @@ impl Coordinator {
     }
 
     /// Whether this broker coordinates `group_id` now; the one check before serving any
-    /// group request (see the module invariants). A partition led here but not loaded yet (its
-    /// leadership arrived since the last metadata change or tick was followed, or the partition
-    /// is still being opened) is waited for, up to [`LOAD_WAIT`], rather than sending the client
-    /// away to retry: librdkafka gives up a commit on the first COORDINATOR_LOAD_IN_PROGRESS.
+    /// group request (see the module invariants and [`crate::coordination`]).
     pub async fn check(&self, group_id: &str) -> Result<(), ApiError> {
-        let deadline = tokio::time::Instant::now() + LOAD_WAIT;
-        loop {
-            // Taken before looking, so a follow that ends in between still wakes this one.
-            let followed = self.followed.notified();
-            match self.check_loaded(group_id) {
-                Err(e) if e.code == ErrorCode::CoordinatorLoadInProgress => {
-                    if tokio::time::timeout_at(deadline, followed).await.is_err() {
-                        return Err(e);
-                    }
-                }
-                answer => return answer,
-            }
-        }
-    }
-
-    fn check_loaded(&self, group_id: &str) -> Result<(), ApiError> {
         validate_group_id(group_id)?;
         let p = store::partition_for(group_id);
-        let state = self.node.metadata.state();
-        let Some(info) = state.partition(store::TOPIC, p) else {
-            return Err(ApiError::new(
-                ErrorCode::CoordinatorNotAvailable,
-                format!("{} does not exist yet", store::TOPIC),
-            ));
-        };
-        match info.leader {
-            Some(l) if l == self.node.config.node_id => {}
-            Some(l) => {
-                return Err(ApiError::new(
-                    ErrorCode::NotCoordinator,
-                    format!("group {group_id} is coordinated by broker {l}"),
-                ))
-            }
-            None => {
-                return Err(ApiError::new(
-                    ErrorCode::CoordinatorNotAvailable,
-                    format!("{}-{p} has no leader", store::TOPIC),
-                ))
-            }
-        }
-        if self.loaded_lock().get(&p) != Some(&info.leader_epoch) {
-            return Err(ApiError::new(
-                ErrorCode::CoordinatorLoadInProgress,
-                format!("loading the groups of {}-{p}", store::TOPIC),
-            ));
-        }
-        Ok(())
+        self.coordination
+            .check(&self.node, p, "group", group_id)
+            .await
+            .map(|_| ())
     }
 
     /// Follows the leadership of `__consumer_offsets`: loads the groups of every partition
     /// this broker has come to lead (at a new leader epoch) and drops those of partitions it
     /// no longer leads. Cheap when nothing changed; a failed load is retried on the next call.
     pub async fn follow_leadership(&self) {
-        let _one = self.syncing.lock().await;
-        let me = self.node.config.node_id;
-        let led: HashMap<i32, i32> = self
-            .node
-            .metadata
-            .state()
-            .topic(store::TOPIC)
-            .map(|t| {
-                t.partitions
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, p)| p.leader == Some(me))
-                    .map(|(i, p)| (i as i32, p.leader_epoch))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let stale: Vec<i32> = self
-            .loaded_lock()
-            .iter()
-            .filter(|(p, epoch)| led.get(p) != Some(epoch))
-            .map(|(p, _)| *p)
-            .collect();
-        for p in stale {
-            self.loaded_lock().remove(&p);
-            let mut groups = self.lock();
-            let before = groups.len();
-            groups.retain(|id, _| store::partition_for(id) != p);
-            tracing::info!(
-                partition = p,
-                groups = before - groups.len(),
-                "no longer coordinating the groups of {}-{p}",
-                store::TOPIC
-            );
-        }
-        for (p, epoch) in led {
-            if self.loaded_lock().get(&p) == Some(&epoch) {
-                continue;
-            }
-            // The partition takes its role from the same state; until it has, wait.
-            let Some(part) = self
-                .node
-                .partitions
-                .get(store::TOPIC, p)
-                .filter(|part| part.current_leader_epoch() == epoch && part.is_leader())
-            else {
-                continue;
-            };
-            let started = crate::clock::Stopwatch::start();
-            let loaded = Self::read_partition(&part);
-            match loaded {
-                Ok((records, rebuild)) => {
-                    let table = rebuild.finish(self.node.clock.instant(), self.node.clock.now_ms());
-                    let stable = table
-                        .values()
-                        .filter(|e| {
-                            e.group.as_ref().is_some_and(|g| !g.is_empty())
-                                || e.consumer.as_ref().is_some_and(|g| !g.is_empty())
-                        })
-                        .count();
-                    let groups = table.len();
-                    self.lock().extend(table);
-                    self.loaded_lock().insert(p, epoch);
-                    tracing::info!(
-                        partition = p,
-                        leader_epoch = epoch,
-                        records,
-                        groups,
-                        stable,
-                        ms = started.elapsed().as_millis() as u64,
-                        "coordinating the groups of {}-{p}",
-                        store::TOPIC
-                    );
-                }
-                Err(e) => {
-                    tracing::error!(partition = p, error = %e, "cannot load the groups of {}-{p}; retrying", store::TOPIC)
-                }
-            }
-        }
-        // Requests waiting in `check` look again: loaded, dropped, or still loading.
-        self.followed.notify_waiters();
+        self.coordination.follow(&self.node, &Load(self)).await;
     }
+}
+
+/// The group coordinator as [`crate::coordination`] loads it.
+struct Load<'a>(&'a Coordinator);
+
+impl Loader for Load<'_> {
+    const WHAT: &'static str = "groups";
+    type Table = Rebuild;
 
     /// Rebuilds committed offsets and groups from one partition of `__consumer_offsets`, read
-    /// from its start to its end: per key the latest record wins and a tombstone deletes.
-    /// The end, not the high watermark: a leader keeps every record it has, and they all
-    /// become committed.
-    fn read_partition(part: &Partition) -> Result<(usize, Rebuild), ApiError> {
+    /// whole: per key the latest record wins and a tombstone deletes; transactional commits
+    /// count once their commit marker is read.
+    fn read(&self, part: &Partition) -> Result<(usize, Rebuild), ApiError> {
         let mut rebuild = Rebuild::default();
         let mut count = 0usize;
         let p = part.tp.partition;
-        let mut offset = part.offsets().log_start;
-        loop {
-            let (bytes, o) = part.read_replica(offset, 1 << 20).map_err(ApiError::from)?;
-            if bytes.is_empty() || offset >= o.log_end {
-                break;
-            }
-            let storage_error = |e: String| {
-                ApiError::new(
-                    ErrorCode::KafkaStorageError,
-                    format!("{}-{p}: {e}", store::TOPIC),
-                )
-            };
-            for item in records::batches(&bytes) {
-                let (h, b) = item.map_err(|e| storage_error(e.to_string()))?;
-                // Continue after the batch's last offset, not its last record's: a
-                // compacted batch may have lost its last records but keeps its span.
-                offset = offset.max(h.next_offset());
-                if h.is_control() {
-                    if let Ok(Some((marker, _))) = control::read_marker(&b, &h) {
-                        rebuild.marker(h.producer_id, marker == Marker::Commit);
-                    }
-                    continue;
+        read_whole(part, |h, b, log_start| {
+            if h.is_control() {
+                if let Ok(Some((marker, _))) = control::read_marker(b, h) {
+                    rebuild.marker(h.producer_id, marker == Marker::Commit);
                 }
-                let txn = h.is_transactional().then_some(h.producer_id);
-                let section = records::section(&b, &h).map_err(|e| storage_error(e.to_string()))?;
-                records::for_each(&section, &h, |r| {
-                    offset = offset.max(r.offset + 1);
-                    if r.offset < o.log_start {
-                        return;
-                    }
-                    count += 1;
-                    let (key, value) = (
-                        r.key.map(|k| section.slice_ref(k)),
-                        r.value.map(|v| section.slice_ref(v)),
-                    );
-                    match (store::decode(key, value), txn) {
-                        (Some(entry), Some(producer_id)) => rebuild.apply_txn(producer_id, entry),
-                        (Some(entry), None) => rebuild.apply(entry),
-                        (None, _) => tracing::warn!(
-                            partition = p,
-                            offset = r.offset,
-                            "skipping malformed record in {}",
-                            store::TOPIC
-                        ),
-                    }
-                })
-                .map_err(|e| storage_error(e.to_string()))?;
+                return Ok(());
             }
-        }
+            let txn = h.is_transactional().then_some(h.producer_id);
+            let section = records::section(b, h).map_err(|e| e.to_string())?;
+            records::for_each(&section, h, |r| {
+                if r.offset < log_start {
+                    return;
+                }
+                count += 1;
+                let (key, value) = (
+                    r.key.map(|k| section.slice_ref(k)),
+                    r.value.map(|v| section.slice_ref(v)),
+                );
+                match (store::decode(key, value), txn) {
+                    (Some(entry), Some(producer_id)) => rebuild.apply_txn(producer_id, entry),
+                    (Some(entry), None) => rebuild.apply(entry),
+                    (None, _) => tracing::warn!(
+                        partition = p,
+                        offset = r.offset,
+                        "skipping malformed record in {}",
+                        store::TOPIC
+                    ),
+                }
+            })
+            .map_err(|e| e.to_string())
+        })?;
         Ok((count, rebuild))
+    }
+
+    fn adopt(&self, _partition: i32, _leader_epoch: i32, rebuild: Rebuild) -> String {
+        let clock = &self.0.node.clock;
+        let table = rebuild.finish(clock.instant(), clock.now_ms());
+        let stable = (table.values())
+            .filter(|e| {
+                e.group.as_ref().is_some_and(|g| !g.is_empty())
+                    || e.consumer.as_ref().is_some_and(|g| !g.is_empty())
+            })
+            .count();
+        let groups = table.len();
+        self.0.lock().extend(table);
+        format!("{groups} groups, {stable} with members")
+    }
+
+    fn drop_partition(&self, partition: i32) -> usize {
+        let mut groups = self.0.lock();
+        let before = groups.len();
+        groups.retain(|id, _| store::partition_for(id) != partition);
+        before - groups.len()
     }
 }
 

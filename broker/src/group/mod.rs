@@ -59,6 +59,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
+use crate::coordination::Coordination;
 use crate::error::{ApiError, ErrorCode};
 use crate::node::Node;
 use crate::partition::Partition;
@@ -91,14 +92,8 @@ struct Entry {
 pub struct Coordinator {
     node: Arc<Node>,
     groups: Mutex<HashMap<String, Entry>>,
-    /// `__consumer_offsets` partitions whose groups are loaded here, with the leader epoch
-    /// they were loaded at.
-    loaded: Mutex<HashMap<i32, i32>>,
-    /// One [`Coordinator::follow_leadership`] at a time (the metadata follower, housekeeping and topic
-    /// creation all call it).
-    syncing: tokio::sync::Mutex<()>,
-    /// Woken at the end of every [`Coordinator::follow_leadership`].
-    followed: tokio::sync::Notify,
+    /// The `__consumer_offsets` partitions led here and loaded.
+    coordination: Coordination,
 }
 
 pub fn validate_group_id(id: &str) -> Result<(), ApiError> {
@@ -145,17 +140,11 @@ impl Coordinator {
         Coordinator {
             node,
             groups: Mutex::default(),
-            loaded: Mutex::default(),
-            syncing: tokio::sync::Mutex::new(()),
-            followed: tokio::sync::Notify::new(),
+            coordination: Coordination::new(store::TOPIC),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.groups.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn loaded_lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, i32>> {
-        self.loaded.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -215,7 +215,7 @@ impl Coordinator {
         // Still ours: a group whose partition moved meanwhile is the new coordinator's, which
         // loads this commit from the log.
         let p = store::partition_for(&group);
-        if self.loaded_lock().get(&p) != Some(&leader_epoch) {
+        if !self.coordination.is_loaded(p, leader_epoch) {
             return Err(ErrorCode::NotCoordinator);
         }
         let mut groups = self.lock();

@@ -123,7 +123,7 @@ impl Coordinator {
                 c => c,
             })?;
         let p = store::partition_for(&group);
-        if self.loaded_lock().get(&p) != Some(&leader_epoch) {
+        if !self.coordination.is_loaded(p, leader_epoch) {
             return Err(ErrorCode::NotCoordinator);
         }
         Ok(())

@@ -48,6 +48,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use crate::coordination::Coordination;
 use crate::error::{ApiError, ErrorCode};
 use crate::group;
 use crate::log::batch;
@@ -66,15 +67,11 @@ pub struct TxnCoordinator {
     node: Arc<Node>,
     groups: Arc<group::Coordinator>,
     txns: Mutex<HashMap<String, TxnMetadata>>,
-    /// `__transaction_state` partitions whose ids are loaded here, with the leader epoch (the
-    /// coordinator epoch) they were loaded at.
-    loaded: Mutex<HashMap<i32, i32>>,
+    /// The `__transaction_state` partitions led here and loaded; the leader epoch they were
+    /// loaded at is the coordinator epoch.
+    coordination: Coordination,
     /// Prepared transactions whose markers are being written, so each has one writer.
     completing: Mutex<HashSet<String>>,
-    /// One [`TxnCoordinator::follow_leadership`] at a time.
-    syncing: tokio::sync::Mutex<()>,
-    /// Woken at the end of every [`TxnCoordinator::follow_leadership`].
-    followed: tokio::sync::Notify,
     /// Bumped whenever a transaction completes (EndTxn waiters look again).
     completed: tokio::sync::watch::Sender<u64>,
     metrics: metrics::TxnMetrics,
@@ -108,10 +105,8 @@ impl TxnCoordinator {
             node: node.clone(),
             groups,
             txns: Mutex::default(),
-            loaded: Mutex::default(),
+            coordination: Coordination::new(store::TOPIC),
             completing: Mutex::default(),
-            syncing: tokio::sync::Mutex::new(()),
-            followed: tokio::sync::Notify::new(),
             completed: tokio::sync::watch::channel(0).0,
             metrics: metrics::TxnMetrics::default(),
             me: me.clone(),
@@ -154,10 +149,6 @@ impl TxnCoordinator {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, TxnMetadata>> {
         self.txns.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn loaded_lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, i32>> {
-        self.loaded.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// InitProducerId with a transactional id: the producer id and epoch to use. A new id
@@ -472,8 +463,7 @@ impl TxnCoordinator {
         };
         let written = self.write(id, &next, coordinator_epoch).await;
         let mut txns = self.lock();
-        let still_here =
-            self.loaded_lock().get(&store::partition_for(id)) == Some(&coordinator_epoch);
+        let still_here = (self.coordination).is_loaded(store::partition_for(id), coordinator_epoch);
         match written {
             Ok(()) if still_here => {
                 txns.insert(id.to_string(), next.clone());
@@ -574,7 +564,7 @@ impl TxnCoordinator {
         let partitions: Vec<(String, i32)> = prepared.partitions.iter().cloned().collect();
         let started = crate::clock::Stopwatch::start();
         let coordinating =
-            || self.loaded_lock().get(&store::partition_for(id)) == Some(&coordinator_epoch);
+            || (self.coordination).is_loaded(store::partition_for(id), coordinator_epoch);
         if !self.deliver(&spec, partitions, coordinating).await {
             tracing::info!(
                 transactional_id = id,
