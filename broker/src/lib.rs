@@ -67,6 +67,8 @@ pub mod server;
 pub mod session;
 pub mod sys;
 pub mod telemetry;
+#[cfg(test)]
+mod testing;
 pub mod throttle;
 pub mod tier;
 pub mod tls;

@@ -170,3 +170,81 @@ pub(super) fn heartbeat(
     }
     group.heartbeat(member_id, generation, now)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::Clock;
+    use crate::config::BrokerConfig;
+    use crate::group::state::JoinRequest;
+
+    async fn answer<T>(reply: Reply<T>) -> T {
+        match reply {
+            Reply::Now(r) => r,
+            Reply::Later(rx) => rx.await.expect("answered"),
+        }
+    }
+
+    /// The coordinator on a real one-node cluster, with time only moving when the test moves
+    /// it: a session timeout is checked to the millisecond, without sleeping.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_member_that_stops_heartbeating_leaves_once_the_clock_passes_its_session_timeout() {
+        let clock = Clock::manual(1_700_000_000_000);
+        let cfg = BrokerConfig {
+            group_initial_rebalance_delay_ms: Some(0),
+            ..BrokerConfig::default()
+        };
+        let t = crate::testing::single_node(clock.clone(), cfg).await;
+        let groups = Coordinator::new(t.node.clone());
+        groups.ensure_offsets_topic().await.expect("offsets topic");
+        t.node.sync_partitions().expect("open partitions");
+        groups.follow_leadership().await;
+        groups.check("g").await.expect("coordinating g");
+
+        let joined = answer(groups.join(
+            "g",
+            JoinRequest {
+                member_id: String::new(),
+                instance_id: None,
+                client_id: "c".into(),
+                client_host: "/127.0.0.1".into(),
+                session_timeout: Duration::from_secs(10),
+                rebalance_timeout: Duration::from_secs(30),
+                protocol_type: "consumer".into(),
+                protocols: vec![("range".into(), Bytes::new())],
+                require_known_member_id: false,
+            },
+        ))
+        .await;
+        assert_eq!(joined.error, ErrorCode::None);
+        let me = joined.member_id;
+        let assignment = vec![(me.clone(), Bytes::from_static(b"all"))];
+        let synced = answer(groups.sync("g", &me, joined.generation, None, assignment)).await;
+        assert_eq!(synced.error, ErrorCode::None);
+        assert_eq!(groups.describe("g").state, "Stable");
+
+        // Heartbeats keep it: each restarts the 10 s.
+        clock.advance(Duration::from_secs(9));
+        assert_eq!(
+            groups.heartbeat("g", &me, joined.generation, None),
+            ErrorCode::None
+        );
+        clock.advance(Duration::from_secs(9));
+        groups.tick();
+        assert_eq!(
+            groups.describe("g").members.len(),
+            1,
+            "9 s since its heartbeat"
+        );
+        clock.advance(Duration::from_millis(1_001));
+        groups.tick();
+        let view = groups.describe("g");
+        assert_eq!((view.state, view.members.len()), ("Empty", 0));
+        assert_eq!(
+            groups.heartbeat("g", &me, joined.generation, None),
+            ErrorCode::UnknownMemberId
+        );
+    }
+}

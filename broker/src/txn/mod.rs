@@ -603,3 +603,50 @@ impl TxnCoordinator {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::Clock;
+    use crate::config::BrokerConfig;
+
+    /// A transaction left open past its timeout is aborted, to the millisecond of a manual
+    /// clock: not a moment before, and its producer is fenced after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_open_transaction_is_aborted_once_the_clock_passes_its_timeout() {
+        let clock = Clock::manual(1_700_000_000_000);
+        let t = crate::testing::single_node(clock.clone(), BrokerConfig::default()).await;
+        let groups = Arc::new(group::Coordinator::new(t.node.clone()));
+        let txn = TxnCoordinator::new(t.node.clone(), groups.clone());
+        groups.ensure_offsets_topic().await.expect("offsets topic");
+        txn.ensure_topic().await.expect("transaction state topic");
+        t.node.sync_partitions().expect("open partitions");
+        groups.follow_leadership().await;
+        txn.follow_leadership().await;
+
+        let (pid, epoch) = txn.init_producer("t", 10_000, (-1, -1)).await.unwrap();
+        let offsets = vec![(group::store::TOPIC.to_string(), 0)];
+        txn.add_partitions("t", pid, epoch, &offsets).await.unwrap();
+        let state = |txn: &TxnCoordinator| txn.lock().get("t").map(|m| m.state);
+
+        clock.advance(Duration::from_millis(10_000));
+        txn.abort_timed_out().await;
+        assert_eq!(
+            state(&txn),
+            Some(TxnState::Ongoing),
+            "at its timeout, not past it"
+        );
+        clock.advance(Duration::from_millis(1));
+        txn.abort_timed_out().await;
+        let mut done = txn.completed.subscribe();
+        assert!(
+            txn.wait_completed("t", &mut done).await,
+            "the abort completes"
+        );
+        assert_eq!(state(&txn), Some(TxnState::CompleteAbort));
+        let refused = txn.add_partitions("t", pid, epoch, &offsets).await;
+        assert_eq!(refused.unwrap_err().code, ErrorCode::ProducerFenced);
+    }
+}
