@@ -13,6 +13,13 @@
 //! | `log_sweep` | 100 ms | a slice of the partitions, each once per `log_retention_check_interval_ms`: retention, `segment.ms` rolls of idle segments (see `partition::activity`) |
 //! | `flush` | 100 ms | partitions written since: `flush.ms` flushes, and fsyncs of rolled segments off the runtime |
 //! | `log_dirs` | 1 s | the log directories probed (see `node/log_dirs.rs`) |
+//! | `tls_reload` | 10 s, with TLS listeners | the certificate and key reloaded if their files changed |
+//! | `jwks_refresh` | `sasl_oauthbearer_jwks_endpoint_refresh_ms`, with OAUTHBEARER | the key set read again |
+//!
+//! Not jobs here: the offloader (`tier/offload.rs`, its own loop of per-partition uploads with
+//! back-off, reading the same clock), the controller session (`session.rs`: heartbeats whose
+//! last act is the controlled shutdown), the metadata follower (driven by changes, not time)
+//! and the cleaner's thread.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,6 +90,17 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
     s.add(background("log_dirs", LOG_DIRS_EVERY, b(), |b| {
         async move { b.node.check_log_dirs().await }.boxed()
     }));
+    if let Some(every) = broker.security.tls_reload_interval() {
+        s.add(background("tls_reload", every, b(), |b| {
+            async move { b.security.reload_tls().await }.boxed()
+        }));
+    }
+    // A key-set endpoint may be slow to answer.
+    if let Some(every) = broker.security.jwks_refresh_interval() {
+        s.add(background("jwks_refresh", every, b(), |b| {
+            async move { b.security.refresh_jwks().await }.boxed()
+        }));
+    }
     s
 }
 

@@ -338,8 +338,6 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
         security.clone(),
         loggers,
     ));
-    let tls_reloader = tokio::spawn(security.clone().reload_tls(shutdown_rx.clone()));
-    let jwks_refresher = tokio::spawn(security.clone().refresh_jwks(shutdown_rx.clone()));
     let admin_task = tokio::spawn(crate::admin::http::serve(
         admin,
         broker.clone(),
@@ -416,8 +414,6 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     let _ = follower.await;
     broker.fetchers.stop();
     let _ = housekeeper.await;
-    let _ = tls_reloader.await;
-    let _ = jwks_refresher.await;
     let _ = offloader.await;
     tokio::task::spawn_blocking(move || cleaner.stop())
         .await

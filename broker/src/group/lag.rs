@@ -286,4 +286,36 @@ mod tests {
         assert!(slope(&[(0.0, 100.0), (5.0, 60.0), (10.0, 10.0)]) < 0.0);
         assert_eq!(slope(&[(1.0, 3.0), (1.0, 7.0)]), 0.0);
     }
+
+    /// Lag in seconds is the age of the oldest unread record on the broker's clock, and the
+    /// trend its slope between samples: both checked on a manual clock, without sleeping.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lag_in_seconds_and_its_trend_are_measured_on_the_clock() {
+        use crate::clock::Clock;
+        use crate::config::BrokerConfig;
+        use crate::log::batch::testing::batch;
+        let clock = Clock::manual(1_700_000_000_000);
+        let t = crate::testing::single_node(clock.clone(), BrokerConfig::default()).await;
+        (t.node)
+            .create_internal_topic("orders", 1, Default::default())
+            .await
+            .unwrap();
+        t.node.sync_partitions().unwrap();
+        let p = t.node.partitions.get("orders", 0).unwrap();
+        // Records 0..10 stamped t0 + 0..9 ms; the group has read 0..3.
+        p.append(&batch(10, clock.now_ms())).unwrap();
+        let lag = LagTracker::new(t.node.clone());
+        let committed = || vec![("g".to_string(), "orders".to_string(), 0, 4)];
+        clock.advance(Duration::from_secs(30));
+        let (first, _) = lag.measure(committed());
+        assert_eq!((first[0].records, first[0].seconds), (6, 29.996));
+        assert_eq!(first[0].trend, 0.0, "one point has no slope");
+        // Ten more records in ten seconds while the group stands still: 1 record/s behind.
+        clock.advance(Duration::from_secs(10));
+        p.append(&batch(10, clock.now_ms())).unwrap();
+        let (second, _) = lag.measure(committed());
+        assert_eq!((second[0].records, second[0].seconds), (16, 39.996));
+        assert!((second[0].trend - 1.0).abs() < 1e-9, "{}", second[0].trend);
+        assert_eq!(second[0].drain_seconds, None, "not draining");
+    }
 }

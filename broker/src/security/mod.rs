@@ -217,52 +217,46 @@ impl Security {
         Some(tokio_rustls::TlsAcceptor::from(config))
     }
 
-    /// Checks the TLS files every [`TLS_RELOAD_INTERVAL`] until shutdown; a change is
-    /// picked up by the next connection.
-    pub async fn reload_tls(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    /// How often the TLS files are checked for a change ([`Security::reload_tls`]); `None`
+    /// without TLS listeners.
+    pub fn tls_reload_interval(&self) -> Option<Duration> {
+        self.tls.is_some().then_some(TLS_RELOAD_INTERVAL)
+    }
+
+    /// Reloads the TLS certificate and key if their files changed (a periodic job, see
+    /// `housekeeping.rs`); a change that cannot be used keeps the previous ones.
+    pub async fn reload_tls(&self) {
         let Some(tls) = self.tls.clone() else { return };
-        let mut tick = tokio::time::interval(TLS_RELOAD_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.changed() => return,
+        match tokio::task::spawn_blocking(move || tls.reload_if_changed()).await {
+            Ok(Ok(true)) => {
+                self.metrics.tls_reloaded("ok");
+                tracing::info!("TLS certificate and key reloaded");
             }
-            let reload = tls.clone();
-            match tokio::task::spawn_blocking(move || reload.reload_if_changed()).await {
-                Ok(Ok(true)) => {
-                    self.metrics.tls_reloaded("ok");
-                    tracing::info!("TLS certificate and key reloaded");
-                }
-                Ok(Ok(false)) => {}
-                Ok(Err(e)) => {
-                    self.metrics.tls_reloaded("error");
-                    tracing::error!(error = %e, "TLS files changed but cannot be used; keeping the previous ones");
-                }
-                Err(e) => tracing::error!(error = %e, "TLS reload task failed"),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                self.metrics.tls_reloaded("error");
+                tracing::error!(error = %e, "TLS files changed but cannot be used; keeping the previous ones");
             }
+            Err(e) => tracing::error!(error = %e, "TLS reload task failed"),
         }
     }
 
-    /// Refreshes the OAUTHBEARER key set every `sasl_oauthbearer_jwks_endpoint_refresh_ms`
-    /// until shutdown (nothing to do without OAUTHBEARER).
-    pub async fn refresh_jwks(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    /// `sasl_oauthbearer_jwks_endpoint_refresh_ms`; `None` without OAUTHBEARER.
+    pub fn jwks_refresh_interval(&self) -> Option<Duration> {
+        self.oauth.as_ref().map(|_| {
+            Duration::from_millis(self.node.config.sasl_oauthbearer_jwks_endpoint_refresh_ms)
+        })
+    }
+
+    /// Reads the OAUTHBEARER key set again (a periodic job); a failure keeps the keys in use.
+    pub async fn refresh_jwks(&self) {
         let Some((jwks, _)) = self.oauth.clone() else {
             return;
         };
-        let every =
-            Duration::from_millis(self.node.config.sasl_oauthbearer_jwks_endpoint_refresh_ms);
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.changed() => return,
-            }
-            match jwks.refresh().await {
-                Ok(keys) => tracing::debug!(keys, "OAUTHBEARER key set refreshed"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot refresh the OAUTHBEARER key set; keeping the keys in use")
-                }
+        match jwks.refresh().await {
+            Ok(keys) => tracing::debug!(keys, "OAUTHBEARER key set refreshed"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot refresh the OAUTHBEARER key set; keeping the keys in use")
             }
         }
     }
