@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::{ApiError, ErrorCode};
-use crate::log::batch::BatchHeader;
+use crate::log::control::{self, Marker};
 use crate::log::records;
 use crate::node::Node;
 use crate::partition::Partition;
@@ -31,8 +31,8 @@ pub trait Loader {
     const WHAT: &'static str;
     type Table;
 
-    /// Rebuilds a partition's state from its records ([`read_whole`]); returns it and the
-    /// number of records read.
+    /// Rebuilds a partition's state from its records ([`read_whole`]); returns the number of
+    /// records read and the state.
     fn read(&self, part: &Partition) -> Result<(usize, Self::Table), ApiError>;
 
     /// Takes a loaded partition's state; returns what to log of it.
@@ -198,14 +198,25 @@ impl Coordination {
     }
 }
 
-/// Reads a partition of an internal topic from its start to its end, whole batch by whole
-/// batch: the end, not the high watermark, since a leader keeps every record it has and they
-/// all become committed. `each` sees every batch (control batches too) with its bytes; a batch
-/// that cannot be read is a storage error naming the partition.
-pub fn read_whole(
-    part: &Partition,
-    mut each: impl FnMut(&BatchHeader, &Bytes, i64) -> Result<(), String>,
-) -> Result<(), ApiError> {
+/// What [`read_whole`] hands a coordinator, in log order.
+pub enum Item {
+    /// A record: its key and value (a null value is a tombstone), and the producer whose
+    /// transaction wrote it, if one did.
+    Record {
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+        transactional: Option<i64>,
+    },
+    /// A transaction marker of `producer_id`.
+    Marker { producer_id: i64, commit: bool },
+}
+
+/// Reads a partition of an internal topic from its start to its end: the end, not the high
+/// watermark, since a leader keeps every record it has and they all become committed. `each`
+/// sees every record at or after the log start and every transaction marker, and says whether
+/// it could read the record (one it cannot is logged and skipped). A batch that cannot be read
+/// is a storage error naming the partition. Returns the records read.
+pub fn read_whole(part: &Partition, mut each: impl FnMut(Item) -> bool) -> Result<usize, ApiError> {
     let tp = &part.tp;
     let storage_error = |e: String| {
         ApiError::new(
@@ -213,18 +224,46 @@ pub fn read_whole(
             format!("{}-{}: {e}", tp.topic, tp.partition),
         )
     };
+    let mut count = 0usize;
     let mut offset = part.offsets().log_start;
     loop {
         let (bytes, o) = part.read_replica(offset, 1 << 20).map_err(ApiError::from)?;
         if bytes.is_empty() || offset >= o.log_end {
-            return Ok(());
+            return Ok(count);
         }
         for item in records::batches(&bytes) {
             let (h, b) = item.map_err(|e| storage_error(e.to_string()))?;
             // Continue after the batch's last offset, not its last record's: a compacted
             // batch may have lost its last records but keeps its span.
             offset = offset.max(h.next_offset());
-            each(&h, &b, o.log_start).map_err(storage_error)?;
+            if h.is_control() {
+                if let Ok(Some((marker, _))) = control::read_marker(&b, &h) {
+                    let commit = marker == Marker::Commit;
+                    each(Item::Marker {
+                        producer_id: h.producer_id,
+                        commit,
+                    });
+                }
+                continue;
+            }
+            let transactional = h.is_transactional().then_some(h.producer_id);
+            let section = records::section(&b, &h).map_err(|e| storage_error(e.to_string()))?;
+            records::for_each(&section, &h, |r| {
+                if r.offset < o.log_start {
+                    return;
+                }
+                count += 1;
+                let record = Item::Record {
+                    key: r.key.map(|k| section.slice_ref(k)),
+                    value: r.value.map(|v| section.slice_ref(v)),
+                    transactional,
+                };
+                if !each(record) {
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, offset = r.offset,
+                        "skipping a malformed record");
+                }
+            })
+            .map_err(|e| storage_error(e.to_string()))?;
         }
     }
 }

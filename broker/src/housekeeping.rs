@@ -144,12 +144,11 @@ impl Job for Periodic {
         self.every
     }
     fn tick(&mut self, _: Tick) -> BoxFuture<'_, ()> {
-        let round = (self.run)(self.broker.clone());
         if !self.detached {
-            return round;
+            return (self.run)(self.broker.clone());
         }
         if self.running.as_ref().is_none_or(|t| t.is_finished()) {
-            self.running = Some(tokio::spawn(round));
+            self.running = Some(tokio::spawn((self.run)(self.broker.clone())));
         }
         Box::pin(async {})
     }

@@ -17,6 +17,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::clock::{Clock, Stopwatch};
 use crate::metrics::Metrics;
@@ -120,10 +121,10 @@ impl Scheduler {
                 continue;
             }
             let name = s.job.name();
-            let span = tracing::debug_span!("job", job = name);
-            let _entered = span.enter();
             let took = Stopwatch::start();
-            s.job.tick(at).await;
+            (s.job.tick(at))
+                .instrument(tracing::debug_span!("job", job = name))
+                .await;
             let labels = JobLabels { job: name };
             self.metrics.runs.get_or_create(&labels).inc();
             (self.metrics.seconds.get_or_create(&labels)).observe(took.elapsed().as_secs_f64());

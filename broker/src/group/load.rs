@@ -11,10 +11,8 @@ use super::consumer_store;
 use super::state::Group;
 use super::store::{self, GroupMetadata};
 use super::{validate_group_id, Coordinator, Entry, Offsets};
-use crate::coordination::{read_whole, Loader};
+use crate::coordination::{read_whole, Item, Loader};
 use crate::error::{ApiError, ErrorCode};
-use crate::log::control::{self, Marker};
-use crate::log::records;
 use crate::partition::Partition;
 
 /// The coordinator's table rebuilt from `__consumer_offsets` records read in log order: the
@@ -209,38 +207,29 @@ impl Loader for Load<'_> {
     /// count once their commit marker is read.
     fn read(&self, part: &Partition) -> Result<(usize, Rebuild), ApiError> {
         let mut rebuild = Rebuild::default();
-        let mut count = 0usize;
-        let p = part.tp.partition;
-        read_whole(part, |h, b, log_start| {
-            if h.is_control() {
-                if let Ok(Some((marker, _))) = control::read_marker(b, h) {
-                    rebuild.marker(h.producer_id, marker == Marker::Commit);
-                }
-                return Ok(());
+        let count = read_whole(part, |item| match item {
+            Item::Marker {
+                producer_id,
+                commit,
+            } => {
+                rebuild.marker(producer_id, commit);
+                true
             }
-            let txn = h.is_transactional().then_some(h.producer_id);
-            let section = records::section(b, h).map_err(|e| e.to_string())?;
-            records::for_each(&section, h, |r| {
-                if r.offset < log_start {
-                    return;
+            Item::Record {
+                key,
+                value,
+                transactional,
+            } => match (store::decode(key, value), transactional) {
+                (Some(entry), Some(producer_id)) => {
+                    rebuild.apply_txn(producer_id, entry);
+                    true
                 }
-                count += 1;
-                let (key, value) = (
-                    r.key.map(|k| section.slice_ref(k)),
-                    r.value.map(|v| section.slice_ref(v)),
-                );
-                match (store::decode(key, value), txn) {
-                    (Some(entry), Some(producer_id)) => rebuild.apply_txn(producer_id, entry),
-                    (Some(entry), None) => rebuild.apply(entry),
-                    (None, _) => tracing::warn!(
-                        partition = p,
-                        offset = r.offset,
-                        "skipping malformed record in {}",
-                        store::TOPIC
-                    ),
+                (Some(entry), None) => {
+                    rebuild.apply(entry);
+                    true
                 }
-            })
-            .map_err(|e| e.to_string())
+                (None, _) => false,
+            },
         })?;
         Ok((count, rebuild))
     }

@@ -7,9 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::state::TxnMetadata;
 use super::{store, validate_id, TxnCoordinator};
-use crate::coordination::{read_whole, Loader};
+use crate::coordination::{read_whole, Item, Loader};
 use crate::error::{ApiError, ErrorCode};
-use crate::log::records;
 use crate::partition::Partition;
 
 impl TxnCoordinator {
@@ -74,32 +73,21 @@ impl Loader for Load<'_> {
     /// per id the latest record wins and a tombstone deletes.
     fn read(&self, part: &Partition) -> Result<(usize, Self::Table), ApiError> {
         let mut table = HashMap::new();
-        let mut count = 0usize;
-        let p = part.tp.partition;
-        read_whole(part, |h, b, _| {
-            let section = records::section(b, h).map_err(|e| e.to_string())?;
-            records::for_each(&section, h, |r| {
-                count += 1;
-                let (key, value) = (
-                    r.key.map(|k| section.slice_ref(k)),
-                    r.value.map(|v| section.slice_ref(v)),
-                );
-                match store::decode(key, value) {
-                    Some((id, Some(m))) => {
-                        table.insert(id, m);
-                    }
-                    Some((id, None)) => {
-                        table.remove(&id);
-                    }
-                    None => tracing::warn!(
-                        partition = p,
-                        offset = r.offset,
-                        "skipping malformed record in {}",
-                        store::TOPIC
-                    ),
+        let count = read_whole(part, |item| {
+            let Item::Record { key, value, .. } = item else {
+                // No transaction writes here: a marker is not this topic's.
+                return true;
+            };
+            match store::decode(key, value) {
+                Some((id, Some(m))) => {
+                    table.insert(id, m);
                 }
-            })
-            .map_err(|e| e.to_string())
+                Some((id, None)) => {
+                    table.remove(&id);
+                }
+                None => return false,
+            }
+            true
         })?;
         Ok((count, table))
     }
