@@ -21,7 +21,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 RECORDS="${RECORDS:-2000000}"
 SIZE="${SIZE:-100}"
 E2E_RATE="${E2E_RATE:-5000}"
-BIN=target/release/strata
+BIN="${CARGO_TARGET_DIR:-target}/release/strata"
 cargo build --release -p strata-cli --bin strata
 export STRATA_BIN="$BIN"
 CLUSTER_DIR="$(mktemp -d /tmp/strata-bench-cluster.XXXXXX)"

@@ -20,7 +20,7 @@ FULL_SIZES="${FULL_SIZES:-1 8}"
 PARTITIONS="${PARTITIONS:-48}"
 DRAIN_MB="${DRAIN_MB:-480}"
 RATE="${RATE:-5000}"
-BIN=target/release/strata
+BIN="${CARGO_TARGET_DIR:-target}/release/strata"
 cargo build --release -p strata-cli --bin strata
 export STRATA_BIN="$BIN"
 RECORD=16384

@@ -14,7 +14,7 @@ RECORDS="${RECORDS:-2000000}"
 CONNECTIONS="${CONNECTIONS:-2000}"
 if [ -z "${STRATA:-}" ]; then
     cargo build --release -p strata-cli --bin strata >&2
-    STRATA=target/release/strata
+    STRATA="${CARGO_TARGET_DIR:-target}/release/strata"
 fi
 BIN="$(realpath "$STRATA")"
 WORK="$(mktemp -d /tmp/strata-bench-security.XXXXXX)"

@@ -16,7 +16,7 @@ E2E_S="${E2E_S:-30}"
 CLUSTER="${CLUSTER:-1}"
 if [ -z "${STRATA:-}" ]; then
     cargo build --release -p strata-cli --bin strata >&2
-    STRATA=target/release/strata
+    STRATA="${CARGO_TARGET_DIR:-target}/release/strata"
 fi
 BIN="$(realpath "$STRATA")"
 WORK="$(mktemp -d /tmp/strata-bench-txn.XXXXXX)"

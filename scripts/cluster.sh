@@ -11,13 +11,13 @@
 # Node i listens on Kafka 127.0.0.1:(9092 + 100*(i-1)), raft 127.0.0.1:(9093 + 100*(i-1)) and
 # admin 127.0.0.1:(9644 + 100*(i-1)); its data and log are under $CLUSTER_DIR/node-i
 # (default ./strata-cluster). Clients bootstrap from 127.0.0.1:9092,127.0.0.1:9192,...
-# STRATA_BIN picks the binary (default: target/release/strata, built when missing); other
+# STRATA_BIN picks the binary (default: release/strata under $CARGO_TARGET_DIR or target, built when missing); other
 # STRATA_* variables configure every node.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DIR="${CLUSTER_DIR:-./strata-cluster}"
-BIN="${STRATA_BIN:-target/release/strata}"
+BIN="${STRATA_BIN:-${CARGO_TARGET_DIR:-target}/release/strata}"
 
 kafka_port() { echo $((9092 + 100 * ($1 - 1))); }
 raft_port() { echo $((9093 + 100 * ($1 - 1))); }
