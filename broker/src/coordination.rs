@@ -198,6 +198,18 @@ impl Coordination {
     }
 }
 
+/// Drops from a coordinator's table the keys of `partition` (see [`Loader::drop_partition`]);
+/// returns how many there were.
+pub fn drop_keys<V>(
+    table: &mut HashMap<String, V>,
+    partition: i32,
+    partition_for: impl Fn(&str) -> i32,
+) -> usize {
+    let before = table.len();
+    table.retain(|key, _| partition_for(key) != partition);
+    before - table.len()
+}
+
 /// What [`read_whole`] hands a coordinator, in log order.
 pub enum Item {
     /// A record: its key and value (a null value is a tombstone), and the producer whose

@@ -45,22 +45,43 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
     let cfg = &node.config;
     let mut s = Scheduler::new(node.clock.clone(), &node.metrics);
     let b = || broker.clone();
-    s.add(OffsetsExpiry(b()));
-    s.add(Coordinators(b()));
+    s.add(periodic(
+        "offsets_expiry",
+        Duration::from_millis(cfg.log_retention_check_interval_ms.max(100)),
+        b(),
+        |b, at| {
+            let minutes = b.node.config.offsets_retention_minutes;
+            let retention_ms = match minutes < 0 {
+                true => -1,
+                false => minutes.saturating_mul(60_000),
+            };
+            b.groups.expire_offsets(at.now_ms, retention_ms);
+            Box::pin(async {})
+        },
+    ));
+    s.add(periodic("coordinators", RESOLUTION, b(), |b, _| {
+        async move {
+            // Retries a failed group or transaction load; a no-op when nothing changed.
+            b.groups.follow_leadership().await;
+            b.txn.follow_leadership().await;
+            b.groups.tick();
+        }
+        .boxed()
+    }));
     // Its writes wait for the ISR: off the round.
     s.add(background(
         "txn_timeouts",
         Duration::from_millis(cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms),
         b(),
-        |b| async move { b.txn.abort_timed_out().await }.boxed(),
+        |b, _| async move { b.txn.abort_timed_out().await }.boxed(),
     ));
     s.add(periodic(
         "isr",
         Duration::from_millis(cfg.replica_lag_time_max_ms / 2).max(RESOLUTION),
         b(),
-        |b| async move { crate::replication::check_isr(&b.node) }.boxed(),
+        |b, _| async move { crate::replication::check_isr(&b.node) }.boxed(),
     ));
-    s.add(periodic("internal_topics", GROW_EVERY, b(), |b| {
+    s.add(periodic("internal_topics", GROW_EVERY, b(), |b, _| {
         async move {
             if b.node.metadata.is_leader() {
                 b.node.grow_internal_topics().await;
@@ -76,7 +97,7 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
         "lag",
         Duration::from_millis(cfg.lag_sample_interval_ms),
         b(),
-        |b| async move { b.lag.sample(b.groups.committed()) }.boxed(),
+        |b, _| async move { b.lag.sample(b.groups.committed()) }.boxed(),
     ));
     s.add(LogSweep {
         broker: b(),
@@ -87,26 +108,26 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
         running: None,
     });
     // A failing disk's probe may hang: off the round, so the other jobs go on.
-    s.add(background("log_dirs", LOG_DIRS_EVERY, b(), |b| {
+    s.add(background("log_dirs", LOG_DIRS_EVERY, b(), |b, _| {
         async move { b.node.check_log_dirs().await }.boxed()
     }));
     if let Some(every) = broker.security.tls_reload_interval() {
-        s.add(background("tls_reload", every, b(), |b| {
+        s.add(background("tls_reload", every, b(), |b, _| {
             async move { b.security.reload_tls().await }.boxed()
         }));
     }
     // A key-set endpoint may be slow to answer.
     if let Some(every) = broker.security.jwks_refresh_interval() {
-        s.add(background("jwks_refresh", every, b(), |b| {
+        s.add(background("jwks_refresh", every, b(), |b, _| {
             async move { b.security.refresh_jwks().await }.boxed()
         }));
     }
     s
 }
 
-type Round = fn(Arc<Broker>) -> BoxFuture<'static, ()>;
+type Round = fn(Arc<Broker>, Tick) -> BoxFuture<'static, ()>;
 
-/// A job with no state of its own: a round is `run(broker)`, awaited.
+/// A job with no state of its own: a round is `run(broker, tick)`, awaited.
 fn periodic(name: &'static str, every: Duration, broker: Arc<Broker>, run: Round) -> Periodic {
     Periodic {
         name,
@@ -143,53 +164,14 @@ impl Job for Periodic {
     fn every(&self) -> Duration {
         self.every
     }
-    fn tick(&mut self, _: Tick) -> BoxFuture<'_, ()> {
+    fn tick(&mut self, at: Tick) -> BoxFuture<'_, ()> {
         if !self.detached {
-            return (self.run)(self.broker.clone());
+            return (self.run)(self.broker.clone(), at);
         }
         if self.running.as_ref().is_none_or(|t| t.is_finished()) {
-            self.running = Some(tokio::spawn((self.run)(self.broker.clone())));
+            self.running = Some(tokio::spawn((self.run)(self.broker.clone(), at)));
         }
         Box::pin(async {})
-    }
-}
-
-struct OffsetsExpiry(Arc<Broker>);
-
-impl Job for OffsetsExpiry {
-    fn name(&self) -> &'static str {
-        "offsets_expiry"
-    }
-    fn every(&self) -> Duration {
-        Duration::from_millis(self.0.node.config.log_retention_check_interval_ms.max(100))
-    }
-    fn tick(&mut self, at: Tick) -> BoxFuture<'_, ()> {
-        let minutes = self.0.node.config.offsets_retention_minutes;
-        let retention_ms = match minutes < 0 {
-            true => -1,
-            false => minutes.saturating_mul(60_000),
-        };
-        self.0.groups.expire_offsets(at.now_ms, retention_ms);
-        Box::pin(async {})
-    }
-}
-
-struct Coordinators(Arc<Broker>);
-
-impl Job for Coordinators {
-    fn name(&self) -> &'static str {
-        "coordinators"
-    }
-    fn every(&self) -> Duration {
-        RESOLUTION
-    }
-    fn tick(&mut self, _: Tick) -> BoxFuture<'_, ()> {
-        Box::pin(async {
-            // Retries a failed group or transaction load; a no-op when nothing changed.
-            self.0.groups.follow_leadership().await;
-            self.0.txn.follow_leadership().await;
-            self.0.groups.tick();
-        })
     }
 }
 

@@ -11,7 +11,7 @@ use super::consumer_store;
 use super::state::Group;
 use super::store::{self, GroupMetadata};
 use super::{validate_group_id, Coordinator, Entry, Offsets};
-use crate::coordination::{read_whole, Item, Loader};
+use crate::coordination::{drop_keys, read_whole, Item, Loader};
 use crate::error::{ApiError, ErrorCode};
 use crate::partition::Partition;
 
@@ -249,10 +249,7 @@ impl Loader for Load<'_> {
     }
 
     fn drop_partition(&self, partition: i32) -> usize {
-        let mut groups = self.0.lock();
-        let before = groups.len();
-        groups.retain(|id, _| store::partition_for(id) != partition);
-        before - groups.len()
+        drop_keys(&mut self.0.lock(), partition, store::partition_for)
     }
 }
 

@@ -760,11 +760,7 @@ impl Log {
     ) -> Result<(Bytes, Vec<AbortedTxn>), LogError> {
         let lso = self.last_stable_offset();
         let bytes = self.read_upto(offset, max_bytes, lso)?;
-        let Some(upper) = records::batches(&bytes)
-            .map_while(Result::ok)
-            .last()
-            .map(|(h, _)| h.next_offset())
-        else {
+        let Some(upper) = records::end_offset(&bytes) else {
             return Ok((bytes, Vec::new()));
         };
         let first = self.segment_base_for(offset);

@@ -149,6 +149,15 @@ fn snappy(body: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The offset after the last whole batch of `data` (where a read that returned it ends), or
+/// `None` when it holds no whole batch.
+pub fn end_offset(data: &Bytes) -> Option<i64> {
+    batches(data)
+        .map_while(Result::ok)
+        .last()
+        .map(|(h, _)| h.next_offset())
+}
+
 /// Walks the whole batches of stored bytes (a segment, or a read of one), each with its header;
 /// a batch that runs past the end is an error, and the walk stops there.
 pub fn batches(data: &Bytes) -> impl Iterator<Item = Result<(BatchHeader, Bytes), LogError>> + '_ {

@@ -314,11 +314,7 @@ impl Tier {
                     return Ok((bytes, Vec::new()));
                 };
                 let bytes = below(bytes, last_stable)?;
-                let Some(upper) = records::batches(&bytes)
-                    .map_while(Result::ok)
-                    .last()
-                    .map(|(h, _)| h.next_offset())
-                else {
+                let Some(upper) = records::end_offset(&bytes) else {
                     return Ok((bytes, Vec::new()));
                 };
                 let index = tier.index(&src).await?;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::state::TxnMetadata;
 use super::{store, validate_id, TxnCoordinator};
-use crate::coordination::{read_whole, Item, Loader};
+use crate::coordination::{drop_keys, read_whole, Item, Loader};
 use crate::error::{ApiError, ErrorCode};
 use crate::partition::Partition;
 
@@ -107,9 +107,6 @@ impl Loader for Load<'_> {
     }
 
     fn drop_partition(&self, partition: i32) -> usize {
-        let mut txns = self.0.lock();
-        let before = txns.len();
-        txns.retain(|id, _| store::partition_for(id) != partition);
-        before - txns.len()
+        drop_keys(&mut self.0.lock(), partition, store::partition_for)
     }
 }
