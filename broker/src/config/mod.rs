@@ -8,412 +8,15 @@ pub mod catalogue;
 mod error;
 pub mod kafka_broker_configs;
 pub mod listeners;
+mod settings;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 pub use error::ConfigError;
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct BrokerConfig {
-    pub node_id: u64,
-    pub data_dir: PathBuf,
-    /// Kafka's `log.dirs`: the directories partition logs are spread over, comma-separated
-    /// (one per disk, JBOD). Unset: `data_dir` alone.
-    pub log_dirs: Option<String>,
-    pub kafka_addr: SocketAddr,
-    /// Address given to clients in Metadata; defaults to the bound Kafka address.
-    pub advertised_kafka_addr: Option<SocketAddr>,
-    /// Kafka's `listeners`, `NAME://host:port,...` (see `listeners.rs`); when set it replaces
-    /// `kafka_addr` and `advertised_kafka_addr`.
-    pub listeners: Option<String>,
-    pub advertised_listeners: Option<String>,
-    /// `NAME:PROTOCOL,...`; a listener named after a protocol needs no entry.
-    pub listener_security_protocol_map: Option<String>,
-    /// The listener other brokers connect to (default: the first).
-    pub inter_broker_listener_name: Option<String>,
-    /// Mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.
-    pub sasl_enabled_mechanisms: String,
-    /// OAUTHBEARER: the JSON Web Key Set tokens are verified with (`file:///path`, a path, or
-    /// `https://...`), re-read every `sasl_oauthbearer_jwks_endpoint_refresh_ms`; the issuer
-    /// and audiences tokens must name (unset: any), the claim naming the principal, and the
-    /// clock skew allowed on `exp`/`nbf`.
-    pub sasl_oauthbearer_jwks_endpoint_url: Option<String>,
-    pub sasl_oauthbearer_jwks_endpoint_refresh_ms: u64,
-    pub sasl_oauthbearer_expected_issuer: Option<String>,
-    pub sasl_oauthbearer_expected_audience: Option<String>,
-    pub sasl_oauthbearer_sub_claim_name: String,
-    pub sasl_oauthbearer_clock_skew_seconds: i64,
-    /// PLAIN's users, `user:password` per line (development); unset, PLAIN checks the
-    /// password against the user's SCRAM credentials.
-    pub sasl_plain_users_file: Option<PathBuf>,
-    /// A SASL session lasts this long; a client must re-authenticate on its connection
-    /// before it ends (KIP-368). 0: sessions last as long as the connection.
-    pub connections_max_reauth_ms: u64,
-    /// PEM files of TLS listeners: certificate chain, private key, and the CA that signs
-    /// client certificates (for `ssl_client_auth`).
-    pub ssl_certificate_location: Option<PathBuf>,
-    pub ssl_key_location: Option<PathBuf>,
-    pub ssl_ca_location: Option<PathBuf>,
-    /// Client certificates: none, requested or required (mTLS).
-    pub ssl_client_auth: String,
-    /// Kafka's `ssl.principal.mapping.rules`: a client certificate's subject (RFC 2253) to its
-    /// principal name, `RULE:pattern/replacement/[LU]` entries and `DEFAULT`.
-    pub ssl_principal_mapping_rules: String,
-    /// TLS versions spoken: `TLSv1.2,TLSv1.3` or `TLSv1.3` (1.3 is preferred when both are).
-    pub ssl_enabled_protocols: String,
-    /// How this broker authenticates to the others when the inter-broker listener is a SASL
-    /// one: Kafka's `sasl.mechanism.inter.broker.protocol` (PLAIN, SCRAM-SHA-256,
-    /// SCRAM-SHA-512) and the credentials of a user every broker knows (list it in
-    /// `super_users`). On a TLS inter-broker listener the broker presents its own certificate
-    /// and verifies the others' against `ssl_ca_location`.
-    pub sasl_mechanism_inter_broker_protocol: String,
-    pub inter_broker_sasl_username: Option<String>,
-    pub inter_broker_sasl_password: Option<String>,
-    /// The raft port (metadata quorum): `PLAINTEXT`, or `SSL` for mutual TLS, every node
-    /// presenting its certificate and accepting only peers whose certificate `ssl_ca_location`
-    /// signed.
-    pub raft_security_protocol: String,
-    /// ACLs decide what each principal may do (Kafka's `authorizer.class.name` set); off,
-    /// every authenticated principal may do everything.
-    pub authorizer_enable: bool,
-    /// Principals allowed everything whatever the ACLs say, `User:a;User:b` as Kafka lists them.
-    pub super_users: String,
-    /// With the authorizer on: a resource no ACL names is open to everyone (true) or to super
-    /// users only (false, Kafka's default).
-    pub allow_everyone_if_no_acl_found: bool,
-    /// The audit log: unset (off), `stdout`, or a file (relative paths are in `data_dir`).
-    pub audit_log: Option<String>,
-    /// Client quotas allow a burst of `quota_window_num − 1` windows of
-    /// `quota_window_size_seconds` of the quota (Kafka's `quota.window.num` and
-    /// `quota.window.size.seconds`, 10 s by default), then hold the client to its rate; one
-    /// response's throttle is at most `quota_window_num` windows.
-    pub quota_window_num: u32,
-    pub quota_window_size_seconds: u32,
-    pub admin_addr: SocketAddr,
-    /// The admin HTTP port: `PLAINTEXT`, or `SSL` for HTTPS with the broker's certificate,
-    /// asking for client certificates as `ssl_client_auth` says (as on an SSL listener).
-    pub admin_security_protocol: String,
-    /// Listener for the other nodes of the cluster: the metadata quorum's raft port.
-    pub raft_addr: SocketAddr,
-    /// `host:port` the other nodes reach this node's raft port at, when it is not a voter (a
-    /// voter is reached at its `voters` entry, which this may repeat). Unset: `raft_addr`. A
-    /// learner is known by this address for the life of the cluster, so where its IP changes
-    /// (a Kubernetes pod) it must be a name.
-    pub advertised_raft_addr: Option<String>,
-    /// The metadata voters, `id@host:port,...` (Kafka's `controller.quorum.voters`). Unset:
-    /// this node alone. A node not listed joins the quorum as a learner through them.
-    pub voters: Option<String>,
-    /// A broker that has not heartbeated to the controller for this long is fenced: it leads
-    /// nothing and leaves the ISRs (Kafka's `broker.session.timeout.ms`).
-    pub broker_session_timeout_ms: u64,
-    /// How often a broker heartbeats to the controller.
-    pub broker_heartbeat_interval_ms: u64,
-    /// A follower not caught up with its leader for this long leaves the ISR.
-    pub replica_lag_time_max_ms: u64,
-    /// The controller hands leadership back to preferred replicas (Kafka's
-    /// `auto.leader.rebalance.enable`), every `leader_imbalance_check_interval_ms`, for brokers
-    /// leading fewer than `100 − leader_imbalance_per_broker_percentage` % of the partitions
-    /// they are preferred for.
-    pub auto_leader_rebalance_enable: bool,
-    pub leader_imbalance_check_interval_ms: u64,
-    /// The controller's automatic balancer (see `node/balancer.rs`): spreads replicas and
-    /// leaders over live brokers, and moves the replicas of a broker fenced for
-    /// `auto_balance_broker_down_ms`; every `auto_balance_interval_ms`.
-    pub auto_balance_enable: bool,
-    pub auto_balance_interval_ms: u64,
-    pub auto_balance_broker_down_ms: u64,
-    pub leader_imbalance_per_broker_percentage: u32,
-    pub rack: Option<String>,
-    pub cluster_id: String,
-    pub auto_create_topics_enable: bool,
-    pub num_partitions: u32,
-    /// Most partitions one topic may have (CreateTopics and CreatePartitions beyond it get
-    /// INVALID_PARTITIONS).
-    pub max_partitions_per_topic: u32,
-    pub default_replication_factor: u16,
-    /// `socket.request.max.bytes`: frames above this close the connection.
-    pub max_request_bytes: u32,
-    pub max_connections: usize,
-    /// Kafka connections open at once from one client IP address (`max.connections.per.ip`).
-    pub max_connections_per_ip: usize,
-    /// A connection with no request in flight and no bytes received for this long is closed
-    /// (`connections.max.idle.ms`).
-    pub connections_max_idle_ms: u64,
-    /// Bytes of request frames held at once across all connections (`queued.max.request.bytes`):
-    /// when reached, the broker stops reading requests until earlier ones are answered.
-    pub queued_max_request_bytes: u64,
-    /// A request frame must arrive whole, and a response be written whole, within this of
-    /// its first byte; a connection that does not manage it is closed.
-    pub socket_io_timeout_ms: u64,
-    pub log_segment_bytes: u64,
-    pub log_segment_ms: i64,
-    pub log_retention_ms: i64,
-    pub log_retention_bytes: i64,
-    pub log_flush_messages: i64,
-    pub log_flush_ms: i64,
-    pub log_index_interval_bytes: u64,
-    /// Default `min.insync.replicas` of topics.
-    pub min_insync_replicas: i32,
-    pub log_retention_check_interval_ms: u64,
-    /// Committed offsets of a group empty for this long are deleted (-1: never).
-    pub offsets_retention_minutes: i64,
-    /// Replicas of each `__consumer_offsets` partition (Kafka's
-    /// `offsets.topic.replication.factor`); a cluster with fewer brokers uses them all.
-    pub offsets_topic_replication_factor: u16,
-    /// Replicas of each `__transaction_state` partition (Kafka's
-    /// `transaction.state.log.replication.factor`); a cluster with fewer brokers uses them all.
-    pub transaction_state_log_replication_factor: u16,
-    /// `min.insync.replicas` of `__transaction_state` (capped by its replication factor).
-    pub transaction_state_log_min_isr: u16,
-    /// The longest `transaction.timeout.ms` a producer may ask for.
-    pub transaction_max_timeout_ms: u64,
-    /// How often the coordinator aborts transactions past their timeout.
-    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
-    /// The first rebalance of an empty group waits this long for more members to join. Unset:
-    /// Kafka's default, 3000; see [`BrokerConfig::group_initial_rebalance_delay`].
-    #[serde(deserialize_with = "number_or_numeric_string")]
-    pub group_initial_rebalance_delay_ms: Option<u64>,
-    /// KIP-848 consumer groups: a member not heard from for this long leaves its group.
-    pub group_consumer_session_timeout_ms: u64,
-    /// KIP-848 consumer groups: how often members are told to heartbeat.
-    pub group_consumer_heartbeat_interval_ms: u64,
-    /// How often consumer lag is sampled.
-    pub lag_sample_interval_ms: u64,
-    /// The window over which the lag trend (least-squares slope) is computed.
-    pub lag_window_ms: u64,
-    /// Client telemetry (KIP-714): prefixes of the metric names clients are asked to push
-    /// (`*`: all); empty, the default, asks for none.
-    pub client_telemetry_metrics: String,
-    /// How often clients push their metrics (Kafka's `interval.ms` of a client-metrics
-    /// subscription).
-    pub client_telemetry_interval_ms: u64,
-    /// The largest push accepted, compressed or not (Kafka's `telemetry.max.bytes`).
-    pub telemetry_max_bytes: u32,
-    pub message_max_bytes: u32,
-    /// Default `compression.type` of topics: `producer` (batches stored as sent) or the
-    /// codec every batch is stored under (uncompressed, gzip, snappy, lz4, zstd).
-    pub compression_type: String,
-    /// Default `compression.gzip.level` (-1: the library's default, or 1..=9).
-    pub compression_gzip_level: i32,
-    /// Default `compression.lz4.level` (1..=17).
-    pub compression_lz4_level: i32,
-    /// Default `compression.zstd.level` (-131072..=22).
-    pub compression_zstd_level: i32,
-    pub log_message_timestamp_type: String,
-    /// Default `cleanup.policy` of topics.
-    pub log_cleanup_policy: String,
-    pub log_cleaner_enable: bool,
-    /// Pause between cleaner passes when no log is dirty enough.
-    pub log_cleaner_backoff_ms: u64,
-    /// Memory for the key → offset map of one clean; bounds how much dirty log one pass takes.
-    pub log_cleaner_dedupe_buffer_size: u64,
-    /// Bytes read plus written per second by the cleaner (0: unbounded).
-    pub log_cleaner_io_max_bytes_per_second: u64,
-    pub log_cleaner_delete_retention_ms: i64,
-    pub log_cleaner_min_cleanable_ratio: f64,
-    pub log_cleaner_min_compaction_lag_ms: i64,
-    /// Where closed segments go: `s3://bucket/prefix`, `file:///path` or `memory://`
-    /// (default: `file://<data_dir>/objects`, so the tier is always on).
-    pub object_store: Option<String>,
-    /// S3-compatible endpoint (MinIO), e.g. `http://127.0.0.1:9000`.
-    pub object_store_endpoint: Option<String>,
-    pub object_store_region: Option<String>,
-    /// Static S3 keys; when unset, the AWS_* environment, web identity (EKS IRSA), ECS/EKS
-    /// container credentials, then EC2 instance metadata (IMDSv2).
-    pub object_store_access_key_id: Option<String>,
-    pub object_store_secret_access_key: Option<String>,
-    pub object_store_allow_http: bool,
-    pub object_store_virtual_hosted_style: bool,
-    pub object_store_request_timeout_ms: u64,
-    pub object_store_max_retries: usize,
-    pub object_store_retry_timeout_ms: u64,
-    /// Topic default of `remote.storage.enable`: the tier is on unless a topic opts out.
-    pub remote_storage_enable: bool,
-    /// Topic defaults of `local.retention.ms/bytes` (-2: same as retention).
-    pub log_local_retention_ms: i64,
-    pub log_local_retention_bytes: i64,
-    /// How often the tier looks for segments to offload and remote segments to expire.
-    pub remote_log_manager_task_interval_ms: u64,
-    /// Segments uploaded at once (across partitions; one partition uploads in order).
-    pub remote_log_upload_concurrency: usize,
-    /// Upload bandwidth bound (0: none).
-    pub remote_log_upload_max_bytes_per_second: u64,
-    /// Bytes per second all replicas being added to this broker by reassignments may fetch
-    /// together (0: no bound); in-sync replicas are never held back by it.
-    pub replica_move_max_bytes_per_second: u64,
-    /// Bytes per second a replica moving between this broker's log directories
-    /// (AlterReplicaLogDirs) is copied at, all moves together (0: no bound).
-    pub replica_alter_log_dirs_io_max_bytes_per_second: u64,
-    /// Incremental fetch sessions (KIP-227) the broker keeps at once (0: none; every fetch is
-    /// answered in full).
-    pub max_incremental_fetch_session_cache_slots: usize,
-    /// Segment files held open at once (see `log/handles.rs`); a segment past it is reopened
-    /// when next used. 0: half the open-file limit `strata serve` runs with.
-    pub max_open_segment_files: usize,
-    /// An object no remote-segment record names is deleted once it is this old (a crash
-    /// mid-upload leaves such objects).
-    pub remote_log_orphan_grace_ms: u64,
-    /// Block cache of remote reads (see the `cache/` crate): block size, the budgets of
-    /// reads near the tail ("recent") and of history replays ("replay"), and readahead.
-    pub remote_cache_block_bytes: u64,
-    pub remote_cache_memory_bytes: u64,
-    pub remote_cache_disk_bytes: u64,
-    pub remote_cache_replay_memory_bytes: u64,
-    pub remote_cache_replay_disk_bytes: u64,
-    pub remote_cache_readahead_blocks: usize,
-    pub remote_fetch_max_concurrent_gets: usize,
-    /// Threads of the tier's runtime (uploads, remote reads, cache), run at nice 10.
-    pub remote_io_threads: usize,
-    /// The keys set by the file, the environment or a flag (the rest are defaults): what
-    /// DescribeConfigs reports as STATIC_BROKER_CONFIG.
-    #[serde(skip)]
-    pub static_keys: BTreeSet<String>,
-    /// `STRATA_*` variables of the environment that name no setting (a typo would otherwise
-    /// turn a feature off without a word), each with the nearest setting's variable if one is
-    /// close: `serve` warns of them at start and `--check-config` lists them.
-    #[serde(skip)]
-    pub unknown_env: Vec<(String, Option<String>)>,
-}
-
-impl Default for BrokerConfig {
-    fn default() -> Self {
-        BrokerConfig {
-            node_id: 1,
-            data_dir: PathBuf::from("./strata-data"),
-            log_dirs: None,
-            kafka_addr: "127.0.0.1:9092".parse().expect("literal"),
-            advertised_kafka_addr: None,
-            listeners: None,
-            advertised_listeners: None,
-            listener_security_protocol_map: None,
-            inter_broker_listener_name: None,
-            sasl_enabled_mechanisms: "SCRAM-SHA-256,SCRAM-SHA-512".into(),
-            sasl_plain_users_file: None,
-            sasl_oauthbearer_jwks_endpoint_url: None,
-            sasl_oauthbearer_jwks_endpoint_refresh_ms: 3_600_000,
-            sasl_oauthbearer_expected_issuer: None,
-            sasl_oauthbearer_expected_audience: None,
-            sasl_oauthbearer_sub_claim_name: "sub".into(),
-            sasl_oauthbearer_clock_skew_seconds: 30,
-            connections_max_reauth_ms: 0,
-            sasl_mechanism_inter_broker_protocol: "SCRAM-SHA-256".into(),
-            inter_broker_sasl_username: None,
-            inter_broker_sasl_password: None,
-            raft_security_protocol: "PLAINTEXT".into(),
-            authorizer_enable: false,
-            super_users: String::new(),
-            allow_everyone_if_no_acl_found: false,
-            audit_log: None,
-            quota_window_num: 11,
-            quota_window_size_seconds: 1,
-            ssl_certificate_location: None,
-            ssl_key_location: None,
-            ssl_ca_location: None,
-            ssl_client_auth: "none".into(),
-            ssl_principal_mapping_rules: "DEFAULT".into(),
-            ssl_enabled_protocols: "TLSv1.2,TLSv1.3".into(),
-            admin_addr: "127.0.0.1:9644".parse().expect("literal"),
-            admin_security_protocol: "PLAINTEXT".into(),
-            raft_addr: "127.0.0.1:9093".parse().expect("literal"),
-            advertised_raft_addr: None,
-            voters: None,
-            broker_session_timeout_ms: 3000,
-            broker_heartbeat_interval_ms: 500,
-            replica_lag_time_max_ms: 10_000,
-            auto_leader_rebalance_enable: true,
-            leader_imbalance_check_interval_ms: 300_000,
-            auto_balance_enable: false,
-            auto_balance_interval_ms: 30_000,
-            auto_balance_broker_down_ms: 600_000,
-            leader_imbalance_per_broker_percentage: 10,
-            rack: None,
-            cluster_id: "strata".into(),
-            auto_create_topics_enable: true,
-            num_partitions: 1,
-            max_partitions_per_topic: 10_000,
-            default_replication_factor: 1,
-            max_request_bytes: 100 * 1024 * 1024,
-            max_connections: 10_000,
-            max_connections_per_ip: 1000,
-            connections_max_idle_ms: 600_000,
-            queued_max_request_bytes: 512 << 20,
-            socket_io_timeout_ms: 60_000,
-            log_segment_bytes: 1 << 30,
-            log_segment_ms: 7 * 24 * 3600 * 1000,
-            log_retention_ms: 7 * 24 * 3600 * 1000,
-            log_retention_bytes: -1,
-            log_flush_messages: i64::MAX,
-            log_flush_ms: i64::MAX,
-            log_index_interval_bytes: 4096,
-            min_insync_replicas: 1,
-            log_retention_check_interval_ms: 30_000,
-            offsets_retention_minutes: 7 * 24 * 60,
-            offsets_topic_replication_factor: 3,
-            transaction_state_log_replication_factor: 3,
-            transaction_state_log_min_isr: 2,
-            transaction_max_timeout_ms: 900_000,
-            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
-            group_initial_rebalance_delay_ms: None,
-            group_consumer_session_timeout_ms: 45_000,
-            group_consumer_heartbeat_interval_ms: 5_000,
-            lag_sample_interval_ms: 5_000,
-            lag_window_ms: 60_000,
-            client_telemetry_metrics: String::new(),
-            client_telemetry_interval_ms: 300_000,
-            telemetry_max_bytes: 1_048_576,
-            message_max_bytes: 1_048_588,
-            compression_type: "producer".into(),
-            compression_gzip_level: -1,
-            compression_lz4_level: 9,
-            compression_zstd_level: 3,
-            log_message_timestamp_type: "CreateTime".into(),
-            log_cleanup_policy: "delete".into(),
-            log_cleaner_enable: true,
-            log_cleaner_backoff_ms: 15_000,
-            log_cleaner_dedupe_buffer_size: 128 << 20,
-            log_cleaner_io_max_bytes_per_second: 0,
-            log_cleaner_delete_retention_ms: 86_400_000,
-            log_cleaner_min_cleanable_ratio: 0.5,
-            log_cleaner_min_compaction_lag_ms: 0,
-            object_store: None,
-            object_store_endpoint: None,
-            object_store_region: None,
-            object_store_access_key_id: None,
-            object_store_secret_access_key: None,
-            object_store_allow_http: false,
-            object_store_virtual_hosted_style: false,
-            object_store_request_timeout_ms: 30_000,
-            object_store_max_retries: 5,
-            object_store_retry_timeout_ms: 60_000,
-            remote_storage_enable: true,
-            log_local_retention_ms: -2,
-            log_local_retention_bytes: -2,
-            remote_log_manager_task_interval_ms: 1_000,
-            remote_log_upload_concurrency: 4,
-            remote_log_upload_max_bytes_per_second: 0,
-            replica_move_max_bytes_per_second: 0,
-            replica_alter_log_dirs_io_max_bytes_per_second: 0,
-            max_incremental_fetch_session_cache_slots: 1000,
-            max_open_segment_files: 0,
-            remote_log_orphan_grace_ms: 600_000,
-            remote_cache_block_bytes: 1 << 20,
-            remote_cache_memory_bytes: 256 << 20,
-            remote_cache_disk_bytes: 2 << 30,
-            remote_cache_replay_memory_bytes: 64 << 20,
-            remote_cache_replay_disk_bytes: 2 << 30,
-            remote_cache_readahead_blocks: 8,
-            remote_fetch_max_concurrent_gets: 16,
-            remote_io_threads: 2,
-            static_keys: BTreeSet::new(),
-            unknown_env: Vec::new(),
-        }
-    }
-}
+pub use settings::BrokerConfig;
 
 /// An optional number from the file (a number) or a `STRATA_*` variable (the loader takes an
 /// optional key's value as a string: it cannot tell an optional number from an optional name).
@@ -599,11 +202,10 @@ impl BrokerConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.group_consumer_heartbeat_interval_ms == 0
-            || self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms
-        {
+        self.check_bounds()?;
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms {
             return Err(ConfigError::Invalid(
-                "group_consumer_heartbeat_interval_ms must be ≥ 1 and below group_consumer_session_timeout_ms".into(),
+                "group_consumer_heartbeat_interval_ms must be below group_consumer_session_timeout_ms".into(),
             ));
         }
         let dirs = self.log_dirs();
@@ -623,11 +225,6 @@ impl BrokerConfig {
                     a.display()
                 )));
             }
-        }
-        if self.node_id > i32::MAX as u64 {
-            return Err(ConfigError::Invalid(
-                "node_id must be at most 2147483647 (Kafka broker ids are 32-bit)".into(),
-            ));
         }
         self.voter_map()?;
         let (listeners, inter_broker) = self.listeners()?;
@@ -679,12 +276,6 @@ impl BrokerConfig {
             check_level(codec, level.into())
                 .map_err(|why| ConfigError::Invalid(format!("{key} = {level}: {why}")))?;
         }
-        if self.quota_window_num < 2 || self.quota_window_size_seconds == 0 {
-            return Err(ConfigError::Invalid(
-                "quota_window_num must be at least 2 and quota_window_size_seconds at least 1"
-                    .into(),
-            ));
-        }
         if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
             .contains(&self.sasl_mechanism_inter_broker_protocol.as_str())
         {
@@ -721,13 +312,6 @@ impl BrokerConfig {
                 "a TLS listener (SSL, SASL_SSL) needs ssl_certificate_location and ssl_key_location".into(),
             ));
         }
-        if self.sasl_oauthbearer_jwks_endpoint_refresh_ms == 0
-            || self.sasl_oauthbearer_clock_skew_seconds < 0
-        {
-            return Err(ConfigError::Invalid(
-                "sasl_oauthbearer_jwks_endpoint_refresh_ms must be ≥ 1 and sasl_oauthbearer_clock_skew_seconds ≥ 0".into(),
-            ));
-        }
         if !["none", "requested", "required"].contains(&self.ssl_client_auth.as_str()) {
             return Err(ConfigError::Invalid(
                 "ssl_client_auth must be none, requested or required".into(),
@@ -739,11 +323,10 @@ impl BrokerConfig {
                     .into(),
             ));
         }
-        if self.broker_heartbeat_interval_ms == 0
-            || self.broker_heartbeat_interval_ms * 2 > self.broker_session_timeout_ms
-        {
+        if self.broker_heartbeat_interval_ms * 2 > self.broker_session_timeout_ms {
             return Err(ConfigError::Invalid(
-                "broker_heartbeat_interval_ms must be ≥ 1 and at most half of broker_session_timeout_ms".into(),
+                "broker_heartbeat_interval_ms must be at most half of broker_session_timeout_ms"
+                    .into(),
             ));
         }
         if self.queued_max_request_bytes < self.max_request_bytes as u64 {
@@ -751,44 +334,9 @@ impl BrokerConfig {
                 "queued_max_request_bytes must be at least max_request_bytes (a largest request must fit)".into(),
             ));
         }
-        if self.max_connections_per_ip == 0
-            || self.connections_max_idle_ms == 0
-            || self.socket_io_timeout_ms == 0
-        {
+        if self.num_partitions > self.max_partitions_per_topic {
             return Err(ConfigError::Invalid(
-                "max_connections_per_ip, connections_max_idle_ms and socket_io_timeout_ms must be ≥ 1".into(),
-            ));
-        }
-        if self.num_partitions == 0 || self.num_partitions > self.max_partitions_per_topic {
-            return Err(ConfigError::Invalid(
-                "num_partitions must be between 1 and max_partitions_per_topic".into(),
-            ));
-        }
-        if self.leader_imbalance_check_interval_ms == 0
-            || self.leader_imbalance_per_broker_percentage > 100
-        {
-            return Err(ConfigError::Invalid(
-                "leader_imbalance_check_interval_ms must be ≥ 1 and leader_imbalance_per_broker_percentage at most 100".into(),
-            ));
-        }
-        if self.offsets_topic_replication_factor == 0 {
-            return Err(ConfigError::Invalid(
-                "offsets_topic_replication_factor must be ≥ 1".into(),
-            ));
-        }
-        if self.transaction_state_log_replication_factor == 0
-            || self.transaction_state_log_min_isr == 0
-            || self.transaction_max_timeout_ms == 0
-            || self.transaction_max_timeout_ms > i32::MAX as u64
-            || self.transaction_abort_timed_out_transaction_cleanup_interval_ms == 0
-        {
-            return Err(ConfigError::Invalid(
-                "transaction_state_log_replication_factor, transaction_state_log_min_isr and transaction_abort_timed_out_transaction_cleanup_interval_ms must be ≥ 1, transaction_max_timeout_ms 1 to 2^31-1".into(),
-            ));
-        }
-        if self.log_segment_bytes < 1024 || self.log_segment_bytes > i32::MAX as u64 {
-            return Err(ConfigError::Invalid(
-                "log_segment_bytes must be between 1024 and 2147483647".into(),
+                "num_partitions must be at most max_partitions_per_topic".into(),
             ));
         }
         if self.lag_window_ms < self.lag_sample_interval_ms {
@@ -806,16 +354,19 @@ impl BrokerConfig {
                 "log_cleanup_policy must be delete, compact or compact,delete".into(),
             ));
         }
-        if self.remote_cache_block_bytes < 4096 || self.remote_log_upload_concurrency == 0 {
-            return Err(ConfigError::Invalid(
-                "remote_cache_block_bytes must be ≥ 4096 and remote_log_upload_concurrency ≥ 1"
-                    .into(),
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.log_cleaner_min_cleanable_ratio) {
-            return Err(ConfigError::Invalid(
-                "log_cleaner_min_cleanable_ratio must be between 0 and 1".into(),
-            ));
+        Ok(())
+    }
+
+    /// Each numeric setting within the bounds its entry in the settings table gives.
+    fn check_bounds(&self) -> Result<(), ConfigError> {
+        let json = serde_json::to_value(self).unwrap_or_default();
+        for s in catalogue::SETTINGS {
+            let Some(value) = json.get(s.key).and_then(|v| v.as_f64()) else {
+                continue;
+            };
+            if let Some(why) = s.bounds.check(value) {
+                return Err(ConfigError::Invalid(format!("{} = {value}: {why}", s.key)));
+            }
         }
         Ok(())
     }
