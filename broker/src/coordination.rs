@@ -169,9 +169,9 @@ impl Coordination {
                 continue;
             }
             // The partition takes its role from the same state; until it has, wait.
-            let Some(part) = (node.partitions.get(topic, p))
-                .filter(|part| part.current_leader_epoch() == epoch && part.is_leader())
-            else {
+            let Some(part) = (node.partitions.get(topic, p)).filter(|part| {
+                part.replication().leader_epoch() == epoch && part.replication().is_leader()
+            }) else {
                 continue;
             };
             let started = crate::clock::Stopwatch::start();

@@ -45,7 +45,7 @@ impl Coordinator {
             .iter()
             .map(|(k, v)| (Some(&k[..]), v.as_deref()))
             .collect();
-        let epoch = part.current_leader_epoch();
+        let epoch = part.replication().leader_epoch();
         let info = part.append(&batch::build(&refs, self.node.clock.now_ms()))?;
         Ok((part, epoch, info.last_offset))
     }

@@ -63,7 +63,7 @@ impl Coordinator {
                 .node
                 .leader_partition(store::TOPIC, p, -1)
                 .map_err(|_| ErrorCode::NotCoordinator)?;
-            let leader_epoch = part.current_leader_epoch();
+            let leader_epoch = part.replication().leader_epoch();
             let refs: Vec<batch::KeyValue<'_>> = records
                 .iter()
                 .map(|(k, v)| (Some(&k[..]), Some(&v[..])))

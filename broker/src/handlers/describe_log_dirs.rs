@@ -46,7 +46,12 @@ pub fn handle(
                 continue;
             }
         }
-        let Some(i) = broker.node.partitions.log_dirs().index(&p.log_dir()) else {
+        let Some(i) = broker
+            .node
+            .partitions
+            .log_dirs()
+            .index(&p.placement().dir())
+        else {
             continue;
         };
         let (_, local_bytes, _) = p.stats();

@@ -65,7 +65,7 @@ impl PartitionMetrics {
                 .get_or_create(&labels)
                 .set(failed as i64);
             let held = (hosted.all().iter())
-                .filter(|p| Arc::ptr_eq(&p.log_dir(), dir))
+                .filter(|p| Arc::ptr_eq(&p.placement().dir(), dir))
                 .count();
             self.log_dir_partitions
                 .get_or_create(&labels)
@@ -86,7 +86,7 @@ impl PartitionMetrics {
                 .set(o.log_start);
             self.log_size.get_or_create(&labels).set(size as i64);
             self.segments.get_or_create(&labels).set(segments as i64);
-            for (follower, log_end) in p.follower_log_ends() {
+            for (follower, log_end) in p.replication().follower_log_ends() {
                 let lag = if log_end < 0 { -1 } else { o.log_end - log_end };
                 self.follower_lag
                     .get_or_create(&FollowerLabels {

@@ -2,17 +2,25 @@
 //! local and remote tiers.
 //!
 //! - this module — the partition's data types and its local log operations (append, offsets,
-//!   timestamps, retention, compaction, flushing);
-//! - [`replica`] — its role (leader, follower, offline), the high watermark, the ISR and the
-//!   follower's log operations; [`leader`] — the leader's pure bookkeeping of its followers;
-//! - [`tiers`] — one log over two tiers: where a read or a timestamp lookup is answered, what
-//!   is left to offload, tier stats;
+//!   timestamps, retention, compaction, flushing), composed of one type per concern:
+//!   - [`local`] — the local log behind its lock, and the offsets published at each release;
+//!   - [`replica`] — [`Replication`]: its role (leader, follower, offline), the high watermark
+//!     watch, the ISR; and the partition's operations that need both role and log (the
+//!     follower's appends and truncations, acks=all); [`leader`] — the leader's pure
+//!     bookkeeping of its followers;
+//!   - [`tiers`] — the tier view ([`TierView`]), one log over two tiers: where a read or a
+//!     timestamp lookup is answered, what is left to offload, tier stats;
+//!   - [`waiters`] — the fetches and sessions waiting for the partition to change;
+//!   - [`placement`] — its log directory, and whether writes into it must stop;
 //! - [`registry`] — the hosted partitions ([`Partitions`]), opened, configured and deleted to
 //!   match the metadata state machine, which is the only source of topics and partitions;
 //! - [`metrics`] — per-partition gauges;
 //! - [`activity`] — which partitions have housekeeping due (written since their last visit),
 //!   and the sweep that visits each partition once per retention check interval;
 //! - [`changes`] — which of a fetch session's partitions woke since its last fetch.
+//!
+//! Lock order: `replica`'s role, then `local`'s log; the waiters', the tier view's and the
+//! directory's locks are leaves, taken alone or under those two, never the other way round.
 //!
 //! Invariants:
 //! - a partition directory `<data>/<topic>-<n>` belongs to exactly one topic id (recorded in its
@@ -34,18 +42,20 @@ mod activity;
 mod changes;
 pub mod dirs;
 pub mod leader;
+mod local;
 pub mod metrics;
+mod placement;
 mod registry;
 mod relocate;
 mod replica;
 mod tiers;
+mod waiters;
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::clock::Clock;
@@ -53,12 +63,16 @@ use crate::log::batch::BatchError;
 use crate::log::cleaning::CleanStats;
 use crate::log::config::LogConfig;
 use crate::log::control::Marker;
-use crate::log::{AppendInfo, Log, LogError};
+use crate::log::{AppendInfo, LogError};
 pub use activity::{Activity, Sweep};
 pub use changes::ChangeSet;
+use local::{LocalLog, LogGuard};
+pub use placement::Placement;
 pub use registry::{Hosted, Partitions, RelocateRefusal};
-pub use replica::{Committing, Role};
-pub use tiers::{Isolation, Read, RemoteLog, RemoteProducers, TierStats, TimeLookup};
+pub use replica::{Committing, Replication, Role};
+use tiers::offsets_of;
+pub use tiers::{Isolation, Read, RemoteLog, RemoteProducers, TierStats, TierView, TimeLookup};
+pub use waiters::Waiters;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {
@@ -83,31 +97,16 @@ pub struct Offsets {
     pub log_end: i64,
 }
 
+/// One partition this broker hosts: one field per concern (see the module head), and the
+/// operations that span them.
 pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: Uuid,
-    /// The log directory the partition's directory is in (changed by a move, see
-    /// [`relocate`]).
-    log_dir: RwLock<Arc<dirs::LogDir>>,
-    log: Mutex<Log>,
-    remote: RwLock<Arc<RemoteLog>>,
-    waiters: Mutex<Waiters>,
-    /// Set when the topic is deleted, so a clean in progress stops writing into the directory
-    /// that is about to be removed.
-    deleted: AtomicBool,
-    /// Set while the partition is being moved to another log directory ([`relocate`]): a
-    /// clean in progress stops, none installs its segments.
-    moving: AtomicBool,
-    /// Moves completed: a clean planned before one must not install into the moved log.
-    moves: std::sync::atomic::AtomicU64,
-    /// The partition's current leader epoch (from the metadata state), stamped on appends.
-    leader_epoch: AtomicI32,
-    /// This broker's role in the partition's replication. Lock order: `replica`, then `log`.
-    replica: Mutex<Role>,
-    /// The high watermark, for produce requests waiting on acks=all.
-    hw: tokio::sync::watch::Sender<i64>,
-    /// As a follower: the leader's high watermark in its last fetch response (-1 before one).
-    leader_hw: AtomicI64,
+    local: LocalLog,
+    tier: TierView,
+    replication: Replication,
+    waiters: Waiters,
+    placement: Placement,
     /// Record timestamps of appends and the clock retention and compaction measure against.
     clock: Clock,
     /// This partition, for queueing itself in `activity`.
@@ -116,133 +115,38 @@ pub struct Partition {
     activity: Arc<Activity>,
     /// Queued in `activity` (see there).
     queued: AtomicBool,
-    /// The offsets as of the last release of the log lock.
-    published: Published,
-}
-
-/// Who waits for this partition to change.
-#[derive(Default)]
-struct Waiters {
-    /// Fetches waiting once, each dropped at the wake-up it waited for.
-    once: Vec<Weak<Notify>>,
-    /// Sessions subscribed until they go: each set and this partition's place in it.
-    subscribed: Vec<(Weak<ChangeSet>, usize)>,
-}
-
-/// A partition's offsets, published each time the log lock is released (and when the remote
-/// log changes), so a fetch can answer a partition with nothing new without taking the lock:
-/// a fetch naming 10,000 partitions reads atomics for the ones that are idle. Published
-/// before an append wakes its waiters, so a waiter always sees the append that woke it.
-struct Published {
-    log_start: AtomicI64,
-    high_watermark: AtomicI64,
-    last_stable: AtomicI64,
-    log_end: AtomicI64,
-    /// The remote log's first readable offset (`i64::MAX`: none) and floor, which
-    /// `offsets_of` combines with the local log.
-    remote_start: AtomicI64,
-    remote_floor: AtomicI64,
-}
-
-impl Published {
-    fn new(remote: &RemoteLog) -> Published {
-        let p = Published {
-            log_start: AtomicI64::new(0),
-            high_watermark: AtomicI64::new(0),
-            last_stable: AtomicI64::new(0),
-            log_end: AtomicI64::new(0),
-            remote_start: AtomicI64::new(i64::MAX),
-            remote_floor: AtomicI64::new(0),
-        };
-        p.remote(remote);
-        p
-    }
-
-    fn remote(&self, remote: &RemoteLog) {
-        self.remote_start
-            .store(remote.start().unwrap_or(i64::MAX), Ordering::Release);
-        self.remote_floor.store(remote.floor, Ordering::Release);
-    }
-
-    fn log(&self, log: &Log) {
-        let local = log.log_start_offset();
-        let start = self.remote_start.load(Ordering::Acquire).min(local);
-        let end = log.log_end_offset();
-        let start = start
-            .max(self.remote_floor.load(Ordering::Acquire))
-            .min(end);
-        self.log_start.store(start, Ordering::Release);
-        self.high_watermark
-            .store(log.high_watermark(), Ordering::Release);
-        self.last_stable
-            .store(log.last_stable_offset().max(start), Ordering::Release);
-        self.log_end.store(end, Ordering::Release);
-    }
-
-    fn offsets(&self) -> Offsets {
-        Offsets {
-            log_start: self.log_start.load(Ordering::Acquire),
-            high_watermark: self.high_watermark.load(Ordering::Acquire),
-            last_stable: self.last_stable.load(Ordering::Acquire),
-            log_end: self.log_end.load(Ordering::Acquire),
-        }
-    }
-}
-
-/// The log lock, held: publishes the partition's offsets when released.
-struct LogGuard<'a> {
-    log: std::sync::MutexGuard<'a, Log>,
-    published: &'a Published,
-}
-
-impl std::ops::Deref for LogGuard<'_> {
-    type Target = Log;
-    fn deref(&self) -> &Log {
-        &self.log
-    }
-}
-
-impl std::ops::DerefMut for LogGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Log {
-        &mut self.log
-    }
-}
-
-impl Drop for LogGuard<'_> {
-    fn drop(&mut self) {
-        self.published.log(&self.log);
-    }
 }
 
 impl Partition {
-    /// The log directory the partition's directory is in now.
-    pub fn log_dir(&self) -> Arc<dirs::LogDir> {
-        self.log_dir
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// Its role in replication, the ISR and the leader epoch.
+    pub fn replication(&self) -> &Replication {
+        &self.replication
+    }
+
+    /// Who waits for it to change.
+    pub fn waiters(&self) -> &Waiters {
+        &self.waiters
+    }
+
+    /// Where its files are.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
 
     fn log(&self) -> LogGuard<'_> {
-        LogGuard {
-            // A panic while holding the lock cannot leave the log half-written (appends are
-            // whole batches or an error), so a poisoned lock is still usable.
-            log: self.log.lock().unwrap_or_else(|p| p.into_inner()),
-            published: &self.published,
-        }
+        self.local.lock()
     }
 
     /// The offsets as of the last release of the log lock: no lock taken. Equal to
     /// [`Partition::offsets`] whenever no write is in progress.
     pub fn published_offsets(&self) -> Offsets {
-        self.published.offsets()
+        self.local.published()
     }
 
     /// A new remote log (from the metadata state), published with the offsets it moves.
     fn set_remote(&self, remote: RemoteLog) {
-        self.published.remote(&remote);
-        *self.remote.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(remote);
-        drop(self.log());
+        self.tier.set(remote);
+        self.local.remote_changed(&self.tier.get());
     }
 
     /// Validates a produce request's record batches against this topic's
@@ -277,7 +181,7 @@ impl Partition {
                 *bytes = rewritten;
             }
         }
-        let epoch = self.leader_epoch.load(Ordering::Acquire);
+        let epoch = self.replication.leader_epoch();
         let mut info = self.log().append(&batches, epoch, self.clock.now_ms())?;
         info.recompressed = recompressed;
         if info.duplicate {
@@ -300,7 +204,7 @@ impl Partition {
     /// [`crate::log::Origin::Coordinator`]).
     pub fn append_as_coordinator(&self, records: &Bytes) -> Result<AppendInfo, LogError> {
         let batches = crate::log::batch::split_and_validate(records, usize::MAX)?;
-        let epoch = self.leader_epoch.load(Ordering::Acquire);
+        let epoch = self.replication.leader_epoch();
         let info = self.log().append_from(
             crate::log::Origin::Coordinator,
             &batches,
@@ -329,7 +233,7 @@ impl Partition {
         producer_epoch: i16,
         coordinator_epoch: i32,
     ) -> Result<i64, LogError> {
-        let epoch = self.leader_epoch.load(Ordering::Acquire);
+        let epoch = self.replication.leader_epoch();
         let offset = self.log().append_marker(
             marker,
             producer_id,
@@ -342,52 +246,12 @@ impl Partition {
         Ok(offset)
     }
 
-    pub(super) fn wake(&self) {
-        let (once, subscribed) = {
-            let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-            let once = std::mem::take(&mut w.once);
-            w.subscribed.retain(|(set, _)| set.strong_count() > 0);
-            let subscribed: Vec<(Arc<ChangeSet>, usize)> = (w.subscribed.iter())
-                .filter_map(|(set, place)| Some((set.upgrade()?, *place)))
-                .collect();
-            (once, subscribed)
-        };
-        for w in once {
-            if let Some(n) = w.upgrade() {
-                n.notify_one();
-            }
-        }
-        for (set, place) in subscribed {
-            set.mark(place);
-        }
-    }
-
-    /// Registers a fetch that waits for the next append (once: a fetch registered already
-    /// is not added again).
-    pub fn watch(&self, notify: &Arc<Notify>) {
-        let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        w.once.retain(|w| w.strong_count() > 0);
-        let me = Arc::downgrade(notify);
-        if !w.once.iter().any(|w| w.ptr_eq(&me)) {
-            w.once.push(me);
-        }
-    }
-
-    /// Subscribes `set` to every wake-up of this partition, marking `place` (again a no-op:
-    /// a set holds one place per partition). Lasts as long as the set.
-    pub fn subscribe(&self, set: &Arc<ChangeSet>, place: usize) {
-        let mut w = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        let me = Arc::downgrade(set);
-        if (w.subscribed.iter()).any(|(s, p)| s.ptr_eq(&me) && *p == place) {
-            return;
-        }
-        w.subscribed
-            .retain(|(s, _)| s.strong_count() > 0 && !s.ptr_eq(&me));
-        w.subscribed.push((me, place));
+    fn wake(&self) {
+        self.waiters.wake();
     }
 
     pub fn offsets(&self) -> Offsets {
-        offsets_of(&self.log(), &self.remote())
+        offsets_of(&self.log(), &self.tier.get())
     }
 
     pub fn log_config(&self) -> LogConfig {
@@ -428,9 +292,8 @@ impl Partition {
         progress: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<CleanStats>, LogError> {
         let now = self.clock.now_ms();
-        let moves = self.moves.load(Ordering::Acquire);
-        let stopped =
-            || self.deleted.load(Ordering::Acquire) || self.moving.load(Ordering::Acquire);
+        let moves = self.placement.moves();
+        let stopped = || self.placement.writes_stopped();
         if stopped() {
             return Ok(None);
         }
@@ -443,7 +306,7 @@ impl Partition {
         };
         let stats = cleaned.stats;
         let mut log = self.log();
-        if stopped() || self.moves.load(Ordering::Acquire) != moves {
+        if stopped() || self.placement.moves() != moves {
             return Ok(None);
         }
         let retired = log.install_cleaned(cleaned)?;
@@ -461,7 +324,7 @@ impl Partition {
     }
 
     pub fn stats(&self) -> (Offsets, u64, usize) {
-        let remote = self.remote();
+        let remote = self.tier.get();
         let log = self.log();
         (
             offsets_of(&log, &remote),
@@ -521,7 +384,7 @@ impl Partition {
     /// Deletes what retention allows now (see [`Log::enforce_retention`]); also run right
     /// after an offload, so local disk is freed without waiting for the next retention pass.
     pub fn enforce_retention(&self, now: i64) -> Result<(), LogError> {
-        let remote = self.remote();
+        let remote = self.tier.get();
         let mut log = self.log();
         let view = log.config().remote_storage.then(|| remote.view());
         let deleted = log.enforce_retention(now, view)?;
@@ -531,20 +394,5 @@ impl Partition {
             self.wake();
         }
         Ok(())
-    }
-}
-
-fn offsets_of(log: &Log, remote: &RemoteLog) -> Offsets {
-    let local = log.log_start_offset();
-    let start = match remote.start() {
-        Some(r) if r < local => r,
-        _ => local,
-    };
-    let log_start = start.max(remote.floor).min(log.log_end_offset());
-    Offsets {
-        log_start,
-        high_watermark: log.high_watermark(),
-        last_stable: log.last_stable_offset().max(log_start),
-        log_end: log.log_end_offset(),
     }
 }

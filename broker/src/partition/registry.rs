@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
@@ -12,7 +12,10 @@ use uuid::Uuid;
 
 use super::dirs::{LogDir, LogDirs};
 use super::relocate::{Relocation, RelocationMetrics};
-use super::{Activity, Partition, Published, RemoteLog, Role, TopicPartition};
+use super::{
+    Activity, LocalLog, Partition, Placement, RemoteLog, Replication, TierView, TopicPartition,
+    Waiters,
+};
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
 use crate::dynamic_config::DynamicConfig;
@@ -325,7 +328,7 @@ impl Partitions {
         // Partitions per log directory, for placing new ones.
         let mut load = vec![0; self.dirs.all().len()];
         for p in map.values() {
-            if let Some(i) = self.dirs.index(&p.log_dir()) {
+            if let Some(i) = self.dirs.index(&p.placement.dir()) {
                 load[i] += 1;
             }
         }
@@ -342,9 +345,6 @@ impl Partitions {
                 continue;
             }
             if let Some(existing) = map.get(&c.tp) {
-                existing
-                    .leader_epoch
-                    .store(info.leader_epoch, Ordering::Release);
                 existing.set_role(self.node_id, info);
                 let remote = RemoteLog::of(info);
                 if *existing.remote() != remote {
@@ -365,13 +365,13 @@ impl Partitions {
 
     fn delete(&self, p: Arc<Partition>) -> Result<(), LogError> {
         tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, "deleting partition");
-        p.deleted.store(true, Ordering::Release);
+        p.placement.delete();
         p.stop_hosting();
         // A clean checks the flag under the log lock before its swap; taking the lock here
         // waits out a swap in progress.
         drop(p.log());
         p.wake();
-        let dir = p.log_dir().join(&p.tp.dir_name());
+        let dir = p.placement.dir().join(&p.tp.dir_name());
         drop(p);
         remove_dir_if_exists(&dir)
     }
@@ -437,27 +437,18 @@ impl Partitions {
                 truncated_bytes = report.truncated_bytes, "recovered partition after unclean shutdown");
         }
         let remote = RemoteLog::of(info);
-        let published = Published::new(&remote);
-        published.log(&log);
         let partition = Arc::new_cyclic(|me| Partition {
             tp: tp.clone(),
             topic_id,
-            log_dir: RwLock::new(log_dir),
-            log: Mutex::new(log),
-            remote: RwLock::new(Arc::new(remote)),
-            waiters: Mutex::default(),
-            deleted: AtomicBool::new(false),
-            moving: AtomicBool::new(false),
-            moves: Default::default(),
-            leader_epoch: AtomicI32::new(info.leader_epoch),
-            replica: Mutex::new(Role::Offline),
-            hw: tokio::sync::watch::channel(-1).0,
-            leader_hw: AtomicI64::new(-1),
+            local: LocalLog::new(log, &remote),
+            tier: TierView::new(remote),
+            replication: Replication::new(info.leader_epoch),
+            waiters: Waiters::default(),
+            placement: Placement::new(log_dir),
             clock: self.clock.clone(),
             me: me.clone(),
             activity: self.activity.clone(),
             queued: AtomicBool::new(false),
-            published,
         });
         partition.set_role(self.node_id, info);
         Ok(partition)
@@ -485,7 +476,7 @@ impl Partitions {
                 false => Err(RelocateRefusal::Busy),
             };
         }
-        if Arc::ptr_eq(&p.log_dir(), dest) {
+        if Arc::ptr_eq(&p.placement.dir(), dest) {
             return Ok(());
         }
         let relocation = Arc::new(Relocation::new(dest.clone()));
@@ -500,7 +491,7 @@ impl Partitions {
             .name("strata-relocate".into())
             .spawn(move || {
                 let started = crate::clock::Stopwatch::start();
-                let from = p.log_dir().path.display().to_string();
+                let from = p.placement.dir().path.display().to_string();
                 let result = p.relocate(&relocation, &pacer, &*rate);
                 let bytes = relocation.copied.load(Ordering::Relaxed);
                 metrics.bytes.inc_by(bytes);
@@ -548,14 +539,14 @@ impl Partitions {
         let _synced = self.synced.lock().unwrap_or_else(|p| p.into_inner());
         let hosted = self.hosted();
         let lost: Vec<Arc<Partition>> = (hosted.all().iter())
-            .filter(|p| std::ptr::eq(&*p.log_dir(), dir))
+            .filter(|p| std::ptr::eq(&*p.placement.dir(), dir))
             .cloned()
             .collect();
         let mut offline = self.offline.lock().unwrap_or_else(|p| p.into_inner());
         offline.extend(lost.iter().map(|p| p.tp.clone()));
         drop(offline);
         let map = (hosted.all().iter())
-            .filter(|p| !std::ptr::eq(&*p.log_dir(), dir))
+            .filter(|p| !std::ptr::eq(&*p.placement.dir(), dir))
             .map(|p| (p.tp.clone(), p.clone()))
             .collect();
         *self.hosted.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Hosted::from_map(map));

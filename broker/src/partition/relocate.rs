@@ -104,14 +104,14 @@ impl Partition {
         rate: &dyn Fn() -> u64,
     ) -> Result<bool, LogError> {
         let name = self.tp.dir_name();
-        let from = self.log_dir();
+        let from = self.placement.dir();
         if Arc::ptr_eq(&from, &to.dest) {
             return Ok(true);
         }
         let future = to.dest.join(&format!("{name}{FUTURE}"));
-        self.moving.store(true, Ordering::Release);
+        self.placement.set_moving(true);
         let result = self.relocate_into(&from, &name, to, pacer, rate);
-        self.moving.store(false, Ordering::Release);
+        self.placement.set_moving(false);
         if !matches!(result, Ok(true)) {
             let _ = fs::remove_dir_all(&future);
         }
@@ -120,7 +120,7 @@ impl Partition {
 
     fn stopped(&self, from: &LogDir, to: &Relocation) -> bool {
         to.cancel.load(Ordering::Acquire)
-            || self.deleted.load(Ordering::Acquire)
+            || self.placement.is_deleted()
             || from.failure().is_some()
             || to.dest.failure().is_some()
     }
@@ -200,8 +200,7 @@ impl Partition {
                 *live = reopened;
             }
             if swapped.is_ok() {
-                *self.log_dir.write().unwrap_or_else(|p| p.into_inner()) = to.dest.clone();
-                self.moves.fetch_add(1, Ordering::AcqRel);
+                self.placement.moved_to(to.dest.clone());
             }
             drop(log);
             let held = held.elapsed().as_micros();

@@ -1,9 +1,15 @@
 //! This broker's part in a partition's replication: its role from the metadata state, the
-//! high watermark and the ISR as leader (with [`super::leader::LeaderState`]), acks=all waits,
-//! and the follower's side of the log (replica reads, replicated appends, truncation to the
-//! leader's epochs).
+//! high watermark and the ISR as leader (with [`super::leader::LeaderState`]) in
+//! [`Replication`]; and the partition's operations that need both its role and its log:
+//! acks=all waits, the follower's side of the log (replica reads, replicated appends,
+//! truncation to the leader's epochs).
+//!
+//! Lock rule: the role's lock is taken before the log's (`local.rs`), never while holding it:
+//! an operation that must see the role unchanged across a log change (a replicated append, a
+//! truncation) holds the role first.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +29,81 @@ pub enum Role {
     },
     /// No leader, or not yet known.
     Offline,
+}
+
+/// The partition's role in replication and what goes with it.
+pub struct Replication {
+    role: Mutex<Role>,
+    /// The partition's current leader epoch (from the metadata state), stamped on appends.
+    leader_epoch: AtomicI32,
+    /// The high watermark, for produce requests waiting on acks=all.
+    hw: tokio::sync::watch::Sender<i64>,
+    /// As a follower: the leader's high watermark in its last fetch response (-1 before one).
+    leader_hw: AtomicI64,
+}
+
+impl Replication {
+    pub(super) fn new(leader_epoch: i32) -> Replication {
+        Replication {
+            role: Mutex::new(Role::Offline),
+            leader_epoch: AtomicI32::new(leader_epoch),
+            hw: tokio::sync::watch::channel(-1).0,
+            leader_hw: AtomicI64::new(-1),
+        }
+    }
+
+    fn role(&self) -> MutexGuard<'_, Role> {
+        self.role.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This partition's current leader epoch, as the metadata state gives it.
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch.load(Ordering::Acquire)
+    }
+
+    /// Whether this broker has taken the leader's role for the partition.
+    pub fn is_leader(&self) -> bool {
+        matches!(&*self.role(), Role::Leader(_))
+    }
+
+    /// The ISR size while this broker leads (None otherwise).
+    pub fn isr_len(&self) -> Option<usize> {
+        match &*self.role() {
+            Role::Leader(s) => Some(s.isr.len()),
+            _ => None,
+        }
+    }
+
+    /// The leader this broker follows, and its epoch (None unless a follower).
+    pub fn following(&self) -> Option<(u64, i32)> {
+        match &*self.role() {
+            Role::Follower {
+                leader,
+                leader_epoch,
+            } => Some((*leader, *leader_epoch)),
+            _ => None,
+        }
+    }
+
+    /// Followers' log ends as this leader last saw them.
+    pub fn follower_log_ends(&self) -> Vec<(u64, i64)> {
+        match &*self.role() {
+            Role::Leader(s) => s.follower_log_ends(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A proposed ISR change is decided, committed (and applied) or not: another may follow.
+    pub fn isr_change_settled(&self) {
+        if let Role::Leader(s) = &mut *self.role() {
+            s.change_settled();
+        }
+    }
+
+    /// Wakes acks=all waiters, which look at the role and the high watermark again.
+    fn notify(&self) {
+        self.hw.send_modify(|_| {});
+    }
 }
 
 /// An acks=all produce appended and not yet acknowledged: what [`Partition::committed`] waits
@@ -45,10 +126,10 @@ impl Partition {
         appended: impl FnOnce(&AppendInfo),
     ) -> Result<(AppendInfo, Option<Committing>), ApiError> {
         let tp = &self.tp;
-        let leader_epoch = self.current_leader_epoch();
+        let leader_epoch = self.replication.leader_epoch();
         let min_isr = self.min_insync_replicas();
         if acks == -1 {
-            let isr = self.isr_len().unwrap_or(0);
+            let isr = self.replication.isr_len().unwrap_or(0);
             if isr < min_isr {
                 return Err(ApiError::new(
                     ErrorCode::NotEnoughReplicas,
@@ -88,7 +169,7 @@ impl Partition {
                     ),
                 )
             })?;
-        let isr = self.isr_len().unwrap_or(0);
+        let isr = self.replication.isr_len().unwrap_or(0);
         if isr < c.min_isr {
             return Err(ApiError::new(
                 ErrorCode::NotEnoughReplicasAfterAppend,
@@ -101,12 +182,14 @@ impl Partition {
         Ok(c.info)
     }
 
-    fn role(&self) -> std::sync::MutexGuard<'_, Role> {
-        self.replica.lock().unwrap_or_else(|p| p.into_inner())
+    fn role(&self) -> MutexGuard<'_, Role> {
+        self.replication.role()
     }
 
-    /// Takes this broker's role from the metadata state's view of the partition.
+    /// Takes this broker's role and leader epoch from the metadata state's view of the
+    /// partition.
     pub fn set_role(&self, me: u64, info: &strata_metadata::PartitionInfo) {
+        (self.replication.leader_epoch).store(info.leader_epoch, Ordering::Release);
         {
             let mut role = self.role();
             {
@@ -159,7 +242,7 @@ impl Partition {
         }
         // Wakes acks=all waiters, which give up if this broker no longer leads, and the
         // sessions reading the partition, whose answer for it may change.
-        self.hw.send_modify(|_| {});
+        self.replication.notify();
         self.wake();
         self.advance_hw();
     }
@@ -181,7 +264,7 @@ impl Partition {
             log.set_high_watermark(hw);
             log.high_watermark()
         };
-        self.hw.send_replace(hw);
+        self.replication.hw.send_replace(hw);
         self.wake();
     }
 
@@ -216,40 +299,6 @@ impl Partition {
         }
     }
 
-    /// A proposed ISR change is decided, committed (and applied) or not: another may follow.
-    pub fn isr_change_settled(&self) {
-        if let Role::Leader(s) = &mut *self.role() {
-            s.change_settled();
-        }
-    }
-
-    /// The ISR size while this broker leads (None otherwise).
-    pub fn isr_len(&self) -> Option<usize> {
-        match &*self.role() {
-            Role::Leader(s) => Some(s.isr.len()),
-            _ => None,
-        }
-    }
-
-    /// The leader this broker follows, and its epoch (None unless a follower).
-    pub fn following(&self) -> Option<(u64, i32)> {
-        match &*self.role() {
-            Role::Follower {
-                leader,
-                leader_epoch,
-            } => Some((*leader, *leader_epoch)),
-            _ => None,
-        }
-    }
-
-    /// Followers' log ends as this leader last saw them.
-    pub fn follower_log_ends(&self) -> Vec<(u64, i64)> {
-        match &*self.role() {
-            Role::Leader(s) => s.follower_log_ends(),
-            _ => Vec::new(),
-        }
-    }
-
     /// Waits until the high watermark passes `last_offset` (acks=all), while this broker
     /// leads at `leader_epoch`. `Err` carries the Kafka error to answer with.
     pub async fn wait_committed(
@@ -258,10 +307,10 @@ impl Partition {
         leader_epoch: i32,
         timeout: std::time::Duration,
     ) -> Result<(), crate::error::ErrorCode> {
-        let mut rx = self.hw.subscribe();
+        let mut rx = self.replication.hw.subscribe();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            if self.current_leader_epoch() != leader_epoch || !self.is_leader() {
+            if self.replication.leader_epoch() != leader_epoch || !self.replication.is_leader() {
                 return Err(crate::error::ErrorCode::NotLeaderOrFollower);
             }
             if self.log().high_watermark() > last_offset {
@@ -274,16 +323,6 @@ impl Partition {
                 }
             }
         }
-    }
-
-    /// This partition's current leader epoch, as the metadata state gives it.
-    pub fn current_leader_epoch(&self) -> i32 {
-        self.leader_epoch.load(Ordering::Acquire)
-    }
-
-    /// Whether this broker has taken the leader's role for the partition.
-    pub fn is_leader(&self) -> bool {
-        matches!(&*self.role(), Role::Leader(_))
     }
 
     /// Batches from `offset` up to the log end, for a follower (never from the remote tier:
@@ -337,7 +376,7 @@ impl Partition {
         if n > 0 {
             self.activity.mark(self);
         }
-        self.leader_hw.store(leader_hw, Ordering::Release);
+        (self.replication.leader_hw).store(leader_hw, Ordering::Release);
         let hw = leader_hw.min(log.log_end_offset());
         if hw > log.high_watermark() {
             log.set_high_watermark(hw);
@@ -349,17 +388,17 @@ impl Partition {
     /// produces waiting for acks=all are answered now rather than at their timeout.
     pub(super) fn stop_hosting(&self) {
         *self.role() = Role::Offline;
-        self.hw.send_modify(|_| {});
+        self.replication.notify();
     }
 
     /// How many committed offsets this replica lacks (DescribeLogDirs' offset lag): 0 as
     /// leader; as a follower the leader's last reported high watermark minus this log's end,
     /// or -1 before the first fetch answered.
     pub fn offset_lag(&self) -> i64 {
-        if self.is_leader() {
+        if self.replication.is_leader() {
             return 0;
         }
-        let leader_hw = self.leader_hw.load(Ordering::Acquire);
+        let leader_hw = self.replication.leader_hw.load(Ordering::Acquire);
         if leader_hw < 0 {
             return -1;
         }

@@ -2,15 +2,15 @@
 //! one's, whichever is lower, never below the quorum's floor), and an offset below the local
 //! start is answered from the remote segment holding it ([`Read::Remote`]); the tier reads it.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use strata_metadata::{PartitionInfo, RemoteSegment};
 
-use super::{offsets_of, Offsets, Partition};
+use super::{Offsets, Partition};
 use crate::log::txn_index::AbortedTxn;
-use crate::log::{ClosedSegment, LogError, RemoteView};
+use crate::log::{ClosedSegment, Log, LogError, RemoteView};
 
 /// A partition's local and remote ranges (`end`s are exclusive).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -127,12 +127,52 @@ pub enum TimeLookup {
     Remote(RemoteSegment),
 }
 
-impl Partition {
-    pub fn remote(&self) -> Arc<RemoteLog> {
+/// The partition's view of its remote tier: the remote log as the metadata state last gave it.
+///
+/// Lock rule: a leaf, held only to clone or replace the `Arc`.
+pub struct TierView {
+    remote: RwLock<Arc<RemoteLog>>,
+}
+
+impl TierView {
+    pub(super) fn new(remote: RemoteLog) -> TierView {
+        TierView {
+            remote: RwLock::new(Arc::new(remote)),
+        }
+    }
+
+    pub(super) fn get(&self) -> Arc<RemoteLog> {
         self.remote
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    pub(super) fn set(&self, remote: RemoteLog) {
+        *self.remote.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(remote);
+    }
+}
+
+/// The offsets of the one log over two tiers: its start is the remote log's (or the local
+/// one's, whichever is lower, never below the quorum's floor).
+pub(super) fn offsets_of(log: &Log, remote: &RemoteLog) -> Offsets {
+    let local = log.log_start_offset();
+    let start = match remote.start() {
+        Some(r) if r < local => r,
+        _ => local,
+    };
+    let log_start = start.max(remote.floor).min(log.log_end_offset());
+    Offsets {
+        log_start,
+        high_watermark: log.high_watermark(),
+        last_stable: log.last_stable_offset().max(log_start),
+        log_end: log.log_end_offset(),
+    }
+}
+
+impl Partition {
+    pub fn remote(&self) -> Arc<RemoteLog> {
+        self.tier.get()
     }
 
     /// Batches from `offset` for a consumer (up to the high watermark, or for read_committed

@@ -132,7 +132,7 @@ impl Fetchers {
         let state = self.node.metadata.state();
         let me = self.node.config.node_id;
         for p in self.node.partitions.hosted().all() {
-            if let Some((leader, leader_epoch)) = p.following() {
+            if let Some((leader, leader_epoch)) = p.replication().following() {
                 let internal = p.tp.topic.starts_with("__");
                 // Throttled while catching up only: once in the ISR (a move adding two replicas
                 // completes when both are), acks=all writes wait for it, as in Kafka.

@@ -47,7 +47,7 @@ fn propose_isr(node: &Arc<Node>, p: &Arc<Partition>, change: IsrChange) {
                 tracing::info!(topic = %p.tp.topic, partition = p.tp.partition, isr = ?change.isr, error = %e, "ISR change not committed");
             }
         }
-        p.isr_change_settled();
+        p.replication().isr_change_settled();
     });
 }
 

@@ -59,7 +59,7 @@ impl TxnCoordinator {
         for (topic, p) in partitions {
             let appended = (|| {
                 let part = node.leader_partition(topic, *p, -1)?;
-                let leader_epoch = part.current_leader_epoch();
+                let leader_epoch = part.replication().leader_epoch();
                 let offset = part
                     .append_marker(
                         spec.marker(),

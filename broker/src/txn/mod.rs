@@ -501,7 +501,7 @@ impl TxnCoordinator {
         let replicas = (self.node.metadata.state().partition(store::TOPIC, p))
             .map_or(1, |info| info.replicas.len());
         let min_isr = (self.node.config.transaction_state_log_min_isr as usize).min(replicas);
-        let isr = part.isr_len().unwrap_or(0);
+        let isr = part.replication().isr_len().unwrap_or(0);
         if isr < min_isr {
             return Err(ApiError::new(
                 ErrorCode::CoordinatorNotAvailable,

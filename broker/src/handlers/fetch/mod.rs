@@ -126,7 +126,7 @@ pub async fn handle(
             for w in &wanted {
                 for wp in &w.partitions {
                     if let Some(p) = &wp.partition {
-                        p.watch(&notify);
+                        p.waiters().watch(&notify);
                     }
                 }
             }

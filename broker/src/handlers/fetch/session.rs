@@ -92,7 +92,7 @@ pub(super) fn wanted(
         for w in &wanted {
             for wp in &w.partitions {
                 if let (Some(p), Some(place)) = (&wp.partition, wp.place) {
-                    p.subscribe(&v.visit.changes, place);
+                    p.waiters().subscribe(&v.visit.changes, place);
                 }
             }
         }
