@@ -171,11 +171,12 @@ impl Log {
         if !self.config.compact {
             return None;
         }
-        let active_base = *self.segments.keys().next_back()?;
+        let active_base = *self.segments.map.keys().next_back()?;
         let lag = self.config.min_compaction_lag_ms;
         let first_unstable = self.producers.first_unstable_offset();
         let dirty_end = self
             .segments
+            .map
             .values()
             .find(|s| {
                 s.base_offset() == active_base
@@ -186,7 +187,7 @@ impl Log {
             .unwrap_or(active_base);
         let clean_point = self.clean_point.max(self.first_segment_base());
         let (mut clean, mut dirty) = (0u64, 0u64);
-        for s in self.segments.range(..dirty_end).map(|(_, s)| s) {
+        for s in self.segments.map.range(..dirty_end).map(|(_, s)| s) {
             if s.base_offset() >= clean_point {
                 dirty += s.size();
             } else {
@@ -217,7 +218,7 @@ impl Log {
             return Ok(None);
         }
         let mut segments = Vec::new();
-        for s in self.segments.range_mut(..dirty_end).map(|(_, s)| s) {
+        for s in self.segments.map.range_mut(..dirty_end).map(|(_, s)| s) {
             segments.push(SegmentView {
                 base: s.base_offset(),
                 size: s.size(),
@@ -227,7 +228,7 @@ impl Log {
         }
         let first = self.first_segment_base();
         let aborted = txn_index::collect(
-            self.segments.values().map(|s| s.txn_index()),
+            self.segments.map.values().map(|s| s.txn_index()),
             first,
             dirty_end,
         );
@@ -250,10 +251,10 @@ impl Log {
     /// long enough to stall producers if done under it.
     pub fn install_cleaned(&mut self, cleaned: Cleaned) -> Result<Option<Retired>, LogError> {
         let staging = self.dir.join(STAGING);
-        let active_base = *self.segments.keys().next_back().expect("one segment");
+        let active_base = *self.segments.map.keys().next_back().expect("one segment");
         let unchanged = cleaned.groups.iter().all(|g| {
             g.replaces.iter().zip(&g.sizes).all(|(b, size)| {
-                *b != active_base && self.segments.get(b).is_some_and(|s| s.size() == *size)
+                *b != active_base && self.segments.map.get(b).is_some_and(|s| s.size() == *size)
             })
         });
         if !unchanged {
@@ -276,10 +277,14 @@ impl Log {
             for g in &cleaned.groups {
                 // Not `Segment::delete`: the files at `g.base` are the new segment's now. The
                 // others are unlinked already; readers' slices keep their mappings alive.
-                retired.extend(g.replaces.iter().filter_map(|b| self.segments.remove(b)));
+                retired.extend(
+                    g.replaces
+                        .iter()
+                        .filter_map(|b| self.segments.map.remove(b)),
+                );
                 let (seg, _) =
                     Segment::open(&self.dir, g.base, self.config.index_interval_bytes, true)?;
-                self.segments.insert(g.base, seg);
+                self.segments.map.insert(g.base, seg);
             }
         } else if staging.exists() {
             std::fs::remove_dir_all(&staging)?;
@@ -602,7 +607,7 @@ mod tests {
             put(&mut log, &format!("filler-{}", i % 3), Some("x"), NOW);
         }
         log.roll(NOW).unwrap();
-        assert!(log.segment_count() > 2);
+        assert!(log.segments().count() > 2);
         // Producer 3's transaction may still abort: nothing from its segment on is cleaned.
         assert!(clean(&mut log, NOW).is_none());
         log.append_marker(Marker::Commit, 3, 0, 0, 0, NOW).unwrap();
@@ -649,13 +654,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut log = open(dir.path());
         let before = updates(&mut log);
-        let segments = log.segment_count();
+        let segments = log.segments().count();
         let end = log.log_end_offset();
         let stats = clean(&mut log, NOW).expect("dirty enough to clean");
         assert_eq!(contents(&mut log), latest(&before));
         assert_eq!(log.log_end_offset(), end, "the log end never moves");
         assert_eq!(stats.records_removed, 290);
-        assert!(log.segment_count() < segments, "small segments are merged");
+        assert!(log.segments().count() < segments, "small segments are merged");
         // The result survives a restart, and appends continue after it.
         drop(log);
         let mut log = open(dir.path());
@@ -743,7 +748,7 @@ mod tests {
         let before = updates(&mut log);
         let plan = log.clean_plan(NOW).unwrap().unwrap();
         let cleaned = plan.clean(1 << 20, NOW, &mut |_| true).unwrap().unwrap();
-        let first_end = log.segments.values().next().unwrap().next_offset();
+        let first_end = log.segments.map.values().next().unwrap().next_offset();
         // compact,delete allows DeleteRecords; it drops the first segment under the clean.
         log.set_config(LogConfig {
             delete: true,

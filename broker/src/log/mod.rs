@@ -44,9 +44,9 @@ pub mod records;
 mod recovery;
 mod retention;
 pub mod segment;
+mod segments;
 pub mod txn_index;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use bytes::Bytes;
@@ -60,6 +60,7 @@ use leader_epoch::LeaderEpochCache;
 use producer_state::{MarkerCheck, ProducerState, SequenceCheck};
 pub use recovery::RecoveryReport;
 use segment::Segment;
+pub use segments::Segments;
 use txn_index::AbortedTxn;
 
 /// Who writes a batch (see [`Log::append_from`]).
@@ -89,23 +90,20 @@ pub struct AppendInfo {
     pub recompressed: (u64, u64),
 }
 
+/// A partition's log: what its offsets mean (start, high watermark, last stable offset), its
+/// producers and leader epochs, its checkpoints, over the chain of segment files
+/// ([`Segments`]) that holds the bytes.
 pub struct Log {
     dir: PathBuf,
     config: LogConfig,
-    /// Segments by base offset; the last one is active.
-    segments: BTreeMap<i64, Segment>,
+    segments: Segments,
     log_start_offset: i64,
     high_watermark: i64,
+    /// Every segment below the one holding it was flushed and sealed (`recovery-point`).
     recovery_point: i64,
     producers: ProducerState,
-    last_flush_ms: i64,
     /// Compacted logs: offsets below this were cleaned (a segment base).
     clean_point: i64,
-    /// Rolled segments not yet fsynced, each with the recovery point its flush allows. A roll
-    /// does not fsync under the partition lock (a full 1 GiB segment's fsync held appends up
-    /// for 100–250 ms); [`crate::partition::Partition::flush_rolled`] does it outside, and only
-    /// then does the recovery point move past them.
-    unflushed_rolls: Vec<(i64, std::fs::File)>,
     /// First offset of each leader epoch.
     epochs: LeaderEpochCache,
     /// More than one replica: the partition moves the high watermark by its ISR. Otherwise
@@ -184,46 +182,32 @@ impl Log {
     }
 
     fn first_segment_base(&self) -> i64 {
-        *self
-            .segments
-            .keys()
-            .next()
-            .expect("a log always has a segment")
+        self.segments.first_base()
     }
 
     fn active(&mut self) -> &mut Segment {
-        self.segments
-            .values_mut()
-            .next_back()
-            .expect("a log always has a segment")
+        self.segments.active()
+    }
+
+    /// The chain of segment files (sizes, counts, the rolls awaiting their fsync).
+    pub fn segments(&self) -> &Segments {
+        &self.segments
+    }
+
+    /// The chain, to release idle mappings or take the rolls to fsync ([`Segments`]'s public
+    /// operations never change what the log holds).
+    pub fn segments_mut(&mut self) -> &mut Segments {
+        &mut self.segments
     }
 
     pub fn log_end_offset(&self) -> i64 {
-        self.segments
-            .values()
-            .next_back()
-            .expect("one")
-            .next_offset()
+        self.segments.end()
     }
     pub fn log_start_offset(&self) -> i64 {
         self.log_start_offset
     }
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark
-    }
-    pub fn size_bytes(&self) -> u64 {
-        self.segments.values().map(|s| s.size()).sum()
-    }
-    /// Bytes of the segments that hold offsets at or above `offset`.
-    pub fn bytes_from(&self, offset: i64) -> u64 {
-        self.segments
-            .values()
-            .filter(|s| s.next_offset() > offset)
-            .map(|s| s.size())
-            .sum()
-    }
-    pub fn segment_count(&self) -> usize {
-        self.segments.len()
     }
     pub fn config(&self) -> &LogConfig {
         &self.config
@@ -331,8 +315,8 @@ impl Log {
             // A single replica: a write is committed once it is in the log.
             self.high_watermark = self.log_end_offset();
         }
-        if self.active().unflushed_messages() as i64 >= self.config.flush_messages {
-            self.flush(now_ms)?;
+        if self.segments.unflushed_messages() as i64 >= self.config.flush_messages {
+            self.segments.flush(now_ms)?;
         }
         self.debug_check();
         Ok(info)
@@ -519,17 +503,8 @@ impl Log {
             self.maybe_roll(bytes.len() as u64, now_ms)?;
             if self.log_end_offset() < header.base_offset && self.active().is_empty() {
                 // An empty active segment must start where its first batch does.
-                let base = *self.segments.keys().next_back().expect("one segment");
-                if let Some(seg) = self.segments.remove(&base) {
-                    seg.delete()?;
-                }
-                let seg = Segment::create(
-                    &self.dir,
-                    header.base_offset,
-                    self.config.index_interval_bytes,
-                    now_ms,
-                )?;
-                self.segments.insert(header.base_offset, seg);
+                let interval = self.config.index_interval_bytes;
+                (self.segments).restart_active_at(header.base_offset, interval, now_ms)?;
             }
             debug_assert!(
                 header.leader_epoch >= self.latest_epoch(),
@@ -560,8 +535,8 @@ impl Log {
             }
             records += header.record_count as u64;
         }
-        if self.active().unflushed_messages() as i64 >= self.config.flush_messages {
-            self.flush(now_ms)?;
+        if self.segments.unflushed_messages() as i64 >= self.config.flush_messages {
+            self.segments.flush(now_ms)?;
         }
         Ok(records)
     }
@@ -578,19 +553,7 @@ impl Log {
             let producers = self.producers.before(start);
             return self.reset_to(start, now_ms, producers);
         }
-        let above: Vec<i64> = self.segments.range(offset..).map(|(b, _)| *b).collect();
-        for base in above {
-            if base == *self.segments.keys().next().expect("one segment") {
-                break;
-            }
-            if let Some(seg) = self.segments.remove(&base) {
-                seg.delete()?;
-            }
-        }
-        let last = *self.segments.keys().next_back().expect("one segment");
-        if let Some(seg) = self.segments.remove(&last) {
-            self.segments.insert(last, seg.truncated(offset)?);
-        }
+        self.segments.truncate(offset)?;
         self.after_truncation()?;
         tracing::info!(dir = %self.dir.display(), offset, end = self.log_end_offset(), "truncated log");
         Ok(self.log_end_offset())
@@ -604,13 +567,7 @@ impl Log {
         now_ms: i64,
         producers: ProducerState,
     ) -> Result<i64, LogError> {
-        for (_, seg) in std::mem::take(&mut self.segments) {
-            seg.delete()?;
-        }
-        self.segments.insert(
-            offset,
-            Segment::create(&self.dir, offset, self.config.index_interval_bytes, now_ms)?,
-        );
+        (self.segments).reset(offset, self.config.index_interval_bytes, now_ms)?;
         self.log_start_offset = offset;
         // Everything below the new start is gone: committed as far as this log can tell.
         self.high_watermark = offset;
@@ -639,7 +596,6 @@ impl Log {
         self.high_watermark = self.high_watermark.min(end);
         self.recovery_point = self.recovery_point.min(end);
         write_checkpoint(&self.dir.join(RECOVERY_POINT), self.recovery_point)?;
-        self.unflushed_rolls.retain(|(e, _)| *e <= end);
         if self.epochs.truncate_from_end(end) {
             self.epochs.save(&self.dir, Durability::Synced)?;
         }
@@ -682,10 +638,7 @@ impl Log {
 
     /// Seals the active segment and starts a new one at the log end.
     pub fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
-        let end = self.log_end_offset();
-        let file = self.active().seal_unflushed()?;
-        let seg = Segment::create(&self.dir, end, self.config.index_interval_bytes, now_ms)?;
-        self.segments.insert(end, seg);
+        let end = (self.segments).roll(self.config.index_interval_bytes, now_ms)?;
         // The latest snapshot becomes the previous one: until the rolled segment is flushed,
         // a recovery rescans it and must replay from below it (see `rebuild_producer_state`).
         let latest = self.dir.join(PRODUCER_STATE);
@@ -693,27 +646,13 @@ impl Log {
             std::fs::rename(&latest, self.dir.join(PRODUCER_STATE_PREVIOUS))?;
         }
         self.producers.save(&latest, end, Durability::Synced)?;
-        self.unflushed_rolls.push((end, file));
         tracing::debug!(dir = %self.dir.display(), base = end, "rolled segment");
         Ok(())
     }
 
-    /// The rolled segments awaiting their fsync (see `unflushed_rolls`).
-    pub fn take_unflushed_rolls(&mut self) -> Vec<(i64, std::fs::File)> {
-        std::mem::take(&mut self.unflushed_rolls)
-    }
-
-    /// Puts back rolls whose fsync failed, ahead of any newer ones, to be tried again.
-    pub fn restore_unflushed_rolls(&mut self, mut rolls: Vec<(i64, std::fs::File)>) {
-        rolls.append(&mut self.unflushed_rolls);
-        self.unflushed_rolls = rolls;
-    }
-
     /// Every segment below `up_to` is on disk: recovery after a crash may skip them.
     pub fn rolls_flushed(&mut self, up_to: i64) -> Result<(), LogError> {
-        if up_to > self.recovery_point
-            && self.unflushed_rolls.first().is_none_or(|(e, _)| *e > up_to)
-        {
+        if up_to > self.recovery_point && self.segments.rolls_flushed_to(up_to) {
             // The epochs of the batches below the new recovery point are durable first: an
             // unclean open rescans (and re-learns epochs from) only what lies above it.
             self.epochs.save(&self.dir, Durability::Synced)?;
@@ -725,12 +664,12 @@ impl Log {
 
     /// Fsyncs the rolled segments now (clean close).
     pub fn flush_rolls(&mut self) -> Result<(), LogError> {
-        let rolls = self.take_unflushed_rolls();
+        let rolls = self.segments.take_unflushed_rolls();
         match fsync_rolls(&rolls) {
             Ok(Some(up_to)) => self.rolls_flushed(up_to),
             Ok(None) => Ok(()),
             Err(e) => {
-                self.restore_unflushed_rolls(rolls);
+                self.segments.restore_unflushed_rolls(rolls);
                 Err(e.into())
             }
         }
@@ -763,22 +702,7 @@ impl Log {
         let Some(upper) = records::end_offset(&bytes) else {
             return Ok((bytes, Vec::new()));
         };
-        let first = self.segment_base_for(offset);
-        let aborted = txn_index::collect(
-            self.segments.range(first..).map(|(_, s)| s.txn_index()),
-            offset,
-            upper,
-        );
-        Ok((bytes, aborted))
-    }
-
-    /// The base of the segment holding `offset`, or (at a segment's end) of the next one:
-    /// where a walk of the segments from `offset` starts.
-    fn segment_base_for(&self, offset: i64) -> i64 {
-        self.segments
-            .range(..=offset)
-            .next_back()
-            .map_or(offset, |(b, _)| *b)
+        Ok((bytes, self.segments.aborted(offset, upper)))
     }
 
     fn read_upto(&mut self, offset: i64, max_bytes: usize, limit: i64) -> Result<Bytes, LogError> {
@@ -791,72 +715,25 @@ impl Log {
             });
         }
         let capacity = self.config.segment_bytes + self.config.max_message_bytes as u64;
-        let first = self.segment_base_for(offset);
-        for seg in self.segments.range_mut(first..).map(|(_, s)| s) {
-            if let Some((pos, header)) = seg.find_batch(offset, capacity)? {
-                if header.last_offset() >= limit {
-                    return Ok(Bytes::new());
-                }
-                return seg.read_from(pos, max_bytes, limit, capacity);
-            }
-        }
-        Ok(Bytes::new())
+        self.segments.read(offset, max_bytes, limit, capacity)
     }
 
     /// Kafka's ListOffsets by timestamp: the first record with timestamp ≥ `ts`, and its timestamp.
     pub fn offset_for_timestamp(&mut self, ts: i64) -> Result<Option<(i64, i64)>, LogError> {
-        let start = self.log_start_offset;
-        let hw = self.high_watermark;
-        for seg in self.segments.values_mut() {
-            if seg.next_offset() <= start || seg.max_timestamp() < ts {
-                continue;
-            }
-            let from = seg.time_lookup_start(ts)?;
-            for (pos, h) in seg.headers_from(from)? {
-                if h.base_offset >= hw {
-                    return Ok(None);
-                }
-                if h.max_timestamp < ts || h.last_offset() < start {
-                    continue;
-                }
-                if h.is_log_append_time() {
-                    return Ok(Some((h.base_offset.max(start), h.max_timestamp)));
-                }
-                let bytes = seg.batch_bytes(pos, &h)?;
-                let found = records::first(&bytes, &h, |r| r.timestamp >= ts && r.offset >= start)?;
-                if found.is_some() {
-                    return Ok(found);
-                }
-            }
-        }
-        Ok(None)
+        let (start, hw) = (self.log_start_offset, self.high_watermark);
+        self.segments.offset_for_timestamp(ts, start, hw)
     }
 
     /// ListOffsets MAX_TIMESTAMP: the offset of the record with the largest timestamp.
     pub fn max_timestamp(&self) -> Option<(i64, i64)> {
-        self.segments
-            .values()
-            .filter(|s| !s.is_empty() && s.next_offset() > self.log_start_offset)
-            .max_by_key(|s| s.max_timestamp())
-            .map(|s| (s.offset_of_max_timestamp(), s.max_timestamp()))
+        self.segments.max_timestamp(self.log_start_offset)
     }
 
     /// Closed segments wholly below the last stable offset: what may be offloaded. Every
     /// transaction with records in one has ended, so the aborted ones that overlap it are
     /// known when it is uploaded ([`Log::closed_segment`]).
     pub fn closed_segments(&self) -> Vec<ClosedSegment> {
-        let stable = self.last_stable_offset();
-        self.segments
-            .values()
-            .take(self.segments.len() - 1)
-            .filter(|s| !s.is_empty() && s.next_offset() <= stable)
-            .map(|s| ClosedSegment {
-                base_offset: s.base_offset(),
-                next_offset: s.next_offset(),
-                size: s.size(),
-                max_timestamp: s.max_timestamp(),
-            })
-            .collect()
+        self.segments.closed(self.last_stable_offset())
     }
 
     /// The bytes of the closed segment starting at `base` (zero-copy; they stay readable
@@ -867,21 +744,7 @@ impl Log {
         &mut self,
         base: i64,
     ) -> Result<Option<(Bytes, Vec<AbortedTxn>)>, LogError> {
-        if self.segments.keys().next_back() == Some(&base) {
-            return Ok(None);
-        }
-        match self.segments.get_mut(&base) {
-            Some(seg) => {
-                let (bytes, end) = (seg.whole()?, seg.next_offset());
-                let aborted = txn_index::collect(
-                    self.segments.range(base..).map(|(_, s)| s.txn_index()),
-                    base,
-                    end,
-                );
-                Ok(Some((bytes, aborted)))
-            }
-            None => Ok(None),
-        }
+        self.segments.closed_bytes(base)
     }
 
     /// Rolls the active segment when `segment.ms` has passed even without new appends.
@@ -894,34 +757,15 @@ impl Log {
         Ok(())
     }
 
-    /// Releases the mappings of segments not read since the last call (see
-    /// [`Segment::release_idle_map`]).
-    pub fn release_idle_maps(&mut self) {
-        for seg in self.segments.values_mut() {
-            seg.release_idle_map();
-        }
-    }
-
     /// Flushes when `flush.ms` has passed since the last flush.
     pub fn flush_if_due(&mut self, now_ms: i64) -> Result<(), LogError> {
-        if self.active().unflushed_messages() > 0
-            && now_ms - self.last_flush_ms >= self.config.flush_ms
-        {
-            self.flush(now_ms)?;
-        }
-        Ok(())
+        self.segments.flush_if_due(now_ms, self.config.flush_ms)
     }
 
     /// Records appended and not yet flushed while `flush.ms` is finite: a time-based flush is
     /// still to come.
     pub fn has_unflushed_records(&mut self) -> bool {
-        self.config.flush_ms < i64::MAX && self.active().unflushed_messages() > 0
-    }
-
-    pub fn flush(&mut self, now_ms: i64) -> Result<(), LogError> {
-        self.active().flush()?;
-        self.last_flush_ms = now_ms;
-        Ok(())
+        self.config.flush_ms < i64::MAX && self.segments.unflushed_messages() > 0
     }
 }
 

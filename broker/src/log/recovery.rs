@@ -10,7 +10,7 @@ use super::leader_epoch::LeaderEpochCache;
 use super::producer_state::ProducerState;
 use super::segment::Segment;
 use super::track_control_batch;
-use super::{cleaning, Log, LogConfig, LogError};
+use super::{cleaning, Log, LogConfig, LogError, Segments};
 use super::{CLEAN_SHUTDOWN, LOG_START, PRODUCER_STATE, PRODUCER_STATE_PREVIOUS, RECOVERY_POINT};
 
 /// What `Log::open` found, for logs and metrics.
@@ -104,14 +104,12 @@ impl Log {
         let mut log = Log {
             dir: dir.to_path_buf(),
             config,
-            segments,
+            segments: Segments::new(dir, segments, now_ms),
             log_start_offset,
             high_watermark: log_end,
             recovery_point: recovery_point.min(log_end),
             producers: ProducerState::default(),
-            last_flush_ms: now_ms,
             clean_point: Log::load_clean_point(dir),
-            unflushed_rolls: Vec::new(),
             epochs: LeaderEpochCache::default(),
             replicated: false,
             truncations: 0,
@@ -133,7 +131,7 @@ impl Log {
             Some(mut c) => {
                 let mut added = false;
                 if let Some(from) = rescanned_from {
-                    for seg in self.segments.range_mut(from..).map(|(_, s)| s) {
+                    for seg in self.segments.map.range_mut(from..).map(|(_, s)| s) {
                         for (_, h) in seg.headers_from(0)? {
                             added |= c.assign(h.leader_epoch, h.base_offset);
                         }
@@ -143,7 +141,7 @@ impl Log {
             }
             None => {
                 let mut c = LeaderEpochCache::default();
-                for seg in self.segments.values_mut() {
+                for seg in self.segments.map.values_mut() {
                     for (_, h) in seg.headers_from(0)? {
                         c.assign(h.leader_epoch, h.base_offset);
                     }
@@ -181,7 +179,7 @@ impl Log {
             .or_else(|| usable(PRODUCER_STATE_PREVIOUS))
             .unwrap_or_else(|| (ProducerState::default(), first));
         self.producers = state;
-        for seg in self.segments.values_mut() {
+        for seg in self.segments.map.values_mut() {
             seg.txn_index_mut().truncate_from(from);
             if seg.next_offset() <= from {
                 continue;

@@ -35,13 +35,14 @@ impl Log {
         }
         let doomed: Vec<i64> = self
             .segments
+            .map
             .iter()
-            .take(self.segments.len() - 1)
+            .take(self.segments.map.len() - 1)
             .filter(|(_, s)| s.next_offset() <= self.log_start_offset)
             .map(|(b, _)| *b)
             .collect();
         for base in &doomed {
-            if let Some(seg) = self.segments.remove(base) {
+            if let Some(seg) = self.segments.map.remove(base) {
                 seg.delete()?;
             }
         }
@@ -67,11 +68,12 @@ impl Log {
         let mut new_start = self.log_start_offset;
         let closed: Vec<(bool, i64, u64, i64)> = self
             .segments
+            .map
             .values()
-            .take(self.segments.len() - 1)
+            .take(self.segments.map.len() - 1)
             .map(|s| (s.is_empty(), s.max_timestamp(), s.size(), s.next_offset()))
             .collect();
-        let local_size = self.size_bytes() as i64;
+        let local_size = self.segments.size() as i64;
         // The whole log's size: remote bytes plus what is only here.
         let mut total = match remote {
             None => local_size,
@@ -79,6 +81,7 @@ impl Log {
                 r.bytes as i64
                     + self
                         .segments
+                        .map
                         .values()
                         .filter(|s| s.next_offset() > r.end)
                         .map(|s| s.size() as i64)

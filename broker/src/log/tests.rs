@@ -100,7 +100,7 @@ fn segments_roll_at_segment_bytes_and_reads_cross_them() {
     for _ in 0..10 {
         log.append(&validated(b.clone()), 0, 0).unwrap();
     }
-    assert_eq!(log.segment_count(), 4);
+    assert_eq!(log.segments().count(), 4);
     let headers = read_all(&mut log, 0);
     assert_eq!(headers.len(), 10);
     assert_eq!(headers.last().unwrap().last_offset(), 39);
@@ -141,9 +141,9 @@ fn delete_records_moves_the_start_and_drops_whole_segments() {
     for _ in 0..6 {
         log.append(&validated(b.clone()), 0, 0).unwrap();
     }
-    assert_eq!(log.segment_count(), 3);
+    assert_eq!(log.segments().count(), 3);
     assert_eq!(log.delete_records_before(12, 0).unwrap(), 12);
-    assert_eq!(log.segment_count(), 2);
+    assert_eq!(log.segments().count(), 2);
     assert!(matches!(
         log.read(9, 100, i64::MAX),
         Err(LogError::OffsetOutOfRange { .. })
@@ -180,7 +180,7 @@ fn retention_deletes_old_and_excess_segments_only() {
     assert_eq!(log.log_start_offset(), 10);
     // The active segment is never deleted by retention.
     assert_eq!(log.enforce_retention(100_000, None).unwrap(), 1);
-    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.segments().count(), 1);
     assert_eq!(log.log_start_offset(), 20);
 
     let dir = tempfile::tempdir().unwrap();
@@ -191,8 +191,8 @@ fn retention_deletes_old_and_excess_segments_only() {
         log.append(&validated(b.clone()), 0, 0).unwrap();
     }
     log.enforce_retention(0, None).unwrap();
-    assert!(log.size_bytes() <= (b.len() * 4) as u64);
-    assert_eq!(log.segment_count(), 2);
+    assert!(log.segments().size() <= (b.len() * 4) as u64);
+    assert_eq!(log.segments().count(), 2);
 }
 
 #[test]
@@ -300,7 +300,7 @@ fn a_corrupted_batch_truncates_the_log_there_even_across_segments() {
         Log::open(dir.path(), LogConfig::for_tests((b.len() * 2) as u64), 0).unwrap();
     assert_eq!(log.log_end_offset(), 15);
     assert_eq!(read_all(&mut log, 0).len(), 3);
-    assert_eq!(log.segment_count(), 2);
+    assert_eq!(log.segments().count(), 2);
 }
 
 #[test]
@@ -437,7 +437,7 @@ fn a_rolled_segment_is_trusted_after_a_crash_only_once_its_fsync_is_done() {
         log.append(&validated(b.clone()), 0, 0).unwrap();
     }
     // Rolled (two segments closed) but not yet fsynced: a crash now rescans them.
-    assert_eq!(log.take_unflushed_rolls().len(), 1);
+    assert_eq!(log.segments_mut().take_unflushed_rolls().len(), 1);
     drop(log);
     let (mut log, report) = Log::open(dir.path(), LogConfig::for_tests(size), 0).unwrap();
     assert_eq!(report.rescanned_segments, 2);
@@ -446,7 +446,7 @@ fn a_rolled_segment_is_trusted_after_a_crash_only_once_its_fsync_is_done() {
         log.append(&validated(b.clone()), 0, 0).unwrap();
     }
     log.flush_rolls().unwrap();
-    assert!(log.take_unflushed_rolls().is_empty());
+    assert!(log.segments_mut().take_unflushed_rolls().is_empty());
     drop(log);
     let (log, report) = Log::open(dir.path(), LogConfig::for_tests(size), 0).unwrap();
     assert_eq!(report.rescanned_segments, 1);
@@ -492,11 +492,11 @@ fn logs_outnumbering_the_open_file_cache_append_read_and_recover() {
         }
     }
     for log in &mut logs {
-        assert!(log.segment_count() > 2, "segments rolled");
+        assert!(log.segments().count() > 2, "segments rolled");
         let headers = read_all(log, 0);
         assert_eq!(headers.len(), 12);
         assert_eq!(headers.last().unwrap().next_offset(), 24);
-        log.flush(0).unwrap();
+        log.segments.flush(0).unwrap();
     }
     assert!(
         handles::reopen_counter().get() > reopens,
@@ -523,10 +523,10 @@ fn a_mapping_unread_for_a_whole_sweep_is_released_and_mapped_again_when_read() {
     let mut log = open(dir.path(), 1 << 20);
     log.append(&validated(batch(3, 0)), 0, 0).unwrap();
     assert_eq!(read_all(&mut log, 0).len(), 1);
-    let active = |log: &Log| log.segments.values().next_back().unwrap().is_mapped();
-    log.release_idle_maps();
+    let active = |log: &Log| log.segments.map.values().next_back().unwrap().is_mapped();
+    log.segments_mut().release_idle_maps();
     assert!(active(&log), "read since the last sweep: kept");
-    log.release_idle_maps();
+    log.segments_mut().release_idle_maps();
     assert!(!active(&log), "unread for a whole sweep: released");
     log.append(&validated(batch(3, 0)), 0, 0).unwrap();
     let headers = read_all(&mut log, 0);
@@ -680,7 +680,7 @@ mod transactions {
             two_transactions(&mut log);
             log.append(&validated(transactional(1, 0, 9, 0, 0)), 0, 0)
                 .unwrap();
-            assert!(log.segment_count() > 3);
+            assert!(log.segments().count() > 3);
             let expected = log.read_committed(0, 1 << 20).unwrap();
             assert_eq!(log.last_stable_offset(), 8);
             if crash {
@@ -745,7 +745,7 @@ fn a_segment_is_offloaded_only_below_the_last_stable_offset_with_every_abort_tha
         .unwrap();
     log.append(&validated(batch(3, 0)), 0, 0).unwrap();
     log.append(&validated(batch(3, 0)), 0, 0).unwrap();
-    assert!(log.segment_count() >= 3);
+    assert!(log.segments().count() >= 3);
     assert!(
         log.closed_segments().is_empty(),
         "the open transaction holds every segment back"

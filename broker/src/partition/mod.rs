@@ -328,8 +328,8 @@ impl Partition {
         let log = self.log();
         (
             offsets_of(&log, &remote),
-            log.size_bytes(),
-            log.segment_count(),
+            log.segments().size(),
+            log.segments().count(),
         )
     }
 
@@ -340,11 +340,11 @@ impl Partition {
         self.enforce_retention(now)?;
         let rolled = {
             let mut log = self.log();
-            let segments = log.segment_count();
+            let segments = log.segments().count();
             log.roll_if_old(now)?;
             log.flush_if_due(now)?;
-            log.release_idle_maps();
-            log.segment_count() != segments
+            log.segments_mut().release_idle_maps();
+            log.segments().count() != segments
         };
         if rolled {
             self.activity.mark(self);
@@ -369,13 +369,13 @@ impl Partition {
     /// Fsyncs the segments rolled since the last call, outside the log lock, then moves the
     /// recovery point past them (see `Log::take_unflushed_rolls`).
     pub fn flush_rolled(&self) -> Result<(), LogError> {
-        let rolls = self.log().take_unflushed_rolls();
+        let rolls = self.log().segments_mut().take_unflushed_rolls();
         // The lock is released while the disk works.
         match crate::log::fsync_rolls(&rolls) {
             Ok(Some(up_to)) => self.log().rolls_flushed(up_to),
             Ok(None) => Ok(()),
             Err(e) => {
-                self.log().restore_unflushed_rolls(rolls);
+                self.log().segments_mut().restore_unflushed_rolls(rolls);
                 Err(e.into())
             }
         }

@@ -267,7 +267,7 @@ impl Partition {
 
     /// Bytes of the local segments holding offsets at or above `offset`.
     pub fn local_bytes_from(&self, offset: i64) -> u64 {
-        self.log().bytes_from(offset)
+        self.log().segments().bytes_from(offset)
     }
 
     /// Remote retention moved the log start to `offset`: local copies below it go too.
@@ -297,8 +297,8 @@ impl Partition {
             tiered,
             offsets: offsets_of(&log, &remote),
             local_start: log.log_start_offset(),
-            local_segments: log.segment_count(),
-            local_bytes: log.size_bytes(),
+            local_segments: log.segments().count(),
+            local_bytes: log.segments().size(),
             remote_start: remote.start(),
             remote_end: remote.segments.last().map(|s| s.last_offset + 1),
             remote_segments: remote.segments.len(),
