@@ -660,7 +660,10 @@ mod tests {
         assert_eq!(contents(&mut log), latest(&before));
         assert_eq!(log.log_end_offset(), end, "the log end never moves");
         assert_eq!(stats.records_removed, 290);
-        assert!(log.segments().count() < segments, "small segments are merged");
+        assert!(
+            log.segments().count() < segments,
+            "small segments are merged"
+        );
         // The result survives a restart, and appends continue after it.
         drop(log);
         let mut log = open(dir.path());

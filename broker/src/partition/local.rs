@@ -11,8 +11,19 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 
-use super::{Offsets, RemoteLog};
+use serde::{Deserialize, Serialize};
+
 use crate::log::Log;
+
+/// Offsets of a partition at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offsets {
+    pub log_start: i64,
+    pub high_watermark: i64,
+    /// Below it every transaction has ended: where read_committed readers stop (≤ HW).
+    pub last_stable: i64,
+    pub log_end: i64,
+}
 
 pub(super) struct LocalLog {
     log: Mutex<Log>,
@@ -20,7 +31,9 @@ pub(super) struct LocalLog {
 }
 
 impl LocalLog {
-    pub(super) fn new(log: Log, remote: &RemoteLog) -> LocalLog {
+    /// The log, its offsets published with those of the remote tier: its first readable
+    /// offset (`None`: nothing there) and its floor.
+    pub(super) fn new(log: Log, remote: (Option<i64>, i64)) -> LocalLog {
         let published = Published::new(remote);
         published.log(&log);
         LocalLog {
@@ -43,8 +56,9 @@ impl LocalLog {
         self.published.offsets()
     }
 
-    /// The tier view changed to `remote`: the offsets it moves are published.
-    pub(super) fn remote_changed(&self, remote: &RemoteLog) {
+    /// The remote tier's start and floor changed to `remote`: the offsets they move are
+    /// published.
+    pub(super) fn remote_changed(&self, remote: (Option<i64>, i64)) {
         self.published.remote(remote);
         drop(self.lock());
     }
@@ -66,7 +80,7 @@ struct Published {
 }
 
 impl Published {
-    fn new(remote: &RemoteLog) -> Published {
+    fn new(remote: (Option<i64>, i64)) -> Published {
         let p = Published {
             log_start: AtomicI64::new(0),
             high_watermark: AtomicI64::new(0),
@@ -79,10 +93,10 @@ impl Published {
         p
     }
 
-    fn remote(&self, remote: &RemoteLog) {
+    fn remote(&self, (start, floor): (Option<i64>, i64)) {
         self.remote_start
-            .store(remote.start().unwrap_or(i64::MAX), Ordering::Release);
-        self.remote_floor.store(remote.floor, Ordering::Release);
+            .store(start.unwrap_or(i64::MAX), Ordering::Release);
+        self.remote_floor.store(floor, Ordering::Release);
     }
 
     fn log(&self, log: &Log) {

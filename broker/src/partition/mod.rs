@@ -55,7 +55,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::clock::Clock;
@@ -63,14 +62,14 @@ use crate::log::batch::BatchError;
 use crate::log::cleaning::CleanStats;
 use crate::log::config::LogConfig;
 use crate::log::control::Marker;
-use crate::log::{AppendInfo, LogError};
+use crate::log::{AppendInfo, Log, LogError};
 pub use activity::{Activity, Sweep};
 pub use changes::ChangeSet;
+pub use local::Offsets;
 use local::{LocalLog, LogGuard};
 pub use placement::Placement;
 pub use registry::{Hosted, Partitions, RelocateRefusal};
 pub use replica::{Committing, Replication, Role};
-use tiers::offsets_of;
 pub use tiers::{Isolation, Read, RemoteLog, RemoteProducers, TierStats, TierView, TimeLookup};
 pub use waiters::Waiters;
 
@@ -85,16 +84,6 @@ impl TopicPartition {
     pub fn dir_name(&self) -> String {
         format!("{}-{}", self.topic, self.partition)
     }
-}
-
-/// Offsets of a partition at one instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Offsets {
-    pub log_start: i64,
-    pub high_watermark: i64,
-    /// Below it every transaction has ended: where read_committed readers stop (≤ HW).
-    pub last_stable: i64,
-    pub log_end: i64,
 }
 
 /// One partition this broker hosts: one field per concern (see the module head), and the
@@ -145,8 +134,8 @@ impl Partition {
 
     /// A new remote log (from the metadata state), published with the offsets it moves.
     fn set_remote(&self, remote: RemoteLog) {
+        self.local.remote_changed((remote.start(), remote.floor));
         self.tier.set(remote);
-        self.local.remote_changed(&self.tier.get());
     }
 
     /// Validates a produce request's record batches against this topic's
@@ -394,5 +383,22 @@ impl Partition {
             self.wake();
         }
         Ok(())
+    }
+}
+
+/// The offsets of the one log over two tiers: its start is the remote log's (or the local
+/// one's, whichever is lower, never below the quorum's floor).
+fn offsets_of(log: &Log, remote: &RemoteLog) -> Offsets {
+    let local = log.log_start_offset();
+    let start = match remote.start() {
+        Some(r) if r < local => r,
+        _ => local,
+    };
+    let log_start = start.max(remote.floor).min(log.log_end_offset());
+    Offsets {
+        log_start,
+        high_watermark: log.high_watermark(),
+        last_stable: log.last_stable_offset().max(log_start),
+        log_end: log.log_end_offset(),
     }
 }

@@ -440,7 +440,7 @@ impl Partitions {
         let partition = Arc::new_cyclic(|me| Partition {
             tp: tp.clone(),
             topic_id,
-            local: LocalLog::new(log, &remote),
+            local: LocalLog::new(log, (remote.start(), remote.floor)),
             tier: TierView::new(remote),
             replication: Replication::new(info.leader_epoch),
             waiters: Waiters::default(),

@@ -8,9 +8,9 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use strata_metadata::{PartitionInfo, RemoteSegment};
 
-use super::{Offsets, Partition};
+use super::{offsets_of, Offsets, Partition};
 use crate::log::txn_index::AbortedTxn;
-use crate::log::{ClosedSegment, Log, LogError, RemoteView};
+use crate::log::{ClosedSegment, LogError, RemoteView};
 
 /// A partition's local and remote ranges (`end`s are exclusive).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -150,23 +150,6 @@ impl TierView {
 
     pub(super) fn set(&self, remote: RemoteLog) {
         *self.remote.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(remote);
-    }
-}
-
-/// The offsets of the one log over two tiers: its start is the remote log's (or the local
-/// one's, whichever is lower, never below the quorum's floor).
-pub(super) fn offsets_of(log: &Log, remote: &RemoteLog) -> Offsets {
-    let local = log.log_start_offset();
-    let start = match remote.start() {
-        Some(r) if r < local => r,
-        _ => local,
-    };
-    let log_start = start.max(remote.floor).min(log.log_end_offset());
-    Offsets {
-        log_start,
-        high_watermark: log.high_watermark(),
-        last_stable: log.last_stable_offset().max(log_start),
-        log_end: log.log_end_offset(),
     }
 }
 
