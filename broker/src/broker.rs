@@ -12,6 +12,7 @@ use crate::node::Node;
 use crate::quota::Quotas;
 use crate::replication::fetcher::Fetchers;
 use crate::security::Security;
+use crate::share::Shares;
 use crate::telemetry::ClientTelemetry;
 use crate::tier::Tier;
 use crate::txn::TxnCoordinator;
@@ -38,6 +39,8 @@ pub struct Broker {
     pub loggers: Loggers,
     /// Metrics clients push (KIP-714).
     pub telemetry: Arc<ClientTelemetry>,
+    /// Share groups' records at the partitions led here (KIP-932).
+    pub shares: Shares,
 }
 
 impl Broker {
@@ -59,6 +62,7 @@ impl Broker {
             fetchers: Fetchers::new(node.clone(), tier.clone()),
             quotas: Quotas::new(node.clone()),
             telemetry: ClientTelemetry::new(&node.config, &node.metrics, node.clock.clone()),
+            shares: Shares::new(node.clone(), tier.clone()),
             tier,
             security,
             loggers,

@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `offsets_expiry` | `log_retention_check_interval_ms` | committed offsets past `offsets_retention_minutes` |
 //! | `coordinators` | 100 ms | group and transaction loads follow leadership; session expiry and rebalance deadlines |
+//! | `share_locks` | 100 ms | share groups' records whose acquisition locks expired go back (see `share/`) |
 //! | `txn_timeouts` | `transaction_abort_timed_out_transaction_cleanup_interval_ms` | transactions past their timeout aborted (off the round: its writes wait for the ISR) |
 //! | `isr` | half `replica_lag_time_max_ms`, as Kafka's | followers lagging out of the ISR |
 //! | `internal_topics` | 1 s | on the controller: internal topics grown to their replication factor |
@@ -67,6 +68,9 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
             b.groups.tick();
         }
         .boxed()
+    }));
+    s.add(periodic("share_locks", RESOLUTION, b(), |b, _| {
+        async move { b.shares.expire() }.boxed()
     }));
     // Its writes wait for the ISR: off the round.
     s.add(background(

@@ -65,6 +65,7 @@ pub mod security;
 pub mod serve;
 pub mod server;
 pub mod session;
+pub mod share;
 pub mod sys;
 pub mod telemetry;
 #[cfg(test)]

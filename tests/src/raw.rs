@@ -330,6 +330,20 @@ impl KafkaConn {
     }
 
     /// InitProducerId for an idempotent (non-transactional) producer: (producer id, epoch).
+    /// The id of `topic`, from Metadata v12.
+    pub fn topic_id(&mut self, topic: &str) -> Result<uuid::Uuid> {
+        let req = kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(topic_name(topic))),
+        ]));
+        let resp = self.request(12, &req)?;
+        ensure!(
+            resp.topics.first().is_some_and(|t| t.error_code == 0),
+            "no topic {topic}"
+        );
+        Ok(resp.topics[0].topic_id)
+    }
+
     pub fn init_producer_id(&mut self) -> Result<(i64, i16)> {
         let req = InitProducerIdRequest::default()
             .with_transactional_id(None)

@@ -323,6 +323,12 @@ impl BrokerConfig {
                     .into(),
             ));
         }
+        if self.group_share_heartbeat_interval_ms >= self.group_share_session_timeout_ms {
+            return Err(ConfigError::Invalid(
+                "group_share_heartbeat_interval_ms must be below group_share_session_timeout_ms"
+                    .into(),
+            ));
+        }
         if self.broker_heartbeat_interval_ms * 2 > self.broker_session_timeout_ms {
             return Err(ConfigError::Invalid(
                 "broker_heartbeat_interval_ms must be at most half of broker_session_timeout_ms"

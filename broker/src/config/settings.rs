@@ -398,6 +398,24 @@ settings! {
     group_consumer_heartbeat_interval_ms: u64 = 5_000,
         "group.consumer.heartbeat.interval.ms", Int, static, "`5000`", at_least(1.0),
         "how often consumer-protocol members are told to heartbeat (must be below the session timeout)";
+    group_share_session_timeout_ms: u64 = 45_000,
+        "group.share.session.timeout.ms", Int, static, "`45000`", at_least(1.0),
+        "a share group (KIP-932) member not heard from this long leaves its group";
+    group_share_heartbeat_interval_ms: u64 = 5_000,
+        "group.share.heartbeat.interval.ms", Int, static, "`5000`", at_least(1.0),
+        "how often share group members heartbeat";
+    group_share_record_lock_duration_ms: u64 = 30_000,
+        "group.share.record.lock.duration.ms", Int, static, "`30000`", between(15000.0, 3600000.0),
+        "how long a share group member holds the records it was handed; unacknowledged then, they go back to the group";
+    group_share_delivery_count_limit: u32 = 5,
+        "group.share.delivery.count.limit", Int, static, "`5`", between(2.0, 10.0),
+        "deliveries after which a record no member acknowledged is archived as a dead letter instead of handed out again";
+    group_share_partition_max_record_locks: u32 = 2000,
+        "group.share.partition.max.record.locks", Int, static, "`2000`", between(100.0, 10000.0),
+        "records of one share partition in flight (handed out, not yet acknowledged) past which no new record is handed out";
+    group_share_max_share_sessions: u32 = 2000,
+        "group.share.max.share.sessions", Int, static, "`2000`", at_least(1.0),
+        "share sessions a broker keeps; a new one past it replaces one idle for a lock duration, else is refused with SHARE_SESSION_LIMIT_REACHED";
     lag_sample_interval_ms: u64 = 5_000,
         "lag.sample.interval.ms", Long, static, "`5000`", ANY,
         "how often consumer lag (`strata_consumer_lag_*` on `/metrics`) is sampled";

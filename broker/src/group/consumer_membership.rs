@@ -25,7 +25,7 @@ const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Coordinator {
     /// Every topic's id and partition count, as subscriptions resolve against them.
-    fn topics(&self) -> Topics {
+    pub(super) fn topics(&self) -> Topics {
         let state = self.node.metadata.state();
         state
             .topics
@@ -58,6 +58,12 @@ impl Coordinator {
             ));
         }
         let entry = groups.entry(group_id.to_string()).or_default();
+        if entry.share.as_ref().is_some_and(|g| !g.is_empty()) {
+            return Err(ApiError::new(
+                ErrorCode::GroupIdNotFound,
+                format!("Group {group_id} is not a consumer group."),
+            ));
+        }
         if entry.group.as_ref().is_some_and(|g| !g.is_empty()) {
             return Err(ApiError::new(
                 ErrorCode::InconsistentGroupProtocol,

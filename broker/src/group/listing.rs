@@ -28,6 +28,7 @@ impl Coordinator {
         };
         if entry.group.as_ref().is_some_and(|g| !g.is_empty())
             || entry.consumer.as_ref().is_some_and(|g| !g.is_empty())
+            || entry.share.as_ref().is_some_and(|g| !g.is_empty())
         {
             return ErrorCode::NonEmptyGroup;
         }
@@ -45,7 +46,7 @@ pub struct Listed {
     pub id: String,
     pub protocol_type: String,
     pub state: &'static str,
-    /// "consumer" for KIP-848's groups, "classic" for the others.
+    /// "consumer" for KIP-848's groups, "share" for KIP-932's, "classic" for the others.
     pub kind: &'static str,
 }
 
@@ -60,6 +61,10 @@ pub(super) fn list(groups: &HashMap<String, Entry>) -> Vec<Listed> {
     let mut out: Vec<_> = groups
         .iter()
         .map(|(id, e)| match (&e.group, &e.consumer) {
+            _ if e.share.is_some() => {
+                let state = e.share.as_ref().map_or("Empty", |g| g.state());
+                listed(id, "share".into(), state, "share")
+            }
             (_, Some(cg)) if !cg.is_empty() => {
                 listed(id, "consumer".into(), cg.state(), "consumer")
             }

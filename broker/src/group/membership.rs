@@ -16,7 +16,9 @@ impl Coordinator {
     pub fn join(&self, group_id: &str, req: JoinRequest) -> Reply<JoinResult> {
         let mut groups = self.lock();
         let entry = groups.entry(group_id.to_string()).or_default();
-        if entry.consumer.as_ref().is_some_and(|g| !g.is_empty()) {
+        if entry.consumer.as_ref().is_some_and(|g| !g.is_empty())
+            || entry.share.as_ref().is_some_and(|g| !g.is_empty())
+        {
             return Reply::Now(JoinResult::error(
                 ErrorCode::InconsistentGroupProtocol,
                 &req.member_id,
@@ -127,6 +129,7 @@ impl Coordinator {
     pub fn tick(&self) {
         let now = self.node.clock.instant();
         self.expire_consumer_members(now);
+        self.expire_share_members(now);
         let wall = self.node.clock.now_ms();
         for (id, entry) in self.lock().iter_mut() {
             if entry.group.as_ref().is_some_and(|g| !g.is_empty()) {

@@ -13,7 +13,9 @@
 //! - [`offsets`] — committing, fetching, deleting and expiring committed offsets;
 //! - [`txn_offsets`] — offsets committed inside a transaction, visible once it commits;
 //! - [`listing`] — ListGroups, DescribeGroups, DeleteGroups;
-//! - [`lag`] — consumer lag in records and seconds, and its trend.
+//! - [`lag`] — consumer lag in records and seconds, and its trend;
+//! - [`share`] — a share group (KIP-932): members, subscriptions, the assignment (pure);
+//!   [`share_membership`] drives it.
 //!
 //! The coordinator of a group is the leader of partition `partition_for(group)` of
 //! `__consumer_offsets` (50 partitions, created on first use and replicated like any topic).
@@ -49,6 +51,8 @@ mod load;
 mod membership;
 mod offsets;
 mod persist;
+pub mod share;
+mod share_membership;
 pub mod state;
 pub mod store;
 mod txn_offsets;
@@ -82,6 +86,8 @@ struct Entry {
     group: Option<Group>,
     /// The group under KIP-848's consumer protocol, when it is one ([`consumer`]).
     consumer: Option<consumer::ConsumerGroup>,
+    /// The share group (KIP-932), when it is one ([`share`]).
+    share: Option<share::ShareGroup>,
     offsets: Offsets,
     /// Wall-clock ms when the group was last seen with members (0: unknown).
     last_active_ms: i64,

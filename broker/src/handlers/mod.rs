@@ -57,6 +57,10 @@ mod raft_voters;
 mod reply;
 mod sasl_authenticate;
 mod sasl_handshake;
+mod share_acknowledge;
+mod share_fetch;
+mod share_group_describe;
+mod share_group_heartbeat;
 mod sync_group;
 mod txn_offset_commit;
 mod unregister_broker;
@@ -243,6 +247,27 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
                 consumer_group_heartbeat::handle(broker, r, &client_id, &conn.client_host, &access)
                     .await,
             )
+        }
+        RequestKind::ShareGroupHeartbeat(r) => {
+            let client_id = req
+                .header
+                .client_id
+                .as_ref()
+                .map(|c| c.as_str().to_string())
+                .unwrap_or_default();
+            ResponseKind::ShareGroupHeartbeat(
+                share_group_heartbeat::handle(broker, r, &client_id, &conn.client_host, &access)
+                    .await,
+            )
+        }
+        RequestKind::ShareGroupDescribe(r) => ResponseKind::ShareGroupDescribe(
+            share_group_describe::handle(broker, r, &access).await,
+        ),
+        RequestKind::ShareFetch(r) => {
+            ResponseKind::ShareFetch(share_fetch::handle(broker, r, &access).await)
+        }
+        RequestKind::ShareAcknowledge(r) => {
+            ResponseKind::ShareAcknowledge(share_acknowledge::handle(broker, r, &access).await)
         }
         RequestKind::ConsumerGroupDescribe(r) => ResponseKind::ConsumerGroupDescribe(
             consumer_group_describe::handle(broker, r, &access).await,

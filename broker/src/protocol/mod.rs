@@ -328,6 +328,10 @@ mod tests {
                 RequestKind::ConsumerGroupHeartbeat(Default::default())
             }
             ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(Default::default()),
+            ApiKey::ShareGroupHeartbeat => RequestKind::ShareGroupHeartbeat(Default::default()),
+            ApiKey::ShareGroupDescribe => RequestKind::ShareGroupDescribe(Default::default()),
+            ApiKey::ShareFetch => RequestKind::ShareFetch(Default::default()),
+            ApiKey::ShareAcknowledge => RequestKind::ShareAcknowledge(Default::default()),
             ApiKey::AddRaftVoter => RequestKind::AddRaftVoter(Default::default()),
             ApiKey::RemoveRaftVoter => RequestKind::RemoveRaftVoter(Default::default()),
             ApiKey::CreateDelegationToken => RequestKind::CreateDelegationToken(Default::default()),

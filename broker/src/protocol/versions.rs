@@ -90,6 +90,12 @@ pub const SUPPORTED: &[Api] = &[
         1,
     ),
     api(ApiKey::ConsumerGroupDescribe, "ConsumerGroupDescribe", 0, 1),
+    // KIP-932's share groups: see `group/share.rs` and `share/`. v1 is the first stable
+    // version (v0 was Kafka 4.0's early access).
+    api(ApiKey::ShareGroupHeartbeat, "ShareGroupHeartbeat", 1, 1),
+    api(ApiKey::ShareGroupDescribe, "ShareGroupDescribe", 1, 1),
+    api(ApiKey::ShareFetch, "ShareFetch", 1, 1),
+    api(ApiKey::ShareAcknowledge, "ShareAcknowledge", 1, 1),
     api(ApiKey::Heartbeat, "Heartbeat", 0, 4),
     api(ApiKey::LeaveGroup, "LeaveGroup", 0, 5),
     api(ApiKey::OffsetCommit, "OffsetCommit", 2, 9),

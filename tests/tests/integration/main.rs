@@ -41,6 +41,7 @@ mod retention;
 mod scale;
 mod security;
 mod segments;
+mod share_groups;
 mod telemetry;
 mod tiered;
 mod timestamps;

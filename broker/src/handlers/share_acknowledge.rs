@@ -1,0 +1,116 @@
+//! ShareAcknowledge (KIP-932): a share group member's acknowledgements without a fetch, in its
+//! share session with this broker; epoch -1 closes the session after applying them, and what
+//! the member still holds goes back.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::messages::share_acknowledge_response::{
+    LeaderIdAndEpoch, PartitionData, ShareAcknowledgeTopicResponse,
+};
+use kafka_protocol::messages::{ShareAcknowledgeRequest, ShareAcknowledgeResponse};
+use strata_metadata::acl::AclOperation;
+use uuid::Uuid;
+
+use super::reply::str_bytes;
+use super::share_fetch::{ack_batches, ack_error, session_refusal, Lookup, WireAcks};
+use crate::broker::Broker;
+use crate::error::{ApiError, ErrorCode};
+use crate::share::session::Tp;
+use crate::security::Access;
+
+async fn acknowledge(
+    broker: &Arc<Broker>,
+    req: ShareAcknowledgeRequest,
+    access: &Access,
+) -> Result<ShareAcknowledgeResponse, ApiError> {
+    let group: Arc<str> = Arc::from(req.group_id.as_ref().map_or("", |g| g.0.as_str()));
+    let member: Arc<str> = Arc::from(req.member_id.as_ref().map_or("", |m| m.as_str()));
+    if !access.group(AclOperation::Read, &group) {
+        return Err(ApiError::new(
+            ErrorCode::GroupAuthorizationFailed,
+            "READ on the group is not authorized",
+        ));
+    }
+    crate::group::validate_group_id(&group)?;
+    if member.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::UnknownMemberId,
+            "a share acknowledgement names its member",
+        ));
+    }
+    let mut acks: BTreeMap<Tp, WireAcks> = BTreeMap::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            acks.entry((t.topic_id, p.partition_index)).or_default().extend(
+                p.acknowledgement_batches
+                    .iter()
+                    .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone())),
+            );
+        }
+    }
+    let step = broker
+        .shares
+        .sessions
+        .advance(
+            &group,
+            &member,
+            req.share_session_epoch,
+            &[],
+            &[],
+            false,
+            broker.node.clock.instant(),
+        )
+        .map_err(|code| ApiError::new(code, session_refusal(code)))?;
+    let lookup = Lookup::new(broker, access);
+    let mut by_topic: BTreeMap<Uuid, Vec<PartitionData>> = BTreeMap::new();
+    for (tp, wire) in &acks {
+        let result = ack_batches(wire, false).and_then(|batches| {
+            lookup.partition(*tp)?;
+            broker
+                .shares
+                .acknowledge(&(group.clone(), tp.0, tp.1), &member, &batches)
+                .map_err(ack_error)
+        });
+        let mut d = PartitionData::default().with_partition_index(tp.1);
+        if let Err(e) = result {
+            if e.code == ErrorCode::NotLeaderOrFollower {
+                let (leader_id, leader_epoch) = lookup.leader(*tp);
+                d = d.with_current_leader(
+                    LeaderIdAndEpoch::default()
+                        .with_leader_id(leader_id.into())
+                        .with_leader_epoch(leader_epoch),
+                );
+            }
+            d = d
+                .with_error_code(e.code.code())
+                .with_error_message(Some(str_bytes(e.message)));
+        }
+        by_topic.entry(tp.0).or_default().push(d);
+    }
+    if step.closing {
+        broker.shares.release(&group, &member, &step.partitions);
+    }
+    Ok(ShareAcknowledgeResponse::default().with_responses(
+        by_topic
+            .into_iter()
+            .map(|(topic_id, partitions)| {
+                ShareAcknowledgeTopicResponse::default()
+                    .with_topic_id(topic_id)
+                    .with_partitions(partitions)
+            })
+            .collect(),
+    ))
+}
+
+pub async fn handle(
+    broker: &Arc<Broker>,
+    req: ShareAcknowledgeRequest,
+    access: &Access,
+) -> ShareAcknowledgeResponse {
+    acknowledge(broker, req, access).await.unwrap_or_else(|e| {
+        ShareAcknowledgeResponse::default()
+            .with_error_code(e.code.code())
+            .with_error_message(Some(str_bytes(e.message)))
+    })
+}

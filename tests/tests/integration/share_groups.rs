@@ -1,0 +1,333 @@
+//! Share groups (KIP-932, "queues") with librdkafka's share consumer, through confluent-kafka's
+//! `ShareConsumer` (`tests/share_consumer.py`, run with the venv `scripts/test.sh` installs):
+//! several members on one partition, each record to one member at a time; explicit
+//! acknowledgement with REJECT and RELEASE; the delivery limit; a member gone with its locks
+//! held. Bad input with raw frames: acknowledgements of records never handed out, stale share
+//! session epochs, a share heartbeat to a classic group.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use kafka_protocol::messages::share_acknowledge_request::{
+    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckBatchA,
+};
+use kafka_protocol::messages::share_fetch_request::{
+    AcknowledgementBatch, FetchPartition, FetchTopic,
+};
+use kafka_protocol::messages::{
+    GroupId, ShareAcknowledgeRequest, ShareFetchRequest, ShareGroupHeartbeatRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::Compression;
+use strata_tests::groups::GroupClient;
+use strata_tests::{
+    encode_batch, now_ms, repo_root, unique_topic, wait_for, Broker, BrokerOpts, KafkaConn,
+    RawRecord,
+};
+
+const INVALID_REQUEST: i16 = 42;
+const UNKNOWN_MEMBER_ID: i16 = 25;
+const GROUP_ID_NOT_FOUND: i16 = 69;
+const INVALID_RECORD_STATE: i16 = 121;
+const SHARE_SESSION_NOT_FOUND: i16 = 122;
+const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
+
+/// One record a share consumer was given.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Given {
+    p: i32,
+    o: i64,
+    d: i32,
+    v: String,
+}
+
+fn python() -> String {
+    std::env::var("STRATA_VENV_PYTHON").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_default();
+        format!("{home}/.cache/strata-venv/bin/python")
+    })
+}
+
+/// A share consumer process (see `tests/share_consumer.py`).
+fn share_consumer(broker: &Broker, group: &str, topic: &str, args: &[&str]) -> Child {
+    Command::new(python())
+        .arg(repo_root().join("tests/share_consumer.py"))
+        .args(["--bootstrap", &broker.kafka_addr, "--group", group])
+        .args(["--topic", topic])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the share consumer (python with confluent-kafka)")
+}
+
+/// What a share consumer process was given, once it has ended.
+fn given(child: Child) -> Vec<Given> {
+    let out = child.wait_with_output().expect("share consumer output");
+    let mut records = Vec::new();
+    for line in BufReader::new(&out.stdout[..]).lines() {
+        let line = line.expect("utf-8 line");
+        assert!(!line.contains("\"error\""), "share consumer error: {line}");
+        let j: serde_json::Value = serde_json::from_str(&line).expect("a JSON record");
+        records.push(Given {
+            p: j["p"].as_i64().expect("p") as i32,
+            o: j["o"].as_i64().expect("o"),
+            d: j["d"].as_i64().expect("d") as i32,
+            v: j["v"].as_str().expect("v").to_string(),
+        });
+    }
+    records
+}
+
+/// Produces `values` to `topic`-`partition`, one batch each.
+fn produce(broker: &Broker, topic: &str, partition: i32, values: &[String]) {
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).expect("connect");
+    for v in values {
+        let batch = encode_batch(
+            &[RawRecord::new(v.as_bytes(), v.as_bytes(), now_ms())],
+            Compression::None,
+            None,
+        );
+        conn.produce_ok(topic, partition, batch).expect("produce");
+    }
+}
+
+/// Waits until the broker has started `n` share partitions (each member's first fetch starts
+/// them at the log end: records produced after that are the group's).
+fn wait_for_share_partitions(broker: &Broker, n: usize) {
+    wait_for("share partitions started", Duration::from_secs(30), || {
+        broker.output().matches("share partition started").count() >= n
+    });
+}
+
+fn short_locks() -> BrokerOpts {
+    BrokerOpts::new().env("STRATA_GROUP_SHARE_RECORD_LOCK_DURATION_MS", 15_000)
+}
+
+#[test]
+fn members_share_partitions_and_every_record_is_accepted_once() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("share-q");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    let group = unique_topic("share-g");
+    let members: Vec<Child> = (0..3)
+        .map(|_| share_consumer(&broker, &group, &topic, &["--idle", "6", "--seconds", "90"]))
+        .collect();
+    wait_for_share_partitions(&broker, 2);
+    let values: Vec<String> = (0..200).map(|i| format!("r{i}")).collect();
+    produce(&broker, &topic, 0, &values[..100]);
+    produce(&broker, &topic, 1, &values[100..]);
+    let per_member: Vec<Vec<Given>> = members.into_iter().map(given).collect();
+    let all: Vec<&Given> = per_member.iter().flatten().collect();
+    let distinct: BTreeSet<(i32, i64)> = all.iter().map(|g| (g.p, g.o)).collect();
+    assert_eq!(distinct.len(), 200, "every record given");
+    assert_eq!(all.len(), 200, "no record given twice: {all:?}");
+    assert!(all.iter().all(|g| g.d == 1), "first deliveries only");
+    let values_seen: BTreeSet<&str> = all.iter().map(|g| g.v.as_str()).collect();
+    assert_eq!(values_seen.len(), 200);
+    let busy = per_member.iter().filter(|m| !m.is_empty()).count();
+    assert!(busy >= 2, "the partitions were shared among the members");
+}
+
+#[test]
+fn rejected_records_and_records_at_the_delivery_limit_become_dead_letters() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("share-dlq");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let group = unique_topic("share-g");
+    let member = share_consumer(
+        &broker,
+        &group,
+        &topic,
+        &[
+            "--ack", "explicit", "--reject", "poison", "--release", "retry", "--idle", "6",
+        ],
+    );
+    wait_for_share_partitions(&broker, 1);
+    let values: Vec<String> = ["a", "poison", "b", "retry", "c"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    produce(&broker, &topic, 0, &values);
+    let got = given(member);
+    let mut deliveries: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for g in &got {
+        deliveries.entry(&g.v).or_default().push(g.d);
+    }
+    assert_eq!(deliveries["a"], vec![1]);
+    assert_eq!(deliveries["poison"], vec![1], "a rejected record is never delivered again");
+    assert_eq!(
+        deliveries["retry"],
+        vec![1, 2, 3, 4, 5],
+        "a released record is delivered again up to the delivery limit"
+    );
+    assert_eq!(
+        broker.metric("strata_share_dead_letters_total"),
+        2.0,
+        "the rejected record and the one at the limit"
+    );
+}
+
+#[test]
+fn a_member_gone_with_its_locks_held_hands_its_records_on_after_the_lock_duration() {
+    let broker = Broker::start(short_locks());
+    let topic = unique_topic("share-kill");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let group = unique_topic("share-g");
+    let gone = share_consumer(&broker, &group, &topic, &["--ack", "hold", "--idle", "20"]);
+    wait_for_share_partitions(&broker, 1);
+    let values: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+    produce(&broker, &topic, 0, &values);
+    let held = given(gone);
+    assert!(!held.is_empty(), "the first member was given records");
+    let started = std::time::Instant::now();
+    let next = share_consumer(&broker, &group, &topic, &["--count", "10", "--seconds", "60"]);
+    let got = given(next);
+    let offsets: BTreeSet<i64> = got.iter().map(|g| g.o).collect();
+    assert_eq!(offsets, (0..10).collect(), "every record reached the second member");
+    for g in &got {
+        let was_held = held.iter().any(|h| h.o == g.o);
+        assert_eq!(g.d, if was_held { 2 } else { 1 }, "{g:?}");
+    }
+    assert!(
+        started.elapsed() >= Duration::from_secs(10),
+        "the held records waited for their locks to expire"
+    );
+}
+
+fn share_fetch(group: &str, member: &str, epoch: i32, topic_id: uuid::Uuid) -> ShareFetchRequest {
+    ShareFetchRequest::default()
+        .with_group_id(Some(GroupId(StrBytes::from_string(group.into()))))
+        .with_member_id(Some(StrBytes::from_string(member.into())))
+        .with_share_session_epoch(epoch)
+        .with_max_wait_ms(200)
+        .with_max_bytes(1 << 20)
+        .with_max_records(100)
+        .with_batch_size(100)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic_id(topic_id)
+            .with_partitions(vec![FetchPartition::default().with_partition_index(0)])])
+}
+
+#[test]
+fn bad_share_requests_get_kafkas_errors_and_disturb_nothing() {
+    let mut broker = Broker::start_default();
+    let topic = unique_topic("share-bad");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let topic_id = conn.topic_id(&topic).unwrap();
+    let group = unique_topic("share-g");
+    // Join, so the group exists.
+    let hb = conn
+        .request(
+            1,
+            &ShareGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+                .with_member_id(StrBytes::from_static_str("m1"))
+                .with_member_epoch(0)
+                .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_string(
+                    topic.clone(),
+                ))])),
+        )
+        .unwrap();
+    assert_eq!(hb.error_code, 0, "{:?}", hb.error_message);
+    assert_eq!(hb.member_epoch, 1);
+    // A heartbeat without a member id, and one from a member never seen.
+    let hb = conn
+        .request(
+            1,
+            &ShareGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+                .with_member_id(StrBytes::from_static_str("stranger"))
+                .with_member_epoch(3),
+        )
+        .unwrap();
+    assert_eq!(hb.error_code, UNKNOWN_MEMBER_ID);
+    let hb = conn
+        .request(
+            1,
+            &ShareGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+                .with_member_epoch(0),
+        )
+        .unwrap();
+    assert_eq!(hb.error_code, INVALID_REQUEST);
+    // A session that does not exist, then opened with acknowledgements.
+    let r = conn.request(1, &share_fetch(&group, "m1", 5, topic_id)).unwrap();
+    assert_eq!(r.error_code, SHARE_SESSION_NOT_FOUND);
+    let mut with_acks = share_fetch(&group, "m1", 0, topic_id);
+    with_acks.topics[0].partitions[0].acknowledgement_batches = vec![AcknowledgementBatch::default()
+        .with_first_offset(0)
+        .with_last_offset(0)
+        .with_acknowledge_types(vec![1])];
+    let r = conn.request(1, &with_acks).unwrap();
+    assert_eq!(r.error_code, INVALID_REQUEST);
+    // Opened properly; records handed out; then acknowledgements of records never handed out,
+    // of an unknown type, and with a stale epoch.
+    produce(&broker, &topic, 0, &["x".to_string(), "y".to_string()]);
+    let r = conn.request(1, &share_fetch(&group, "m1", 0, topic_id)).unwrap();
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    let r = conn.request(1, &share_fetch(&group, "m1", 1, topic_id)).unwrap();
+    assert_eq!(r.error_code, 0);
+    let acquired: Vec<(i64, i64)> = (r.responses.iter())
+        .flat_map(|t| t.partitions.iter())
+        .flat_map(|p| p.acquired_records.iter().map(|a| (a.first_offset, a.last_offset)))
+        .collect();
+    assert_eq!(acquired, vec![(0, 1)], "the member was handed both records");
+    let ack = |epoch: i32, first: i64, last: i64, types: Vec<i8>| {
+        ShareAcknowledgeRequest::default()
+            .with_group_id(Some(GroupId(StrBytes::from_string(group.clone()))))
+            .with_member_id(Some(StrBytes::from_static_str("m1")))
+            .with_share_session_epoch(epoch)
+            .with_topics(vec![AcknowledgeTopic::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![AcknowledgePartition::default()
+                    .with_partition_index(0)
+                    .with_acknowledgement_batches(vec![AckBatchA::default()
+                        .with_first_offset(first)
+                        .with_last_offset(last)
+                        .with_acknowledge_types(types)])])])
+    };
+    let code = |r: &kafka_protocol::messages::ShareAcknowledgeResponse| {
+        (r.error_code, r.responses[0].partitions[0].error_code)
+    };
+    let r = conn.request(1, &ack(2, 5, 9, vec![1])).unwrap();
+    assert_eq!(code(&r), (0, INVALID_RECORD_STATE));
+    let r = conn.request(1, &ack(3, 0, 1, vec![9])).unwrap();
+    assert_eq!(code(&r), (0, INVALID_REQUEST));
+    let r = conn.request(1, &ack(3, 0, 1, vec![1])).unwrap();
+    assert_eq!(r.error_code, INVALID_SHARE_SESSION_EPOCH);
+    // Another member cannot acknowledge m1's records.
+    let r = conn.request(1, &share_fetch(&group, "m2", 0, topic_id)).unwrap();
+    assert_eq!(r.error_code, 0);
+    let mut other = ack(1, 0, 1, vec![1]);
+    other.member_id = Some(StrBytes::from_static_str("m2"));
+    let r = conn.request(1, &other).unwrap();
+    assert_eq!(code(&r), (0, INVALID_RECORD_STATE));
+    // m1's own acknowledgement still works: nothing above disturbed its records.
+    let r = conn.request(1, &ack(4, 0, 1, vec![1])).unwrap();
+    assert_eq!(code(&r), (0, 0));
+    // A share heartbeat to a classic group's id.
+    let classic = unique_topic("classic-g");
+    let committed = GroupClient::connect(&broker.kafka_addr)
+        .unwrap()
+        .commit(&classic, -1, "", &topic, &[(0, 1)])
+        .unwrap();
+    assert_eq!(committed, vec![(0, 0)]);
+    let hb = conn
+        .request(
+            1,
+            &ShareGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_string(classic)))
+                .with_member_id(StrBytes::from_static_str("m9"))
+                .with_member_epoch(0)
+                .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_string(
+                    topic.clone(),
+                ))])),
+        )
+        .unwrap();
+    assert_eq!(hb.error_code, GROUP_ID_NOT_FOUND);
+    broker.assert_serves_new_clients();
+}
