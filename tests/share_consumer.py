@@ -2,7 +2,8 @@
 ShareConsumer (librdkafka's share consumer).
 
 It subscribes to the topics named, polls until it has seen `--count` records, or until
-`--idle` seconds pass without one, or until `--seconds` have passed in all, and prints one JSON
+`--idle` seconds pass without one, or until `--seconds` have passed in all, or until the file
+`--stop-file` names exists, and prints one JSON
 line per record it was given: {"p": partition, "o": offset, "d": delivery count, "v": value}.
 `--ack` says what it does with each record:
 
@@ -32,6 +33,7 @@ def main():
     ap.add_argument("--count", type=int, default=0)
     ap.add_argument("--idle", type=float, default=10.0)
     ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--stop-file", default=None)
     ap.add_argument("--ack", choices=["accept", "explicit", "hold"], default="accept")
     ap.add_argument("--reject", action="append", default=[])
     ap.add_argument("--release", action="append", default=[])
@@ -53,6 +55,8 @@ def main():
             if args.count and seen >= args.count:
                 break
             if now - last > args.idle or now - start > args.seconds:
+                break
+            if args.stop_file and os.path.exists(args.stop_file):
                 break
             batch = consumer.poll(1.0)
             for m in batch:

@@ -193,8 +193,10 @@ impl ShareGroup {
 /// robin; with more subscribers than partitions, each subscriber gets one partition and the
 /// partitions are shared.
 fn assign(members: &BTreeMap<String, Member>, topics: &Topics) -> BTreeMap<String, BTreeSet<Tp>> {
-    let mut out: BTreeMap<String, BTreeSet<Tp>> =
-        members.keys().map(|id| (id.clone(), BTreeSet::new())).collect();
+    let mut out: BTreeMap<String, BTreeSet<Tp>> = members
+        .keys()
+        .map(|id| (id.clone(), BTreeSet::new()))
+        .collect();
     let mut by_topic: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for m in members.values() {
         for t in &m.subscribed {
@@ -305,7 +307,9 @@ mod tests {
         // Leaving is answered with epoch -1.
         g.heartbeat(join("b", &["t"]), &topics, clock.instant())
             .unwrap();
-        let left = g.heartbeat(beat("b", -1), &topics, clock.instant()).unwrap();
+        let left = g
+            .heartbeat(beat("b", -1), &topics, clock.instant())
+            .unwrap();
         assert_eq!(left.member_epoch, -1);
         assert!(g.is_empty());
     }

@@ -260,9 +260,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
                     .await,
             )
         }
-        RequestKind::ShareGroupDescribe(r) => ResponseKind::ShareGroupDescribe(
-            share_group_describe::handle(broker, r, &access).await,
-        ),
+        RequestKind::ShareGroupDescribe(r) => {
+            ResponseKind::ShareGroupDescribe(share_group_describe::handle(broker, r, &access).await)
+        }
         RequestKind::ShareFetch(r) => {
             ResponseKind::ShareFetch(share_fetch::handle(broker, r, &access).await)
         }

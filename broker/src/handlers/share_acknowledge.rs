@@ -16,8 +16,8 @@ use super::reply::str_bytes;
 use super::share_fetch::{ack_batches, ack_error, session_refusal, Lookup, WireAcks};
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
-use crate::share::session::Tp;
 use crate::security::Access;
+use crate::share::session::Tp;
 
 async fn acknowledge(
     broker: &Arc<Broker>,
@@ -42,19 +42,20 @@ async fn acknowledge(
     let mut acks: BTreeMap<Tp, WireAcks> = BTreeMap::new();
     for t in &req.topics {
         for p in &t.partitions {
-            acks.entry((t.topic_id, p.partition_index)).or_default().extend(
-                p.acknowledgement_batches
-                    .iter()
-                    .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone())),
-            );
+            acks.entry((t.topic_id, p.partition_index))
+                .or_default()
+                .extend(
+                    p.acknowledgement_batches
+                        .iter()
+                        .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone())),
+                );
         }
     }
     let step = broker
         .shares
         .sessions
         .advance(
-            &group,
-            &member,
+            (&group, &member),
             req.share_session_epoch,
             &[],
             &[],
@@ -78,7 +79,7 @@ async fn acknowledge(
                 let (leader_id, leader_epoch) = lookup.leader(*tp);
                 d = d.with_current_leader(
                     LeaderIdAndEpoch::default()
-                        .with_leader_id(leader_id.into())
+                        .with_leader_id(leader_id)
                         .with_leader_epoch(leader_epoch),
                 );
             }

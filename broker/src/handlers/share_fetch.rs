@@ -177,8 +177,7 @@ async fn fetch(
         .shares
         .sessions
         .advance(
-            &group,
-            &member,
+            (&group, &member),
             req.share_session_epoch,
             &named,
             &forgotten,
@@ -202,7 +201,16 @@ async fn fetch(
     if step.closing {
         broker.shares.release(&group, &member, &step.partitions);
     } else if req.max_records > 0 {
-        hand_out(broker, &req, &group, &member, &step.partitions, &lookup, &mut answers).await;
+        hand_out(
+            broker,
+            &req,
+            &group,
+            &member,
+            &step.partitions,
+            &lookup,
+            &mut answers,
+        )
+        .await;
     }
     Ok(response(broker, &lookup, answers))
 }
@@ -302,7 +310,7 @@ fn response(
                 let (leader_id, leader_epoch) = lookup.leader(tp);
                 d = d.with_current_leader(
                     LeaderIdAndEpoch::default()
-                        .with_leader_id(leader_id.into())
+                        .with_leader_id(leader_id)
                         .with_leader_epoch(leader_epoch),
                 );
             }
@@ -319,7 +327,9 @@ fn response(
         by_topic.entry(tp.0).or_default().push(d);
     }
     ShareFetchResponse::default()
-        .with_acquisition_lock_timeout_ms(broker.node.config.group_share_record_lock_duration_ms as i32)
+        .with_acquisition_lock_timeout_ms(
+            broker.node.config.group_share_record_lock_duration_ms as i32,
+        )
         .with_responses(
             by_topic
                 .into_iter()

@@ -31,7 +31,9 @@ use crate::log::txn_index::AbortedTxn;
 use crate::node::Node;
 use crate::partition::{Isolation, Partition};
 use crate::tier::{Tier, TierError};
-use partition::{AckBatch, AckError, Acquired, Batch, BatchKind, DeadLetter, Limits, SharePartition};
+use partition::{
+    AckBatch, AckError, Acquired, Batch, BatchKind, DeadLetter, Limits, SharePartition,
+};
 use session::Sessions;
 
 /// A share partition's key: the group, the topic id, the partition.
@@ -74,7 +76,7 @@ impl Shares {
         let counter = dead_letters.clone();
         node.metrics.register(|r| {
             r.register(
-                "strata_share_dead_letters",
+                "share_dead_letters",
                 "Records archived by share groups as dead letters (rejected, or at the delivery limit)",
                 counter,
             )
@@ -208,8 +210,11 @@ impl Shares {
     /// Records whose locks expired go back; run by housekeeping.
     pub fn expire(&self) {
         let now = self.node.clock.instant();
-        let slots: Vec<(Key, Arc<Mutex<SharePartition>>)> =
-            self.lock().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let slots: Vec<(Key, Arc<Mutex<SharePartition>>)> = self
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let mut any = false;
         for (key, slot) in slots {
             let limits = self.limits(&key.0);

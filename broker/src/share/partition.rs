@@ -421,17 +421,23 @@ impl SharePartition {
     }
 
     /// Every record `member` holds goes back (the member left, or closed its share session).
+    /// Their delivery counts go back down by one, as Kafka's do: a member that leaves in
+    /// good order did not fail to process them (one at the limit is still archived).
     pub fn release_member(&mut self, member: &str, limits: &Limits) -> Vec<DeadLetter> {
-        self.release_where(limits, |state| {
-            matches!(state, State::Acquired { member: m, .. } if &**m == member)
-        })
+        self.release_where(
+            limits,
+            true,
+            |state| matches!(state, State::Acquired { member: m, .. } if &**m == member),
+        )
     }
 
     /// Every record whose lock has expired by `now` goes back.
     pub fn expire(&mut self, now: Instant, limits: &Limits) -> Vec<DeadLetter> {
-        self.release_where(limits, |state| {
-            matches!(state, State::Acquired { until, .. } if *until <= now)
-        })
+        self.release_where(
+            limits,
+            false,
+            |state| matches!(state, State::Acquired { until, .. } if *until <= now),
+        )
     }
 
     /// The log no longer has the records below `log_start` (retention, DeleteRecords): the
@@ -487,7 +493,13 @@ impl SharePartition {
 
     /// `Err` unless every record of `first..=last` is acquired by `member` and its lock holds
     /// at `now`.
-    fn check_held(&self, member: &str, first: i64, last: i64, now: Instant) -> Result<(), AckError> {
+    fn check_held(
+        &self,
+        member: &str,
+        first: i64,
+        last: i64,
+        now: Instant,
+    ) -> Result<(), AckError> {
         if first < self.start || last >= self.end {
             return Err(AckError::InvalidRecordState(format!(
                 "offsets {first}..={last} are not in flight ({}..{})",
@@ -524,12 +536,16 @@ impl SharePartition {
     fn release_where(
         &mut self,
         limits: &Limits,
+        uncount: bool,
         which: impl Fn(&State) -> bool,
     ) -> Vec<DeadLetter> {
         let mut dead = Vec::new();
         for (&first, run) in self.runs.iter_mut() {
             if which(&run.state) {
                 release(first, run, limits, &mut dead);
+                if uncount && run.state == State::Available {
+                    run.deliveries = run.deliveries.saturating_sub(1);
+                }
             }
         }
         if !dead.is_empty() || self.runs.values().any(|r| r.state == State::Available) {

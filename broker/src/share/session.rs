@@ -32,8 +32,11 @@ struct Session {
 pub struct Step {
     /// The session's partitions after the request's additions and removals.
     pub partitions: Vec<Tp>,
-    /// Partitions the member no longer fetches here (forgotten, or its previous session's,
-    /// replaced): what it holds in them goes back.
+    /// Partitions of the member's previous session, replaced by a new one without them: what
+    /// it holds in them goes back. A partition merely forgotten keeps its records with the
+    /// member until it acknowledges them or their locks expire, as Kafka's do: a client drops
+    /// a partition from its session after handing its records to the application, and
+    /// acknowledges them later.
     pub dropped: Vec<Tp>,
     /// The request closes the session (epoch -1).
     pub closing: bool,
@@ -72,8 +75,7 @@ impl Sessions {
     /// and removing `forgotten`. `fetch`: a ShareFetch (only a fetch may open a session).
     pub fn advance(
         &self,
-        group: &str,
-        member: &str,
+        (group, member): (&str, &str),
         epoch: i32,
         named: &[Tp],
         forgotten: &[Tp],
@@ -119,9 +121,7 @@ impl Sessions {
                 session.last_used = now;
                 session.partitions.extend(named.iter().copied());
                 for tp in forgotten {
-                    if session.partitions.remove(tp) {
-                        step.dropped.push(*tp);
-                    }
+                    session.partitions.remove(tp);
                 }
                 step.partitions = session.partitions.iter().copied().collect();
             }
@@ -162,31 +162,35 @@ mod tests {
         let now = Clock::manual(0).instant();
         let s = Sessions::new(10, Duration::from_secs(60));
         assert_eq!(
-            s.advance("g", "m", 1, &[], &[], true, now),
+            s.advance(("g", "m"), 1, &[], &[], true, now),
             Err(ErrorCode::ShareSessionNotFound)
         );
         assert_eq!(
-            s.advance("g", "m", 0, &[tp(0)], &[], false, now),
+            s.advance(("g", "m"), 0, &[tp(0)], &[], false, now),
             Err(ErrorCode::InvalidShareSessionEpoch),
             "ShareAcknowledge cannot open a session"
         );
-        let step = s.advance("g", "m", 0, &[tp(0)], &[], true, now).unwrap();
+        let step = s.advance(("g", "m"), 0, &[tp(0)], &[], true, now).unwrap();
         assert_eq!(step.partitions, vec![tp(0)]);
         // A stale epoch changes nothing: the next one is still 1.
         assert_eq!(
-            s.advance("g", "m", 2, &[tp(1)], &[], true, now),
+            s.advance(("g", "m"), 2, &[tp(1)], &[], true, now),
             Err(ErrorCode::InvalidShareSessionEpoch)
         );
-        let step = s.advance("g", "m", 1, &[tp(1)], &[], true, now).unwrap();
+        let step = s.advance(("g", "m"), 1, &[tp(1)], &[], true, now).unwrap();
         assert_eq!(step.partitions, vec![tp(0), tp(1)]);
-        let step = s.advance("g", "m", 2, &[], &[tp(0)], true, now).unwrap();
-        assert_eq!((step.partitions, step.dropped), (vec![tp(1)], vec![tp(0)]));
-        let step = s.advance("g", "m", -1, &[], &[], false, now).unwrap();
+        let step = s.advance(("g", "m"), 2, &[], &[tp(0)], true, now).unwrap();
+        assert_eq!(step.partitions, vec![tp(1)]);
+        assert!(
+            step.dropped.is_empty(),
+            "a forgotten partition keeps its locks"
+        );
+        let step = s.advance(("g", "m"), -1, &[], &[], false, now).unwrap();
         assert!(step.closing);
         assert_eq!(step.partitions, vec![tp(1)]);
         assert!(s.is_empty());
         assert_eq!(
-            s.advance("g", "m", -1, &[], &[], true, now),
+            s.advance(("g", "m"), -1, &[], &[], true, now),
             Err(ErrorCode::ShareSessionNotFound)
         );
     }
@@ -195,22 +199,22 @@ mod tests {
     fn reopening_drops_what_the_old_session_had_and_the_limit_evicts_idle_sessions() {
         let clock = Clock::manual(0);
         let s = Sessions::new(1, Duration::from_secs(60));
-        s.advance("g", "m", 0, &[tp(0), tp(1)], &[], true, clock.instant())
+        s.advance(("g", "m"), 0, &[tp(0), tp(1)], &[], true, clock.instant())
             .unwrap();
         let step = s
-            .advance("g", "m", 0, &[tp(1)], &[], true, clock.instant())
+            .advance(("g", "m"), 0, &[tp(1)], &[], true, clock.instant())
             .unwrap();
         assert_eq!(step.dropped, vec![tp(0)]);
         assert_eq!(
-            s.advance("g", "other", 0, &[tp(0)], &[], true, clock.instant()),
+            s.advance(("g", "other"), 0, &[tp(0)], &[], true, clock.instant()),
             Err(ErrorCode::ShareSessionLimitReached)
         );
         clock.advance(Duration::from_secs(60));
-        s.advance("g", "other", 0, &[tp(0)], &[], true, clock.instant())
+        s.advance(("g", "other"), 0, &[tp(0)], &[], true, clock.instant())
             .unwrap();
         assert_eq!(s.len(), 1);
         assert_eq!(
-            s.advance("g", "m", 1, &[], &[], true, clock.instant()),
+            s.advance(("g", "m"), 1, &[], &[], true, clock.instant()),
             Err(ErrorCode::ShareSessionNotFound),
             "evicted"
         );
@@ -220,9 +224,10 @@ mod tests {
     fn the_epoch_wraps_to_one() {
         let now = Clock::manual(0).instant();
         let s = Sessions::new(10, Duration::from_secs(60));
-        s.advance("g", "m", 0, &[], &[], true, now).unwrap();
+        s.advance(("g", "m"), 0, &[], &[], true, now).unwrap();
         s.lock().get_mut(&("g".into(), "m".into())).unwrap().epoch = i32::MAX;
-        s.advance("g", "m", i32::MAX, &[], &[], true, now).unwrap();
-        s.advance("g", "m", 1, &[], &[], true, now).unwrap();
+        s.advance(("g", "m"), i32::MAX, &[], &[], true, now)
+            .unwrap();
+        s.advance(("g", "m"), 1, &[], &[], true, now).unwrap();
     }
 }

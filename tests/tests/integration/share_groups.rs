@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kafka_protocol::messages::share_acknowledge_request::{
@@ -63,22 +64,61 @@ fn share_consumer(broker: &Broker, group: &str, topic: &str, args: &[&str]) -> C
         .expect("start the share consumer (python with confluent-kafka)")
 }
 
+fn parse_given(line: &str) -> Given {
+    assert!(!line.contains("\"error\""), "share consumer error: {line}");
+    let j: serde_json::Value = serde_json::from_str(line).expect("a JSON record");
+    Given {
+        p: j["p"].as_i64().expect("p") as i32,
+        o: j["o"].as_i64().expect("o"),
+        d: j["d"].as_i64().expect("d") as i32,
+        v: j["v"].as_str().expect("v").to_string(),
+    }
+}
+
 /// What a share consumer process was given, once it has ended.
 fn given(child: Child) -> Vec<Given> {
     let out = child.wait_with_output().expect("share consumer output");
-    let mut records = Vec::new();
-    for line in BufReader::new(&out.stdout[..]).lines() {
-        let line = line.expect("utf-8 line");
-        assert!(!line.contains("\"error\""), "share consumer error: {line}");
-        let j: serde_json::Value = serde_json::from_str(&line).expect("a JSON record");
-        records.push(Given {
-            p: j["p"].as_i64().expect("p") as i32,
-            o: j["o"].as_i64().expect("o"),
-            d: j["d"].as_i64().expect("d") as i32,
-            v: j["v"].as_str().expect("v").to_string(),
+    (BufReader::new(&out.stdout[..]).lines())
+        .map(|line| parse_given(&line.expect("utf-8 line")))
+        .collect()
+}
+
+/// A share consumer whose records are read as it runs.
+struct Running {
+    child: Child,
+    seen: Arc<Mutex<Vec<Given>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(mut child: Child) -> Running {
+        let out = child.stdout.take().expect("piped stdout");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let into = seen.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                into.lock().unwrap().push(parse_given(&line));
+            }
         });
+        Running {
+            child,
+            seen,
+            reader,
+        }
     }
-    records
+
+    fn seen(&self) -> Vec<Given> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits for the process to end; everything it was given.
+    fn end(mut self) -> Vec<Given> {
+        self.child.wait().expect("share consumer exit");
+        self.reader.join().expect("reader thread");
+        let seen = self.seen.lock().unwrap();
+        seen.clone()
+    }
 }
 
 /// Produces `values` to `topic`-`partition`, one batch each.
@@ -112,23 +152,46 @@ fn members_share_partitions_and_every_record_is_accepted_once() {
     let topic = unique_topic("share-q");
     broker.create_topic(&topic, 2, &[]).unwrap();
     let group = unique_topic("share-g");
-    let members: Vec<Child> = (0..3)
-        .map(|_| share_consumer(&broker, &group, &topic, &["--idle", "6", "--seconds", "90"]))
+    let stop = std::env::temp_dir().join(format!("{group}.stop"));
+    let stop_arg = stop.to_str().unwrap();
+    let members: Vec<Running> = (0..3)
+        .map(|_| {
+            Running::start(share_consumer(
+                &broker,
+                &group,
+                &topic,
+                &["--idle", "60", "--seconds", "90", "--stop-file", stop_arg],
+            ))
+        })
         .collect();
     wait_for_share_partitions(&broker, 2);
     let values: Vec<String> = (0..200).map(|i| format!("r{i}")).collect();
     produce(&broker, &topic, 0, &values[..100]);
     produce(&broker, &topic, 1, &values[100..]);
-    let per_member: Vec<Vec<Given>> = members.into_iter().map(given).collect();
+    let distinct = || {
+        (members.iter())
+            .flat_map(|m| m.seen())
+            .map(|g| (g.p, g.o))
+            .collect::<BTreeSet<_>>()
+            .len()
+    };
+    wait_for("every record given", Duration::from_secs(60), || {
+        distinct() >= 200
+    });
+    std::fs::write(&stop, b"").unwrap();
+    let per_member: Vec<Vec<Given>> = members.into_iter().map(Running::end).collect();
+    let _ = std::fs::remove_file(&stop);
     let all: Vec<&Given> = per_member.iter().flatten().collect();
-    let distinct: BTreeSet<(i32, i64)> = all.iter().map(|g| (g.p, g.o)).collect();
-    assert_eq!(distinct.len(), 200, "every record given");
     assert_eq!(all.len(), 200, "no record given twice: {all:?}");
-    assert!(all.iter().all(|g| g.d == 1), "first deliveries only");
+    let again: Vec<&&Given> = all.iter().filter(|g| g.d != 1).collect();
+    assert!(again.is_empty(), "first deliveries only: {again:?}");
     let values_seen: BTreeSet<&str> = all.iter().map(|g| g.v.as_str()).collect();
     assert_eq!(values_seen.len(), 200);
     let busy = per_member.iter().filter(|m| !m.is_empty()).count();
     assert!(busy >= 2, "the partitions were shared among the members");
+    // Every record was accepted: a new member of the group is given none of them.
+    let late = given(share_consumer(&broker, &group, &topic, &["--idle", "5"]));
+    assert!(late.is_empty(), "nothing left to deliver: {late:?}");
 }
 
 #[test]
@@ -142,7 +205,14 @@ fn rejected_records_and_records_at_the_delivery_limit_become_dead_letters() {
         &group,
         &topic,
         &[
-            "--ack", "explicit", "--reject", "poison", "--release", "retry", "--idle", "6",
+            "--ack",
+            "explicit",
+            "--reject",
+            "poison",
+            "--release",
+            "retry",
+            "--idle",
+            "6",
         ],
     );
     wait_for_share_partitions(&broker, 1);
@@ -157,7 +227,11 @@ fn rejected_records_and_records_at_the_delivery_limit_become_dead_letters() {
         deliveries.entry(&g.v).or_default().push(g.d);
     }
     assert_eq!(deliveries["a"], vec![1]);
-    assert_eq!(deliveries["poison"], vec![1], "a rejected record is never delivered again");
+    assert_eq!(
+        deliveries["poison"],
+        vec![1],
+        "a rejected record is never delivered again"
+    );
     assert_eq!(
         deliveries["retry"],
         vec![1, 2, 3, 4, 5],
@@ -183,10 +257,19 @@ fn a_member_gone_with_its_locks_held_hands_its_records_on_after_the_lock_duratio
     let held = given(gone);
     assert!(!held.is_empty(), "the first member was given records");
     let started = std::time::Instant::now();
-    let next = share_consumer(&broker, &group, &topic, &["--count", "10", "--seconds", "60"]);
+    let next = share_consumer(
+        &broker,
+        &group,
+        &topic,
+        &["--count", "10", "--idle", "40", "--seconds", "60"],
+    );
     let got = given(next);
     let offsets: BTreeSet<i64> = got.iter().map(|g| g.o).collect();
-    assert_eq!(offsets, (0..10).collect(), "every record reached the second member");
+    assert_eq!(
+        offsets,
+        (0..10).collect(),
+        "every record reached the second member: held {held:?}, got {got:?}"
+    );
     for g in &got {
         let was_held = held.iter().any(|h| h.o == g.o);
         assert_eq!(g.d, if was_held { 2 } else { 1 }, "{g:?}");
@@ -208,7 +291,9 @@ fn share_fetch(group: &str, member: &str, epoch: i32, topic_id: uuid::Uuid) -> S
         .with_batch_size(100)
         .with_topics(vec![FetchTopic::default()
             .with_topic_id(topic_id)
-            .with_partitions(vec![FetchPartition::default().with_partition_index(0)])])
+            .with_partitions(vec![
+                FetchPartition::default().with_partition_index(0)
+            ])])
 }
 
 #[test]
@@ -255,25 +340,37 @@ fn bad_share_requests_get_kafkas_errors_and_disturb_nothing() {
         .unwrap();
     assert_eq!(hb.error_code, INVALID_REQUEST);
     // A session that does not exist, then opened with acknowledgements.
-    let r = conn.request(1, &share_fetch(&group, "m1", 5, topic_id)).unwrap();
+    let r = conn
+        .request(1, &share_fetch(&group, "m1", 5, topic_id))
+        .unwrap();
     assert_eq!(r.error_code, SHARE_SESSION_NOT_FOUND);
     let mut with_acks = share_fetch(&group, "m1", 0, topic_id);
-    with_acks.topics[0].partitions[0].acknowledgement_batches = vec![AcknowledgementBatch::default()
-        .with_first_offset(0)
-        .with_last_offset(0)
-        .with_acknowledge_types(vec![1])];
+    with_acks.topics[0].partitions[0].acknowledgement_batches =
+        vec![AcknowledgementBatch::default()
+            .with_first_offset(0)
+            .with_last_offset(0)
+            .with_acknowledge_types(vec![1])];
     let r = conn.request(1, &with_acks).unwrap();
     assert_eq!(r.error_code, INVALID_REQUEST);
     // Opened properly; records handed out; then acknowledgements of records never handed out,
     // of an unknown type, and with a stale epoch.
-    produce(&broker, &topic, 0, &["x".to_string(), "y".to_string()]);
-    let r = conn.request(1, &share_fetch(&group, "m1", 0, topic_id)).unwrap();
+    let r = conn
+        .request(1, &share_fetch(&group, "m1", 0, topic_id))
+        .unwrap();
     assert_eq!(r.error_code, 0, "{:?}", r.error_message);
-    let r = conn.request(1, &share_fetch(&group, "m1", 1, topic_id)).unwrap();
+    // The first fetch started the share partition at the log's end; these are the group's.
+    produce(&broker, &topic, 0, &["x".to_string(), "y".to_string()]);
+    let r = conn
+        .request(1, &share_fetch(&group, "m1", 1, topic_id))
+        .unwrap();
     assert_eq!(r.error_code, 0);
     let acquired: Vec<(i64, i64)> = (r.responses.iter())
         .flat_map(|t| t.partitions.iter())
-        .flat_map(|p| p.acquired_records.iter().map(|a| (a.first_offset, a.last_offset)))
+        .flat_map(|p| {
+            p.acquired_records
+                .iter()
+                .map(|a| (a.first_offset, a.last_offset))
+        })
         .collect();
     assert_eq!(acquired, vec![(0, 1)], "the member was handed both records");
     let ack = |epoch: i32, first: i64, last: i64, types: Vec<i8>| {
@@ -300,7 +397,9 @@ fn bad_share_requests_get_kafkas_errors_and_disturb_nothing() {
     let r = conn.request(1, &ack(3, 0, 1, vec![1])).unwrap();
     assert_eq!(r.error_code, INVALID_SHARE_SESSION_EPOCH);
     // Another member cannot acknowledge m1's records.
-    let r = conn.request(1, &share_fetch(&group, "m2", 0, topic_id)).unwrap();
+    let r = conn
+        .request(1, &share_fetch(&group, "m2", 0, topic_id))
+        .unwrap();
     assert_eq!(r.error_code, 0);
     let mut other = ack(1, 0, 1, vec![1]);
     other.member_id = Some(StrBytes::from_static_str("m2"));

@@ -111,6 +111,21 @@ fn an_expired_lock_releases_the_records_and_refuses_the_late_acknowledgement() {
 }
 
 #[test]
+fn a_member_leaving_gives_its_records_back_without_counting_the_delivery() {
+    let clock = Clock::manual(0);
+    let mut p = SharePartition::new(0);
+    let got = p.acquire(&member("a"), &[data(0, 4)], 10, &LIMITS, clock.instant());
+    assert_eq!(got, vec![acquired(0, 4, 1)]);
+    assert!(p.release_member("a", &LIMITS).is_empty());
+    let got = p.acquire(&member("b"), &[data(0, 4)], 10, &LIMITS, clock.instant());
+    assert_eq!(got, vec![acquired(0, 4, 1)], "the first delivery again");
+    clock.advance(LIMITS.lock);
+    assert!(p.expire(clock.instant(), &LIMITS).is_empty());
+    let got = p.acquire(&member("c"), &[data(0, 4)], 10, &LIMITS, clock.instant());
+    assert_eq!(got, vec![acquired(0, 4, 2)], "an expired lock counts");
+}
+
+#[test]
 fn the_delivery_limit_archives_a_record_as_a_dead_letter() {
     let clock = Clock::manual(0);
     let a = member("a");
@@ -118,7 +133,8 @@ fn the_delivery_limit_archives_a_record_as_a_dead_letter() {
     for delivery in 1..=LIMITS.delivery_limit {
         let got = p.acquire(&a, &[data(0, 0), data(1, 1)], 1, &LIMITS, clock.instant());
         assert_eq!(got, vec![acquired(0, 0, delivery)]);
-        let dead = p.release_member("a", &LIMITS);
+        clock.advance(LIMITS.lock);
+        let dead = p.expire(clock.instant(), &LIMITS);
         if delivery < LIMITS.delivery_limit {
             assert!(dead.is_empty());
         } else {
@@ -133,7 +149,11 @@ fn the_delivery_limit_archives_a_record_as_a_dead_letter() {
             );
         }
     }
-    assert_eq!(p.start(), 1, "the poison record no longer blocks the partition");
+    assert_eq!(
+        p.start(),
+        1,
+        "the poison record no longer blocks the partition"
+    );
     // A lock expiring at the limit archives too.
     let got = p.acquire(&a, &[data(1, 1)], 1, &LIMITS, clock.instant());
     assert_eq!(got, vec![acquired(1, 1, 1)]);
