@@ -34,6 +34,7 @@ def main():
     ap.add_argument("--idle", type=float, default=10.0)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--stop-file", default=None)
+    ap.add_argument("--debug", default=None, help="librdkafka debug contexts, to stderr")
     ap.add_argument("--ack", choices=["accept", "explicit", "hold"], default="accept")
     ap.add_argument("--reject", action="append", default=[])
     ap.add_argument("--release", action="append", default=[])
@@ -44,6 +45,8 @@ def main():
         "group.id": args.group,
         "share.acknowledgement.mode": "implicit" if args.ack == "accept" else "explicit",
     }
+    if args.debug:
+        conf["debug"] = args.debug
     consumer = ShareConsumer(conf)
     consumer.subscribe(args.topic)
     seen = 0

@@ -160,6 +160,16 @@ impl std::fmt::Display for ApiError {
     }
 }
 
+impl From<crate::share::partition::AckError> for ApiError {
+    fn from(e: crate::share::partition::AckError) -> ApiError {
+        use crate::share::partition::AckError;
+        match e {
+            AckError::InvalidRequest(m) => ApiError::new(ErrorCode::InvalidRequest, m),
+            AckError::InvalidRecordState(m) => ApiError::new(ErrorCode::InvalidRecordState, m),
+        }
+    }
+}
+
 impl From<BatchError> for ApiError {
     fn from(e: BatchError) -> ApiError {
         let code = match e {

@@ -4,8 +4,8 @@
 //! | job | every | what |
 //! |---|---|---|
 //! | `offsets_expiry` | `log_retention_check_interval_ms` | committed offsets past `offsets_retention_minutes` |
-//! | `coordinators` | 100 ms | group and transaction loads follow leadership; session expiry and rebalance deadlines |
-//! | `share_locks` | 100 ms | share groups' records whose acquisition locks expired go back (see `share/`) |
+//! | `coordinators` | 100 ms | group, transaction and share-state loads follow leadership; session expiry and rebalance deadlines |
+//! | `share_locks` | 100 ms | share groups' records whose acquisition locks expired go back, those at the delivery limit archived and written (off the round); share partitions no longer led here dropped (see `share/`) |
 //! | `txn_timeouts` | `transaction_abort_timed_out_transaction_cleanup_interval_ms` | transactions past their timeout aborted (off the round: its writes wait for the ISR) |
 //! | `isr` | half `replica_lag_time_max_ms`, as Kafka's | followers lagging out of the ISR |
 //! | `internal_topics` | 1 s | on the controller: internal topics grown to their replication factor |
@@ -65,12 +65,14 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
             // Retries a failed group or transaction load; a no-op when nothing changed.
             b.groups.follow_leadership().await;
             b.txn.follow_leadership().await;
+            b.shares.persister.coordinator.follow_leadership().await;
             b.groups.tick();
         }
         .boxed()
     }));
-    s.add(periodic("share_locks", RESOLUTION, b(), |b, _| {
-        async move { b.shares.expire() }.boxed()
+    // Its writes of archived records wait for an ISR: off the round.
+    s.add(background("share_locks", RESOLUTION, b(), |b, _| {
+        async move { b.shares.expire().await }.boxed()
     }));
     // Its writes wait for the ISR: off the round.
     s.add(background(

@@ -365,6 +365,12 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     // `__transaction_state` ones; later moves follow metadata.
     broker.groups.follow_leadership().await;
     broker.txn.follow_leadership().await;
+    broker
+        .shares
+        .persister
+        .coordinator
+        .follow_leadership()
+        .await;
     let cleaner =
         crate::cleaner::Cleaner::start(node.clone()).map_err(failed("start the log cleaner"))?;
     let follower = tokio::spawn(follow_metadata(broker.clone(), shutdown_rx.clone()));

@@ -8,15 +8,19 @@ use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::{store, validate_group_id};
 use crate::security::Access;
+use crate::share::{self, store::StateKey};
 use crate::txn;
 use strata_metadata::acl::AclOperation;
 
 const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
+/// A share partition's coordinator (KIP-932): the key is `group:topic-id:partition`.
+const SHARE: i8 = 2;
 
 /// The leader of the key's coordinator partition: a group's `__consumer_offsets` partition,
-/// a transactional id's `__transaction_state` partition (each topic created on first use).
-/// Needs DESCRIBE on the group or transactional id.
+/// a transactional id's `__transaction_state` partition, a share partition's
+/// `__share_group_state` partition (each topic created on first use). Needs DESCRIBE on the
+/// group or transactional id; a share coordinator is for brokers (CLUSTER_ACTION, as Kafka's).
 async fn locate(
     broker: &Broker,
     key: &str,
@@ -37,6 +41,12 @@ async fn locate(
                 "DESCRIBE on the transactional id is not authorized",
             ))
         }
+        SHARE if !access.cluster(AclOperation::ClusterAction) => {
+            return Err(ApiError::new(
+                ErrorCode::ClusterAuthorizationFailed,
+                "share coordinators are looked up by brokers (CLUSTER_ACTION)",
+            ))
+        }
         GROUP => {
             validate_group_id(key)?;
             broker.groups.ensure_offsets_topic().await?;
@@ -46,6 +56,16 @@ async fn locate(
             txn::validate_id(key)?;
             broker.txn.ensure_topic().await?;
             (txn::store::TOPIC, txn::store::partition_for(key))
+        }
+        SHARE => {
+            let k = StateKey::parse(key).ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("share coordinator key {key:?}: not group:topic-id:partition"),
+                )
+            })?;
+            broker.shares.persister.coordinator.ensure_topic().await?;
+            (share::store::TOPIC, k.state_partition())
         }
         other => {
             return Err(ApiError::new(

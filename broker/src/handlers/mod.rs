@@ -61,6 +61,7 @@ mod share_acknowledge;
 mod share_fetch;
 mod share_group_describe;
 mod share_group_heartbeat;
+mod share_group_state;
 mod sync_group;
 mod txn_offset_commit;
 mod unregister_broker;
@@ -268,6 +269,12 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         }
         RequestKind::ShareAcknowledge(r) => {
             ResponseKind::ShareAcknowledge(share_acknowledge::handle(broker, r, &access).await)
+        }
+        RequestKind::ReadShareGroupState(r) => {
+            ResponseKind::ReadShareGroupState(share_group_state::read(broker, r, &access).await)
+        }
+        RequestKind::WriteShareGroupState(r) => {
+            ResponseKind::WriteShareGroupState(share_group_state::write(broker, r, &access).await)
         }
         RequestKind::ConsumerGroupDescribe(r) => ResponseKind::ConsumerGroupDescribe(
             consumer_group_describe::handle(broker, r, &access).await,

@@ -13,7 +13,7 @@ use strata_metadata::acl::AclOperation;
 use uuid::Uuid;
 
 use super::reply::str_bytes;
-use super::share_fetch::{ack_batches, ack_error, session_refusal, Lookup, WireAcks};
+use super::share_fetch::{acknowledge as apply_acks, session_refusal, Lookup, WireAcks};
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;
@@ -66,13 +66,7 @@ async fn acknowledge(
     let lookup = Lookup::new(broker, access);
     let mut by_topic: BTreeMap<Uuid, Vec<PartitionData>> = BTreeMap::new();
     for (tp, wire) in &acks {
-        let result = ack_batches(wire, false).and_then(|batches| {
-            lookup.partition(*tp)?;
-            broker
-                .shares
-                .acknowledge(&(group.clone(), tp.0, tp.1), &member, &batches)
-                .map_err(ack_error)
-        });
+        let result = apply_acks(broker, &lookup, &group, &member, *tp, wire).await;
         let mut d = PartitionData::default().with_partition_index(tp.1);
         if let Err(e) = result {
             if e.code == ErrorCode::NotLeaderOrFollower {
@@ -90,7 +84,10 @@ async fn acknowledge(
         by_topic.entry(tp.0).or_default().push(d);
     }
     if step.closing {
-        broker.shares.release(&group, &member, &step.partitions);
+        broker
+            .shares
+            .release(&group, &member, &step.partitions)
+            .await;
     }
     Ok(ShareAcknowledgeResponse::default().with_responses(
         by_topic

@@ -26,7 +26,7 @@ use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::partition::{Hosted, Isolation, Partition};
 use crate::security::Access;
-use crate::share::partition::{AckBatch, AckError, AckType};
+use crate::share::partition::{AckBatch, AckType};
 use crate::share::session::Tp;
 
 /// A member's acknowledgement batches as the wire carries them: `(first, last, types)`.
@@ -57,12 +57,18 @@ pub(super) fn ack_batches(wire: &WireAcks, renew_allowed: bool) -> Result<Vec<Ac
         .collect()
 }
 
-/// The Kafka error for a refused acknowledgement.
-pub(super) fn ack_error(e: AckError) -> ApiError {
-    match e {
-        AckError::InvalidRequest(m) => ApiError::new(ErrorCode::InvalidRequest, m),
-        AckError::InvalidRecordState(m) => ApiError::new(ErrorCode::InvalidRecordState, m),
-    }
+/// Applies a member's acknowledgements of one partition; `Ok` once they are durable.
+pub(super) async fn acknowledge(
+    broker: &Broker,
+    lookup: &Lookup<'_>,
+    group: &Arc<str>,
+    member: &str,
+    tp: Tp,
+    wire: &WireAcks,
+) -> Result<(), ApiError> {
+    let batches = ack_batches(wire, false)?;
+    let p = lookup.partition(tp)?;
+    broker.shares.acknowledge(group, &p, member, &batches).await
 }
 
 /// Partitions by topic id, looked up in one metadata state and one set of hosted partitions.
@@ -185,21 +191,18 @@ async fn fetch(
             now,
         )
         .map_err(|code| ApiError::new(code, session_refusal(code)))?;
-    broker.shares.release(&group, &member, &step.dropped);
+    broker.shares.release(&group, &member, &step.dropped).await;
     let lookup = Lookup::new(broker, access);
     let mut answers: BTreeMap<Tp, Answer> = BTreeMap::new();
     for (tp, wire) in &acks {
-        let result = ack_batches(wire, false).and_then(|batches| {
-            lookup.partition(*tp)?;
-            broker
-                .shares
-                .acknowledge(&(group.clone(), tp.0, tp.1), &member, &batches)
-                .map_err(ack_error)
-        });
+        let result = acknowledge(broker, &lookup, &group, &member, *tp, wire).await;
         answers.entry(*tp).or_default().ack_error = result.err();
     }
     if step.closing {
-        broker.shares.release(&group, &member, &step.partitions);
+        broker
+            .shares
+            .release(&group, &member, &step.partitions)
+            .await;
     } else if req.max_records > 0 {
         hand_out(
             broker,
@@ -279,7 +282,7 @@ async fn hand_out(
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    answers.entry(*tp).or_default().error = Some(ApiError::from(e));
+                    answers.entry(*tp).or_default().error = Some(e);
                 }
             }
         }

@@ -332,6 +332,8 @@ mod tests {
             ApiKey::ShareGroupDescribe => RequestKind::ShareGroupDescribe(Default::default()),
             ApiKey::ShareFetch => RequestKind::ShareFetch(Default::default()),
             ApiKey::ShareAcknowledge => RequestKind::ShareAcknowledge(Default::default()),
+            ApiKey::ReadShareGroupState => RequestKind::ReadShareGroupState(Default::default()),
+            ApiKey::WriteShareGroupState => RequestKind::WriteShareGroupState(Default::default()),
             ApiKey::AddRaftVoter => RequestKind::AddRaftVoter(Default::default()),
             ApiKey::RemoveRaftVoter => RequestKind::RemoveRaftVoter(Default::default()),
             ApiKey::CreateDelegationToken => RequestKind::CreateDelegationToken(Default::default()),

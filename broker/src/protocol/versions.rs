@@ -96,6 +96,11 @@ pub const SUPPORTED: &[Api] = &[
     api(ApiKey::ShareGroupDescribe, "ShareGroupDescribe", 1, 1),
     api(ApiKey::ShareFetch, "ShareFetch", 1, 1),
     api(ApiKey::ShareAcknowledge, "ShareAcknowledge", 1, 1),
+    // The share coordinator's state RPCs, between brokers (CLUSTER_ACTION): a share
+    // partition's leader reads and writes its durable state where `__share_group_state` keeps
+    // it (see `crate::share::coordinator`).
+    api(ApiKey::ReadShareGroupState, "ReadShareGroupState", 0, 0),
+    api(ApiKey::WriteShareGroupState, "WriteShareGroupState", 0, 0),
     api(ApiKey::Heartbeat, "Heartbeat", 0, 4),
     api(ApiKey::LeaveGroup, "LeaveGroup", 0, 5),
     api(ApiKey::OffsetCommit, "OffsetCommit", 2, 9),

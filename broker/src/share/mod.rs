@@ -15,29 +15,42 @@
 //! Lock rule: a share partition's mutex is a leaf, never held across an await (a read of the
 //! log happens before it is taken, and what the read returned is acquired under it).
 
+pub mod coordinator;
 pub mod partition;
+pub mod persister;
 pub mod session;
+pub mod store;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use crate::error::{ApiError, ErrorCode};
 use crate::log::records;
 use crate::log::txn_index::AbortedTxn;
 use crate::node::Node;
 use crate::partition::{Isolation, Partition};
-use crate::tier::{Tier, TierError};
-use partition::{
-    AckBatch, AckError, Acquired, Batch, BatchKind, DeadLetter, Limits, SharePartition,
-};
+use crate::tier::Tier;
+use coordinator::ShareCoordinator;
+use partition::{AckBatch, Acquired, Batch, BatchKind, DeadLetter, Limits, SharePartition};
+use persister::Persister;
 use session::Sessions;
+use store::StateKey;
 
 /// A share partition's key: the group, the topic id, the partition.
 pub type Key = (Arc<str>, Uuid, i32);
+
+fn state_key(key: &Key) -> StateKey {
+    StateKey {
+        group: key.0.to_string(),
+        topic_id: key.1,
+        partition: key.2,
+    }
+}
 
 /// Records a fetch handed to a member from one partition: the acquired ranges and the batches
 /// that hold them.
@@ -54,15 +67,38 @@ pub enum Reset {
     Latest,
 }
 
+/// A share partition served here, with what of it has been made durable.
+struct Slot {
+    /// The data partition's leader epoch it was loaded at: a share partition is served only
+    /// at that epoch (a later leadership of this broker loads it again from the coordinator).
+    leader_epoch: i32,
+    state: Mutex<Versioned>,
+    /// The version last written to the share coordinator; held while a write is under way, so
+    /// writes of one share partition go one at a time and each carries every change before it.
+    written: tokio::sync::Mutex<u64>,
+}
+
+struct Versioned {
+    sp: SharePartition,
+    /// Counts the changes worth keeping (acknowledgements, releases, archiving).
+    version: u64,
+}
+
 pub struct Shares {
     node: Arc<Node>,
     tier: Arc<Tier>,
-    partitions: Mutex<HashMap<Key, Arc<Mutex<SharePartition>>>>,
+    partitions: Mutex<HashMap<Key, Arc<Slot>>>,
+    /// One load at a time: a share partition read from the coordinator once, not by every
+    /// fetch that finds it missing.
+    loading: tokio::sync::Mutex<()>,
     pub sessions: Sessions,
+    pub persister: Persister,
     /// Woken when records come back (released, expired): share fetches waiting for records
     /// look again.
     released: Notify,
     dead_letters: prometheus_client::metrics::counter::Counter,
+    state_writes: prometheus_client::metrics::counter::Counter,
+    state_write_failures: prometheus_client::metrics::counter::Counter,
 }
 
 impl Shares {
@@ -73,21 +109,42 @@ impl Shares {
             Duration::from_millis(cfg.group_share_record_lock_duration_ms),
         );
         let dead_letters = prometheus_client::metrics::counter::Counter::default();
-        let counter = dead_letters.clone();
+        let state_writes = prometheus_client::metrics::counter::Counter::default();
+        let state_write_failures = prometheus_client::metrics::counter::Counter::default();
+        let (d, w, f) = (
+            dead_letters.clone(),
+            state_writes.clone(),
+            state_write_failures.clone(),
+        );
         node.metrics.register(|r| {
             r.register(
                 "share_dead_letters",
                 "Records archived by share groups as dead letters (rejected, or at the delivery limit)",
-                counter,
-            )
+                d,
+            );
+            r.register(
+                "share_state_writes",
+                "Share partition states written to the share coordinator (one per batch of acknowledgements)",
+                w,
+            );
+            r.register(
+                "share_state_write_failures",
+                "Share partition state writes that failed (the acknowledgements they carried were refused)",
+                f,
+            );
         });
+        let coordinator = Arc::new(ShareCoordinator::new(node.clone()));
         Shares {
+            persister: Persister::new(node.clone(), coordinator),
             node,
             tier,
             partitions: Mutex::default(),
+            loading: tokio::sync::Mutex::new(()),
             sessions,
             released: Notify::new(),
             dead_letters,
+            state_writes,
+            state_write_failures,
         }
     }
 
@@ -101,29 +158,97 @@ impl Shares {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Mutex<SharePartition>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Slot>>> {
         self.partitions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn get(&self, key: &Key) -> Option<Arc<Mutex<SharePartition>>> {
-        self.lock().get(key).cloned()
+    /// The share partition of `key` as served at `p`'s current leader epoch.
+    fn current(&self, key: &Key, p: &Partition) -> Option<Arc<Slot>> {
+        let epoch = p.replication().leader_epoch();
+        self.lock()
+            .get(key)
+            .filter(|s| s.leader_epoch == epoch)
+            .cloned()
     }
 
-    /// The share partition of `key`, made at `reset` of `p` when the group has none yet.
-    fn get_or_start(&self, key: &Key, p: &Partition, reset: Reset) -> Arc<Mutex<SharePartition>> {
-        self.lock()
-            .entry(key.clone())
-            .or_insert_with(|| {
+    /// The share partition of `key`, served here at `p`'s leader epoch: loaded from the share
+    /// coordinator, or — for a group that has none yet — started at `reset` of `p` and written
+    /// there before anything of it is handed out (so a failover resumes where it started).
+    async fn load(&self, key: &Key, p: &Partition, reset: Reset) -> Result<Arc<Slot>, ApiError> {
+        if let Some(slot) = self.current(key, p) {
+            return Ok(slot);
+        }
+        let _one = self.loading.lock().await;
+        if let Some(slot) = self.current(key, p) {
+            return Ok(slot);
+        }
+        let leader_epoch = p.replication().leader_epoch();
+        let skey = state_key(key);
+        let stored = (self.persister.read(&skey).await)
+            .map_err(|e| ApiError::new(ErrorCode::CoordinatorNotAvailable, e.message))?;
+        let (sp, fresh) = match stored {
+            Some(stored) => (SharePartition::restore(&stored.snapshot), false),
+            None => {
                 let o = p.published_offsets();
                 let start = match reset {
                     Reset::Earliest => o.log_start,
                     Reset::Latest => o.high_watermark,
                 };
-                tracing::info!(group = %key.0, topic = %p.tp.topic, partition = p.tp.partition, start,
-                    "share partition started");
-                Arc::new(Mutex::new(SharePartition::new(start)))
-            })
-            .clone()
+                (SharePartition::new(start), true)
+            }
+        };
+        let (start, end) = (sp.start(), sp.end());
+        let slot = Arc::new(Slot {
+            leader_epoch,
+            state: Mutex::new(Versioned {
+                sp,
+                version: u64::from(fresh),
+            }),
+            written: tokio::sync::Mutex::new(0),
+        });
+        if fresh {
+            self.persist(key, &slot).await?;
+        }
+        tracing::info!(group = %key.0, topic = %p.tp.topic, partition = p.tp.partition, start,
+            end, leader_epoch, loaded = !fresh, "share partition started");
+        self.lock().insert(key.clone(), slot.clone());
+        Ok(slot)
+    }
+
+    /// Writes the share partition's state to its share coordinator unless a write since its
+    /// last change already carried it. Returns once it is durable.
+    async fn persist(&self, key: &Key, slot: &Slot) -> Result<(), ApiError> {
+        let wanted = lock(&slot.state).version;
+        let mut written = slot.written.lock().await;
+        if *written >= wanted {
+            return Ok(());
+        }
+        let (snapshot, version) = {
+            let v = lock(&slot.state);
+            (v.sp.snapshot(), v.version)
+        };
+        match (self.persister)
+            .write(&state_key(key), slot.leader_epoch, 0, snapshot)
+            .await
+        {
+            Ok(()) => {
+                self.state_writes.inc();
+                *written = version;
+                Ok(())
+            }
+            Err(e) => {
+                self.state_write_failures.inc();
+                tracing::warn!(group = %key.0, topic_id = %key.1, partition = key.2, error = %e,
+                    "cannot write share partition state");
+                // What a member is told: its partition moved (a newer leader wrote the state:
+                // this copy is stale), or the state cannot be kept just now (retriable).
+                if e.code == ErrorCode::FencedLeaderEpoch {
+                    self.lock().remove(key);
+                    return Err(ApiError::new(ErrorCode::NotLeaderOrFollower, e.message));
+                }
+                Err(ApiError::new(ErrorCode::CoordinatorNotAvailable, e.message))
+            }
+        }
     }
 
     /// Hands `member` of `group` records of `p` (at most about `max_records`, `max_bytes`),
@@ -136,18 +261,18 @@ impl Shares {
         max_records: i64,
         max_bytes: usize,
         isolation: Isolation,
-    ) -> Result<Option<Handed>, TierError> {
+    ) -> Result<Option<Handed>, ApiError> {
         let key: Key = (group.clone(), p.topic_id, p.tp.partition);
-        let slot = self.get_or_start(&key, &p, Reset::Latest);
+        let slot = self.load(&key, &p, Reset::Latest).await?;
         let limits = self.limits(group);
         let offsets = p.published_offsets();
         let offset = {
-            let mut sp = lock(&slot);
-            sp.truncate_below(offsets.log_start);
-            if !sp.can_acquire(&limits) {
+            let mut v = lock(&slot.state);
+            v.sp.truncate_below(offsets.log_start);
+            if !v.sp.can_acquire(&limits) {
                 return Ok(None);
             }
-            sp.next_fetch_offset()
+            v.sp.next_fetch_offset()
         };
         if offset >= isolation.end(&offsets) {
             return Ok(None);
@@ -158,7 +283,7 @@ impl Shares {
             return Ok(None);
         }
         let now = self.node.clock.instant();
-        let acquired = lock(&slot).acquire(member, &batches, max_records, &limits, now);
+        let acquired = (lock(&slot.state).sp).acquire(member, &batches, max_records, &limits, now);
         if acquired.is_empty() {
             return Ok(None);
         }
@@ -166,70 +291,121 @@ impl Shares {
         Ok(Some(Handed { acquired, records }))
     }
 
-    /// Applies `member`'s acknowledgements of records of `key`.
-    pub fn acknowledge(
+    /// Applies `member`'s acknowledgements of records of `p` in `group`; returns once they are
+    /// durable.
+    pub async fn acknowledge(
         &self,
-        key: &Key,
+        group: &Arc<str>,
+        p: &Partition,
         member: &str,
         batches: &[AckBatch],
-    ) -> Result<(), AckError> {
-        let Some(slot) = self.get(key) else {
-            return Err(AckError::InvalidRecordState(
-                "no record of this partition was handed out to the group here".into(),
+    ) -> Result<(), ApiError> {
+        let key: Key = (group.clone(), p.topic_id, p.tp.partition);
+        let Some(slot) = self.current(&key, p) else {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRecordState,
+                "no record of this partition was handed out to the group by this leader",
             ));
         };
-        let limits = self.limits(&key.0);
+        let limits = self.limits(group);
         let now = self.node.clock.instant();
-        let dead = lock(&slot).acknowledge(member, batches, &limits, now)?;
+        let dead = {
+            let mut v = lock(&slot.state);
+            let dead = v.sp.acknowledge(member, batches, &limits, now)?;
+            v.version += 1;
+            dead
+        };
         let released = batches
             .iter()
             .any(|b| b.types.contains(&partition::AckType::Release));
-        self.dead_letters(key, dead);
+        self.dead_letters(&key, dead);
         if released {
             self.released.notify_waiters();
         }
-        Ok(())
+        self.persist(&key, &slot).await
     }
 
     /// What `member` holds in `tps` of `group` goes back (its session closed or dropped them).
-    pub fn release(&self, group: &Arc<str>, member: &str, tps: &[(Uuid, i32)]) {
-        let mut any = false;
+    pub async fn release(&self, group: &Arc<str>, member: &str, tps: &[(Uuid, i32)]) {
+        let mut changed = Vec::new();
         for &(topic, partition) in tps {
             let key: Key = (group.clone(), topic, partition);
-            let Some(slot) = self.get(&key) else { continue };
+            let Some(slot) = self.lock().get(&key).cloned() else {
+                continue;
+            };
             let limits = self.limits(group);
-            let dead = lock(&slot).release_member(member, &limits);
+            let dead = {
+                let mut v = lock(&slot.state);
+                let dead = v.sp.release_member(member, &limits);
+                v.version += 1;
+                dead
+            };
             self.dead_letters(&key, dead);
-            any = true;
+            changed.push((key, slot));
         }
-        if any {
+        if !changed.is_empty() {
             self.released.notify_waiters();
+        }
+        for (key, slot) in changed {
+            // A failure is logged and counted; the records are back either way, and the next
+            // write carries the change.
+            let _ = self.persist(&key, &slot).await;
         }
     }
 
-    /// Records whose locks expired go back; run by housekeeping.
-    pub fn expire(&self) {
+    /// Records whose locks expired go back, and those at the delivery limit are archived (and
+    /// written); share partitions this broker no longer leads at their epoch are dropped.
+    /// Run by housekeeping.
+    pub async fn expire(&self) {
         let now = self.node.clock.instant();
-        let slots: Vec<(Key, Arc<Mutex<SharePartition>>)> = self
+        let slots: Vec<(Key, Arc<Slot>)> = self
             .lock()
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let mut any = false;
+        let mut archived = Vec::new();
         for (key, slot) in slots {
-            let limits = self.limits(&key.0);
-            let mut sp = lock(&slot);
-            if sp.next_expiry().is_none_or(|t| t > now) {
+            if !self.still_led(&key, &slot) {
+                self.lock().remove(&key);
                 continue;
             }
-            let dead = sp.expire(now, &limits);
-            drop(sp);
+            let limits = self.limits(&key.0);
+            let dead = {
+                let mut v = lock(&slot.state);
+                if v.sp.next_expiry().is_none_or(|t| t > now) {
+                    continue;
+                }
+                let dead = v.sp.expire(now, &limits);
+                if !dead.is_empty() {
+                    v.version += 1;
+                }
+                dead
+            };
+            if !dead.is_empty() {
+                archived.push((key.clone(), slot));
+            }
             self.dead_letters(&key, dead);
             any = true;
         }
         if any {
             self.released.notify_waiters();
         }
+        for (key, slot) in archived {
+            let _ = self.persist(&key, &slot).await;
+        }
+    }
+
+    /// Whether this broker still leads the share partition's data partition at the epoch it
+    /// was loaded at.
+    fn still_led(&self, key: &Key, slot: &Slot) -> bool {
+        let state = self.node.metadata.state();
+        let Some(topic) = state.topic_by_id(&key.1) else {
+            return false;
+        };
+        (self.node.partitions.get(&topic.name, key.2)).is_some_and(|p| {
+            p.replication().is_leader() && p.replication().leader_epoch() == slot.leader_epoch
+        })
     }
 
     /// Resolves when records come back, for a share fetch waiting for any.
@@ -247,15 +423,9 @@ impl Shares {
                 last = d.last, deliveries = d.deliveries, why = ?d.why, "share group dead letters");
         }
     }
-
-    /// The earliest lock expiry of any share partition here: when housekeeping next has work.
-    pub fn next_expiry(&self) -> Option<Instant> {
-        let slots: Vec<Arc<Mutex<SharePartition>>> = self.lock().values().cloned().collect();
-        slots.iter().filter_map(|s| lock(s).next_expiry()).min()
-    }
 }
 
-fn lock(slot: &Mutex<SharePartition>) -> std::sync::MutexGuard<'_, SharePartition> {
+fn lock(slot: &Mutex<Versioned>) -> std::sync::MutexGuard<'_, Versioned> {
     // A panic under the lock leaves a consistent state: every operation checks before it
     // changes anything, or changes whole runs.
     slot.lock().unwrap_or_else(|p| p.into_inner())

@@ -583,7 +583,7 @@ fn describe_quorum_on_a_single_voter() {
 /// ApiVersions advertises Kafka 4.0's versions of what Strata implements, and each answers
 /// as 4.0 does: DescribeCluster v2 lists fenced brokers only when asked (KIP-1073), Metadata
 /// v13 carries its top-level error code, the feature levels are reported and UpdateFeatures
-/// refuses what is not implemented, FindCoordinator v6 refuses a share-group key.
+/// refuses what is not implemented, FindCoordinator v6 finds a share partition's coordinator.
 #[test]
 fn the_kafka_4_api_versions_are_advertised_and_answer() {
     use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
@@ -707,16 +707,22 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         .unwrap();
     assert_eq!((r.error_code, r.results[0].error_code), (0, 0), "{r:?}");
 
-    // FindCoordinator v6 may name a share group (KIP-932): Strata hosts none.
+    // FindCoordinator v6 may name a share partition's coordinator (KIP-932), keyed
+    // group:topic-id:partition; a key of another form is INVALID_REQUEST.
     let r = conn
         .request(
             6,
             &FindCoordinatorRequest::default()
                 .with_key_type(2)
-                .with_coordinator_keys(vec!["g:topic:0".to_string().into()]),
+                .with_coordinator_keys(vec![
+                    "g:topic:0".to_string().into(),
+                    format!("g:{}:0", uuid::Uuid::new_v4()).into(),
+                ]),
         )
         .unwrap();
     assert_eq!(r.coordinators[0].error_code, 42, "INVALID_REQUEST: {r:?}");
+    assert_eq!(r.coordinators[1].error_code, 0, "{r:?}");
+    assert_eq!(r.coordinators[1].node_id.0, 1, "{r:?}");
 }
 
 /// One CreateTopics request (v7) for `name` with these fields: the topic's error code.
