@@ -161,6 +161,14 @@ pub enum Command {
         set: BTreeMap<String, String>,
         delete: Vec<String>,
     },
+    /// Changes a group's dynamic configs (KIP-848's GROUP config resource, Kafka names), which
+    /// may be set before the group exists: first sets every key of `set`, then removes every
+    /// key of `delete`. The broker checked the names and values before proposing.
+    AlterGroupConfig {
+        group: String,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+    },
 }
 
 /// The outcome of applying one [`Command`] (or a raft-internal entry, which yields `Ok`).

@@ -64,6 +64,9 @@ pub struct ClusterState {
     /// that broker's own; each maps Kafka config names to values. No empty map is kept.
     #[serde(default)]
     pub broker_configs: Arc<BTreeMap<String, BTreeMap<String, String>>>,
+    /// Dynamic group configs by group id (Kafka config names to values). No empty map is kept.
+    #[serde(default)]
+    pub group_configs: Arc<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 impl Default for ClusterState {
@@ -78,6 +81,7 @@ impl Default for ClusterState {
             unclean_leader_elections: 0,
             security: Arc::default(),
             broker_configs: Arc::default(),
+            group_configs: Arc::default(),
         }
     }
 }
@@ -96,6 +100,8 @@ struct StoredState {
     security: Arc<SecurityState>,
     #[serde(default)]
     broker_configs: Arc<BTreeMap<String, BTreeMap<String, String>>>,
+    #[serde(default)]
+    group_configs: Arc<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 impl From<StoredState> for ClusterState {
@@ -113,6 +119,7 @@ impl From<StoredState> for ClusterState {
             unclean_leader_elections: s.unclean_leader_elections,
             security: s.security,
             broker_configs: s.broker_configs,
+            group_configs: s.group_configs,
         }
     }
 }
@@ -447,6 +454,10 @@ impl ClusterState {
                 set,
                 delete,
             } => self.alter_broker_config(resource, set, delete),
+            Command::AlterGroupConfig { group, set, delete } => {
+                alter_configs(&mut self.group_configs, group, set, delete);
+                CommandResult::Ok
+            }
             Command::FailLogDir {
                 node_id,
                 epoch,
@@ -480,16 +491,13 @@ impl ClusterState {
         {
             return CommandResult::Ok;
         }
-        let all = Arc::make_mut(&mut self.broker_configs);
-        let configs = all.entry(resource.to_string()).or_default();
-        configs.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
-        for key in delete {
-            configs.remove(key);
-        }
-        if configs.is_empty() {
-            all.remove(resource);
-        }
+        alter_configs(&mut self.broker_configs, resource, set, delete);
         CommandResult::Ok
+    }
+
+    /// The dynamic configs of group `group`.
+    pub fn group_config(&self, group: &str) -> Option<&BTreeMap<String, String>> {
+        self.group_configs.get(group)
     }
 
     /// Checks replica lists for partitions numbered from `first_partition`: each must be
@@ -530,6 +538,34 @@ impl ClusterState {
             }
         }
         Ok(())
+    }
+}
+
+/// Sets `set` and removes `delete` in the configs of `resource`, dropping a map left empty;
+/// copies nothing when nothing changes.
+fn alter_configs(
+    all: &mut Arc<BTreeMap<String, BTreeMap<String, String>>>,
+    resource: &str,
+    set: &BTreeMap<String, String>,
+    delete: &[String],
+) {
+    let unchanged = set
+        .iter()
+        .all(|(k, v)| all.get(resource).and_then(|c| c.get(k)) == Some(v))
+        && delete
+            .iter()
+            .all(|k| all.get(resource).is_none_or(|c| !c.contains_key(k)));
+    if unchanged {
+        return;
+    }
+    let all = Arc::make_mut(all);
+    let configs = all.entry(resource.to_string()).or_default();
+    configs.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+    for key in delete {
+        configs.remove(key);
+    }
+    if configs.is_empty() {
+        all.remove(resource);
     }
 }
 
@@ -837,6 +873,33 @@ mod tests {
                 ("retention.ms".to_string(), "10".to_string()),
             ])
         );
+    }
+
+    #[test]
+    fn group_configs_are_kept_per_group_before_the_group_exists_and_empty_ones_dropped() {
+        let mut state = ClusterState::default();
+        let alter = |set: &[(&str, &str)], delete: &[&str]| Command::AlterGroupConfig {
+            group: "workers".into(),
+            set: (set.iter())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            delete: delete.iter().map(|k| k.to_string()).collect(),
+        };
+        let cmd = alter(&[("share.auto.offset.reset", "earliest")], &[]);
+        assert_eq!(state.apply(&cmd), CommandResult::Ok);
+        assert_eq!(
+            (state.group_config("workers")).and_then(|c| c.get("share.auto.offset.reset")),
+            Some(&"earliest".to_string())
+        );
+        let before = state.group_configs.clone();
+        assert_eq!(state.apply(&cmd), CommandResult::Ok);
+        assert!(
+            Arc::ptr_eq(&before, &state.group_configs),
+            "a no-op copies nothing"
+        );
+        let cmd = alter(&[], &["share.auto.offset.reset"]);
+        assert_eq!(state.apply(&cmd), CommandResult::Ok);
+        assert!(state.group_config("workers").is_none());
     }
 
     #[test]

@@ -42,6 +42,7 @@
 //! - A committed offset is visible (OffsetFetch, lag) only once the commit is acknowledged,
 //!   that is once the ISR holds it; a commit that times out is not applied.
 
+pub mod config;
 pub mod consumer;
 mod consumer_membership;
 mod consumer_store;

@@ -18,6 +18,7 @@ use crate::config::catalogue::{self, Kind, Setting};
 use crate::config::BrokerConfig;
 use crate::dynamic_config;
 use crate::error::ErrorCode;
+use crate::group::config::{self as group_config, InForce};
 use crate::security::Access;
 use crate::topic_config;
 use strata_metadata::acl::AclOperation;
@@ -25,6 +26,8 @@ use strata_metadata::acl::AclOperation;
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
 pub const RESOURCE_BROKER_LOGGER: i8 = 8;
+/// KIP-848's group config resource.
+pub const RESOURCE_GROUP: i8 = 32;
 
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const SOURCE_DYNAMIC_BROKER: i8 = 2;
@@ -32,6 +35,7 @@ const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 const SOURCE_DYNAMIC_BROKER_LOGGER: i8 = 6;
+const SOURCE_GROUP: i8 = 8;
 
 /// One value of a config and where it comes from; the first of a config's layers is the one
 /// in force, the others are its synonyms.
@@ -196,6 +200,8 @@ pub fn handle(
             let denied = match r.resource_type {
                 RESOURCE_TOPIC => (!access.topic(AclOperation::DescribeConfigs, &r.resource_name))
                     .then_some(ErrorCode::TopicAuthorizationFailed),
+                RESOURCE_GROUP => (!access.group(AclOperation::DescribeConfigs, &r.resource_name))
+                    .then_some(ErrorCode::GroupAuthorizationFailed),
                 RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => (!access
                     .cluster(AclOperation::DescribeConfigs))
                 .then_some(ErrorCode::ClusterAuthorizationFailed),
@@ -327,6 +333,35 @@ pub fn handle(
                                 false,
                                 Kind::Str,
                                 "log level of this logger (a module path; root: every other)",
+                            )
+                        })
+                        .collect();
+                    result.with_configs(configs)
+                }
+                // Every group config, set or not: a group need not exist for its configs.
+                RESOURCE_GROUP => {
+                    let in_force = InForce {
+                        broker: &broker.node.config,
+                        overrides: state.group_config(name),
+                    };
+                    let configs = (group_config::GROUP_CONFIGS.iter())
+                        .filter(|c| wanted(c.name))
+                        .map(|c| {
+                            let (value, set) = in_force.get(c);
+                            let source = if set { SOURCE_GROUP } else { SOURCE_DEFAULT };
+                            let layer = Layer {
+                                name: c.name.to_string(),
+                                value: Some(value.clone()),
+                                source,
+                            };
+                            entry(
+                                c.name,
+                                Some(value),
+                                source,
+                                vec![layer],
+                                false,
+                                c.kind,
+                                c.doc,
                             )
                         })
                         .collect();

@@ -13,12 +13,15 @@ use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsRe
 use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
 use strata_metadata::Command;
 
-use super::describe_configs::{RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC};
+use super::describe_configs::{
+    RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP, RESOURCE_TOPIC,
+};
 use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::config::catalogue::{self, Kind};
 use crate::dynamic_config;
 use crate::error::{ApiError, ErrorCode};
+use crate::group::config as group_config;
 use crate::security::Access;
 use crate::topic_config;
 use strata_metadata::acl::AclOperation;
@@ -53,7 +56,12 @@ pub async fn handle(
             (r.resource_type, &name),
             configs,
             &repeated,
-            &[RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER],
+            &[
+                RESOURCE_TOPIC,
+                RESOURCE_BROKER,
+                RESOURCE_BROKER_LOGGER,
+                RESOURCE_GROUP,
+            ],
         );
         let outcome = match checked {
             Err(e) => Err(e),
@@ -142,11 +150,13 @@ pub(super) fn admit<'a>(
     authorize(access, resource_type, name)
 }
 
-/// ALTER_CONFIGS on the topic, or on the cluster for any other resource.
+/// ALTER_CONFIGS on the topic or the group, or on the cluster for any other resource.
 fn authorize(access: &Access, resource_type: i8, name: &str) -> Result<(), ApiError> {
     let denied = match resource_type {
         RESOURCE_TOPIC => (!access.topic(AclOperation::AlterConfigs, name))
             .then_some(ErrorCode::TopicAuthorizationFailed),
+        RESOURCE_GROUP => (!access.group(AclOperation::AlterConfigs, name))
+            .then_some(ErrorCode::GroupAuthorizationFailed),
         _ => (!access.cluster(AclOperation::AlterConfigs))
             .then_some(ErrorCode::ClusterAuthorizationFailed),
     };
@@ -194,7 +204,7 @@ async fn alter(
             }
             DELETE => {
                 match target {
-                    Target::Topic(_) => drop(target.kind(key)?),
+                    Target::Topic(_) | Target::Group(_) => drop(target.kind(key)?),
                     Target::Broker(_) => dynamic_config::name(key).map(drop).map_err(refused)?,
                 }
                 merged.remove(key);
@@ -281,11 +291,13 @@ pub(super) fn this_broker(broker: &Broker, name: &str) -> Result<(), ApiError> {
     }
 }
 
-/// What an alter changes: a topic's overrides, or the dynamic broker configs stored for a
-/// resource (`""`: cluster-wide; else this broker's id).
+/// What an alter changes: a topic's overrides, the dynamic broker configs stored for a
+/// resource (`""`: cluster-wide; else this broker's id), or a group's configs (which may be set
+/// before the group exists, as in Kafka).
 pub(super) enum Target {
     Topic(String),
     Broker(String),
+    Group(String),
 }
 
 impl Target {
@@ -309,6 +321,11 @@ impl Target {
                 let current = state.broker_config(name).cloned().unwrap_or_default();
                 Ok((Target::Broker(name.to_string()), current))
             }
+            RESOURCE_GROUP => {
+                crate::group::validate_group_id(name)?;
+                let current = state.group_config(name).cloned().unwrap_or_default();
+                Ok((Target::Group(name.to_string()), current))
+            }
             other => Err(ApiError::new(
                 ErrorCode::InvalidRequest,
                 format!("configs of resource type {other} cannot be altered"),
@@ -321,6 +338,11 @@ impl Target {
         match self {
             Target::Topic(_) => topic_config::validate(key, value).map_err(invalid),
             Target::Broker(_) => dynamic_config::name(key).map(drop).map_err(refused),
+            Target::Group(_) => {
+                let c = group_config::by_name(key)
+                    .ok_or_else(|| invalid(format!("unknown group config '{key}'")))?;
+                (c.check)(value).map_err(|why| invalid(format!("{key} = {value}: {why}")))
+            }
         }
     }
 
@@ -333,6 +355,9 @@ impl Target {
                 .map_err(refused)?
                 .kind()
                 .ok_or_else(unknown),
+            Target::Group(_) => group_config::by_name(key)
+                .map(|c| c.kind)
+                .ok_or_else(unknown),
         }
     }
 
@@ -343,6 +368,9 @@ impl Target {
             Target::Topic(_) => topic_config::default_value(&settings, key),
             Target::Broker(_) => (catalogue::by_name(key))
                 .and_then(|s| catalogue::values(&settings).remove(s.key).flatten())
+                .unwrap_or_default(),
+            Target::Group(_) => (group_config::by_name(key))
+                .map(|c| (c.default)(&broker.node.config))
                 .unwrap_or_default(),
         }
     }
@@ -371,6 +399,8 @@ impl Target {
                 };
                 dynamic_config::check(&broker.node.config, &cluster, &mine).map_err(refused)?
             }
+            // Each value was checked as it was set; group configs constrain no other.
+            Target::Group(_) => {}
         }
         if validate_only {
             return Ok(());
@@ -390,6 +420,11 @@ impl Target {
             },
             Target::Broker(resource) => Command::AlterBrokerConfig {
                 resource: resource.clone(),
+                set,
+                delete,
+            },
+            Target::Group(group) => Command::AlterGroupConfig {
+                group: group.clone(),
                 set,
                 delete,
             },

@@ -24,7 +24,7 @@ use uuid::Uuid;
 use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
-use crate::partition::{Hosted, Isolation, Partition};
+use crate::partition::{Hosted, Partition};
 use crate::security::Access;
 use crate::share::partition::{AckBatch, AckType};
 use crate::share::session::Tp;
@@ -255,14 +255,7 @@ async fn hand_out(
             p.waiters().watch(&woken);
             let handed = broker
                 .shares
-                .fetch(
-                    group,
-                    member,
-                    p,
-                    records_left,
-                    bytes_left,
-                    Isolation::HighWatermark,
-                )
+                .fetch(group, member, p, records_left, bytes_left)
                 .await;
             match handed {
                 Ok(Some(h)) => {

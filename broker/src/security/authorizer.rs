@@ -272,7 +272,7 @@ fn operations_of(resource: ResourceType) -> &'static [AclOperation] {
             DescribeConfigs,
             AlterConfigs,
         ],
-        ResourceType::Group => &[Read, Describe, Delete],
+        ResourceType::Group => &[Read, Describe, Delete, DescribeConfigs, AlterConfigs],
         ResourceType::Cluster => &[
             Create,
             ClusterAction,

@@ -30,6 +30,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::error::{ApiError, ErrorCode};
+use crate::group::config::{InForce, Reset};
 use crate::log::records;
 use crate::log::txn_index::AbortedTxn;
 use crate::node::Node;
@@ -40,6 +41,7 @@ use partition::{AckBatch, Acquired, Batch, BatchKind, DeadLetter, Limits, ShareP
 use persister::Persister;
 use session::Sessions;
 use store::StateKey;
+use strata_metadata::ClusterState;
 
 /// A share partition's key: the group, the topic id, the partition.
 pub type Key = (Arc<str>, Uuid, i32);
@@ -58,13 +60,6 @@ fn state_key(key: &Key) -> StateKey {
 pub struct Handed {
     pub acquired: Vec<Acquired>,
     pub records: Bytes,
-}
-
-/// Where a share partition with no state yet starts (`share.auto.offset.reset`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reset {
-    Earliest,
-    Latest,
 }
 
 /// A share partition served here, with what of it has been made durable.
@@ -148,13 +143,21 @@ impl Shares {
         }
     }
 
-    /// The bounds of a share partition of `group`.
-    pub fn limits(&self, _group: &str) -> Limits {
-        let cfg = &self.node.config;
+    /// The bounds of a share partition of `group`: its group configs over the broker's.
+    pub fn limits(&self, group: &str) -> Limits {
+        let state = self.node.metadata.state();
+        let f = self.configs(&state, group);
         Limits {
-            lock: Duration::from_millis(cfg.group_share_record_lock_duration_ms),
-            delivery_limit: cfg.group_share_delivery_count_limit as u16,
-            max_in_flight: cfg.group_share_partition_max_record_locks as i64,
+            lock: f.lock_duration(),
+            delivery_limit: f.delivery_limit(),
+            max_in_flight: f.max_record_locks(),
+        }
+    }
+
+    fn configs<'a>(&'a self, state: &'a ClusterState, group: &str) -> InForce<'a> {
+        InForce {
+            broker: &self.node.config,
+            overrides: state.group_config(group),
         }
     }
 
@@ -174,7 +177,7 @@ impl Shares {
     /// The share partition of `key`, served here at `p`'s leader epoch: loaded from the share
     /// coordinator, or — for a group that has none yet — started at `reset` of `p` and written
     /// there before anything of it is handed out (so a failover resumes where it started).
-    async fn load(&self, key: &Key, p: &Partition, reset: Reset) -> Result<Arc<Slot>, ApiError> {
+    async fn load(&self, key: &Key, p: &Arc<Partition>) -> Result<Arc<Slot>, ApiError> {
         if let Some(slot) = self.current(key, p) {
             return Ok(slot);
         }
@@ -188,14 +191,7 @@ impl Shares {
             .map_err(|e| ApiError::new(ErrorCode::CoordinatorNotAvailable, e.message))?;
         let (sp, fresh) = match stored {
             Some(stored) => (SharePartition::restore(&stored.snapshot), false),
-            None => {
-                let o = p.published_offsets();
-                let start = match reset {
-                    Reset::Earliest => o.log_start,
-                    Reset::Latest => o.high_watermark,
-                };
-                (SharePartition::new(start), true)
-            }
+            None => (SharePartition::new(self.start_of(&key.0, p).await?), true),
         };
         let (start, end) = (sp.start(), sp.end());
         let slot = Arc::new(Slot {
@@ -213,6 +209,26 @@ impl Shares {
             end, leader_epoch, loaded = !fresh, "share partition started");
         self.lock().insert(key.clone(), slot.clone());
         Ok(slot)
+    }
+
+    /// Where a share partition of `group` with no state starts in `p`
+    /// (`share.auto.offset.reset`): the log start, the high watermark, or the first record at
+    /// most so old (the high watermark when there is none).
+    async fn start_of(&self, group: &str, p: &Arc<Partition>) -> Result<i64, ApiError> {
+        let reset = self
+            .configs(&self.node.metadata.state(), group)
+            .auto_offset_reset();
+        let o = p.published_offsets();
+        Ok(match reset {
+            Reset::Earliest => o.log_start,
+            Reset::Latest => o.high_watermark,
+            Reset::ByDuration(d) => {
+                let ts =
+                    self.node.clock.now_ms() - i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+                let found = self.tier.offset_for_timestamp(p.clone(), ts).await?;
+                found.map_or(o.high_watermark, |(offset, _)| offset.min(o.high_watermark))
+            }
+        })
     }
 
     /// Writes the share partition's state to its share coordinator unless a write since its
@@ -260,11 +276,17 @@ impl Shares {
         p: Arc<Partition>,
         max_records: i64,
         max_bytes: usize,
-        isolation: Isolation,
     ) -> Result<Option<Handed>, ApiError> {
         let key: Key = (group.clone(), p.topic_id, p.tp.partition);
-        let slot = self.load(&key, &p, Reset::Latest).await?;
+        let slot = self.load(&key, &p).await?;
         let limits = self.limits(group);
+        let isolation = match self
+            .configs(&self.node.metadata.state(), group)
+            .read_committed()
+        {
+            true => Isolation::Committed,
+            false => Isolation::HighWatermark,
+        };
         let offsets = p.published_offsets();
         let offset = {
             let mut v = lock(&slot.state);

@@ -602,3 +602,111 @@ fn after_the_leader_is_killed_nothing_acknowledged_is_delivered_again() {
     let offsets: Vec<i64> = got.iter().map(|g| g.o).collect();
     assert_eq!(offsets, (6..10).collect::<Vec<_>>(), "{got:?}");
 }
+
+/// IncrementalAlterConfigs of group `group`'s configs: `(name, value)` SET each; the error
+/// code.
+fn alter_group(addr: &str, group: &str, set: &[(&str, &str)]) -> i16 {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    let s = |v: &str| StrBytes::from_string(v.to_string());
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(32)
+            .with_resource_name(s(group))
+            .with_configs(
+                (set.iter())
+                    .map(|(k, v)| {
+                        AlterableConfig::default()
+                            .with_name(s(k))
+                            .with_config_operation(0)
+                            .with_value(Some(s(v)))
+                    })
+                    .collect(),
+            ),
+    ]);
+    let mut conn = KafkaConn::connect(addr).unwrap();
+    conn.request(1, &req).unwrap().responses[0].error_code
+}
+
+/// DescribeConfigs of group `group`: (name, value, source) of each config.
+fn describe_group_configs(addr: &str, group: &str) -> Vec<(String, String, i8)> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(32)
+            .with_resource_name(StrBytes::from_string(group.to_string()))
+            .with_configuration_keys(None)]);
+    let mut conn = KafkaConn::connect(addr).unwrap();
+    let r = conn.request(4, &req).unwrap().results.remove(0);
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    (r.configs.iter())
+        .map(|c| {
+            let v = c.value.as_ref().map_or(String::new(), |v| v.to_string());
+            (c.name.to_string(), v, c.config_source)
+        })
+        .collect()
+}
+
+#[test]
+fn group_configs_set_before_the_group_exists_shape_its_share_partitions() {
+    const INVALID_CONFIG: i16 = 40;
+    let broker = Broker::start_default();
+    let addr = broker.kafka_addr.clone();
+    let topic = unique_topic("share-cfg");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let values: Vec<String> = (0..5).map(|i| format!("e{i}")).collect();
+    produce(&broker, &topic, 0, &values);
+    let group = unique_topic("share-g");
+    // Kafka's bounds and names; nothing of a refused request is stored.
+    for bad in [
+        ("share.delivery.count.limit", "11"),
+        ("share.record.lock.duration.ms", "1000"),
+        ("share.auto.offset.reset", "by_duration:P1Y"),
+        ("share.isolation.level", "serializable"),
+        ("share.no.such.config", "1"),
+    ] {
+        let set = [bad, ("share.partition.max.record.locks", "500")];
+        assert_eq!(alter_group(&addr, &group, &set), INVALID_CONFIG, "{bad:?}");
+    }
+    let described = describe_group_configs(&addr, &group);
+    for default in [
+        ("share.auto.offset.reset", "latest"),
+        ("share.partition.max.record.locks", "2000"),
+    ] {
+        let want = (default.0.to_string(), default.1.to_string(), 5);
+        assert!(described.contains(&want), "{want:?} in {described:?}");
+    }
+    let set = [
+        ("share.auto.offset.reset", "earliest"),
+        ("share.delivery.count.limit", "2"),
+    ];
+    assert_eq!(alter_group(&addr, &group, &set), 0);
+    let described = describe_group_configs(&addr, &group);
+    for want in [
+        ("share.auto.offset.reset", "earliest", 8),
+        ("share.delivery.count.limit", "2", 8),
+        ("share.record.lock.duration.ms", "30000", 5),
+    ] {
+        let want = (want.0.to_string(), want.1.to_string(), want.2);
+        assert!(described.contains(&want), "{want:?} in {described:?}");
+    }
+    // Earliest: the records produced before the group's first fetch are its; a released
+    // record is archived after its second delivery.
+    let got = given(share_consumer(
+        &addr,
+        &group,
+        &topic,
+        &["--ack", "explicit", "--release", "e1", "--idle", "6"],
+    ));
+    let mut deliveries: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for g in &got {
+        deliveries.entry(&g.v).or_default().push(g.d);
+    }
+    assert_eq!(deliveries.len(), 5, "{got:?}");
+    assert_eq!(deliveries["e0"], vec![1]);
+    assert_eq!(deliveries["e1"], vec![1, 2], "the group's delivery limit");
+    assert_eq!(broker.metric("strata_share_dead_letters_total"), 1.0);
+}
