@@ -150,15 +150,6 @@ impl ShareCoordinator {
                 )
             })
     }
-
-    /// Share partitions kept here (metrics, tests).
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The share coordinator as [`crate::coordination`] loads it.
