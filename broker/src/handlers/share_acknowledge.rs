@@ -9,11 +9,10 @@ use kafka_protocol::messages::share_acknowledge_response::{
     LeaderIdAndEpoch, PartitionData, ShareAcknowledgeTopicResponse,
 };
 use kafka_protocol::messages::{ShareAcknowledgeRequest, ShareAcknowledgeResponse};
-use strata_metadata::acl::AclOperation;
 use uuid::Uuid;
 
 use super::reply::str_bytes;
-use super::share_fetch::{acknowledge as apply_acks, session_refusal, Lookup, WireAcks};
+use super::share_fetch::{acknowledge as apply_acks, session_refusal, who, Lookup, WireAcks};
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::security::Access;
@@ -24,21 +23,11 @@ async fn acknowledge(
     req: ShareAcknowledgeRequest,
     access: &Access,
 ) -> Result<ShareAcknowledgeResponse, ApiError> {
-    let group: Arc<str> = Arc::from(req.group_id.as_ref().map_or("", |g| g.0.as_str()));
-    let member: Arc<str> = Arc::from(req.member_id.as_ref().map_or("", |m| m.as_str()));
-    if !access.group(AclOperation::Read, &group) {
-        return Err(ApiError::new(
-            ErrorCode::GroupAuthorizationFailed,
-            "READ on the group is not authorized",
-        ));
-    }
-    crate::group::validate_group_id(&group)?;
-    if member.is_empty() {
-        return Err(ApiError::new(
-            ErrorCode::UnknownMemberId,
-            "a share acknowledgement names its member",
-        ));
-    }
+    let (group, member) = who(
+        req.group_id.as_ref().map(|g| g.0.as_str()),
+        req.member_id.as_ref().map(|m| m.as_str()),
+        access,
+    )?;
     let mut acks: BTreeMap<Tp, WireAcks> = BTreeMap::new();
     for t in &req.topics {
         for p in &t.partitions {

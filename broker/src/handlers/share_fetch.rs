@@ -57,6 +57,30 @@ pub(super) fn ack_batches(wire: &WireAcks, renew_allowed: bool) -> Result<Vec<Ac
         .collect()
 }
 
+/// The group and member a share request names, once READ on the group is authorized, the
+/// group id valid and a member named.
+pub(super) fn who(
+    group: Option<&str>,
+    member: Option<&str>,
+    access: &Access,
+) -> Result<(Arc<str>, Arc<str>), ApiError> {
+    let (group, member) = (group.unwrap_or(""), member.unwrap_or(""));
+    if !access.group(AclOperation::Read, group) {
+        return Err(ApiError::new(
+            ErrorCode::GroupAuthorizationFailed,
+            "READ on the group is not authorized",
+        ));
+    }
+    crate::group::validate_group_id(group)?;
+    if member.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::UnknownMemberId,
+            "a share request names its member",
+        ));
+    }
+    Ok((Arc::from(group), Arc::from(member)))
+}
+
 /// Applies a member's acknowledgements of one partition; `Ok` once they are durable.
 pub(super) async fn acknowledge(
     broker: &Broker,
@@ -139,21 +163,11 @@ async fn fetch(
     req: ShareFetchRequest,
     access: &Access,
 ) -> Result<ShareFetchResponse, ApiError> {
-    let group: Arc<str> = Arc::from(req.group_id.as_ref().map_or("", |g| g.0.as_str()));
-    let member: Arc<str> = Arc::from(req.member_id.as_ref().map_or("", |m| m.as_str()));
-    if !access.group(AclOperation::Read, &group) {
-        return Err(ApiError::new(
-            ErrorCode::GroupAuthorizationFailed,
-            "READ on the group is not authorized",
-        ));
-    }
-    crate::group::validate_group_id(&group)?;
-    if member.is_empty() {
-        return Err(ApiError::new(
-            ErrorCode::UnknownMemberId,
-            "a share fetch names its member",
-        ));
-    }
+    let (group, member) = who(
+        req.group_id.as_ref().map(|g| g.0.as_str()),
+        req.member_id.as_ref().map(|m| m.as_str()),
+        access,
+    )?;
     let mut named: Vec<Tp> = Vec::new();
     let mut acks: BTreeMap<Tp, WireAcks> = BTreeMap::new();
     for t in &req.topics {
