@@ -14,12 +14,36 @@ use strata_metadata::acl::{AclOperation, ResourceType};
 
 use super::reply::str_bytes;
 use crate::broker::Broker;
-use crate::error::ErrorCode;
+use crate::error::{ApiError, ErrorCode};
 use crate::group::consumer::{Tp, ASSIGNOR};
 use crate::security::Access;
 
 /// KIP-848's member type: a member of the consumer protocol.
 const CONSUMER_MEMBER: i8 = 1;
+
+/// Whether `group` may be described here: DESCRIBE on it, and this broker its coordinator.
+pub(super) async fn describable(
+    broker: &Broker,
+    access: &Access,
+    group: &str,
+) -> Result<(), ApiError> {
+    if !access.group(AclOperation::Describe, group) {
+        return Err(ApiError::new(
+            ErrorCode::GroupAuthorizationFailed,
+            "DESCRIBE on the group is not authorized",
+        ));
+    }
+    broker.groups.check(group).await.map(drop)
+}
+
+/// An assignment's partitions by topic id, in order.
+pub(super) fn by_topic(tps: &BTreeSet<Tp>) -> BTreeMap<uuid::Uuid, Vec<i32>> {
+    let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
+    for (topic, p) in tps {
+        by_topic.entry(*topic).or_default().push(*p);
+    }
+    by_topic
+}
 
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -29,13 +53,8 @@ pub async fn handle(
     let state = broker.node.metadata.state();
     let name_of = |id: &uuid::Uuid| state.topic_by_id(id).map(|t| t.name.clone());
     let assignment = |tps: &BTreeSet<Tp>| {
-        let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
-        for (topic, p) in tps {
-            by_topic.entry(*topic).or_default().push(*p);
-        }
         Assignment::default().with_topic_partitions(
-            by_topic
-                .into_iter()
+            (by_topic(tps).into_iter())
                 .map(|(id, partitions)| {
                     TopicPartitions::default()
                         .with_topic_id(id)
@@ -48,14 +67,7 @@ pub async fn handle(
     let mut groups = Vec::with_capacity(req.group_ids.len());
     for id in req.group_ids {
         let g = DescribedGroup::default().with_group_id(id.clone());
-        if !access.group(AclOperation::Describe, &id) {
-            groups.push(
-                g.with_error_code(ErrorCode::GroupAuthorizationFailed.code())
-                    .with_error_message(Some(str_bytes("DESCRIBE on the group is not authorized"))),
-            );
-            continue;
-        }
-        if let Err(e) = broker.groups.check(id.0.as_str()).await {
+        if let Err(e) = describable(broker, access, id.0.as_str()).await {
             groups.push(
                 g.with_error_code(e.code.code())
                     .with_error_message(Some(str_bytes(e.message))),

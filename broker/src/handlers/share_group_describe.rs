@@ -1,18 +1,17 @@
 //! ShareGroupDescribe (KIP-932): a share group's epoch, members, their subscriptions and
 //! assignments.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kafka_protocol::messages::share_group_describe_response::{
     Assignment, DescribedGroup, Member, TopicPartitions,
 };
 use kafka_protocol::messages::{ShareGroupDescribeRequest, ShareGroupDescribeResponse, TopicName};
-use strata_metadata::acl::AclOperation;
 
+use super::consumer_group_describe::{by_topic, describable};
 use super::reply::str_bytes;
 use crate::broker::Broker;
-use crate::error::ErrorCode;
 use crate::group::consumer::Tp;
 use crate::group::share::ASSIGNOR;
 use crate::security::Access;
@@ -25,13 +24,8 @@ pub async fn handle(
     let state = broker.node.metadata.state();
     let name_of = |id: &uuid::Uuid| state.topic_by_id(id).map(|t| t.name.clone());
     let assignment = |tps: &BTreeSet<Tp>| {
-        let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
-        for (topic, p) in tps {
-            by_topic.entry(*topic).or_default().push(*p);
-        }
         Assignment::default().with_topic_partitions(
-            by_topic
-                .into_iter()
+            (by_topic(tps).into_iter())
                 .map(|(id, partitions)| {
                     TopicPartitions::default()
                         .with_topic_id(id)
@@ -44,14 +38,7 @@ pub async fn handle(
     let mut groups = Vec::with_capacity(req.group_ids.len());
     for id in req.group_ids {
         let g = DescribedGroup::default().with_group_id(id.clone());
-        if !access.group(AclOperation::Describe, &id) {
-            groups.push(
-                g.with_error_code(ErrorCode::GroupAuthorizationFailed.code())
-                    .with_error_message(Some(str_bytes("DESCRIBE on the group is not authorized"))),
-            );
-            continue;
-        }
-        if let Err(e) = broker.groups.check(id.0.as_str()).await {
+        if let Err(e) = describable(broker, access, id.0.as_str()).await {
             groups.push(
                 g.with_error_code(e.code.code())
                     .with_error_message(Some(str_bytes(e.message))),
