@@ -37,7 +37,9 @@ pub(super) async fn describable(
 }
 
 /// An assignment's partitions by topic id, in order.
-pub(super) fn by_topic(tps: &BTreeSet<Tp>) -> BTreeMap<uuid::Uuid, Vec<i32>> {
+pub(super) fn by_topic<'a>(
+    tps: impl IntoIterator<Item = &'a Tp>,
+) -> BTreeMap<uuid::Uuid, Vec<i32>> {
     let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
     for (topic, p) in tps {
         by_topic.entry(*topic).or_default().push(*p);

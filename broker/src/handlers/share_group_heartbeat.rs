@@ -1,13 +1,13 @@
 //! ShareGroupHeartbeat (KIP-932): joining, staying in and leaving a share group
 //! ([`crate::group::share`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::share_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::{ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse};
 use strata_metadata::acl::AclOperation;
 
+use super::consumer_group_describe::by_topic;
 use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
@@ -70,13 +70,8 @@ async fn beat(
     };
     let answer = broker.groups.share_heartbeat(&group_id, hb)?;
     let assignment = answer.assignment.map(|tps| {
-        let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
-        for (topic, p) in tps {
-            by_topic.entry(topic).or_default().push(p);
-        }
         Assignment::default().with_topic_partitions(
-            by_topic
-                .into_iter()
+            (by_topic(&tps).into_iter())
                 .map(|(topic_id, partitions)| {
                     TopicPartitions::default()
                         .with_topic_id(topic_id)
