@@ -42,6 +42,7 @@ pub mod leader_epoch;
 pub mod producer_state;
 pub mod records;
 mod recovery;
+pub(crate) use recovery::create_dir;
 mod retention;
 pub mod segment;
 mod segments;

@@ -24,12 +24,15 @@ pub struct RecoveryReport {
 
 impl Log {
     /// Opens (creating if needed) the log in `dir`, recovering from an unclean shutdown.
+    /// Only `dir` itself is created, never its parent: a log directory that vanished (a
+    /// disk unmounted or removed) must stay gone so that its probe fails, not be recreated
+    /// on the root disk by the next partition placed in it.
     pub fn open(
         dir: &Path,
         config: LogConfig,
         now_ms: i64,
     ) -> Result<(Log, RecoveryReport), LogError> {
-        std::fs::create_dir_all(dir)?;
+        create_dir(dir)?;
         let clean_marker = dir.join(CLEAN_SHUTDOWN);
         let clean = clean_marker.exists();
         cleaning::recover(dir)?;
@@ -253,5 +256,13 @@ impl Log {
     pub fn mark_clean_dir(dir: &Path) -> Result<(), LogError> {
         std::fs::File::create(dir.join(CLEAN_SHUTDOWN))?;
         Ok(())
+    }
+}
+
+/// Creates `dir` unless it exists; its parent must.
+pub(crate) fn create_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        other => other,
     }
 }

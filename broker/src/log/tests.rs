@@ -815,3 +815,17 @@ fn a_high_watermark_past_the_log_end_is_caught() {
     log.high_watermark = 9;
     log.debug_check();
 }
+
+#[test]
+fn a_log_is_never_opened_in_a_log_directory_that_vanished() {
+    let disk = tempfile::tempdir().unwrap();
+    let log_dir = disk.path().join("disk2");
+    std::fs::create_dir(&log_dir).unwrap();
+    drop(open(&log_dir.join("t-0"), 1 << 20));
+    std::fs::remove_dir_all(&log_dir).unwrap();
+    assert!(Log::open(&log_dir.join("t-1"), LogConfig::for_tests(1 << 20), 0).is_err());
+    assert!(!log_dir.exists(), "the vanished directory stays gone");
+    // An existing partition directory opens as before.
+    std::fs::create_dir_all(log_dir.join("t-0")).unwrap();
+    drop(open(&log_dir.join("t-0"), 1 << 20));
+}

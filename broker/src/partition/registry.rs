@@ -410,7 +410,7 @@ impl Partitions {
             load[i] += 1;
         }
         let dir = log_dir.join(&name);
-        std::fs::create_dir_all(&dir)?;
+        crate::log::create_dir(&dir)?;
         let meta = PartitionMeta {
             version: 1,
             topic: tp.topic.clone(),
