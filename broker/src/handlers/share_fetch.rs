@@ -229,7 +229,8 @@ async fn fetch(
         )
         .await;
     }
-    Ok(response(broker, &lookup, answers))
+    let lock_ms = broker.shares.limits(&group).lock.as_millis();
+    Ok(response(&lookup, answers, lock_ms))
 }
 
 /// Every partition of the session hands out what it can; with nothing handed out, waits for
@@ -255,7 +256,11 @@ async fn hand_out(
         let mut records_left = i64::from(req.max_records.max(1));
         let mut bytes_left = usize::try_from(req.max_bytes.max(1)).unwrap_or(usize::MAX);
         let mut handed_any = false;
-        for tp in partitions {
+        // Round robin by session epoch, as Kafka rotates: the records a request may carry
+        // go to other partitions first each time, so none waits behind the others.
+        let start = usize::try_from(req.share_session_epoch).unwrap_or(0) % partitions.len().max(1);
+        let (later, first) = partitions.split_at(start);
+        for tp in first.iter().chain(later) {
             let p = match lookup.partition(*tp) {
                 Ok(p) => p,
                 Err(e) => {
@@ -304,10 +309,11 @@ async fn hand_out(
     }
 }
 
+/// The answer; `lock_ms` the group's acquisition lock duration.
 fn response(
-    broker: &Broker,
     lookup: &Lookup<'_>,
     answers: BTreeMap<Tp, Answer>,
+    lock_ms: u128,
 ) -> ShareFetchResponse {
     let mut by_topic: BTreeMap<Uuid, Vec<PartitionData>> = BTreeMap::new();
     for (tp, a) in answers {
@@ -333,13 +339,13 @@ fn response(
                 .with_acknowledge_error_code(e.code.code())
                 .with_acknowledge_error_message(Some(str_bytes(e.message)));
         }
-        d = d.with_records(a.records).with_acquired_records(a.acquired);
+        // Never null: librdkafka reads a null record set (size -1) as a malformed response and
+        // drops all of it, records acquired for other partitions included.
+        d = (d.with_records(Some(a.records.unwrap_or_default()))).with_acquired_records(a.acquired);
         by_topic.entry(tp.0).or_default().push(d);
     }
     ShareFetchResponse::default()
-        .with_acquisition_lock_timeout_ms(
-            broker.node.config.group_share_record_lock_duration_ms as i32,
-        )
+        .with_acquisition_lock_timeout_ms(i32::try_from(lock_ms).unwrap_or(i32::MAX))
         .with_responses(
             by_topic
                 .into_iter()

@@ -710,3 +710,35 @@ fn group_configs_set_before_the_group_exists_shape_its_share_partitions() {
     assert_eq!(deliveries["e1"], vec![1, 2], "the group's delivery limit");
     assert_eq!(broker.metric("strata_share_dead_letters_total"), 1.0);
 }
+
+#[test]
+fn one_member_reads_many_partitions_and_no_record_waits_for_a_lock_to_expire() {
+    let broker = Broker::start_default();
+    let addr = broker.kafka_addr.clone();
+    let topic = unique_topic("share-many");
+    let partitions = 24;
+    broker.create_topic(&topic, partitions, &[]).unwrap();
+    for p in 0..partitions {
+        let values: Vec<String> = (0..60).map(|i| format!("p{p}-{i}")).collect();
+        produce(&broker, &topic, p, &values);
+    }
+    let group = unique_topic("share-g");
+    assert_eq!(
+        alter_group(&addr, &group, &[("share.auto.offset.reset", "earliest")]),
+        0
+    );
+    // Each answer carries at most 500 records, so every fetch after the first carries
+    // acknowledgements of partitions it has no records for: their record sets must be empty,
+    // not null (librdkafka drops a whole answer with a null one, and its records then wait
+    // for their locks, 30 s, to expire: past the member's 10 s of idleness here).
+    let got = given(share_consumer(
+        &addr,
+        &group,
+        &topic,
+        &["--count", "1440", "--idle", "10", "--seconds", "60"],
+    ));
+    let distinct: BTreeSet<(i32, i64)> = got.iter().map(|g| (g.p, g.o)).collect();
+    assert_eq!(distinct.len(), 1440, "every record of every partition");
+    assert_eq!(got.len(), 1440, "none twice");
+    assert!(got.iter().all(|g| g.d == 1), "each delivered once");
+}
