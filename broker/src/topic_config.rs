@@ -15,6 +15,9 @@ use crate::log::config::{cleanup_policy, LogConfig, TimestampType};
 
 pub use crate::config::catalogue::Kind;
 
+/// The topic key that lets share groups use a topic as their dead-letter topic.
+pub const DLQ_GROUP_ENABLE: &str = "errors.deadletterqueue.group.enable";
+
 pub struct KeyDef {
     pub name: &'static str,
     pub kind: Kind,
@@ -134,6 +137,12 @@ pub const KEYS: &[KeyDef] = &[
         name: "unclean.leader.election.enable",
         kind: Kind::Bool,
         doc: "elect leaders outside the ISR",
+    },
+    KeyDef {
+        name: DLQ_GROUP_ENABLE,
+        kind: Kind::Bool,
+        doc: "whether share groups may write dead letters here (KIP-1191): a group's \
+              errors.deadletterqueue.topic.name must name a topic with this true",
     },
     KeyDef {
         name: "file.delete.delay.ms",
@@ -286,7 +295,7 @@ pub fn default_value(cfg: &BrokerConfig, name: &str) -> String {
         "retention.ms" => cfg.log_retention_ms.to_string(),
         "segment.bytes" => cfg.log_segment_bytes.to_string(),
         "segment.ms" => cfg.log_segment_ms.to_string(),
-        "unclean.leader.election.enable" => "false".into(),
+        "unclean.leader.election.enable" | DLQ_GROUP_ENABLE => "false".into(),
         // Kafka's defaults of the keys that have no effect here.
         "file.delete.delay.ms" => "60000".into(),
         "max.compaction.lag.ms"
@@ -606,7 +615,7 @@ mod tests {
                     k.name
                 ),
                 None => assert!(
-                    matches!(k.name, "unclean.leader.election.enable")
+                    matches!(k.name, "unclean.leader.election.enable" | DLQ_GROUP_ENABLE)
                         || NO_OP_KEYS.contains(&k.name),
                     "{} has no broker setting",
                     k.name

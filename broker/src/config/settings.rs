@@ -413,6 +413,12 @@ settings! {
     group_share_partition_max_record_locks: u32 = 2000,
         "group.share.partition.max.record.locks", Int, static, "`2000`", between(100.0, 10000.0),
         "records of one share partition in flight (handed out, not yet acknowledged) past which no new record is handed out";
+    errors_deadletterqueue_topic_name_prefix: String = "dlq.".into(),
+        "errors.deadletterqueue.topic.name.prefix", Str, dynamic, "`dlq.`", ANY,
+        "the prefix every share group's dead-letter topic (KIP-1191) must have; empty: any name not starting with `__`";
+    errors_deadletterqueue_auto_create_topics_enable: bool = false,
+        "errors.deadletterqueue.auto.create.topics.enable", Bool, dynamic, "`false`", ANY,
+        "create a share group's dead-letter topic at its first dead letter if it does not exist (with `errors.deadletterqueue.group.enable=true`)";
     group_share_max_share_sessions: u32 = 2000,
         "group.share.max.share.sessions", Int, static, "`2000`", at_least(1.0),
         "share sessions a broker keeps; a new one past it replaces one idle for a lock duration, else is refused with SHARE_SESSION_LIMIT_REACHED";

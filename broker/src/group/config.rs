@@ -20,8 +20,8 @@ pub struct GroupConfig {
     pub doc: &'static str,
     /// The value in force without an override.
     pub default: fn(&BrokerConfig) -> String,
-    /// Why a value is refused.
-    pub check: fn(&str) -> Result<(), String>,
+    /// Why a value is refused, given the broker settings in force.
+    pub check: fn(&str, &BrokerConfig) -> Result<(), String>,
 }
 
 fn int_between(v: &str, lo: i64, hi: i64) -> Result<(), String> {
@@ -38,40 +38,79 @@ pub const GROUP_CONFIGS: &[GroupConfig] = &[
         kind: Kind::Int,
         doc: "How long a share group's member holds a record it was handed before it goes back",
         default: |c| c.group_share_record_lock_duration_ms.to_string(),
-        check: |v| int_between(v, 15_000, 3_600_000),
+        check: |v, _| int_between(v, 15_000, 3_600_000),
     },
     GroupConfig {
         name: "share.delivery.count.limit",
         kind: Kind::Int,
         doc: "Deliveries of a record after which it is archived as a dead letter",
         default: |c| c.group_share_delivery_count_limit.to_string(),
-        check: |v| int_between(v, 2, 10),
+        check: |v, _| int_between(v, 2, 10),
     },
     GroupConfig {
         name: "share.partition.max.record.locks",
         kind: Kind::Int,
         doc: "Records of a share partition in flight (handed out and not yet done with) at most",
         default: |c| c.group_share_partition_max_record_locks.to_string(),
-        check: |v| int_between(v, 100, 10_000),
+        check: |v, _| int_between(v, 100, 10_000),
     },
     GroupConfig {
         name: "share.auto.offset.reset",
         kind: Kind::Str,
         doc: "Where a share partition with no state starts: latest, earliest, or by_duration:<ISO-8601 duration> (the first record at most that old)",
         default: |_| "latest".into(),
-        check: |v| Reset::parse(v).map(|_| ()),
+        check: |v, _| Reset::parse(v).map(|_| ()),
     },
     GroupConfig {
         name: "share.isolation.level",
         kind: Kind::Str,
         doc: "read_uncommitted hands out records up to the high watermark; read_committed up to the last stable offset, never an aborted transaction's",
         default: |_| "read_uncommitted".into(),
-        check: |v| match v {
+        check: |v, _| match v {
             "read_uncommitted" | "read_committed" => Ok(()),
             _ => Err("must be read_uncommitted or read_committed".into()),
         },
     },
+    GroupConfig {
+        name: DLQ_TOPIC,
+        kind: Kind::Str,
+        doc: "The share group's dead-letter topic (KIP-1191): records it rejects or gives up on at the delivery limit are written there; empty for none",
+        default: |_| String::new(),
+        check: |v, broker| dead_letter_topic_allowed(v, &broker.errors_deadletterqueue_topic_name_prefix),
+    },
+    GroupConfig {
+        name: DLQ_COPY_RECORD,
+        kind: Kind::Bool,
+        doc: "Whether a dead-letter record carries the key, value and headers of the record it stands for (else only the __dlq.errors.* headers)",
+        default: |_| "false".into(),
+        check: |v, _| match v {
+            "true" | "false" => Ok(()),
+            _ => Err("must be true or false".into()),
+        },
+    },
 ];
+
+pub const DLQ_TOPIC: &str = "errors.deadletterqueue.topic.name";
+pub const DLQ_COPY_RECORD: &str = "errors.deadletterqueue.copy.record.enable";
+
+/// Whether `name` may be a dead-letter topic under the cluster's `prefix`, in Kafka's order
+/// of rules: a topic name, not an internal one (`__`), with the prefix unless it is empty.
+/// Empty names no topic, and is allowed.
+pub fn dead_letter_topic_allowed(name: &str, prefix: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Ok(());
+    }
+    if name.starts_with("__") {
+        return Err(format!("dead-letter topic {name} cannot start with __"));
+    }
+    crate::node::validate_topic_name(name).map_err(|e| e.message)?;
+    if !prefix.is_empty() && !name.starts_with(prefix) {
+        return Err(format!(
+            "dead-letter topic {name} does not start with the cluster's prefix {prefix} (errors.deadletterqueue.topic.name.prefix)"
+        ));
+    }
+    Ok(())
+}
 
 pub fn by_name(name: &str) -> Option<&'static GroupConfig> {
     GROUP_CONFIGS.iter().find(|c| c.name == name)
@@ -183,6 +222,18 @@ impl InForce<'_> {
             .unwrap_or(Reset::Latest)
     }
 
+    /// The group's dead-letter topic, if it names one.
+    pub fn dead_letter_topic(&self) -> Option<String> {
+        let v = by_name(DLQ_TOPIC).map(|c| self.get(c).0)?;
+        let v = v.trim();
+        (!v.is_empty()).then(|| v.to_string())
+    }
+
+    /// Whether dead-letter records carry the original record.
+    pub fn copy_dead_letters(&self) -> bool {
+        by_name(DLQ_COPY_RECORD).is_some_and(|c| self.get(c).0 == "true")
+    }
+
     pub fn read_committed(&self) -> bool {
         let v = by_name("share.isolation.level").map(|c| self.get(c).0);
         v.as_deref() == Some("read_committed")
@@ -197,13 +248,14 @@ mod tests {
     fn every_default_passes_its_own_check() {
         let cfg = BrokerConfig::default();
         for c in GROUP_CONFIGS {
-            assert_eq!((c.check)(&(c.default)(&cfg)), Ok(()), "{}", c.name);
+            assert_eq!((c.check)(&(c.default)(&cfg), &cfg), Ok(()), "{}", c.name);
         }
     }
 
     #[test]
     fn values_are_held_to_kafkas_bounds() {
-        let check = |name: &str, v: &str| (by_name(name).unwrap().check)(v);
+        let cfg = BrokerConfig::default();
+        let check = |name: &str, v: &str| (by_name(name).unwrap().check)(v, &cfg);
         assert!(check("share.record.lock.duration.ms", "14999").is_err());
         assert!(check("share.record.lock.duration.ms", "15000").is_ok());
         assert!(check("share.delivery.count.limit", "1").is_err());
@@ -213,6 +265,17 @@ mod tests {
         assert!(check("share.isolation.level", "read_committed").is_ok());
         assert!(check("share.isolation.level", "serializable").is_err());
         assert!(by_name("share.unknown").is_none());
+        // Kafka's dead-letter topic rules, under the default prefix `dlq.`.
+        assert!(check(DLQ_TOPIC, "dlq.orders").is_ok());
+        assert!(check(DLQ_TOPIC, "").is_ok(), "none");
+        assert!(check(DLQ_TOPIC, "__dlq.orders").is_err());
+        assert!(
+            check(DLQ_TOPIC, "orders.dead").is_err(),
+            "without the prefix"
+        );
+        assert!(check(DLQ_TOPIC, "dlq.bad/name").is_err());
+        assert!(dead_letter_topic_allowed("orders.dead", "").is_ok());
+        assert!(check(DLQ_COPY_RECORD, "yes").is_err());
     }
 
     #[test]

@@ -72,9 +72,10 @@ async fn replace(
     validate_only: bool,
 ) -> Result<(), ApiError> {
     let (target, current) = Target::resolve(broker, resource_type, name)?;
+    let settings = broker.node.settings();
     let mut merged = BTreeMap::new();
     for (key, value) in wanted {
-        target.check(key, value)?;
+        target.check(key, value, &settings)?;
         if merged.insert(key.to_string(), value.to_string()).is_some() {
             return Err(ApiError::new(
                 ErrorCode::InvalidRequest,

@@ -19,6 +19,7 @@ use super::describe_configs::{
 use super::reply::str_bytes;
 use crate::broker::Broker;
 use crate::config::catalogue::{self, Kind};
+use crate::config::BrokerConfig;
 use crate::dynamic_config;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::config as group_config;
@@ -193,13 +194,14 @@ async fn alter(
         return alter_loggers(broker, name, configs, validate_only);
     }
     let (target, current) = Target::resolve(broker, resource_type, name)?;
+    let settings = broker.node.settings();
     let mut merged = current.clone();
     for c in configs {
         let key = c.name.as_str();
         let value = c.value.as_ref().map(|v| v.as_str()).unwrap_or("");
         match c.config_operation {
             SET => {
-                target.check(key, value)?;
+                target.check(key, value, &settings)?;
                 merged.insert(key.to_string(), value.to_string());
             }
             DELETE => {
@@ -219,7 +221,7 @@ async fn alter(
                 let now =
                     (merged.get(key).cloned()).unwrap_or_else(|| target.inherited(broker, key));
                 let changed = topic_config::list_change(&now, value, op == SUBTRACT);
-                target.check(key, &changed).map_err(|e| {
+                target.check(key, &changed, &settings).map_err(|e| {
                     ApiError::new(
                         e.code,
                         format!("{verb} '{value}' to '{now}': {}", e.message),
@@ -333,15 +335,21 @@ impl Target {
         }
     }
 
-    /// Checks that `key` may be set to `value`; the whole set is checked again together.
-    pub(super) fn check(&self, key: &str, value: &str) -> Result<(), ApiError> {
+    /// Checks that `key` may be set to `value` under the broker's settings in force; the whole
+    /// set is checked again together.
+    pub(super) fn check(
+        &self,
+        key: &str,
+        value: &str,
+        settings: &BrokerConfig,
+    ) -> Result<(), ApiError> {
         match self {
             Target::Topic(_) => topic_config::validate(key, value).map_err(invalid),
             Target::Broker(_) => dynamic_config::name(key).map(drop).map_err(refused),
             Target::Group(_) => {
                 let c = group_config::by_name(key)
                     .ok_or_else(|| invalid(format!("unknown group config '{key}'")))?;
-                (c.check)(value).map_err(|why| invalid(format!("{key} = {value}: {why}")))
+                (c.check)(value, settings).map_err(|why| invalid(format!("{key} = {value}: {why}")))
             }
         }
     }

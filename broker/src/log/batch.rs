@@ -269,6 +269,21 @@ fn put_varint(buf: &mut Vec<u8>, v: i64) {
 /// A record's key and value; `None` is null.
 pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 
+/// A record header: its key and value (`None`: null).
+pub type Header<'a> = (&'a [u8], Option<&'a [u8]>);
+
+/// Builds an uncompressed v2 batch of records with headers, every record stamped `timestamp`
+/// (records the broker writes on a group's behalf, such as dead letters). Base offset 0.
+pub fn build_with_headers(records: &[(KeyValue<'_>, Vec<Header<'_>>)], timestamp: i64) -> Bytes {
+    encode(
+        records.iter().map(|(kv, h)| (*kv, &h[..])),
+        records.len(),
+        timestamp,
+        (-1, -1),
+        0,
+    )
+}
+
 /// Builds an uncompressed v2 batch of key/value records (for records the broker writes itself,
 /// such as committed offsets). A `None` value is a tombstone. Base offset 0, assigned on append.
 pub fn build(records: &[KeyValue<'_>], timestamp: i64) -> Bytes {
@@ -298,6 +313,18 @@ pub(super) fn build_control(record: KeyValue<'_>, timestamp: i64, producer: (i64
 fn build_as(
     records: &[KeyValue<'_>],
     timestamp: i64,
+    producer: (i64, i16),
+    attributes: i16,
+) -> Bytes {
+    let none: &[Header<'_>] = &[];
+    let records_iter = records.iter().map(|kv| (*kv, none));
+    encode(records_iter, records.len(), timestamp, producer, attributes)
+}
+
+fn encode<'a, 'h: 'a>(
+    records: impl Iterator<Item = (KeyValue<'a>, &'a [Header<'h>])>,
+    count: usize,
+    timestamp: i64,
     (producer_id, producer_epoch): (i64, i16),
     attributes: i16,
 ) -> Bytes {
@@ -311,18 +338,22 @@ fn build_as(
         }
     }
     let mut body = Vec::new();
-    for (i, (key, value)) in records.iter().enumerate() {
+    for (i, ((key, value), headers)) in records.enumerate() {
         let mut r = Vec::with_capacity(16);
         r.push(0u8); // attributes
         put_varint(&mut r, 0); // timestamp delta
         put_varint(&mut r, i as i64); // offset delta
-        put_nullable(&mut r, *key);
-        put_nullable(&mut r, *value);
-        put_varint(&mut r, 0); // headers
+        put_nullable(&mut r, key);
+        put_nullable(&mut r, value);
+        put_varint(&mut r, headers.len() as i64);
+        for (k, v) in headers {
+            put_nullable(&mut r, Some(k));
+            put_nullable(&mut r, *v);
+        }
         put_varint(&mut body, r.len() as i64);
         body.extend_from_slice(&r);
     }
-    let count = records.len() as i32;
+    let count = count as i32;
     let mut b = BytesMut::with_capacity(HEADER_LEN + body.len());
     b.put_i64(0);
     b.put_i32((HEADER_LEN - LOG_OVERHEAD + body.len()) as i32);

@@ -31,8 +31,29 @@ pub struct Record<'a> {
     pub timestamp: i64,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
+    /// The record's headers as encoded: their count, then each (see [`headers`]).
+    pub headers: &'a [u8],
     /// The record as encoded, including its length prefix.
     pub raw: &'a [u8],
+}
+
+/// The headers of a record ([`Record::headers`]): (key, value) pairs in order, a null value
+/// `None`; `None` if they are malformed. The count read is checked against the bytes before
+/// anything is allocated by it.
+pub fn headers(encoded: &[u8]) -> Option<Vec<(&[u8], Option<&[u8]>)>> {
+    let mut pos = 0;
+    let count = usize::try_from(varint(encoded, &mut pos)?).ok()?;
+    // A header is at least two bytes (two lengths).
+    if count > encoded.len() / 2 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let key = field(encoded, &mut pos)??;
+        let value = field(encoded, &mut pos)?;
+        out.push((key, value));
+    }
+    Some(out)
 }
 
 impl Record<'_> {
@@ -258,6 +279,7 @@ fn walk<'a>(
             timestamp,
             key,
             value,
+            headers: section.get(pos..end).unwrap_or_default(),
             raw: &section[start..end],
         });
         if flow.is_break() {
@@ -403,6 +425,42 @@ mod tests {
             let walked = section(&bytes, &h).and_then(|s| for_each(&s, &h, |_| {}));
             assert!(walked.is_err(), "{name}");
         }
+    }
+
+    #[test]
+    fn headers_written_by_the_broker_read_back_here_and_in_kafkas_decoder() {
+        let headers = vec![
+            (&b"__dlq.errors.offset"[..], Some(&b"41"[..])),
+            (&b"h"[..], None),
+        ];
+        let b = batch::build_with_headers(
+            &[
+                ((Some(&b"k"[..]), Some(&b"v"[..])), headers.clone()),
+                ((None, None), vec![]),
+            ],
+            7,
+        );
+        let h = crate::log::batch::BatchHeader::parse(&b).unwrap();
+        let section = section(&b, &h).unwrap();
+        let mut seen = Vec::new();
+        for_each(&section, &h, |r| {
+            seen.push((r.key, r.value, super::headers(r.headers)))
+        })
+        .unwrap();
+        assert_eq!(seen[0], (Some(&b"k"[..]), Some(&b"v"[..]), Some(headers)));
+        assert_eq!(seen[1], (None, None, Some(vec![])));
+        let mut buf = b.clone();
+        let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).unwrap();
+        let r = &set.records[0];
+        assert_eq!(r.timestamp, 7);
+        assert_eq!(r.headers.len(), 2);
+        assert_eq!(
+            r.headers[&kafka_protocol::protocol::StrBytes::from_static_str("__dlq.errors.offset")]
+                .as_deref(),
+            Some(&b"41"[..])
+        );
+        // A count larger than the bytes could hold is refused, not allocated.
+        assert_eq!(super::headers(&[0xfe, 0xff, 0xff, 0xff, 0x0f]), None);
     }
 
     #[test]

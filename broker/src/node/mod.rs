@@ -12,6 +12,7 @@
 mod balancer;
 mod log_dirs;
 mod topics;
+pub use topics::validate_topic_name;
 
 pub use balancer::AutoBalance;
 

@@ -15,7 +15,7 @@ use crate::topic_config;
 const GROW_MOVES: usize = 10;
 
 /// Kafka's legal topic names: 1–249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
-fn validate_topic_name(name: &str) -> Result<(), ApiError> {
+pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
         && name.len() <= 249
         && name != "."

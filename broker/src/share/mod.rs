@@ -151,6 +151,7 @@ impl Shares {
             lock: f.lock_duration(),
             delivery_limit: f.delivery_limit(),
             max_in_flight: f.max_record_locks(),
+            dead_letter_queue: f.dead_letter_topic().is_some(),
         }
     }
 

@@ -18,7 +18,10 @@
 //! - an acquired record is held by exactly one member, until one instant: no record is handed to
 //!   two members at once;
 //! - an available record was delivered fewer times than the delivery limit (one that reaches it
-//!   is archived when released or when its lock expires, and becomes a dead letter).
+//!   is archived when released or when its lock expires, and becomes a dead letter);
+//! - a dead letter of a group with a dead-letter topic waits, neither handed out nor
+//!   acknowledgeable, until its write there is done with ([`SharePartition::dead_lettered`]):
+//!   the start never passes a dead letter not yet written, so none is lost to a failover.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,9 +59,15 @@ impl AckType {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum State {
     Available,
-    Acquired { member: Arc<str>, until: Instant },
+    Acquired {
+        member: Arc<str>,
+        until: Instant,
+    },
     Acknowledged,
     Archived,
+    /// A dead letter waiting for its write to the group's dead-letter topic (Kafka's
+    /// ARCHIVING); archived once written.
+    DeadLettering(Why),
 }
 
 impl State {
@@ -85,6 +94,9 @@ pub struct Limits {
     /// Records in flight (between the start and the end) beyond which no new record is
     /// acquired (`share.partition.max.record.locks`).
     pub max_in_flight: i64,
+    /// The group has a dead-letter topic (`errors.deadletterqueue.topic.name`): dead letters
+    /// wait to be written there instead of being archived at once.
+    pub dead_letter_queue: bool,
 }
 
 /// What a record batch read from the log is, as acquisition sees it.
@@ -115,7 +127,7 @@ pub struct Acquired {
 }
 
 /// Why a record became a dead letter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Why {
     Rejected,
     DeliveryLimit,
@@ -156,6 +168,8 @@ pub struct Counts {
     pub acquired: i64,
     pub acknowledged: i64,
     pub archived: i64,
+    /// Dead letters waiting for their write to the dead-letter topic.
+    pub dead_lettering: i64,
 }
 
 /// What survives a failover: the start and every run with its state, an acquired one as
@@ -164,7 +178,8 @@ pub struct Counts {
 pub struct Snapshot {
     pub start: i64,
     /// (first, last, state, deliveries), state as Kafka persists it: 0 available, 2
-    /// acknowledged, 4 archived.
+    /// acknowledged, 4 archived; and Strata's 3 and 5 for a dead letter waiting for its
+    /// write to the dead-letter topic, rejected or at the delivery limit.
     pub runs: Vec<(i64, i64, i8, u16)>,
 }
 
@@ -207,6 +222,8 @@ impl SharePartition {
             let state = match state {
                 2 => State::Acknowledged,
                 4 => State::Archived,
+                3 => State::DeadLettering(Why::Rejected),
+                5 => State::DeadLettering(Why::DeliveryLimit),
                 _ => State::Available,
             };
             p.runs.insert(
@@ -231,6 +248,8 @@ impl SharePartition {
                     let state = match r.state {
                         State::Acknowledged => 2,
                         State::Archived => 4,
+                        State::DeadLettering(Why::Rejected) => 3,
+                        State::DeadLettering(Why::DeliveryLimit) => 5,
                         State::Available | State::Acquired { .. } => 0,
                     };
                     (first, r.last, state, r.deliveries)
@@ -273,9 +292,41 @@ impl SharePartition {
                 State::Acquired { .. } => c.acquired += n,
                 State::Acknowledged => c.acknowledged += n,
                 State::Archived => c.archived += n,
+                State::DeadLettering(_) => c.dead_lettering += n,
             }
         }
         c
+    }
+
+    /// The dead letters waiting for their write to the dead-letter topic.
+    pub fn dead_lettering(&self) -> Vec<DeadLetter> {
+        let mut out = Vec::new();
+        for (&first, r) in &self.runs {
+            if let State::DeadLettering(why) = r.state {
+                push_dead(&mut out, first, r.last, r.deliveries, why);
+            }
+        }
+        out
+    }
+
+    /// The dead letters of `first..=last` are done with (written to the dead-letter topic, or
+    /// given up on): archived. Returns how many records that was.
+    pub fn dead_lettered(&mut self, first: i64, last: i64) -> i64 {
+        let (first, last) = (first.max(self.start), last.min(self.end - 1));
+        if first > last {
+            return 0;
+        }
+        self.split_at(first);
+        self.split_at(last + 1);
+        let mut n = 0;
+        for (&f, run) in self.runs.range_mut(first..=last) {
+            if matches!(run.state, State::DeadLettering(_)) {
+                run.state = State::Archived;
+                n += run.last - f + 1;
+            }
+        }
+        self.settle();
+        n
     }
 
     /// The earliest instant a lock expires, if any record is acquired.
@@ -478,7 +529,7 @@ impl SharePartition {
                 AckType::Gap => run.state = State::Archived,
                 AckType::Accept => run.state = State::Acknowledged,
                 AckType::Reject => {
-                    run.state = State::Archived;
+                    run.state = dead_state(Why::Rejected, limits);
                     push_dead(dead, f, run.last, run.deliveries, Why::Rejected);
                 }
                 AckType::Release => release(f, run, limits, dead),
@@ -640,10 +691,19 @@ impl SharePartition {
 /// A record going back: available again, or archived as a dead letter at the delivery limit.
 fn release(first: i64, run: &mut Run, limits: &Limits, dead: &mut Vec<DeadLetter>) {
     if run.deliveries >= limits.delivery_limit {
-        run.state = State::Archived;
+        run.state = dead_state(Why::DeliveryLimit, limits);
         push_dead(dead, first, run.last, run.deliveries, Why::DeliveryLimit);
     } else {
         run.state = State::Available;
+    }
+}
+
+/// A dead letter's state: waiting for its write when the group has a dead-letter topic, else
+/// archived at once.
+fn dead_state(why: Why, limits: &Limits) -> State {
+    match limits.dead_letter_queue {
+        true => State::DeadLettering(why),
+        false => State::Archived,
     }
 }
 
@@ -682,6 +742,7 @@ fn describe(state: &State) -> &'static str {
         State::Acquired { .. } => "acquired by another member",
         State::Acknowledged => "acknowledged",
         State::Archived => "archived",
+        State::DeadLettering(_) => "being written to the dead-letter topic",
     }
 }
 

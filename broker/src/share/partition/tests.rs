@@ -5,6 +5,7 @@ const LIMITS: Limits = Limits {
     lock: Duration::from_secs(30),
     delivery_limit: 3,
     max_in_flight: 100,
+    dead_letter_queue: false,
 };
 
 fn data(first: i64, last: i64) -> Batch {
@@ -417,4 +418,93 @@ fn the_invariant_check_fires_on_a_broken_state() {
     );
     // The end not moved with the run: the runs overrun it.
     p.settle();
+}
+
+#[test]
+fn with_a_dead_letter_topic_dead_letters_wait_for_their_write_and_survive_a_failover() {
+    let now = Clock::manual(0).instant();
+    let a = member("a");
+    let limits = Limits {
+        dead_letter_queue: true,
+        delivery_limit: 2,
+        ..LIMITS
+    };
+    let mut p = SharePartition::new(0);
+    p.acquire(&a, &[data(0, 9)], 500, &limits, now);
+    let dead = p
+        .acknowledge(
+            "a",
+            &[
+                ack(0, 1, AckType::Accept),
+                ack(2, 2, AckType::Reject),
+                ack(3, 9, AckType::Release),
+            ],
+            &limits,
+            now,
+        )
+        .unwrap();
+    assert_eq!(
+        dead,
+        vec![DeadLetter {
+            first: 2,
+            last: 2,
+            deliveries: 1,
+            why: Why::Rejected
+        }]
+    );
+    assert_eq!(
+        p.start(),
+        2,
+        "the start stops at the dead letter not yet written"
+    );
+    assert_eq!(p.counts().dead_lettering, 1);
+    // Neither handed out again nor acknowledged.
+    let again = p.acquire(&a, &[data(0, 9)], 500, &limits, now);
+    assert_eq!(again.first().map(|x| x.first), Some(3));
+    assert!(matches!(
+        p.acknowledge("a", &[ack(2, 2, AckType::Accept)], &limits, now),
+        Err(AckError::InvalidRecordState(_))
+    ));
+    // The second delivery of 3..=9 reaches the limit: released, they wait too.
+    let dead = p
+        .acknowledge("a", &[ack(3, 9, AckType::Release)], &limits, now)
+        .unwrap();
+    assert_eq!(dead[0].why, Why::DeliveryLimit);
+    // A failover keeps both kinds, with their causes.
+    let q = SharePartition::restore(&p.snapshot());
+    assert_eq!(
+        q.dead_lettering(),
+        vec![
+            DeadLetter {
+                first: 2,
+                last: 2,
+                deliveries: 1,
+                why: Why::Rejected
+            },
+            DeadLetter {
+                first: 3,
+                last: 9,
+                deliveries: 2,
+                why: Why::DeliveryLimit
+            }
+        ]
+    );
+    // Written: archived, and the start moves past them.
+    assert_eq!(p.dead_lettered(2, 2), 1);
+    assert_eq!(p.start(), 3);
+    assert_eq!(p.dead_lettered(0, 100), 7, "clamped to what is in flight");
+    assert_eq!(p.start(), 10);
+    assert_eq!(p.dead_lettered(3, 9), 0, "once");
+}
+
+#[test]
+fn without_a_dead_letter_topic_dead_letters_are_archived_at_once() {
+    let now = Clock::manual(0).instant();
+    let a = member("a");
+    let mut p = SharePartition::new(0);
+    p.acquire(&a, &[data(0, 0)], 500, &LIMITS, now);
+    p.acknowledge("a", &[ack(0, 0, AckType::Reject)], &LIMITS, now)
+        .unwrap();
+    assert_eq!(p.start(), 1);
+    assert!(p.dead_lettering().is_empty());
 }
