@@ -6,6 +6,7 @@
 //! | `offsets_expiry` | `log_retention_check_interval_ms` | committed offsets past `offsets_retention_minutes` |
 //! | `coordinators` | 100 ms | group, transaction and share-state loads follow leadership; session expiry and rebalance deadlines |
 //! | `share_locks` | 100 ms | share groups' records whose acquisition locks expired go back, those at the delivery limit archived and written (off the round); share partitions no longer led here dropped (see `share/`) |
+//! | `share_dead_letters` | 100 ms | share groups' dead letters written to their dead-letter topics, with back-off (off the round; see `share/dead_letters.rs`) |
 //! | `txn_timeouts` | `transaction_abort_timed_out_transaction_cleanup_interval_ms` | transactions past their timeout aborted (off the round: its writes wait for the ISR) |
 //! | `isr` | half `replica_lag_time_max_ms`, as Kafka's | followers lagging out of the ISR |
 //! | `internal_topics` | 1 s | on the controller: internal topics grown to their replication factor |
@@ -73,6 +74,10 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
     // Its writes of archived records wait for an ISR: off the round.
     s.add(background("share_locks", RESOLUTION, b(), |b, _| {
         async move { b.shares.expire().await }.boxed()
+    }));
+    // Its writes wait for dead-letter topics' ISRs, and back off: off the round.
+    s.add(background("share_dead_letters", RESOLUTION, b(), |b, _| {
+        async move { b.shares.write_dead_letters().await }.boxed()
     }));
     // Its writes wait for the ISR: off the round.
     s.add(background(

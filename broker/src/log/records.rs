@@ -40,7 +40,7 @@ pub struct Record<'a> {
 /// The headers of a record ([`Record::headers`]): (key, value) pairs in order, a null value
 /// `None`; `None` if they are malformed. The count read is checked against the bytes before
 /// anything is allocated by it.
-pub fn headers(encoded: &[u8]) -> Option<Vec<(&[u8], Option<&[u8]>)>> {
+pub fn headers(encoded: &[u8]) -> Option<Vec<super::batch::Header<'_>>> {
     let mut pos = 0;
     let count = usize::try_from(varint(encoded, &mut pos)?).ok()?;
     // A header is at least two bytes (two lengths).

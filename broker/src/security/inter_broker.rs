@@ -8,8 +8,11 @@
 //!   is used from the next connection on, as the listeners use theirs;
 //! - the password never leaves [`SaslCredentials`], whose `Debug` omits it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use kafka_protocol::protocol::Request;
 
 use super::error::SecurityError;
 use crate::config::BrokerConfig;
@@ -27,6 +30,60 @@ pub async fn connect(
     let security =
         client_security(cfg).map_err(|e| ClientError::Io(std::io::Error::other(e.to_string())))?;
     Client::connect_secure(addr, client_id, timeout, max_response, &security).await
+}
+
+/// One cached connection to each other broker, one call at a time on each, made anew after a
+/// failure: for the calls a broker makes often to whichever broker leads something (share
+/// state, dead letters).
+pub struct Peers {
+    client_id: String,
+    timeout: Duration,
+    max_response: usize,
+    conns: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<Option<Client>>>>>,
+}
+
+impl Peers {
+    /// Calls time out after `timeout`; a response larger than `max_response` is refused.
+    pub fn new(client_id: String, timeout: Duration, max_response: usize) -> Peers {
+        Peers {
+            client_id,
+            timeout,
+            max_response,
+            conns: Mutex::default(),
+        }
+    }
+
+    /// Sends `req` (at `version`) to broker `peer`, reached at `addr` when no connection to it
+    /// is open; why not, as text.
+    pub async fn call<R: Request>(
+        &self,
+        cfg: &BrokerConfig,
+        peer: u64,
+        addr: Option<String>,
+        version: i16,
+        req: &R,
+    ) -> Result<R::Response, String> {
+        let slot = (self.conns.lock().unwrap_or_else(|p| p.into_inner()))
+            .entry(peer)
+            .or_default()
+            .clone();
+        let mut conn = slot.lock().await;
+        if conn.is_none() {
+            let addr = addr.ok_or("not registered")?;
+            let c = connect(cfg, &addr, &self.client_id, self.timeout, self.max_response)
+                .await
+                .map_err(|e| e.to_string())?;
+            *conn = Some(c);
+        }
+        let client = conn.as_mut().ok_or("no connection")?;
+        match client.call(version, req).await {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                *conn = None;
+                Err(e.to_string())
+            }
+        }
+    }
 }
 
 /// The security of a connection to another broker's inter-broker listener.

@@ -16,6 +16,7 @@
 //! log happens before it is taken, and what the read returned is acquired under it).
 
 pub mod coordinator;
+pub mod dead_letters;
 pub mod partition;
 pub mod persister;
 pub mod session;
@@ -37,6 +38,7 @@ use crate::node::Node;
 use crate::partition::{Isolation, Partition};
 use crate::tier::Tier;
 use coordinator::ShareCoordinator;
+use dead_letters::{DeadLetters, Done};
 use partition::{AckBatch, Acquired, Batch, BatchKind, DeadLetter, Limits, SharePartition};
 use persister::Persister;
 use session::Sessions;
@@ -91,6 +93,8 @@ pub struct Shares {
     /// Woken when records come back (released, expired): share fetches waiting for records
     /// look again.
     released: Notify,
+    /// Dead letters on their way to the groups' dead-letter topics.
+    letters: DeadLetters,
     dead_letters: prometheus_client::metrics::counter::Counter,
     state_writes: prometheus_client::metrics::counter::Counter,
     state_write_failures: prometheus_client::metrics::counter::Counter,
@@ -131,6 +135,7 @@ impl Shares {
         let coordinator = Arc::new(ShareCoordinator::new(node.clone()));
         Shares {
             persister: Persister::new(node.clone(), coordinator),
+            letters: DeadLetters::new(node.clone(), tier.clone()),
             node,
             tier,
             partitions: Mutex::default(),
@@ -195,6 +200,8 @@ impl Shares {
             None => (SharePartition::new(self.start_of(&key.0, p).await?), true),
         };
         let (start, end) = (sp.start(), sp.end());
+        // Dead letters a previous leader had not written yet: written from here.
+        let pending = sp.dead_lettering();
         let slot = Arc::new(Slot {
             leader_epoch,
             state: Mutex::new(Versioned {
@@ -209,6 +216,8 @@ impl Shares {
         tracing::info!(group = %key.0, topic = %p.tp.topic, partition = p.tp.partition, start,
             end, leader_epoch, loaded = !fresh, "share partition started");
         self.lock().insert(key.clone(), slot.clone());
+        self.letters
+            .enqueue(key, pending, self.node.clock.instant());
         Ok(slot)
     }
 
@@ -341,7 +350,7 @@ impl Shares {
         let released = batches
             .iter()
             .any(|b| b.types.contains(&partition::AckType::Release));
-        self.dead_letters(&key, dead);
+        self.dead_letters(&key, dead, &limits);
         if released {
             self.released.notify_waiters();
         }
@@ -363,7 +372,7 @@ impl Shares {
                 v.version += 1;
                 dead
             };
-            self.dead_letters(&key, dead);
+            self.dead_letters(&key, dead, &limits);
             changed.push((key, slot));
         }
         if !changed.is_empty() {
@@ -408,7 +417,7 @@ impl Shares {
             if !dead.is_empty() {
                 archived.push((key.clone(), slot));
             }
-            self.dead_letters(&key, dead);
+            self.dead_letters(&key, dead, &limits);
             any = true;
         }
         if any {
@@ -436,15 +445,59 @@ impl Shares {
         self.released.notified()
     }
 
-    /// Dead letters are counted and logged; they leave the share partition archived, never
-    /// blocking it.
-    fn dead_letters(&self, key: &Key, dead: Vec<DeadLetter>) {
-        for d in dead {
+    /// Dead letters are counted and logged, and queued for the group's dead-letter topic
+    /// when it has one (`limits` as they were when the records became dead letters); they
+    /// never block the share partition.
+    fn dead_letters(&self, key: &Key, dead: Vec<DeadLetter>, limits: &Limits) {
+        for d in &dead {
             let n = (d.last - d.first + 1) as u64;
             self.dead_letters.inc_by(n);
             tracing::warn!(group = %key.0, topic_id = %key.1, partition = key.2, first = d.first,
                 last = d.last, deliveries = d.deliveries, why = ?d.why, "share group dead letters");
         }
+        if limits.dead_letter_queue && !dead.is_empty() {
+            self.letters.enqueue(key, dead, self.node.clock.instant());
+        }
+    }
+
+    /// Writes the dead letters due to their groups' dead-letter topics, one job after another;
+    /// each done with (written, or given up on) is archived and the change persisted. Run by
+    /// housekeeping, off its round.
+    pub async fn write_dead_letters(&self) {
+        for job in self.letters.due(self.node.clock.instant()) {
+            // Only the share partition's leader at its epoch writes; a later leader writes
+            // again what the persisted state still shows waiting.
+            let led = (self.lock().get(&job.key).cloned())
+                .filter(|slot| self.still_led(&job.key, slot))
+                .zip(self.data_partition(&job.key));
+            let Some((slot, p)) = led else {
+                self.letters.drop_job(&job);
+                continue;
+            };
+            let result = self.letters.write(&job, p).await;
+            let (key, letter) = (job.key.clone(), job.letter);
+            let done = self.letters.settle(job, result, self.node.clock.instant());
+            if let Some(done) = done {
+                {
+                    let mut v = lock(&slot.state);
+                    v.sp.dead_lettered(letter.first, letter.last);
+                    v.version += 1;
+                }
+                if let Done::Written(n) = done {
+                    tracing::debug!(group = %key.0, first = letter.first, last = letter.last, n,
+                        "dead letters written");
+                }
+                // A failure is logged and counted; the next write carries the change.
+                let _ = self.persist(&key, &slot).await;
+            }
+        }
+    }
+
+    /// The data partition of a share partition, hosted here.
+    fn data_partition(&self, key: &Key) -> Option<Arc<Partition>> {
+        let state = self.node.metadata.state();
+        let topic = state.topic_by_id(&key.1)?;
+        self.node.partitions.get(&topic.name, key.2)
     }
 }
 

@@ -4,8 +4,7 @@
 //! ReadShareGroupState and WriteShareGroupState (v0) over one cached inter-broker connection
 //! per peer.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::{
@@ -19,8 +18,7 @@ use super::partition::Snapshot;
 use super::store::{self, StateKey, Stored};
 use crate::error::{ApiError, ErrorCode};
 use crate::node::Node;
-use crate::protocol::client::Client;
-use crate::security::inter_broker;
+use crate::security::inter_broker::Peers;
 
 /// How long a call to another broker's share coordinator may take (its write waits for an
 /// ISR).
@@ -32,8 +30,7 @@ const MAX_RESPONSE: usize = 4 << 20;
 pub struct Persister {
     node: Arc<Node>,
     pub coordinator: Arc<ShareCoordinator>,
-    /// A connection per peer, one call at a time on each.
-    peers: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<Option<Client>>>>>,
+    peers: Peers,
 }
 
 /// Where a key's state partition is led.
@@ -44,10 +41,11 @@ enum Leader {
 
 impl Persister {
     pub fn new(node: Arc<Node>, coordinator: Arc<ShareCoordinator>) -> Persister {
+        let client_id = format!("strata-share-{}", node.config.node_id);
         Persister {
             node,
             coordinator,
-            peers: Mutex::default(),
+            peers: Peers::new(client_id, CALL_TIMEOUT, MAX_RESPONSE),
         }
     }
 
@@ -166,51 +164,23 @@ impl Persister {
         answer(r.error_code, r.error_message.as_deref())
     }
 
-    /// One call to `peer` on its cached connection (made anew after a failure).
+    /// One call to `peer`'s share coordinator.
     async fn call<R: kafka_protocol::protocol::Request>(
         &self,
         peer: u64,
         req: &R,
     ) -> Result<R::Response, ApiError> {
-        let unavailable = |why: String| {
-            ApiError::new(
-                ErrorCode::CoordinatorNotAvailable,
-                format!("share coordinator {peer}: {why}"),
-            )
-        };
-        let slot = (self.peers.lock().unwrap_or_else(|p| p.into_inner()))
-            .entry(peer)
-            .or_default()
-            .clone();
-        let mut conn = slot.lock().await;
-        if conn.is_none() {
-            let Some(addr) = (self.node.metadata.state().brokers.get(&peer))
-                .map(|b| format!("{}:{}", b.host, b.port))
-            else {
-                return Err(unavailable("not registered".into()));
-            };
-            let client_id = format!("strata-share-{}", self.node.config.node_id);
-            let c = inter_broker::connect(
-                &self.node.config,
-                &addr,
-                &client_id,
-                CALL_TIMEOUT,
-                MAX_RESPONSE,
-            )
+        let addr = (self.node.metadata.state().brokers.get(&peer))
+            .map(|b| format!("{}:{}", b.host, b.port));
+        (self.peers)
+            .call(&self.node.config, peer, addr, 0, req)
             .await
-            .map_err(|e| unavailable(e.to_string()))?;
-            *conn = Some(c);
-        }
-        let Some(client) = conn.as_mut() else {
-            return Err(unavailable("no connection".into()));
-        };
-        match client.call(0, req).await {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                *conn = None;
-                Err(unavailable(e.to_string()))
-            }
-        }
+            .map_err(|why| {
+                ApiError::new(
+                    ErrorCode::CoordinatorNotAvailable,
+                    format!("share coordinator {peer}: {why}"),
+                )
+            })
     }
 }
 

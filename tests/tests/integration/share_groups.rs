@@ -24,6 +24,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
 use rdkafka::admin::TopicReplication;
+use rdkafka::Offset;
 use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
 use strata_tests::groups::GroupClient;
 use strata_tests::{
@@ -606,6 +607,12 @@ fn after_the_leader_is_killed_nothing_acknowledged_is_delivered_again() {
 /// IncrementalAlterConfigs of group `group`'s configs: `(name, value)` SET each; the error
 /// code.
 fn alter_group(addr: &str, group: &str, set: &[(&str, &str)]) -> i16 {
+    alter(addr, 32, group, set)
+}
+
+/// IncrementalAlterConfigs of resource `name` of type `resource_type`: `(name, value)` SET
+/// each; the error code.
+fn alter(addr: &str, resource_type: i8, name: &str, set: &[(&str, &str)]) -> i16 {
     use kafka_protocol::messages::incremental_alter_configs_request::{
         AlterConfigsResource, AlterableConfig,
     };
@@ -613,8 +620,8 @@ fn alter_group(addr: &str, group: &str, set: &[(&str, &str)]) -> i16 {
     let s = |v: &str| StrBytes::from_string(v.to_string());
     let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
         AlterConfigsResource::default()
-            .with_resource_type(32)
-            .with_resource_name(s(group))
+            .with_resource_type(resource_type)
+            .with_resource_name(s(name))
             .with_configs(
                 (set.iter())
                     .map(|(k, v)| {
@@ -741,4 +748,154 @@ fn one_member_reads_many_partitions_and_no_record_waits_for_a_lock_to_expire() {
     assert_eq!(distinct.len(), 1440, "every record of every partition");
     assert_eq!(got.len(), 1440, "none twice");
     assert!(got.iter().all(|g| g.d == 1), "each delivered once");
+}
+
+/// Produces one record of `value` with headers `headers` to `topic`-0.
+fn produce_with_headers(broker: &Broker, topic: &str, value: &str, headers: &[(&str, &str)]) {
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).expect("connect");
+    let mut r = RawRecord::new(value.as_bytes(), value.as_bytes(), now_ms());
+    r.headers = (headers.iter())
+        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    let batch = encode_batch(&[r], Compression::None, None);
+    conn.produce_ok(topic, 0, batch).expect("produce");
+}
+
+fn header<'a>(r: &'a strata_tests::clients::ConsumedRecord, name: &str) -> Option<&'a str> {
+    (r.headers.iter())
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.as_deref())
+        .map(|v| std::str::from_utf8(v).unwrap())
+}
+
+#[test]
+fn dead_letters_reach_the_groups_dead_letter_topic_with_kafkas_headers() {
+    const INVALID_CONFIG: i16 = 40;
+    let broker = Broker::start(BrokerOpts::new().env(
+        "STRATA_ERRORS_DEADLETTERQUEUE_AUTO_CREATE_TOPICS_ENABLE",
+        "true",
+    ));
+    let addr = broker.kafka_addr.clone();
+    let topic = unique_topic("share-src");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let group = unique_topic("share-g");
+    // Kafka's rules for the name, at alter time.
+    for bad in ["__dlq.orders", "orders.dead", "dlq.bad/name"] {
+        let set = [("errors.deadletterqueue.topic.name", bad)];
+        assert_eq!(alter_group(&addr, &group, &set), INVALID_CONFIG, "{bad}");
+    }
+    // A topic that does not allow share groups' dead letters: they wait, retried and counted.
+    let dlq = format!("dlq.{topic}");
+    broker.create_topic(&dlq, 1, &[]).unwrap();
+    let set = [
+        ("share.auto.offset.reset", "earliest"),
+        ("share.delivery.count.limit", "2"),
+        ("errors.deadletterqueue.topic.name", dlq.as_str()),
+        ("errors.deadletterqueue.copy.record.enable", "true"),
+    ];
+    assert_eq!(alter_group(&addr, &group, &set), 0);
+    produce_with_headers(&broker, &topic, "a", &[]);
+    produce_with_headers(&broker, &topic, "poison", &[("trace", "t-1")]);
+    produce_with_headers(&broker, &topic, "retry", &[]);
+    produce_with_headers(&broker, &topic, "b", &[]);
+    let got = given(share_consumer(
+        &addr,
+        &group,
+        &topic,
+        &[
+            "--ack",
+            "explicit",
+            "--reject",
+            "poison",
+            "--release",
+            "retry",
+            "--idle",
+            "5",
+        ],
+    ));
+    assert_eq!(got.len(), 5, "retry twice, the others once: {got:?}");
+    wait_for("a refused write counted", Duration::from_secs(20), || {
+        broker.metric_labelled("strata_share_dlq_write_retries_total", "group", &group) >= 1.0
+    });
+    assert_eq!(broker.metric("strata_share_dlq_pending"), 2.0);
+    // The operator lets the topic take them: the next attempt writes both.
+    assert_eq!(
+        alter(
+            &addr,
+            2,
+            &dlq,
+            &[("errors.deadletterqueue.group.enable", "true")]
+        ),
+        0
+    );
+    let letters = broker.consume_until(
+        &dlq,
+        &[(0, Offset::Beginning)],
+        Duration::from_secs(40),
+        |r| r.len() >= 2,
+    );
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    let poison = &letters[0];
+    assert_eq!(poison.value.as_deref(), Some(&b"poison"[..]), "copied");
+    assert_eq!(poison.key.as_deref(), Some(&b"poison"[..]));
+    assert_eq!(
+        header(poison, "trace"),
+        Some("t-1"),
+        "the source's headers too"
+    );
+    assert_eq!(header(poison, "__dlq.errors.topic"), Some(topic.as_str()));
+    assert_eq!(header(poison, "__dlq.errors.partition"), Some("0"));
+    assert_eq!(header(poison, "__dlq.errors.offset"), Some("1"));
+    assert_eq!(header(poison, "__dlq.errors.group"), Some(group.as_str()));
+    assert_eq!(header(poison, "__dlq.errors.delivery.count"), Some("1"));
+    assert_eq!(
+        header(poison, "__dlq.errors.message"),
+        Some("Offset rejected by client.")
+    );
+    let retry = &letters[1];
+    assert_eq!(header(retry, "__dlq.errors.offset"), Some("2"));
+    assert_eq!(header(retry, "__dlq.errors.delivery.count"), Some("2"));
+    assert_eq!(
+        header(retry, "__dlq.errors.message"),
+        Some("Offset delivery count exceeded the threshold.")
+    );
+    wait_for("nothing pending", Duration::from_secs(10), || {
+        broker.metric("strata_share_dlq_pending") == 0.0
+    });
+    assert_eq!(
+        broker.metric_labelled("strata_share_dlq_records_written_total", "group", &group),
+        2.0
+    );
+    // Written, the dead letters are done with: a new member of the group gets nothing.
+    let late = given(share_consumer(&addr, &group, &topic, &["--idle", "4"]));
+    assert!(late.is_empty(), "{late:?}");
+
+    // A missing topic is created when the cluster says so; without copying, only headers.
+    let other = unique_topic("share-g");
+    let auto = format!("dlq.auto-{other}");
+    let set = [
+        ("share.auto.offset.reset", "earliest"),
+        ("errors.deadletterqueue.topic.name", auto.as_str()),
+    ];
+    assert_eq!(alter_group(&addr, &other, &set), 0);
+    let got = given(share_consumer(
+        &addr,
+        &other,
+        &topic,
+        &["--ack", "explicit", "--reject", "b", "--idle", "5"],
+    ));
+    assert_eq!(got.len(), 4, "{got:?}");
+    wait_for(
+        "the dead-letter topic created and written",
+        Duration::from_secs(20),
+        || broker.metric_labelled("strata_share_dlq_records_written_total", "group", &other) == 1.0,
+    );
+    let letters = broker.consume_until(
+        &auto,
+        &[(0, Offset::Beginning)],
+        Duration::from_secs(20),
+        |r| !r.is_empty(),
+    );
+    assert_eq!(letters[0].value, None, "not copied");
+    assert_eq!(header(&letters[0], "__dlq.errors.offset"), Some("3"));
 }
