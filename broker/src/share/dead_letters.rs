@@ -36,8 +36,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use strata_metadata::ClusterState;
 
-use super::partition::{DeadLetter, Why};
-use super::Key;
+use super::partition::{DeadLetter, Key, Why};
 use crate::error::ErrorCode;
 use crate::group::config::{dead_letter_topic_allowed, InForce};
 use crate::log::batch::{self, BatchHeader, Header, KeyValue};

@@ -39,14 +39,11 @@ use crate::partition::{Isolation, Partition};
 use crate::tier::Tier;
 use coordinator::ShareCoordinator;
 use dead_letters::{DeadLetters, Done};
-use partition::{AckBatch, Acquired, Batch, BatchKind, DeadLetter, Limits, SharePartition};
+use partition::{AckBatch, Acquired, Batch, BatchKind, DeadLetter, Key, Limits, SharePartition};
 use persister::Persister;
 use session::Sessions;
 use store::StateKey;
 use strata_metadata::ClusterState;
-
-/// A share partition's key: the group, the topic id, the partition.
-pub type Key = (Arc<str>, Uuid, i32);
 
 fn state_key(key: &Key) -> StateKey {
     StateKey {

@@ -27,6 +27,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A share partition's key: the group, the topic id, the partition.
+pub type Key = (Arc<str>, uuid::Uuid, i32);
+
 /// How a member acknowledges records (ShareFetch/ShareAcknowledge `AcknowledgeTypes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AckType {
