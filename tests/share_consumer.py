@@ -9,7 +9,8 @@ line per record it was given: {"p": partition, "o": offset, "d": delivery count,
 
 - accept: acknowledges every record (implicit acknowledgement: the next poll accepts);
 - explicit: acknowledges each record explicitly (ACCEPT), except that a value listed in
-  `--reject` is REJECTed and one in `--release` RELEASEd (to be delivered again);
+  `--reject` (or starting with `--reject-prefix`) is REJECTed and one in `--release`
+  RELEASEd (to be delivered again);
 - hold: acknowledges nothing and, after the first poll that returns records, exits at once
   without closing (as a member killed with its locks held would).
 
@@ -37,6 +38,7 @@ def main():
     ap.add_argument("--debug", default=None, help="librdkafka debug contexts, to stderr")
     ap.add_argument("--ack", choices=["accept", "explicit", "hold"], default="accept")
     ap.add_argument("--reject", action="append", default=[])
+    ap.add_argument("--reject-prefix", default=None)
     ap.add_argument("--release", action="append", default=[])
     args = ap.parse_args()
 
@@ -76,7 +78,10 @@ def main():
                 seen += 1
                 last = time.monotonic()
                 if args.ack == "explicit":
-                    if value in args.reject:
+                    rejected = value in args.reject or (
+                        args.reject_prefix is not None and value.startswith(args.reject_prefix)
+                    )
+                    if rejected:
                         consumer.acknowledge(m, AcknowledgeType.REJECT)
                     elif value in args.release:
                         consumer.acknowledge(m, AcknowledgeType.RELEASE)

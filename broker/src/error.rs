@@ -98,6 +98,7 @@ error_codes! {
     InvalidRecordState = 121,
     ShareSessionNotFound = 122,
     InvalidShareSessionEpoch = 123,
+    FencedStateEpoch = 124,
     ShareSessionLimitReached = 133,
     InvalidGroupId = 24,
     UnknownMemberId = 25,

@@ -11,7 +11,7 @@
 //! | `isr` | half `replica_lag_time_max_ms`, as Kafka's | followers lagging out of the ISR |
 //! | `internal_topics` | 1 s | on the controller: internal topics grown to their replication factor |
 //! | `auto_balance` | `auto_balance_interval_ms` | the automatic balancer |
-//! | `lag` | `lag_sample_interval_ms` | consumer lag sampled |
+//! | `lag` | `lag_sample_interval_ms` | consumer lag sampled (share groups' from their share partitions' start offsets) |
 //! | `log_sweep` | 100 ms | a slice of the partitions, each once per `log_retention_check_interval_ms`: retention, `segment.ms` rolls of idle segments (see `partition::activity`) |
 //! | `flush` | 100 ms | partitions written since: `flush.ms` flushes, and fsyncs of rolled segments off the runtime |
 //! | `log_dirs` | 1 s | the log directories probed (see `node/log_dirs.rs`) |
@@ -108,7 +108,15 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
         "lag",
         Duration::from_millis(cfg.lag_sample_interval_ms),
         b(),
-        |b, _| async move { b.lag.sample(b.groups.committed()) }.boxed(),
+        |b, _| {
+            async move {
+                // Share groups' start offsets are their committed offsets here.
+                let mut committed = b.groups.committed();
+                committed.extend(b.shares.starts());
+                b.lag.sample(committed)
+            }
+            .boxed()
+        },
     ));
     s.add(LogSweep {
         broker: b(),

@@ -13,6 +13,8 @@
 //!   replica moves with Kafka's reassignment APIs — [`cluster`];
 //! - `strata broker drain|remove` — taking a broker out of service — [`broker`];
 //! - `strata txn list|describe|abort|find-hanging|abort-hanging` — transactions — [`txn`];
+//! - `strata share list|describe|reset-offsets|delete|dlq replay` — share groups and their
+//!   dead-letter topics — [`share`];
 //! - `strata user create|delete|list` — SCRAM users — [`user`];
 //! - `strata acl add|list|remove` — ACLs — [`acl`];
 //! - `strata quota alter|describe` — client quotas — [`quota`].
@@ -38,6 +40,7 @@ pub mod objstore;
 pub mod perf;
 pub mod produce;
 pub mod quota;
+pub mod share;
 pub mod topic;
 pub mod txn;
 pub mod user;
@@ -68,6 +71,10 @@ pub enum ClientCommand {
     /// List and describe transactions; abort an open or a hanging one.
     #[command(subcommand)]
     Txn(txn::TxnCommand),
+    /// List, describe and delete share groups (queues); reset where they read; replay
+    /// dead letters.
+    #[command(subcommand)]
+    Share(share::ShareCommand),
     /// Create, delete and list SCRAM users.
     #[command(subcommand)]
     User(user::UserCommand),
@@ -95,6 +102,7 @@ impl ClientCommand {
             ClientCommand::Cluster(_) => None,
             ClientCommand::Broker(cmd) => Some(cmd.conn()),
             ClientCommand::Txn(cmd) => Some(cmd.conn()),
+            ClientCommand::Share(cmd) => Some(cmd.conn()),
             ClientCommand::User(cmd) => Some(cmd.conn()),
             ClientCommand::Acl(cmd) => Some(cmd.conn()),
             ClientCommand::Quota(cmd) => Some(cmd.conn()),
@@ -134,6 +142,7 @@ pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Group(cmd) => group::run(cmd),
         ClientCommand::Broker(cmd) => broker::run(cmd),
         ClientCommand::Txn(cmd) => txn::run(cmd),
+        ClientCommand::Share(cmd) => share::run(cmd),
         ClientCommand::User(cmd) => user::run(cmd),
         ClientCommand::Acl(cmd) => acl::run(cmd),
         ClientCommand::Quota(cmd) => quota::run(cmd),

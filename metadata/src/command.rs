@@ -169,6 +169,15 @@ pub enum Command {
         set: BTreeMap<String, String>,
         delete: Vec<String>,
     },
+    /// Sets where share group `group` starts reading share partitions
+    /// (AlterShareGroupOffsets: `Some(offset)`), or forgets their state
+    /// (DeleteShareGroupOffsets: `None`, so the next start follows `share.auto.offset.reset`).
+    /// Each share partition named gets the next state epoch; the partitions' leaders apply it.
+    /// The broker checked that the group has no members before proposing.
+    ResetShareOffsets {
+        group: String,
+        offsets: Vec<(uuid::Uuid, i32, Option<i64>)>,
+    },
 }
 
 /// The outcome of applying one [`Command`] (or a raft-internal entry, which yields `Ok`).

@@ -78,7 +78,8 @@ pub use error::MetadataError;
 pub use quorum::{LeaderBalance, Metadata, MetadataOptions};
 pub use rpc::RaftTls;
 pub use state::{
-    BrokerInfo, ClusterState, PartitionInfo, SecurityState, TopicInfo, FIRST_PRODUCER_ID,
+    BrokerInfo, ClusterState, PartitionInfo, SecurityState, ShareReset, TopicInfo,
+    FIRST_PRODUCER_ID,
 };
 pub use types::TypeConfig;
 

@@ -67,6 +67,23 @@ pub struct ClusterState {
     /// Dynamic group configs by group id (Kafka config names to values). No empty map is kept.
     #[serde(default)]
     pub group_configs: Arc<BTreeMap<String, BTreeMap<String, String>>>,
+    /// Share-partition start offsets set by an operator, by share group: the latest of each
+    /// share partition (see [`ShareReset`]).
+    #[serde(default)]
+    pub share_resets: Arc<BTreeMap<String, Vec<ShareReset>>>,
+}
+
+/// Where an operator set a share partition to start (AlterShareGroupOffsets), or that its
+/// state was deleted (DeleteShareGroupOffsets: no offset). The partition's leader applies it
+/// to the share partition when the state it holds has an older state epoch, and writes it with
+/// this one.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ShareReset {
+    pub topic_id: uuid::Uuid,
+    pub partition: i32,
+    /// Greater than that of every earlier reset of the share partition (the first is 1).
+    pub state_epoch: i32,
+    pub start_offset: Option<i64>,
 }
 
 impl Default for ClusterState {
@@ -82,6 +99,7 @@ impl Default for ClusterState {
             security: Arc::default(),
             broker_configs: Arc::default(),
             group_configs: Arc::default(),
+            share_resets: Arc::default(),
         }
     }
 }
@@ -102,6 +120,8 @@ struct StoredState {
     broker_configs: Arc<BTreeMap<String, BTreeMap<String, String>>>,
     #[serde(default)]
     group_configs: Arc<BTreeMap<String, BTreeMap<String, String>>>,
+    #[serde(default)]
+    share_resets: Arc<BTreeMap<String, Vec<ShareReset>>>,
 }
 
 impl From<StoredState> for ClusterState {
@@ -120,6 +140,7 @@ impl From<StoredState> for ClusterState {
             security: s.security,
             broker_configs: s.broker_configs,
             group_configs: s.group_configs,
+            share_resets: s.share_resets,
         }
     }
 }
@@ -357,6 +378,7 @@ impl ClusterState {
             Command::DeleteTopic { name } => match self.topics.remove(name) {
                 Some(t) => {
                     self.topic_ids.remove(&t.topic_id);
+                    self.forget_share_resets(&t.topic_id);
                     CommandResult::Ok
                 }
                 None => CommandResult::UnknownTopic,
@@ -458,6 +480,10 @@ impl ClusterState {
                 alter_configs(&mut self.group_configs, group, set, delete);
                 CommandResult::Ok
             }
+            Command::ResetShareOffsets { group, offsets } => {
+                self.reset_share_offsets(group, offsets);
+                CommandResult::Ok
+            }
             Command::FailLogDir {
                 node_id,
                 epoch,
@@ -498,6 +524,49 @@ impl ClusterState {
     /// The dynamic configs of group `group`.
     pub fn group_config(&self, group: &str) -> Option<&BTreeMap<String, String>> {
         self.group_configs.get(group)
+    }
+
+    /// The latest reset of share group `group`'s share partition of (`topic_id`, `partition`).
+    pub fn share_reset(
+        &self,
+        group: &str,
+        topic_id: &uuid::Uuid,
+        partition: i32,
+    ) -> Option<&ShareReset> {
+        (self.share_resets.get(group)?.iter())
+            .find(|r| r.topic_id == *topic_id && r.partition == partition)
+    }
+
+    /// A deleted topic's share resets go with it (a topic made again has another id).
+    fn forget_share_resets(&mut self, topic_id: &uuid::Uuid) {
+        let named = |r: &ShareReset| r.topic_id == *topic_id;
+        if !self.share_resets.values().flatten().any(named) {
+            return;
+        }
+        let all = Arc::make_mut(&mut self.share_resets);
+        for resets in all.values_mut() {
+            resets.retain(|r| !named(r));
+        }
+        all.retain(|_, resets| !resets.is_empty());
+    }
+
+    fn reset_share_offsets(&mut self, group: &str, offsets: &[(uuid::Uuid, i32, Option<i64>)]) {
+        let all = Arc::make_mut(&mut self.share_resets);
+        let resets = all.entry(group.to_string()).or_default();
+        for &(topic_id, partition, start_offset) in offsets {
+            match (resets.iter_mut()).find(|r| r.topic_id == topic_id && r.partition == partition) {
+                Some(r) => {
+                    r.state_epoch = r.state_epoch.saturating_add(1);
+                    r.start_offset = start_offset;
+                }
+                None => resets.push(ShareReset {
+                    topic_id,
+                    partition,
+                    state_epoch: 1,
+                    start_offset,
+                }),
+            }
+        }
     }
 
     /// Checks replica lists for partitions numbered from `first_partition`: each must be
@@ -900,6 +969,28 @@ mod tests {
         let cmd = alter(&[], &["share.auto.offset.reset"]);
         assert_eq!(state.apply(&cmd), CommandResult::Ok);
         assert!(state.group_config("workers").is_none());
+    }
+
+    #[test]
+    fn share_resets_take_the_next_state_epoch_per_share_partition() {
+        let mut state = ClusterState::default();
+        let t = uuid::Uuid::from_u128(7);
+        let reset = |offsets: Vec<(uuid::Uuid, i32, Option<i64>)>| Command::ResetShareOffsets {
+            group: "workers".into(),
+            offsets,
+        };
+        state.apply(&reset(vec![(t, 0, Some(10)), (t, 1, Some(20))]));
+        state.apply(&reset(vec![(t, 0, None)]));
+        let r0 = state.share_reset("workers", &t, 0).unwrap();
+        assert_eq!((r0.state_epoch, r0.start_offset), (2, None));
+        let r1 = state.share_reset("workers", &t, 1).unwrap();
+        assert_eq!((r1.state_epoch, r1.start_offset), (1, Some(20)));
+        assert!(state.share_reset("workers", &t, 2).is_none());
+        assert!(state.share_reset("others", &t, 0).is_none());
+        // Kept across a snapshot.
+        let json = serde_json::to_string(&state).unwrap();
+        let back: ClusterState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.share_resets, state.share_resets);
     }
 
     #[test]

@@ -155,6 +155,27 @@ pub struct Broker {
 }
 
 impl Broker {
+    /// Runs the `strata` CLI with `args` against this broker (`-b` its Kafka address).
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(strata_bin())
+            .args(args)
+            .args(["-b", &self.kafka_addr])
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .expect("run strata")
+    }
+
+    /// [`Broker::cli`] that must succeed: its stdout.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "strata {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Starts a broker with default settings on a fresh temporary data dir.
     pub fn start_default() -> Broker {
         Self::start(BrokerOpts::new())

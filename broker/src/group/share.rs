@@ -64,6 +64,9 @@ pub struct ShareGroup {
     pub members: BTreeMap<String, Member>,
     /// The subscribed topics' partition counts the assignment was computed for.
     sized: BTreeMap<String, i32>,
+    /// Every topic a member subscribed to while the group existed here: where it may have
+    /// share partitions (DescribeShareGroupOffsets of all its topics), members or not.
+    pub topics_seen: BTreeSet<String>,
 }
 
 impl ShareGroup {
@@ -176,6 +179,7 @@ impl ShareGroup {
             .filter_map(|t| topics.get(&t).map(|(_, n)| (t, *n)))
             .collect();
         let target = assign(&self.members, topics);
+        self.topics_seen.extend(sized.keys().cloned());
         let unchanged = sized == self.sized
             && (self.members.iter()).all(|(id, m)| target.get(id) == Some(&m.assigned));
         if unchanged {

@@ -102,4 +102,27 @@ impl Coordinator {
             )),
         }
     }
+
+    /// Whether a share group's start offsets may be changed (AlterShareGroupOffsets,
+    /// DeleteShareGroupOffsets): it has no members, or does not exist yet; `Err` for a group
+    /// of another kind.
+    pub fn check_share_group_empty(&self, group_id: &str) -> Result<(), ApiError> {
+        match self.lock().get(group_id) {
+            None => Ok(()),
+            Some(e) => match &e.share {
+                None => Err(ApiError::new(
+                    ErrorCode::GroupIdNotFound,
+                    format!("Group {group_id} is not a share group."),
+                )),
+                Some(g) if !g.members.is_empty() => Err(ApiError::new(
+                    ErrorCode::NonEmptyGroup,
+                    format!(
+                        "share group {group_id} has {} member(s): its offsets change only when it has none",
+                        g.members.len()
+                    ),
+                )),
+                Some(_) => Ok(()),
+            },
+        }
+    }
 }

@@ -8,6 +8,7 @@ mod alter_client_quotas;
 mod alter_configs;
 mod alter_partition_reassignments;
 mod alter_replica_log_dirs;
+mod alter_share_group_offsets;
 mod alter_user_scram_credentials;
 mod api_versions;
 mod consumer_group_describe;
@@ -19,6 +20,7 @@ mod delegation_tokens;
 mod delete_acls;
 mod delete_groups;
 mod delete_records;
+mod delete_share_group_offsets;
 mod delete_topics;
 mod describe_acls;
 mod describe_client_quotas;
@@ -28,6 +30,7 @@ mod describe_groups;
 mod describe_log_dirs;
 mod describe_producers;
 mod describe_quorum;
+mod describe_share_group_offsets;
 mod describe_topic_partitions;
 mod describe_transactions;
 mod describe_user_scram_credentials;
@@ -267,6 +270,15 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         RequestKind::ShareFetch(r) => {
             ResponseKind::ShareFetch(share_fetch::handle(broker, r, &access).await)
         }
+        RequestKind::DescribeShareGroupOffsets(r) => ResponseKind::DescribeShareGroupOffsets(
+            describe_share_group_offsets::handle(broker, r, &access).await,
+        ),
+        RequestKind::AlterShareGroupOffsets(r) => ResponseKind::AlterShareGroupOffsets(
+            alter_share_group_offsets::handle(broker, r, &access).await,
+        ),
+        RequestKind::DeleteShareGroupOffsets(r) => ResponseKind::DeleteShareGroupOffsets(
+            delete_share_group_offsets::handle(broker, r, &access).await,
+        ),
         RequestKind::ShareAcknowledge(r) => {
             ResponseKind::ShareAcknowledge(share_acknowledge::handle(broker, r, &access).await)
         }

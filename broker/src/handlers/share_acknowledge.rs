@@ -55,7 +55,8 @@ async fn acknowledge(
     let lookup = Lookup::new(broker, access);
     let mut by_topic: BTreeMap<Uuid, Vec<PartitionData>> = BTreeMap::new();
     for (tp, wire) in &acks {
-        let result = apply_acks(broker, &lookup, &group, &member, *tp, wire).await;
+        let who = (&group, &*member);
+        let result = apply_acks(broker, &lookup, who, *tp, wire, req.is_renew_ack).await;
         let mut d = PartitionData::default().with_partition_index(tp.1);
         if let Err(e) = result {
             if e.code == ErrorCode::NotLeaderOrFollower {
@@ -78,16 +79,19 @@ async fn acknowledge(
             .release(&group, &member, &step.partitions)
             .await;
     }
-    Ok(ShareAcknowledgeResponse::default().with_responses(
-        by_topic
-            .into_iter()
-            .map(|(topic_id, partitions)| {
-                ShareAcknowledgeTopicResponse::default()
-                    .with_topic_id(topic_id)
-                    .with_partitions(partitions)
-            })
-            .collect(),
-    ))
+    let lock_ms = broker.shares.limits(&group).lock.as_millis();
+    Ok(ShareAcknowledgeResponse::default()
+        .with_acquisition_lock_timeout_ms(i32::try_from(lock_ms).unwrap_or(i32::MAX))
+        .with_responses(
+            by_topic
+                .into_iter()
+                .map(|(topic_id, partitions)| {
+                    ShareAcknowledgeTopicResponse::default()
+                        .with_topic_id(topic_id)
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        ))
 }
 
 pub async fn handle(

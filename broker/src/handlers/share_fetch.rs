@@ -29,6 +29,11 @@ use crate::security::Access;
 use crate::share::partition::{AckBatch, AckType};
 use crate::share::session::Tp;
 
+/// ShareFetch v2's acquire modes: whole batches even past `MaxRecords` (Kafka's default), or
+/// never more than `MaxRecords` records.
+const BATCH_OPTIMIZED: i8 = 0;
+const RECORD_LIMIT: i8 = 1;
+
 /// A member's acknowledgement batches as the wire carries them: `(first, last, types)`.
 pub(super) type WireAcks = Vec<(i64, i64, Vec<i8>)>;
 
@@ -81,16 +86,17 @@ pub(super) fn who(
     Ok((Arc::from(group), Arc::from(member)))
 }
 
-/// Applies a member's acknowledgements of one partition; `Ok` once they are durable.
+/// Applies a member's acknowledgements of one partition (RENEW among them only when the
+/// request says so: v2's `IsRenewAck`); `Ok` once they are durable.
 pub(super) async fn acknowledge(
     broker: &Broker,
     lookup: &Lookup<'_>,
-    group: &Arc<str>,
-    member: &str,
+    (group, member): (&Arc<str>, &str),
     tp: Tp,
     wire: &WireAcks,
+    renew: bool,
 ) -> Result<(), ApiError> {
-    let batches = ack_batches(wire, false)?;
+    let batches = ack_batches(wire, renew)?;
     let p = lookup.partition(tp)?;
     broker.shares.acknowledge(group, &p, member, &batches).await
 }
@@ -183,6 +189,12 @@ async fn fetch(
             }
         }
     }
+    if !matches!(req.share_acquire_mode, BATCH_OPTIMIZED | RECORD_LIMIT) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("unknown share acquire mode {}", req.share_acquire_mode),
+        ));
+    }
     if req.share_session_epoch == 0 && !acks.is_empty() {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,
@@ -209,7 +221,8 @@ async fn fetch(
     let lookup = Lookup::new(broker, access);
     let mut answers: BTreeMap<Tp, Answer> = BTreeMap::new();
     for (tp, wire) in &acks {
-        let result = acknowledge(broker, &lookup, &group, &member, *tp, wire).await;
+        let who = (&group, &*member);
+        let result = acknowledge(broker, &lookup, who, *tp, wire, req.is_renew_ack).await;
         answers.entry(*tp).or_default().ack_error = result.err();
     }
     if step.closing {
@@ -217,7 +230,8 @@ async fn fetch(
             .shares
             .release(&group, &member, &step.partitions)
             .await;
-    } else if req.max_records > 0 {
+    } else if req.max_records > 0 && !req.is_renew_ack {
+        // A renewal (v2) only renews: it hands nothing out.
         hand_out(
             broker,
             &req,
@@ -272,9 +286,10 @@ async fn hand_out(
                 continue;
             }
             p.waiters().watch(&woken);
+            let whole_batches = req.share_acquire_mode == BATCH_OPTIMIZED;
             let handed = broker
                 .shares
-                .fetch(group, member, p, records_left, bytes_left)
+                .fetch(group, member, p, (records_left, whole_batches), bytes_left)
                 .await;
             match handed {
                 Ok(Some(h)) => {

@@ -3,7 +3,8 @@
 //! Kafka gates protocol generations behind cluster-wide feature levels that clients read from
 //! ApiVersions. Strata's levels are fixed by what it implements: `group.version` 1 (KIP-848's
 //! consumer protocol, always on) and `transaction.version` 2 (KIP-890 part 2's epoch bump per
-//! transaction, always on for clients that know it: Kafka 4.0's level for a new cluster), so
+//! transaction, always on for clients that know it: Kafka 4.0's level for a new cluster) and
+//! `share.version` 2 (KIP-932's share groups with KIP-1191's dead-letter topics, always on), so
 //! each is supported at exactly its level and finalized there. UpdateFeatures
 //! may therefore only confirm a feature's level; any other level is INVALID_UPDATE_VERSION
 //! with the level this cluster has, and a feature Strata does not have (`metadata.version`,
@@ -20,7 +21,11 @@ use crate::security::Access;
 use strata_metadata::acl::AclOperation;
 
 /// (name, level) of each feature this broker implements: supported at that level only.
-const LEVELS: &[(&str, i16)] = &[("group.version", 1), ("transaction.version", 2)];
+const LEVELS: &[(&str, i16)] = &[
+    ("group.version", 1),
+    ("transaction.version", 2),
+    ("share.version", 2),
+];
 
 /// The levels ApiVersions (v3+) reports: supported, and finalized where above 0.
 pub fn levels() -> (Vec<SupportedFeatureKey>, Vec<FinalizedFeatureKey>) {
@@ -99,6 +104,8 @@ mod tests {
     fn only_the_implemented_level_of_a_known_feature_is_accepted() {
         assert_eq!(refusal("transaction.version", 2), None);
         assert_eq!(refusal("group.version", 1), None);
+        assert_eq!(refusal("share.version", 2), None);
+        assert!(refusal("share.version", 1).is_some_and(|m| m.contains("has 2 only")));
         assert!(refusal("group.version", 0).is_some_and(|m| m.contains("has 1 only")));
         assert!(refusal("transaction.version", 0).is_some_and(|m| m.contains("has 2 only")));
         assert!(refusal("group.version", -1).is_some());

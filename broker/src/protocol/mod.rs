@@ -332,6 +332,15 @@ mod tests {
             ApiKey::ShareGroupDescribe => RequestKind::ShareGroupDescribe(Default::default()),
             ApiKey::ShareFetch => RequestKind::ShareFetch(Default::default()),
             ApiKey::ShareAcknowledge => RequestKind::ShareAcknowledge(Default::default()),
+            ApiKey::DescribeShareGroupOffsets => {
+                RequestKind::DescribeShareGroupOffsets(Default::default())
+            }
+            ApiKey::AlterShareGroupOffsets => {
+                RequestKind::AlterShareGroupOffsets(Default::default())
+            }
+            ApiKey::DeleteShareGroupOffsets => {
+                RequestKind::DeleteShareGroupOffsets(Default::default())
+            }
             ApiKey::ReadShareGroupState => RequestKind::ReadShareGroupState(Default::default()),
             ApiKey::WriteShareGroupState => RequestKind::WriteShareGroupState(Default::default()),
             ApiKey::AddRaftVoter => RequestKind::AddRaftVoter(Default::default()),

@@ -94,8 +94,28 @@ pub const SUPPORTED: &[Api] = &[
     // version (v0 was Kafka 4.0's early access).
     api(ApiKey::ShareGroupHeartbeat, "ShareGroupHeartbeat", 1, 1),
     api(ApiKey::ShareGroupDescribe, "ShareGroupDescribe", 1, 1),
-    api(ApiKey::ShareFetch, "ShareFetch", 1, 1),
-    api(ApiKey::ShareAcknowledge, "ShareAcknowledge", 1, 1),
+    // v2 (Kafka 4.2): RENEW acknowledgements (`IsRenewAck`) and the record-limit acquire
+    // mode.
+    api(ApiKey::ShareFetch, "ShareFetch", 1, 2),
+    api(ApiKey::ShareAcknowledge, "ShareAcknowledge", 1, 2),
+    api(
+        ApiKey::DescribeShareGroupOffsets,
+        "DescribeShareGroupOffsets",
+        0,
+        0,
+    ),
+    api(
+        ApiKey::AlterShareGroupOffsets,
+        "AlterShareGroupOffsets",
+        0,
+        0,
+    ),
+    api(
+        ApiKey::DeleteShareGroupOffsets,
+        "DeleteShareGroupOffsets",
+        0,
+        0,
+    ),
     // The share coordinator's state RPCs, between brokers (CLUSTER_ACTION): a share
     // partition's leader reads and writes its durable state where `__share_group_state` keeps
     // it (see `crate::share::coordinator`).

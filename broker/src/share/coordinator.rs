@@ -113,6 +113,16 @@ impl ShareCoordinator {
             let mut table = self.lock();
             let name = key.name();
             let before = table.get(&name).map(|(_, s)| s);
+            if let Some(b) = before.filter(|b| b.state_epoch > state_epoch) {
+                // An operator reset it since the writer loaded it.
+                return Err(ApiError::new(
+                    ErrorCode::FencedStateEpoch,
+                    format!(
+                        "share partition {name} was written at state epoch {}, after {state_epoch}",
+                        b.state_epoch
+                    ),
+                ));
+            }
             if let Some(b) = before.filter(|b| b.leader_epoch > leader_epoch) {
                 return Err(ApiError::new(
                     ErrorCode::FencedLeaderEpoch,

@@ -30,12 +30,12 @@ use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use strata_metadata::ClusterState;
 
+use super::metrics::GroupLabels;
 use super::partition::{DeadLetter, Key, Why};
 use crate::error::ErrorCode;
 use crate::group::config::{dead_letter_topic_allowed, InForce};
@@ -82,11 +82,6 @@ pub enum Done {
     Written(usize),
     /// Given up on after its attempts: archived without a dead-letter record.
     GaveUp,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct GroupLabels {
-    group: String,
 }
 
 pub struct DeadLetters {

@@ -17,6 +17,7 @@
 
 pub mod coordinator;
 pub mod dead_letters;
+mod metrics;
 pub mod partition;
 pub mod persister;
 pub mod session;
@@ -39,11 +40,15 @@ use crate::partition::{Isolation, Partition};
 use crate::tier::Tier;
 use coordinator::ShareCoordinator;
 use dead_letters::{DeadLetters, Done};
+use metrics::{GroupLabels, StateLabels};
 use partition::{AckBatch, Acquired, Batch, BatchKind, DeadLetter, Key, Limits, SharePartition};
 use persister::Persister;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use session::Sessions;
 use store::StateKey;
-use strata_metadata::ClusterState;
+use strata_metadata::{ClusterState, ShareReset};
 
 fn state_key(key: &Key) -> StateKey {
     StateKey {
@@ -74,6 +79,9 @@ struct Slot {
 
 struct Versioned {
     sp: SharePartition,
+    /// The state epoch: that of the last operator reset applied (AlterShareGroupOffsets,
+    /// DeleteShareGroupOffsets), 0 before any; written with the state.
+    state_epoch: i32,
     /// Counts the changes worth keeping (acknowledgements, releases, archiving).
     version: u64,
 }
@@ -81,7 +89,8 @@ struct Versioned {
 pub struct Shares {
     node: Arc<Node>,
     tier: Arc<Tier>,
-    partitions: Mutex<HashMap<Key, Arc<Slot>>>,
+    /// Shared with the `/metrics` hook that counts their records.
+    partitions: Arc<Mutex<HashMap<Key, Arc<Slot>>>>,
     /// One load at a time: a share partition read from the coordinator once, not by every
     /// fetch that finds it missing.
     loading: tokio::sync::Mutex<()>,
@@ -93,6 +102,7 @@ pub struct Shares {
     /// Dead letters on their way to the groups' dead-letter topics.
     letters: DeadLetters,
     dead_letters: prometheus_client::metrics::counter::Counter,
+    redeliveries: Family<GroupLabels, Counter>,
     state_writes: prometheus_client::metrics::counter::Counter,
     state_write_failures: prometheus_client::metrics::counter::Counter,
 }
@@ -129,13 +139,36 @@ impl Shares {
                 f,
             );
         });
+        let partitions: Arc<Mutex<HashMap<Key, Arc<Slot>>>> = Arc::default();
+        let redeliveries: Family<GroupLabels, Counter> = Family::default();
+        let records: Family<StateLabels, Gauge> = Family::default();
+        let (r, g) = (redeliveries.clone(), records.clone());
+        node.metrics.register(|reg| {
+            reg.register(
+                "share_redeliveries",
+                "Records a share group handed out again (a second or later delivery)",
+                r,
+            );
+            reg.register(
+                "share_records",
+                "Records in flight in the share partitions led here (from each start offset to what was handed out last), by group and state: available, acquired, acknowledged, archived, dead_lettering",
+                g,
+            );
+        });
+        let weak = Arc::downgrade(&partitions);
+        node.metrics.on_scrape(move || {
+            if let Some(partitions) = weak.upgrade() {
+                count_records(&partitions, &records);
+            }
+        });
         let coordinator = Arc::new(ShareCoordinator::new(node.clone()));
         Shares {
             persister: Persister::new(node.clone(), coordinator),
             letters: DeadLetters::new(node.clone(), tier.clone()),
             node,
             tier,
-            partitions: Mutex::default(),
+            partitions,
+            redeliveries,
             loading: tokio::sync::Mutex::new(()),
             sessions,
             released: Notify::new(),
@@ -168,13 +201,22 @@ impl Shares {
         self.partitions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The share partition of `key` as served at `p`'s current leader epoch.
+    /// The share partition of `key` as served at `p`'s current leader epoch, unless an
+    /// operator reset it since it was loaded (then it is loaded again, with the reset).
     fn current(&self, key: &Key, p: &Partition) -> Option<Arc<Slot>> {
         let epoch = p.replication().leader_epoch();
-        self.lock()
-            .get(key)
+        let slot = (self.lock().get(key))
             .filter(|s| s.leader_epoch == epoch)
-            .cloned()
+            .cloned()?;
+        let reset = self.reset_of(key).map_or(0, |r| r.state_epoch);
+        let applied = lock(&slot.state).state_epoch;
+        (applied >= reset).then_some(slot)
+    }
+
+    /// The latest operator reset of a share partition.
+    fn reset_of(&self, key: &Key) -> Option<ShareReset> {
+        let state = self.node.metadata.state();
+        state.share_reset(&key.0, &key.1, key.2).cloned()
     }
 
     /// The share partition of `key`, served here at `p`'s leader epoch: loaded from the share
@@ -192,9 +234,28 @@ impl Shares {
         let skey = state_key(key);
         let stored = (self.persister.read(&skey).await)
             .map_err(|e| ApiError::new(ErrorCode::CoordinatorNotAvailable, e.message))?;
-        let (sp, fresh) = match stored {
-            Some(stored) => (SharePartition::restore(&stored.snapshot), false),
-            None => (SharePartition::new(self.start_of(&key.0, p).await?), true),
+        let stored_epoch = stored.as_ref().map_or(0, |s| s.state_epoch);
+        let reset = self.reset_of(key).filter(|r| r.state_epoch > stored_epoch);
+        let (sp, fresh, state_epoch) = match (stored, reset) {
+            // An operator's reset not applied yet: the share partition starts again there
+            // (or, the state deleted, where `share.auto.offset.reset` says).
+            (_, Some(r)) => {
+                let start = match r.start_offset {
+                    Some(o) => o,
+                    None => self.start_of(&key.0, p).await?,
+                };
+                (SharePartition::new(start), true, r.state_epoch)
+            }
+            (Some(stored), None) => (
+                SharePartition::restore(&stored.snapshot),
+                false,
+                stored.state_epoch,
+            ),
+            (None, None) => (
+                SharePartition::new(self.start_of(&key.0, p).await?),
+                true,
+                0,
+            ),
         };
         let (start, end) = (sp.start(), sp.end());
         // Dead letters a previous leader had not written yet: written from here.
@@ -203,6 +264,7 @@ impl Shares {
             leader_epoch,
             state: Mutex::new(Versioned {
                 sp,
+                state_epoch,
                 version: u64::from(fresh),
             }),
             written: tokio::sync::Mutex::new(0),
@@ -216,6 +278,25 @@ impl Shares {
         self.letters
             .enqueue(key, pending, self.node.clock.instant());
         Ok(slot)
+    }
+
+    /// Where share group `group` reads `topic_id`-`partition` from, as kept (with an
+    /// operator's reset not applied yet counted as done): (start offset, leader epoch of the
+    /// write); `None` with no state (never read, or its state deleted).
+    pub async fn kept_start(
+        &self,
+        group: &str,
+        topic_id: Uuid,
+        partition: i32,
+    ) -> Result<Option<(i64, i32)>, ApiError> {
+        let key: Key = (Arc::from(group), topic_id, partition);
+        let stored = (self.persister.read(&state_key(&key)).await)
+            .map_err(|e| ApiError::new(ErrorCode::CoordinatorNotAvailable, e.message))?;
+        let stored_epoch = stored.as_ref().map_or(0, |s| s.state_epoch);
+        if let Some(r) = self.reset_of(&key).filter(|r| r.state_epoch > stored_epoch) {
+            return Ok(r.start_offset.map(|o| (o, -1)));
+        }
+        Ok(stored.map(|s| (s.snapshot.start, s.leader_epoch)))
     }
 
     /// Where a share partition of `group` with no state starts in `p`
@@ -246,12 +327,12 @@ impl Shares {
         if *written >= wanted {
             return Ok(());
         }
-        let (snapshot, version) = {
+        let (snapshot, version, state_epoch) = {
             let v = lock(&slot.state);
-            (v.sp.snapshot(), v.version)
+            (v.sp.snapshot(), v.version, v.state_epoch)
         };
         match (self.persister)
-            .write(&state_key(key), slot.leader_epoch, 0, snapshot)
+            .write(&state_key(key), slot.leader_epoch, state_epoch, snapshot)
             .await
         {
             Ok(()) => {
@@ -265,7 +346,10 @@ impl Shares {
                     "cannot write share partition state");
                 // What a member is told: its partition moved (a newer leader wrote the state:
                 // this copy is stale), or the state cannot be kept just now (retriable).
-                if e.code == ErrorCode::FencedLeaderEpoch {
+                if matches!(
+                    e.code,
+                    ErrorCode::FencedLeaderEpoch | ErrorCode::FencedStateEpoch
+                ) {
                     self.lock().remove(key);
                     return Err(ApiError::new(ErrorCode::NotLeaderOrFollower, e.message));
                 }
@@ -274,14 +358,15 @@ impl Shares {
         }
     }
 
-    /// Hands `member` of `group` records of `p` (at most about `max_records`, `max_bytes`),
-    /// whichever tier holds them. None: nothing to hand out now.
+    /// Hands `member` of `group` records of `p` (at most about `max_records` — exactly at
+    /// most, without `whole_batches` —, `max_bytes`), whichever tier holds them. None: nothing
+    /// to hand out now.
     pub async fn fetch(
         &self,
         group: &Arc<str>,
         member: &Arc<str>,
         p: Arc<Partition>,
-        max_records: i64,
+        (max_records, whole_batches): (i64, bool),
         max_bytes: usize,
     ) -> Result<Option<Handed>, ApiError> {
         let key: Key = (group.clone(), p.topic_id, p.tp.partition);
@@ -312,9 +397,28 @@ impl Shares {
             return Ok(None);
         }
         let now = self.node.clock.instant();
-        let acquired = (lock(&slot.state).sp).acquire(member, &batches, max_records, &limits, now);
+        let acquired = (lock(&slot.state).sp).acquire(
+            member,
+            &batches,
+            max_records,
+            whole_batches,
+            &limits,
+            now,
+        );
         if acquired.is_empty() {
             return Ok(None);
+        }
+        let again: i64 = (acquired.iter())
+            .filter(|a| a.deliveries > 1)
+            .map(|a| a.last - a.first + 1)
+            .sum();
+        if again > 0 {
+            let labels = GroupLabels {
+                group: group.to_string(),
+            };
+            self.redeliveries
+                .get_or_create(&labels)
+                .inc_by(again as u64);
         }
         let records = covering(&read.bytes, &acquired);
         Ok(Some(Handed { acquired, records }))
@@ -437,6 +541,23 @@ impl Shares {
         })
     }
 
+    /// Where each share partition led here starts: (group, topic, partition, start offset),
+    /// for the lag sampler (a share group's lag is measured from its start offsets as a
+    /// consumer group's is from its committed offsets).
+    pub fn starts(&self) -> Vec<(String, String, i32, i64)> {
+        let state = self.node.metadata.state();
+        let slots: Vec<(Key, Arc<Slot>)> = (self.lock().iter())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        (slots.into_iter())
+            .filter_map(|(key, slot)| {
+                let topic = state.topic_by_id(&key.1)?.name.clone();
+                let start = lock(&slot.state).sp.start();
+                Some((key.0.to_string(), topic, key.2, start))
+            })
+            .collect()
+    }
+
     /// Resolves when records come back, for a share fetch waiting for any.
     pub fn released(&self) -> tokio::sync::futures::Notified<'_> {
         self.released.notified()
@@ -495,6 +616,43 @@ impl Shares {
         let state = self.node.metadata.state();
         let topic = state.topic_by_id(&key.1)?;
         self.node.partitions.get(&topic.name, key.2)
+    }
+}
+
+/// The records of every share partition led here by group and state, for `/metrics`.
+fn count_records(
+    partitions: &Mutex<HashMap<Key, Arc<Slot>>>,
+    records: &Family<StateLabels, Gauge>,
+) {
+    let slots: Vec<(Arc<str>, Arc<Slot>)> = (partitions.lock().unwrap_or_else(|p| p.into_inner()))
+        .iter()
+        .map(|(k, v)| (k.0.clone(), v.clone()))
+        .collect();
+    let mut by_group: HashMap<Arc<str>, partition::Counts> = HashMap::new();
+    for (group, slot) in slots {
+        let c = lock(&slot.state).sp.counts();
+        let sum = by_group.entry(group).or_default();
+        sum.available += c.available;
+        sum.acquired += c.acquired;
+        sum.acknowledged += c.acknowledged;
+        sum.archived += c.archived;
+        sum.dead_lettering += c.dead_lettering;
+    }
+    records.clear();
+    for (group, c) in by_group {
+        for (state, n) in [
+            ("available", c.available),
+            ("acquired", c.acquired),
+            ("acknowledged", c.acknowledged),
+            ("archived", c.archived),
+            ("dead_lettering", c.dead_lettering),
+        ] {
+            let labels = StateLabels {
+                group: group.to_string(),
+                state,
+            };
+            records.get_or_create(&labels).set(n);
+        }
     }
 }
 

@@ -344,14 +344,16 @@ impl SharePartition {
 
     /// Hands `member` the records of `batches` (read from the log, in offset order, from
     /// [`SharePartition::next_fetch_offset`]) that are available, and new records after the end
-    /// while the window has room, until about `max_records` (whole batches of new records: the
-    /// count may be passed to keep a batch whole). Control batches, aborted records and offsets
+    /// while the window has room, until about `max_records`: with `whole_batches` (Kafka's
+    /// batch-optimized acquire mode) the count may be passed to keep a batch of new records
+    /// whole; without (record-limit mode) never. Control batches, aborted records and offsets
     /// the log no longer has are archived as they pass the end, never handed out.
     pub fn acquire(
         &mut self,
         member: &Arc<str>,
         batches: &[Batch],
         max_records: i64,
+        whole_batches: bool,
         limits: &Limits,
         now: Instant,
     ) -> Vec<Acquired> {
@@ -380,10 +382,18 @@ impl SharePartition {
                     if count >= max_records {
                         break;
                     }
-                    let run = self.runs.get_mut(&first).expect("listed");
-                    if run.state != State::Available {
+                    let (available, last) = {
+                        let run = &self.runs[&first];
+                        (run.state == State::Available, run.last)
+                    };
+                    if !available {
                         continue;
                     }
+                    let room = max_records - count;
+                    if !whole_batches && last - first + 1 > room {
+                        self.split_at(first + room);
+                    }
+                    let run = self.runs.get_mut(&first).expect("listed");
                     run.state = acquired_state.clone();
                     run.deliveries = run.deliveries.saturating_add(1);
                     count += run.last - first + 1;
@@ -402,9 +412,17 @@ impl SharePartition {
                 }
                 match b.kind {
                     BatchKind::Data => {
-                        self.push(b.last, acquired_state.clone(), 1);
-                        count += b.last - lo + 1;
-                        push_acquired(&mut acquired, lo, b.last, 1);
+                        let last = match whole_batches {
+                            true => b.last,
+                            false => b.last.min(lo + (max_records - count) - 1),
+                        };
+                        self.push(last, acquired_state.clone(), 1);
+                        count += last - lo + 1;
+                        push_acquired(&mut acquired, lo, last, 1);
+                        if last < b.last {
+                            // The rest of the batch is past the end, for a later fetch.
+                            break;
+                        }
                     }
                     BatchKind::Control | BatchKind::Aborted => {
                         self.push(b.last, State::Archived, 0)

@@ -16,9 +16,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, TopicPartitionList};
 use strata_tests::raw::PRODUCE_VERSION;
-use strata_tests::{
-    encode_batch, strata_bin, unique_topic, Broker, BrokerOpts, KafkaConn, RawRecord,
-};
+use strata_tests::{encode_batch, unique_topic, Broker, BrokerOpts, KafkaConn, RawRecord};
 
 const INVALID_REQUEST: i16 = 42;
 
@@ -26,25 +24,6 @@ const INVALID_REQUEST: i16 = 42;
 /// quota allows before it bites is small next to what the tests measure.
 fn broker() -> Broker {
     Broker::start(BrokerOpts::new().env("STRATA_QUOTA_WINDOW_NUM", 3))
-}
-
-fn strata(broker: &Broker, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(strata_bin())
-        .args(args)
-        .args(["-b", &broker.kafka_addr])
-        .env("RUST_BACKTRACE", "0")
-        .output()
-        .expect("run strata")
-}
-
-fn strata_ok(broker: &Broker, args: &[&str]) -> String {
-    let out = strata(broker, args);
-    assert!(
-        out.status.success(),
-        "strata {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// One encoded batch of `n` records of `size` bytes.
@@ -95,18 +74,15 @@ fn a_producer_over_its_quota_is_held_to_it_and_told_while_a_bystander_is_not_slo
     let topic = unique_topic("quota-produce");
     broker.create_topic(&topic, 1, &[]).unwrap();
     const QUOTA: f64 = 256.0 * 1024.0;
-    strata_ok(
-        &broker,
-        &[
-            "quota",
-            "alter",
-            "--client-id",
-            "greedy",
-            "--add",
-            "producer_byte_rate=262144",
-        ],
-    );
-    let described = strata_ok(&broker, &["quota", "describe", "--client-id", "greedy"]);
+    broker.cli_ok(&[
+        "quota",
+        "alter",
+        "--client-id",
+        "greedy",
+        "--add",
+        "producer_byte_rate=262144",
+    ]);
+    let described = broker.cli_ok(&["quota", "describe", "--client-id", "greedy"]);
     assert_eq!(
         described.trim(),
         "client-id=greedy\tproducer_byte_rate=262144"
@@ -166,18 +142,15 @@ fn a_producer_over_its_quota_is_held_to_it_and_told_while_a_bystander_is_not_slo
     );
 
     // Removing the quota frees the client at once (its next request is not charged).
-    strata_ok(
-        &broker,
-        &[
-            "quota",
-            "alter",
-            "--client-id",
-            "greedy",
-            "--delete",
-            "producer_byte_rate",
-        ],
-    );
-    assert_eq!(strata_ok(&broker, &["quota", "describe"]).trim(), "");
+    broker.cli_ok(&[
+        "quota",
+        "alter",
+        "--client-id",
+        "greedy",
+        "--delete",
+        "producer_byte_rate",
+    ]);
+    assert_eq!(broker.cli_ok(&["quota", "describe"]).trim(), "");
     // The connection's last mute may still run: its next request waits it out, and no
     // response is throttled any more.
     let one_second = Duration::from_secs(1);
@@ -214,18 +187,15 @@ fn librdkafka_consumers_over_their_quota_are_throttled_and_chatty_clients_by_req
     }
     const QUOTA: f64 = 512.0 * 1024.0;
     // The quota of every user's client "slow-reader" (default user, named client id).
-    strata_ok(
-        &broker,
-        &[
-            "quota",
-            "alter",
-            "--user-default",
-            "--client-id",
-            "slow-reader",
-            "--add",
-            "consumer_byte_rate=524288",
-        ],
-    );
+    broker.cli_ok(&[
+        "quota",
+        "alter",
+        "--user-default",
+        "--client-id",
+        "slow-reader",
+        "--add",
+        "consumer_byte_rate=524288",
+    ]);
 
     let seen = ThrottleSeen::default();
     let consumer: BaseConsumer<ThrottleSeen> = broker
@@ -275,17 +245,14 @@ fn librdkafka_consumers_over_their_quota_are_throttled_and_chatty_clients_by_req
 
     // A request-time quota: a client sending Metadata requests back to back is told to back
     // off once its requests took more than 0.1 % of a thread.
-    strata_ok(
-        &broker,
-        &[
-            "quota",
-            "alter",
-            "--client-id",
-            "chatty",
-            "--add",
-            "request_percentage=0.1",
-        ],
-    );
+    broker.cli_ok(&[
+        "quota",
+        "alter",
+        "--client-id",
+        "chatty",
+        "--add",
+        "request_percentage=0.1",
+    ]);
     let mut chatty = KafkaConn::connect(&broker.kafka_addr)
         .unwrap()
         .with_client_id("chatty");
@@ -303,7 +270,7 @@ fn librdkafka_consumers_over_their_quota_are_throttled_and_chatty_clients_by_req
 fn bad_quota_alterations_are_refused_and_change_nothing() {
     let mut broker = broker();
     let refused = |args: &[&str]| {
-        let out = strata(&broker, args);
+        let out = broker.cli(args);
         assert!(!out.status.success(), "strata {args:?} succeeded");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
@@ -383,7 +350,7 @@ fn bad_quota_alterations_are_refused_and_change_nothing() {
         ]
     );
     assert_eq!(
-        strata_ok(&broker, &["quota", "describe"]).trim(),
+        broker.cli_ok(&["quota", "describe"]).trim(),
         "client-id=ok\tproducer_byte_rate=1024"
     );
     broker.assert_running();

@@ -869,6 +869,37 @@ fn dead_letters_reach_the_groups_dead_letter_topic_with_kafkas_headers() {
     // Written, the dead letters are done with: a new member of the group gets nothing.
     let late = given(share_consumer(&addr, &group, &topic, &["--idle", "4"]));
     assert!(late.is_empty(), "{late:?}");
+    // Replayed, they are back in their source partition as they were.
+    let planned = broker.cli_ok(&["share", "dlq", "replay", "--topic", &dlq, "--group", &group]);
+    assert!(
+        planned.contains("replayed=2") && planned.contains("executed=false"),
+        "{planned}"
+    );
+    let replayed = broker.cli_ok(&[
+        "share",
+        "dlq",
+        "replay",
+        "--topic",
+        &dlq,
+        "--group",
+        &group,
+        "--execute",
+    ]);
+    assert!(replayed.contains("replayed=2"), "{replayed}");
+    let back = broker.consume_until(
+        &topic,
+        &[(0, Offset::Offset(4))],
+        Duration::from_secs(20),
+        |r| r.len() >= 2,
+    );
+    assert_eq!(back[0].value.as_deref(), Some(&b"poison"[..]));
+    assert_eq!(header(&back[0], "trace"), Some("t-1"));
+    assert!(
+        back[0].headers.iter().all(|(k, _)| !k.starts_with("__dlq")),
+        "{:?}",
+        back[0].headers
+    );
+    assert_eq!(back[1].value.as_deref(), Some(&b"retry"[..]));
 
     // A missing topic is created when the cluster says so; without copying, only headers.
     let other = unique_topic("share-g");
@@ -884,7 +915,7 @@ fn dead_letters_reach_the_groups_dead_letter_topic_with_kafkas_headers() {
         &topic,
         &["--ack", "explicit", "--reject", "b", "--idle", "5"],
     ));
-    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(got.len(), 6, "the 4 records and the 2 replayed: {got:?}");
     wait_for(
         "the dead-letter topic created and written",
         Duration::from_secs(20),
@@ -898,4 +929,545 @@ fn dead_letters_reach_the_groups_dead_letter_topic_with_kafkas_headers() {
     );
     assert_eq!(letters[0].value, None, "not copied");
     assert_eq!(header(&letters[0], "__dlq.errors.offset"), Some("3"));
+}
+
+/// `key=value` fields of the CLI's lines that have `field=want`.
+fn lines_with<'a>(out: &'a str, field: &str, want: &str) -> Vec<BTreeMap<&'a str, &'a str>> {
+    (out.lines())
+        .map(|l| {
+            (l.split_whitespace())
+                .filter_map(|kv| kv.split_once('='))
+                .collect::<BTreeMap<_, _>>()
+        })
+        .filter(|m| m.get(field) == Some(&want))
+        .collect()
+}
+
+#[test]
+fn operators_list_describe_reset_and_delete_share_groups_with_the_cli() {
+    const NON_EMPTY_GROUP: i16 = 68;
+    let broker = Broker::start_default();
+    let addr = broker.kafka_addr.clone();
+    let topic = unique_topic("share-ops");
+    broker.create_topic(&topic, 2, &[]).unwrap();
+    for p in 0..2 {
+        let values: Vec<String> = (0..5).map(|i| format!("p{p}-{i}")).collect();
+        produce(&broker, &topic, p, &values);
+    }
+    let group = unique_topic("share-g");
+    assert_eq!(
+        alter_group(&addr, &group, &[("share.auto.offset.reset", "earliest")]),
+        0
+    );
+    let got = given(share_consumer(
+        &addr,
+        &group,
+        &topic,
+        &["--count", "10", "--idle", "5"],
+    ));
+    assert_eq!(got.len(), 10);
+
+    let listed = broker.cli_ok(&["share", "list"]);
+    assert_eq!(lines_with(&listed, "group", &group).len(), 1, "{listed}");
+    let described = broker.cli_ok(&["share", "describe", &group]);
+    let parts = lines_with(&described, "topic", &topic);
+    assert_eq!(parts.len(), 2, "{described}");
+    for p in &parts {
+        assert_eq!(
+            (p["start_offset"], p["log_end"], p["lag"]),
+            ("5", "5", "0"),
+            "{described}"
+        );
+    }
+
+    // A member present: the offsets stay as they are (NON_EMPTY_GROUP).
+    let stop = std::env::temp_dir().join(format!("{group}.stop"));
+    let member = Running::start(share_consumer(
+        &addr,
+        &group,
+        &topic,
+        &[
+            "--idle",
+            "60",
+            "--seconds",
+            "60",
+            "--stop-file",
+            stop.to_str().unwrap(),
+        ],
+    ));
+    wait_for("the member joined", Duration::from_secs(30), || {
+        broker
+            .cli_ok(&["share", "describe", &group])
+            .contains("members=1")
+    });
+    let refused = broker.cli(&[
+        "share",
+        "reset-offsets",
+        &group,
+        "--topic",
+        &topic,
+        "--to-earliest",
+        "--execute",
+    ]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains(&format!("error {NON_EMPTY_GROUP}")),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    std::fs::write(&stop, b"").unwrap();
+    assert!(member.end().is_empty());
+    let _ = std::fs::remove_file(&stop);
+    wait_for("the member left", Duration::from_secs(30), || {
+        broker
+            .cli_ok(&["share", "describe", &group])
+            .contains("members=0")
+    });
+
+    // A plan first, then applied: partition 1 from offset 2 again.
+    let planned = broker.cli_ok(&[
+        "share",
+        "reset-offsets",
+        &group,
+        "--topic",
+        &topic,
+        "--partition",
+        "1",
+        "--to-offset",
+        "2",
+    ]);
+    assert!(
+        planned.contains("partition=1 new_start_offset=2"),
+        "{planned}"
+    );
+    let described = broker.cli_ok(&["share", "describe", &group]);
+    assert!(
+        lines_with(&described, "partition", "1")[0]["start_offset"] == "5",
+        "not applied yet"
+    );
+    broker.cli_ok(&[
+        "share",
+        "reset-offsets",
+        &group,
+        "--topic",
+        &topic,
+        "--partition",
+        "1",
+        "--to-offset",
+        "2",
+        "--execute",
+    ]);
+    let described = broker.cli_ok(&["share", "describe", &group]);
+    assert_eq!(
+        lines_with(&described, "partition", "1")[0]["start_offset"],
+        "2",
+        "{described}"
+    );
+    let again = given(share_consumer(
+        &addr,
+        &group,
+        &topic,
+        &["--count", "3", "--idle", "5"],
+    ));
+    let offsets: BTreeSet<(i32, i64, i32)> = again.iter().map(|g| (g.p, g.o, g.d)).collect();
+    assert_eq!(
+        offsets,
+        [(1, 2, 1), (1, 3, 1), (1, 4, 1)].into_iter().collect(),
+        "from the new start, as new records"
+    );
+
+    // The state of the topic deleted: the next member starts as share.auto.offset.reset says.
+    broker.cli_ok(&["share", "delete", &group, "--topic", &topic]);
+    let all = given(share_consumer(
+        &addr,
+        &group,
+        &topic,
+        &["--count", "10", "--idle", "5"],
+    ));
+    assert_eq!(all.len(), 10, "earliest again: {all:?}");
+    // And the group itself.
+    wait_for("the member left", Duration::from_secs(30), || {
+        broker
+            .cli_ok(&["share", "describe", &group])
+            .contains("members=0")
+    });
+    broker.cli_ok(&["share", "delete", &group]);
+    assert_eq!(
+        lines_with(&broker.cli_ok(&["share", "list"]), "group", &group).len(),
+        0
+    );
+}
+
+#[test]
+fn bad_share_offset_requests_get_kafkas_errors() {
+    use kafka_protocol::messages::alter_share_group_offsets_request::{
+        AlterShareGroupOffsetsRequestPartition as P, AlterShareGroupOffsetsRequestTopic as T,
+    };
+    use kafka_protocol::messages::AlterShareGroupOffsetsRequest;
+    const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    let broker = Broker::start_default();
+    let topic = unique_topic("share-bad-offsets");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let group = unique_topic("share-g");
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let s = |v: &str| StrBytes::from_string(v.to_string());
+    conn.request(
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key(s(&group))
+            .with_key_type(0),
+    )
+    .unwrap();
+    let alter = |conn: &mut KafkaConn, group: &str, topic: &str, partition: i32, offset: i64| {
+        let req = AlterShareGroupOffsetsRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_topics(vec![T::default()
+                .with_topic_name(TopicName(s(topic)))
+                .with_partitions(vec![P::default()
+                    .with_partition_index(partition)
+                    .with_start_offset(offset)])]);
+        let r = conn.request(0, &req).unwrap();
+        let p = r.responses.first().and_then(|t| t.partitions.first());
+        (r.error_code, p.map_or(0, |p| p.error_code))
+    };
+    assert_eq!(
+        alter(&mut conn, &group, &topic, 0, -5),
+        (0, INVALID_REQUEST)
+    );
+    assert_eq!(
+        alter(&mut conn, &group, &topic, 7, 0),
+        (0, UNKNOWN_TOPIC_OR_PARTITION)
+    );
+    assert_eq!(
+        alter(&mut conn, &group, "no-such-topic", 0, 0),
+        (0, UNKNOWN_TOPIC_OR_PARTITION)
+    );
+    // A classic group's id is not a share group's.
+    let classic = unique_topic("classic-g");
+    let consumer: rdkafka::consumer::BaseConsumer = broker
+        .consumer_config()
+        .set("group.id", &classic)
+        .create()
+        .unwrap();
+    let mut offsets = rdkafka::TopicPartitionList::new();
+    offsets
+        .add_partition_offset(&topic, 0, Offset::Offset(0))
+        .unwrap();
+    rdkafka::consumer::Consumer::commit(&consumer, &offsets, rdkafka::consumer::CommitMode::Sync)
+        .unwrap();
+    assert_eq!(
+        alter(&mut conn, &classic, &topic, 0, 0),
+        (GROUP_ID_NOT_FOUND, 0)
+    );
+    // Nothing refused was kept: the group still has no state of the topic.
+    use kafka_protocol::messages::describe_share_group_offsets_request::{
+        DescribeShareGroupOffsetsRequestGroup as G, DescribeShareGroupOffsetsRequestTopic as DT,
+    };
+    use kafka_protocol::messages::DescribeShareGroupOffsetsRequest;
+    let req = DescribeShareGroupOffsetsRequest::default().with_groups(vec![G::default()
+        .with_group_id(GroupId(s(&group)))
+        .with_topics(Some(vec![DT::default()
+            .with_topic_name(TopicName(s(&topic)))
+            .with_partitions(vec![0])]))]);
+    let r = conn.request(0, &req).unwrap();
+    let p = &r.groups[0].topics[0].partitions[0];
+    assert_eq!((p.error_code, p.start_offset), (0, -1));
+}
+
+/// Jepsen-style: records go through a share group while its members are SIGKILLed and
+/// replaced and the broker is SIGKILLed and restarted. Checked at the end: every record was
+/// accepted at least once (a late member finds nothing left), every poison record is on the
+/// dead-letter topic, nothing else is; duplicates (deliveries to a member that died before
+/// acknowledging) are counted and reported, not failed.
+#[test]
+fn a_queue_under_member_and_broker_kills_loses_nothing_and_dead_letters_only_poison() {
+    let mut broker = Broker::start(short_locks());
+    let addr = broker.kafka_addr.clone();
+    let topic = unique_topic("share-jepsen");
+    let dlq = format!("dlq.{topic}");
+    broker.create_topic(&topic, 4, &[]).unwrap();
+    broker
+        .create_topic(&dlq, 1, &[("errors.deadletterqueue.group.enable", "true")])
+        .unwrap();
+    let group = unique_topic("share-g");
+    let set = [
+        ("share.auto.offset.reset", "earliest"),
+        ("errors.deadletterqueue.topic.name", dlq.as_str()),
+        ("errors.deadletterqueue.copy.record.enable", "true"),
+    ];
+    assert_eq!(alter_group(&addr, &group, &set), 0);
+    let n = 2_000;
+    let value = |i: usize| match i % 97 {
+        0 => format!("poison{i}"),
+        _ => format!("r{i}"),
+    };
+    for p in 0..4 {
+        let values: Vec<String> = (0..n).filter(|i| i % 4 == p).map(value).collect();
+        produce(&broker, &topic, p as i32, &values);
+    }
+    let stop = std::env::temp_dir().join(format!("{group}.stop"));
+    let member = |addr: &str| {
+        Running::start(share_consumer(
+            addr,
+            &group,
+            &topic,
+            &[
+                "--ack",
+                "explicit",
+                "--reject-prefix",
+                "poison",
+                "--idle",
+                "120",
+                "--seconds",
+                "180",
+                "--stop-file",
+                stop.to_str().unwrap(),
+            ],
+        ))
+    };
+    let mut seen: Vec<Given> = Vec::new();
+    let distinct = |seen: &[Given], members: &[Running]| {
+        (seen.iter().chain(
+            members
+                .iter()
+                .flat_map(|m| m.seen())
+                .collect::<Vec<_>>()
+                .iter(),
+        ))
+        .map(|g| g.v.clone())
+        .collect::<BTreeSet<_>>()
+        .len()
+    };
+    // Three members; one SIGKILLed with records in hand and replaced.
+    let mut members: Vec<Running> = (0..3).map(|_| member(&addr)).collect();
+    wait_for("a third given", Duration::from_secs(60), || {
+        distinct(&seen, &members) >= n / 3
+    });
+    let mut victim = members.remove(0);
+    victim.child.kill().unwrap();
+    seen.extend(victim.end());
+    members.push(member(&addr));
+    // The broker SIGKILLed under them (the members die with it, as applications would be
+    // restarted), then everything comes back.
+    wait_for("two thirds given", Duration::from_secs(60), || {
+        distinct(&seen, &members) >= 2 * n / 3
+    });
+    broker.kill9();
+    for mut m in members.drain(..) {
+        m.child.kill().unwrap();
+        seen.extend(m.end());
+    }
+    broker.restart();
+    let addr = broker.kafka_addr.clone();
+    let members: Vec<Running> = (0..3).map(|_| member(&addr)).collect();
+    wait_for("every record given", Duration::from_secs(120), || {
+        distinct(&seen, &members) >= n
+    });
+    // The dead letters of the poison records (REJECTed at once) reach the dead-letter topic.
+    let poison: BTreeSet<String> = (0..n).filter(|i| i % 97 == 0).map(value).collect();
+    let letters = broker.consume_until(
+        &dlq,
+        &[(0, Offset::Beginning)],
+        Duration::from_secs(60),
+        |r| {
+            let values: BTreeSet<String> = r
+                .iter()
+                .filter_map(|x| {
+                    x.value
+                        .as_ref()
+                        .map(|v| String::from_utf8_lossy(v).to_string())
+                })
+                .collect();
+            poison.is_subset(&values)
+        },
+    );
+    std::fs::write(&stop, b"").unwrap();
+    for m in members {
+        seen.extend(m.end());
+    }
+    let _ = std::fs::remove_file(&stop);
+    let dead: Vec<String> = (letters.iter())
+        .filter_map(|x| {
+            x.value
+                .as_ref()
+                .map(|v| String::from_utf8_lossy(v).to_string())
+        })
+        .collect();
+    let dead_set: BTreeSet<&String> = dead.iter().collect();
+    assert!(
+        poison.iter().all(|p| dead_set.contains(p)),
+        "every poison record dead-lettered"
+    );
+    assert!(
+        dead.iter().all(|v| v.starts_with("poison")),
+        "nothing else: {dead:?}"
+    );
+    let all: BTreeSet<&str> = seen.iter().map(|g| g.v.as_str()).collect();
+    assert_eq!(all.len(), n, "every record delivered");
+    // Every record is done with: after the dead members' locks expire, nothing is left.
+    let late = given(share_consumer(
+        &addr,
+        &group,
+        &topic,
+        &["--idle", "25", "--seconds", "60"],
+    ));
+    let late: Vec<&Given> = late.iter().filter(|g| !g.v.starts_with("poison")).collect();
+    // Records given to a member killed before it acknowledged them come again, once their
+    // locks expire: those may be the late member's. Anything else left is a lost ack.
+    let duplicates = seen.len() + late.len() - all.len();
+    eprintln!(
+        "queue check: {n} records, {} deliveries, {duplicates} duplicate deliveries, {} dead letters ({} distinct), {} left for a late member",
+        seen.len() + late.len(),
+        dead.len(),
+        dead_set.len(),
+        late.len()
+    );
+    let given_once_acked: BTreeSet<&str> = late.iter().map(|g| g.v.as_str()).collect();
+    assert!(
+        late.iter().all(|g| g.d >= 2),
+        "only records a dead member held come to a late member: {given_once_acked:?}"
+    );
+}
+
+#[test]
+fn version_2_renews_locks_and_limits_records_exactly() {
+    const RENEW: i8 = 4;
+    let broker = Broker::start(short_locks());
+    let topic = unique_topic("share-v2");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    let group = unique_topic("share-g");
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let topic_id = conn.topic_id(&topic).unwrap();
+    let r = conn
+        .request(2, &share_fetch(&group, "m1", 0, topic_id))
+        .unwrap();
+    assert_eq!(r.error_code, 0);
+    // One batch of 10 records.
+    let mut producer = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let records: Vec<RawRecord> = (0..10)
+        .map(|i| RawRecord::new(format!("k{i}"), format!("v{i}"), now_ms()))
+        .collect();
+    producer
+        .produce_ok(&topic, 0, encode_batch(&records, Compression::None, None))
+        .unwrap();
+    // An acquire mode v2 does not have: refused.
+    let bad = share_fetch(&group, "m1", 1, topic_id).with_share_acquire_mode(7);
+    assert_eq!(conn.request(2, &bad).unwrap().error_code, INVALID_REQUEST);
+    // Record-limit mode: 3 of the batch's 10, not the whole batch.
+    let mut epoch = 1;
+    let mut acquired = Vec::new();
+    wait_for("records acquired", Duration::from_secs(20), || {
+        let req = share_fetch(&group, "m1", epoch, topic_id)
+            .with_max_records(3)
+            .with_share_acquire_mode(1);
+        let r = conn.request(2, &req).unwrap();
+        assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+        epoch += 1;
+        acquired.extend(
+            (r.responses.iter())
+                .flat_map(|t| t.partitions.iter())
+                .flat_map(|p| {
+                    p.acquired_records
+                        .iter()
+                        .map(|a| (a.first_offset, a.last_offset))
+                }),
+        );
+        !acquired.is_empty()
+    });
+    assert_eq!(acquired, vec![(0, 2)]);
+    // 10 s into the 15 s lock: RENEW only with IsRenewAck, and only in v2.
+    std::thread::sleep(Duration::from_secs(10));
+    let renew = share_ack(&group, "m1", epoch, topic_id, (0, 2), RENEW);
+    let r = conn.request(1, &renew).unwrap();
+    assert_eq!(
+        r.responses[0].partitions[0].error_code, INVALID_REQUEST,
+        "v1 has no RENEW"
+    );
+    epoch += 1;
+    let renew = share_ack(&group, "m1", epoch, topic_id, (0, 2), RENEW).with_is_renew_ack(true);
+    let r = conn.request(2, &renew).unwrap();
+    assert_eq!(
+        (r.error_code, r.responses[0].partitions[0].error_code),
+        (0, 0)
+    );
+    assert_eq!(r.acquisition_lock_timeout_ms, 15_000);
+    epoch += 1;
+    // A renewing fetch hands nothing out, though 3..=9 are there to be had.
+    let renew_fetch = share_fetch(&group, "m1", epoch, topic_id).with_is_renew_ack(true);
+    let r = conn.request(2, &renew_fetch).unwrap();
+    assert_eq!(r.error_code, 0);
+    assert!(
+        (r.responses.iter())
+            .flat_map(|t| &t.partitions)
+            .all(|p| p.acquired_records.is_empty()),
+        "a renewal hands nothing out"
+    );
+    epoch += 1;
+    // 18 s after the acquisition, past its first lock: still this member's, renewed.
+    std::thread::sleep(Duration::from_secs(8));
+    let r = conn
+        .request(2, &share_ack(&group, "m1", epoch, topic_id, (0, 2), 1))
+        .unwrap();
+    assert_eq!(
+        (r.error_code, r.responses[0].partitions[0].error_code),
+        (0, 0),
+        "accepted within the renewed lock"
+    );
+}
+
+#[test]
+fn a_share_group_reads_offloaded_history_from_offset_zero() {
+    let broker = Broker::start(BrokerOpts::new().quick_tiering());
+    let topic = unique_topic("share-tiered");
+    broker
+        .create_topic(
+            &topic,
+            1,
+            &[
+                ("segment.bytes", "1048576"),
+                ("local.retention.ms", "1000"),
+                ("remote.storage.enable", "true"),
+            ],
+        )
+        .unwrap();
+    // 5,000 records of 1 KiB in batches of 100: five closed segments and more.
+    let mut conn = KafkaConn::connect(&broker.kafka_addr).unwrap();
+    let value = vec![b'h'; 1024];
+    for b in 0..50 {
+        let records: Vec<RawRecord> = (0..100)
+            .map(|i| RawRecord::new(format!("k{}", b * 100 + i), value.clone(), now_ms()))
+            .collect();
+        conn.produce_ok(&topic, 0, encode_batch(&records, Compression::None, None))
+            .unwrap();
+    }
+    let dir = broker.data_dir().join(format!("{topic}-0"));
+    let local_segments = || {
+        (std::fs::read_dir(&dir).unwrap().flatten())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+            .count()
+    };
+    wait_for(
+        "history offloaded and gone from the local disk",
+        Duration::from_secs(60),
+        || broker.metric("strata_tier_uploaded_segments_total") >= 3.0 && local_segments() <= 2,
+    );
+    let group = unique_topic("share-g");
+    let addr = broker.kafka_addr.clone();
+    assert_eq!(
+        alter_group(&addr, &group, &[("share.auto.offset.reset", "earliest")]),
+        0
+    );
+    let got = given(share_consumer(
+        &addr,
+        &group,
+        &topic,
+        &["--count", "5000", "--idle", "10"],
+    ));
+    let offsets: BTreeSet<i64> = got.iter().map(|g| g.o).collect();
+    assert_eq!(
+        offsets,
+        (0..5000).collect(),
+        "from offset 0, the remote tier's records first"
+    );
+    assert_eq!(got.len(), 5000, "each once");
 }

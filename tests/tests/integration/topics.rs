@@ -603,7 +603,8 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         features,
         [
             ("group.version".to_string(), 1, 1),
-            ("transaction.version".to_string(), 2, 2)
+            ("transaction.version".to_string(), 2, 2),
+            ("share.version".to_string(), 2, 2)
         ]
     );
     let finalized: Vec<(String, i16)> = answer
@@ -615,7 +616,8 @@ fn the_kafka_4_api_versions_are_advertised_and_answer() {
         finalized,
         [
             ("group.version".to_string(), 1),
-            ("transaction.version".to_string(), 2)
+            ("transaction.version".to_string(), 2),
+            ("share.version".to_string(), 2)
         ]
     );
     let versions = answer.api_keys;

@@ -42,11 +42,11 @@ fn new_records_are_handed_to_one_member_only() {
     let (a, b) = (member("a"), member("b"));
     let mut p = SharePartition::new(10);
     let batches = [data(10, 14), data(15, 19)];
-    let got = p.acquire(&a, &batches, 500, &LIMITS, now);
+    let got = p.acquire(&a, &batches, 500, true, &LIMITS, now);
     assert_eq!(got, vec![acquired(10, 19, 1)]);
     assert_eq!((p.start(), p.end()), (10, 20));
     // The same records read again by another member: all held by `a`.
-    assert_eq!(p.acquire(&b, &batches, 500, &LIMITS, now), vec![]);
+    assert_eq!(p.acquire(&b, &batches, 500, true, &LIMITS, now), vec![]);
     assert_eq!(p.next_fetch_offset(), 20);
     assert_eq!(p.counts().acquired, 10);
 }
@@ -56,7 +56,7 @@ fn accepting_moves_the_start_and_a_partial_accept_splits_the_run() {
     let now = Clock::manual(0).instant();
     let a = member("a");
     let mut p = SharePartition::new(0);
-    p.acquire(&a, &[data(0, 9)], 500, &LIMITS, now);
+    p.acquire(&a, &[data(0, 9)], 500, true, &LIMITS, now);
     p.acknowledge("a", &[ack(3, 5, AckType::Accept)], &LIMITS, now)
         .unwrap();
     assert_eq!(p.start(), 0, "0..=2 are still acquired");
@@ -76,7 +76,7 @@ fn released_records_go_to_the_next_fetch_with_their_delivery_count() {
     let now = Clock::manual(0).instant();
     let (a, b) = (member("a"), member("b"));
     let mut p = SharePartition::new(0);
-    p.acquire(&a, &[data(0, 4), data(5, 9)], 500, &LIMITS, now);
+    p.acquire(&a, &[data(0, 4), data(5, 9)], 500, true, &LIMITS, now);
     p.acknowledge(
         "a",
         &[ack(0, 4, AckType::Accept), ack(5, 9, AckType::Release)],
@@ -87,7 +87,7 @@ fn released_records_go_to_the_next_fetch_with_their_delivery_count() {
     assert_eq!(p.start(), 5);
     assert_eq!(p.next_fetch_offset(), 5);
     // The log read from 5 returns the batch again, and more after it.
-    let got = p.acquire(&b, &[data(5, 9), data(10, 12)], 500, &LIMITS, now);
+    let got = p.acquire(&b, &[data(5, 9), data(10, 12)], 500, true, &LIMITS, now);
     assert_eq!(got, vec![acquired(5, 9, 2), acquired(10, 12, 1)]);
 }
 
@@ -96,7 +96,7 @@ fn an_expired_lock_releases_the_records_and_refuses_the_late_acknowledgement() {
     let clock = Clock::manual(0);
     let a = member("a");
     let mut p = SharePartition::new(0);
-    p.acquire(&a, &[data(0, 9)], 500, &LIMITS, clock.instant());
+    p.acquire(&a, &[data(0, 9)], 500, true, &LIMITS, clock.instant());
     assert_eq!(p.next_expiry(), Some(clock.instant() + LIMITS.lock));
     clock.advance(LIMITS.lock - Duration::from_millis(1));
     assert!(p.expire(clock.instant(), &LIMITS).is_empty());
@@ -115,14 +115,35 @@ fn an_expired_lock_releases_the_records_and_refuses_the_late_acknowledgement() {
 fn a_member_leaving_gives_its_records_back_without_counting_the_delivery() {
     let clock = Clock::manual(0);
     let mut p = SharePartition::new(0);
-    let got = p.acquire(&member("a"), &[data(0, 4)], 10, &LIMITS, clock.instant());
+    let got = p.acquire(
+        &member("a"),
+        &[data(0, 4)],
+        10,
+        true,
+        &LIMITS,
+        clock.instant(),
+    );
     assert_eq!(got, vec![acquired(0, 4, 1)]);
     assert!(p.release_member("a", &LIMITS).is_empty());
-    let got = p.acquire(&member("b"), &[data(0, 4)], 10, &LIMITS, clock.instant());
+    let got = p.acquire(
+        &member("b"),
+        &[data(0, 4)],
+        10,
+        true,
+        &LIMITS,
+        clock.instant(),
+    );
     assert_eq!(got, vec![acquired(0, 4, 1)], "the first delivery again");
     clock.advance(LIMITS.lock);
     assert!(p.expire(clock.instant(), &LIMITS).is_empty());
-    let got = p.acquire(&member("c"), &[data(0, 4)], 10, &LIMITS, clock.instant());
+    let got = p.acquire(
+        &member("c"),
+        &[data(0, 4)],
+        10,
+        true,
+        &LIMITS,
+        clock.instant(),
+    );
     assert_eq!(got, vec![acquired(0, 4, 2)], "an expired lock counts");
 }
 
@@ -132,7 +153,14 @@ fn the_delivery_limit_archives_a_record_as_a_dead_letter() {
     let a = member("a");
     let mut p = SharePartition::new(0);
     for delivery in 1..=LIMITS.delivery_limit {
-        let got = p.acquire(&a, &[data(0, 0), data(1, 1)], 1, &LIMITS, clock.instant());
+        let got = p.acquire(
+            &a,
+            &[data(0, 0), data(1, 1)],
+            1,
+            true,
+            &LIMITS,
+            clock.instant(),
+        );
         assert_eq!(got, vec![acquired(0, 0, delivery)]);
         clock.advance(LIMITS.lock);
         let dead = p.expire(clock.instant(), &LIMITS);
@@ -156,12 +184,12 @@ fn the_delivery_limit_archives_a_record_as_a_dead_letter() {
         "the poison record no longer blocks the partition"
     );
     // A lock expiring at the limit archives too.
-    let got = p.acquire(&a, &[data(1, 1)], 1, &LIMITS, clock.instant());
+    let got = p.acquire(&a, &[data(1, 1)], 1, true, &LIMITS, clock.instant());
     assert_eq!(got, vec![acquired(1, 1, 1)]);
     for _ in 1..LIMITS.delivery_limit {
         clock.advance(LIMITS.lock);
         assert!(p.expire(clock.instant(), &LIMITS).is_empty());
-        p.acquire(&a, &[data(1, 1)], 1, &LIMITS, clock.instant());
+        p.acquire(&a, &[data(1, 1)], 1, true, &LIMITS, clock.instant());
     }
     clock.advance(LIMITS.lock);
     let dead = p.expire(clock.instant(), &LIMITS);
@@ -174,7 +202,7 @@ fn reject_is_a_dead_letter_and_gap_is_not() {
     let now = Clock::manual(0).instant();
     let a = member("a");
     let mut p = SharePartition::new(0);
-    p.acquire(&a, &[data(0, 5)], 500, &LIMITS, now);
+    p.acquire(&a, &[data(0, 5)], 500, true, &LIMITS, now);
     let dead = p
         .acknowledge(
             "a",
@@ -219,8 +247,8 @@ fn bad_acknowledgements_are_refused_whole() {
     let now = Clock::manual(0).instant();
     let (a, b) = (member("a"), member("b"));
     let mut p = SharePartition::new(0);
-    p.acquire(&a, &[data(0, 4)], 500, &LIMITS, now);
-    p.acquire(&b, &[data(5, 9)], 500, &LIMITS, now);
+    p.acquire(&a, &[data(0, 4)], 500, true, &LIMITS, now);
+    p.acquire(&b, &[data(5, 9)], 500, true, &LIMITS, now);
     let before = p.snapshot();
     let refused = |p: &mut SharePartition, batches: &[AckBatch]| {
         p.acknowledge("a", batches, &LIMITS, now).unwrap_err()
@@ -291,7 +319,7 @@ fn control_batches_aborted_records_and_compaction_gaps_are_never_handed_out() {
         // 6..=9 compacted away.
         data(10, 11),
     ];
-    let got = p.acquire(&a, &batches, 500, &LIMITS, now);
+    let got = p.acquire(&a, &batches, 500, true, &LIMITS, now);
     assert_eq!(got, vec![acquired(4, 5, 1), acquired(10, 11, 1)]);
     assert_eq!((p.start(), p.end()), (4, 12));
     p.acknowledge(
@@ -320,16 +348,19 @@ fn the_window_caps_records_in_flight() {
     let batches: Vec<Batch> = (0..5).map(|i| data(i * 4, i * 4 + 3)).collect();
     // Whole batches: the third starts at 8 < 10 and is taken whole.
     assert_eq!(
-        p.acquire(&a, &batches, 500, &limits, now),
+        p.acquire(&a, &batches, 500, true, &limits, now),
         vec![acquired(0, 11, 1)]
     );
     assert!(!p.can_acquire(&limits));
-    assert_eq!(p.acquire(&a, &batches[3..], 500, &limits, now), vec![]);
+    assert_eq!(
+        p.acquire(&a, &batches[3..], 500, true, &limits, now),
+        vec![]
+    );
     p.acknowledge("a", &[ack(0, 7, AckType::Accept)], &limits, now)
         .unwrap();
     assert!(p.can_acquire(&limits));
     assert_eq!(
-        p.acquire(&a, &batches[3..], 500, &limits, now),
+        p.acquire(&a, &batches[3..], 500, true, &limits, now),
         vec![acquired(12, 19, 1)]
     );
 }
@@ -341,7 +372,7 @@ fn max_records_bounds_a_fetch_by_whole_batches() {
     let mut p = SharePartition::new(0);
     let batches = [data(0, 2), data(3, 5), data(6, 8)];
     assert_eq!(
-        p.acquire(&a, &batches, 4, &LIMITS, now),
+        p.acquire(&a, &batches, 4, true, &LIMITS, now),
         vec![acquired(0, 5, 1)]
     );
     assert_eq!(p.end(), 6);
@@ -352,7 +383,7 @@ fn renew_extends_the_lock() {
     let clock = Clock::manual(0);
     let a = member("a");
     let mut p = SharePartition::new(0);
-    p.acquire(&a, &[data(0, 1)], 500, &LIMITS, clock.instant());
+    p.acquire(&a, &[data(0, 1)], 500, true, &LIMITS, clock.instant());
     clock.advance(Duration::from_secs(20));
     p.acknowledge("a", &[ack(0, 1, AckType::Renew)], &LIMITS, clock.instant())
         .unwrap();
@@ -369,7 +400,7 @@ fn a_snapshot_keeps_what_was_acknowledged_and_offers_the_acquired_again() {
     let now = Clock::manual(0).instant();
     let (a, b) = (member("a"), member("b"));
     let mut p = SharePartition::new(0);
-    p.acquire(&a, &[data(0, 4), data(5, 9)], 500, &LIMITS, now);
+    p.acquire(&a, &[data(0, 4), data(5, 9)], 500, true, &LIMITS, now);
     p.acknowledge(
         "a",
         &[ack(0, 1, AckType::Release), ack(5, 6, AckType::Accept)],
@@ -381,7 +412,7 @@ fn a_snapshot_keeps_what_was_acknowledged_and_offers_the_acquired_again() {
     let mut q = SharePartition::restore(&snap);
     assert_eq!((q.start(), q.end()), (0, 10));
     assert_eq!(q.next_fetch_offset(), 0);
-    let got = q.acquire(&b, &[data(0, 4), data(5, 9)], 500, &LIMITS, now);
+    let got = q.acquire(&b, &[data(0, 4), data(5, 9)], 500, true, &LIMITS, now);
     assert_eq!(
         got,
         vec![acquired(0, 4, 2), acquired(7, 9, 2)],
@@ -395,7 +426,7 @@ fn the_start_follows_the_log_start() {
     let now = Clock::manual(0).instant();
     let a = member("a");
     let mut p = SharePartition::new(0);
-    p.acquire(&a, &[data(0, 9)], 500, &LIMITS, now);
+    p.acquire(&a, &[data(0, 9)], 500, true, &LIMITS, now);
     p.truncate_below(5);
     assert_eq!((p.start(), p.end()), (5, 10));
     p.truncate_below(50);
@@ -430,7 +461,7 @@ fn with_a_dead_letter_topic_dead_letters_wait_for_their_write_and_survive_a_fail
         ..LIMITS
     };
     let mut p = SharePartition::new(0);
-    p.acquire(&a, &[data(0, 9)], 500, &limits, now);
+    p.acquire(&a, &[data(0, 9)], 500, true, &limits, now);
     let dead = p
         .acknowledge(
             "a",
@@ -459,7 +490,7 @@ fn with_a_dead_letter_topic_dead_letters_wait_for_their_write_and_survive_a_fail
     );
     assert_eq!(p.counts().dead_lettering, 1);
     // Neither handed out again nor acknowledged.
-    let again = p.acquire(&a, &[data(0, 9)], 500, &limits, now);
+    let again = p.acquire(&a, &[data(0, 9)], 500, true, &limits, now);
     assert_eq!(again.first().map(|x| x.first), Some(3));
     assert!(matches!(
         p.acknowledge("a", &[ack(2, 2, AckType::Accept)], &limits, now),
@@ -502,9 +533,60 @@ fn without_a_dead_letter_topic_dead_letters_are_archived_at_once() {
     let now = Clock::manual(0).instant();
     let a = member("a");
     let mut p = SharePartition::new(0);
-    p.acquire(&a, &[data(0, 0)], 500, &LIMITS, now);
+    p.acquire(&a, &[data(0, 0)], 500, true, &LIMITS, now);
     p.acknowledge("a", &[ack(0, 0, AckType::Reject)], &LIMITS, now)
         .unwrap();
     assert_eq!(p.start(), 1);
     assert!(p.dead_lettering().is_empty());
+}
+
+#[test]
+fn record_limit_mode_never_passes_max_records_and_leaves_the_rest_for_later() {
+    let now = Clock::manual(0).instant();
+    let a = member("a");
+    let mut p = SharePartition::new(0);
+    // New records: a batch of 10 cut at 4.
+    let got = p.acquire(&a, &[data(0, 9)], 4, false, &LIMITS, now);
+    assert_eq!(
+        got,
+        vec![Acquired {
+            first: 0,
+            last: 3,
+            deliveries: 1
+        }]
+    );
+    assert_eq!(p.end(), 4);
+    // The rest of the batch, read again from the middle.
+    let got = p.acquire(&a, &[data(0, 9)], 4, false, &LIMITS, now);
+    assert_eq!(
+        got,
+        vec![Acquired {
+            first: 4,
+            last: 7,
+            deliveries: 1
+        }]
+    );
+    // Records back in flight are cut too.
+    p.acknowledge("a", &[ack(0, 7, AckType::Release)], &LIMITS, now)
+        .unwrap();
+    let got = p.acquire(&a, &[data(0, 9)], 3, false, &LIMITS, now);
+    assert_eq!(
+        got,
+        vec![Acquired {
+            first: 0,
+            last: 2,
+            deliveries: 2
+        }]
+    );
+    // Batch-optimized keeps a batch whole past the count.
+    let mut q = SharePartition::new(0);
+    let got = q.acquire(&a, &[data(0, 9)], 4, true, &LIMITS, now);
+    assert_eq!(
+        got,
+        vec![Acquired {
+            first: 0,
+            last: 9,
+            deliveries: 1
+        }]
+    );
 }
