@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Share groups against classic groups on the same data: consumer throughput and broker CPU
-per GB consumed, with librdkafka (confluent-kafka) as the client of both.
+per GB consumed, with librdkafka (confluent-kafka) as the client of both, each group of
+--members members (the classic group's beyond the partition count idle, as Kafka's are).
 
 Against a running broker (--pid for its CPU from /proc): creates a topic of --partitions,
 produces --records records of --size bytes, then reads all of them once with a classic
@@ -99,18 +100,62 @@ def share_reader(bootstrap, topic, group, stop, out):
     out.put(("done", n))
 
 
+def classic_member(bootstrap, topic, group, stop, out):
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": True,
+    })
+    c.subscribe([topic])
+    n = 0
+    while not stop.is_set():
+        got = [m for m in c.consume(1000, 0.5) if not m.error()]
+        n += len(got)
+        out.put(("seen", len(got)))
+    c.close()
+    out.put(("done", n))
+
+
 def run_classic(args, topic):
+    """A classic group of --members consumers (one alone when --members is 1)."""
+    group = f"classic-{topic}"
     q = multiprocessing.Queue()
     before = cpu_seconds(args.pid)
     start = time.monotonic()
-    p = multiprocessing.Process(
-        target=classic_reader,
-        args=(args.bootstrap, topic, f"classic-{topic}", args.records, q),
-    )
-    p.start()
-    n = q.get()
-    p.join()
-    return n, time.monotonic() - start, cpu_seconds(args.pid) - before
+    if args.members == 1:
+        p = multiprocessing.Process(
+            target=classic_reader, args=(args.bootstrap, topic, group, args.records, q)
+        )
+        p.start()
+        n = q.get()
+        p.join()
+        return n, time.monotonic() - start, cpu_seconds(args.pid) - before
+    stop = multiprocessing.Event()
+    procs = [
+        multiprocessing.Process(target=classic_member, args=(args.bootstrap, topic, group, stop, q))
+        for _ in range(args.members)
+    ]
+    for p in procs:
+        p.start()
+    seen = 0
+    deadline = time.monotonic() + 600
+    while seen < args.records and time.monotonic() < deadline:
+        kind, n = q.get()
+        if kind == "seen":
+            seen += n
+    elapsed = time.monotonic() - start
+    stop.set()
+    done = 0
+    for _ in procs:
+        while True:
+            kind, n = q.get()
+            if kind == "done":
+                done += n
+                break
+    for p in procs:
+        p.join()
+    return done, elapsed, cpu_seconds(args.pid) - before
 
 
 def run_share(args, topic):
@@ -176,7 +221,7 @@ def main():
     gb = args.records * args.size / 1e9
 
     n, secs, cpu = run_classic(args, topic)
-    rows = [{"group": "classic", "records": n, "s": round(secs, 2),
+    rows = [{"group": f"classic x{args.members}", "records": n, "s": round(secs, 2),
              "MB/s": round(n * args.size / 1e6 / secs, 1), "cpu_s_per_GB": round(cpu / gb, 2)}]
     n, secs, cpu, writes = run_share(args, topic)
     rows.append({"group": f"share x{args.members}", "records": n, "s": round(secs, 2),
