@@ -1096,6 +1096,15 @@ fn operators_list_describe_reset_and_delete_share_groups_with_the_cli() {
         lines_with(&broker.cli_ok(&["share", "list"]), "group", &group).len(),
         0
     );
+    // Its state went with it: a new group of the same id starts where its configs say.
+    let fresh = given(share_consumer(
+        &addr,
+        &group,
+        &topic,
+        &["--count", "10", "--idle", "5"],
+    ));
+    assert_eq!(fresh.len(), 10, "from the earliest again: {fresh:?}");
+    assert!(fresh.iter().all(|g| g.d == 1), "as new records: {fresh:?}");
 }
 
 #[test]
