@@ -117,23 +117,15 @@ def classic_member(bootstrap, topic, group, stop, out):
     out.put(("done", n))
 
 
-def run_classic(args, topic):
-    """A classic group of --members consumers (one alone when --members is 1)."""
-    group = f"classic-{topic}"
+def run_members(args, target, group):
+    """--members processes of `target` reading the topic until --records are seen: (records
+    read, seconds, broker CPU seconds)."""
     q = multiprocessing.Queue()
+    stop = multiprocessing.Event()
     before = cpu_seconds(args.pid)
     start = time.monotonic()
-    if args.members == 1:
-        p = multiprocessing.Process(
-            target=classic_reader, args=(args.bootstrap, topic, group, args.records, q)
-        )
-        p.start()
-        n = q.get()
-        p.join()
-        return n, time.monotonic() - start, cpu_seconds(args.pid) - before
-    stop = multiprocessing.Event()
     procs = [
-        multiprocessing.Process(target=classic_member, args=(args.bootstrap, topic, group, stop, q))
+        multiprocessing.Process(target=target, args=(args.bootstrap, args.topic, group, stop, q))
         for _ in range(args.members)
     ]
     for p in procs:
@@ -158,38 +150,28 @@ def run_classic(args, topic):
     return done, elapsed, cpu_seconds(args.pid) - before
 
 
+def run_classic(args, topic):
+    """A classic group of --members consumers (one alone when --members is 1)."""
+    group = f"classic-{topic}"
+    if args.members > 1:
+        return run_members(args, classic_member, group)
+    q = multiprocessing.Queue()
+    before = cpu_seconds(args.pid)
+    start = time.monotonic()
+    p = multiprocessing.Process(
+        target=classic_reader, args=(args.bootstrap, topic, group, args.records, q)
+    )
+    p.start()
+    n = q.get()
+    p.join()
+    return n, time.monotonic() - start, cpu_seconds(args.pid) - before
+
+
 def run_share(args, topic):
     group = f"share-{topic}"
     set_group_config(args.bootstrap, group, "share.auto.offset.reset", "earliest")
-    q = multiprocessing.Queue()
-    stop = multiprocessing.Event()
     writes_before = metric(args.admin, "strata_share_state_writes_total")
-    before = cpu_seconds(args.pid)
-    start = time.monotonic()
-    procs = [
-        multiprocessing.Process(target=share_reader, args=(args.bootstrap, topic, group, stop, q))
-        for _ in range(args.members)
-    ]
-    for p in procs:
-        p.start()
-    seen = 0
-    deadline = time.monotonic() + 600
-    while seen < args.records and time.monotonic() < deadline:
-        kind, n = q.get()
-        if kind == "seen":
-            seen += n
-    elapsed = time.monotonic() - start
-    stop.set()
-    done = 0
-    for _ in procs:
-        while True:
-            kind, n = q.get()
-            if kind == "done":
-                done += n
-                break
-    for p in procs:
-        p.join()
-    cpu = cpu_seconds(args.pid) - before
+    done, elapsed, cpu = run_members(args, share_reader, group)
     writes = metric(args.admin, "strata_share_state_writes_total") - writes_before
     return done, elapsed, cpu, writes
 
@@ -206,6 +188,7 @@ def main():
     args = ap.parse_args()
 
     topic = f"bench-share-{int(time.time())}-{args.partitions}"
+    args.topic = topic
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result()
     prod = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 5, "acks": "all"})
