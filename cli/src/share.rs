@@ -29,8 +29,8 @@ use kafka_protocol::messages::delete_share_group_offsets_request::DeleteShareGro
 use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
 use kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, DeleteGroupsRequest, DeleteShareGroupOffsetsRequest,
-    DescribeShareGroupOffsetsRequest, FindCoordinatorRequest, GroupId, ListGroupsRequest,
-    ShareGroupDescribeRequest, TopicName,
+    DescribeShareGroupOffsetsRequest, GroupId, ListGroupsRequest, ShareGroupDescribeRequest,
+    TopicName,
 };
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
@@ -189,21 +189,7 @@ async fn list(a: ListArgs) -> anyhow::Result<()> {
 
 /// A connection to share group `group`'s coordinator.
 async fn coordinator(conn: &ConnectArgs, group: &str) -> anyhow::Result<Client> {
-    let mut c = kafka::connect(conn).await?;
-    let resp = c
-        .call(
-            3,
-            &FindCoordinatorRequest::default()
-                .with_key(str_bytes(group))
-                .with_key_type(0),
-        )
-        .await
-        .context("FindCoordinator")?;
-    if resp.error_code != 0 {
-        bail!("FindCoordinator {group}: error {}", resp.error_code);
-    }
-    let addr = format!("{}:{}", resp.host.as_str(), resp.port);
-    kafka::connect_to(&addr, c.security()).await
+    Ok(kafka::coordinator(conn, group, 0).await?.1)
 }
 
 /// An error code with its message, or `Ok`.

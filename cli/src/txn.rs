@@ -24,9 +24,8 @@ use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::{
-    DescribeProducersRequest, DescribeTransactionsRequest, FindCoordinatorRequest,
-    InitProducerIdRequest, ListTransactionsRequest, ProducerId, TopicName, TransactionalId,
-    WriteTxnMarkersRequest,
+    DescribeProducersRequest, DescribeTransactionsRequest, InitProducerIdRequest,
+    ListTransactionsRequest, ProducerId, TopicName, TransactionalId, WriteTxnMarkersRequest,
 };
 use strata_broker::protocol::client::Client;
 
@@ -244,24 +243,7 @@ async fn list(a: ListArgs) -> anyhow::Result<()> {
 
 /// The coordinator of `id` and a connection to it.
 async fn coordinator(conn: &ConnectArgs, id: &str) -> anyhow::Result<(i32, Client)> {
-    let mut c = kafka::connect(conn).await?;
-    let resp = c
-        .call(
-            3,
-            &FindCoordinatorRequest::default()
-                .with_key(str_bytes(id))
-                .with_key_type(1),
-        )
-        .await
-        .context("FindCoordinator")?;
-    if resp.error_code != 0 {
-        bail!("FindCoordinator {id}: error {}", resp.error_code);
-    }
-    let addr = format!("{}:{}", resp.host.as_str(), resp.port);
-    Ok((
-        resp.node_id.0,
-        kafka::connect_to(&addr, c.security()).await?,
-    ))
+    kafka::coordinator(conn, id, 1).await
 }
 
 async fn describe(a: IdArgs) -> anyhow::Result<()> {

@@ -12,8 +12,9 @@ use kafka_protocol::messages::alter_partition_reassignments_request::{
 };
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    AlterPartitionReassignmentsRequest, BrokerId, DescribeLogDirsRequest, ListOffsetsRequest,
-    ListPartitionReassignmentsRequest, MetadataRequest, TopicName, UnregisterBrokerRequest,
+    AlterPartitionReassignmentsRequest, BrokerId, DescribeLogDirsRequest, FindCoordinatorRequest,
+    ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest, TopicName,
+    UnregisterBrokerRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use strata_broker::protocol::client::{Client, ClientSecurity};
@@ -29,6 +30,30 @@ const CLIENT_ID: &str = "strata-cli";
 /// A protocol string from a Rust one.
 pub fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
+}
+
+/// The coordinator of `key` (FindCoordinator `key_type`: 0 a group, 1 a transactional id):
+/// its id and a connection to it.
+pub async fn coordinator(
+    conn: &ConnectArgs,
+    key: &str,
+    key_type: i8,
+) -> anyhow::Result<(i32, Client)> {
+    let mut c = connect(conn).await?;
+    let resp = c
+        .call(
+            3,
+            &FindCoordinatorRequest::default()
+                .with_key(str_bytes(key))
+                .with_key_type(key_type),
+        )
+        .await
+        .context("FindCoordinator")?;
+    if resp.error_code != 0 {
+        bail!("FindCoordinator {key}: error {}", resp.error_code);
+    }
+    let addr = format!("{}:{}", resp.host.as_str(), resp.port);
+    Ok((resp.node_id.0, connect_to(&addr, c.security()).await?))
 }
 
 /// A live broker as Metadata lists it.
