@@ -69,24 +69,6 @@ def set_group_config(bootstrap, group, name, value):
         raise SystemExit(f"setting {name} on group {group}: error {code}")
 
 
-def classic_reader(bootstrap, topic, group, want, out):
-    c = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": True,
-    })
-    c.subscribe([topic])
-    n = 0
-    deadline = time.monotonic() + 600
-    while n < want and time.monotonic() < deadline:
-        for m in c.consume(1000, 1.0):
-            if not m.error():
-                n += 1
-    c.close()
-    out.put(n)
-
-
 def share_reader(bootstrap, topic, group, stop, out):
     c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
     c.subscribe([topic])
@@ -151,20 +133,8 @@ def run_members(args, target, group):
 
 
 def run_classic(args, topic):
-    """A classic group of --members consumers (one alone when --members is 1)."""
-    group = f"classic-{topic}"
-    if args.members > 1:
-        return run_members(args, classic_member, group)
-    q = multiprocessing.Queue()
-    before = cpu_seconds(args.pid)
-    start = time.monotonic()
-    p = multiprocessing.Process(
-        target=classic_reader, args=(args.bootstrap, topic, group, args.records, q)
-    )
-    p.start()
-    n = q.get()
-    p.join()
-    return n, time.monotonic() - start, cpu_seconds(args.pid) - before
+    """A classic group of --members consumers."""
+    return run_members(args, classic_member, f"classic-{topic}")
 
 
 def run_share(args, topic):
