@@ -67,6 +67,7 @@ error_codes! {
     FetchSessionIdNotFound = 70,
     InvalidFetchSessionEpoch = 71,
     FencedLeaderEpoch = 74,
+    OffsetNotAvailable = 78,
     FetchSessionTopicIdError = 106,
     PreferredLeaderNotAvailable = 80,
     EligibleLeadersNotAvailable = 83,

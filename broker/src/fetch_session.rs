@@ -123,6 +123,8 @@ pub struct Answer {
     pub last_stable: i64,
     pub log_start: i64,
     pub error: bool,
+    /// The client was sent to another replica (KIP-392's preferred read replica).
+    pub redirected: bool,
 }
 
 impl Answer {
@@ -130,6 +132,7 @@ impl Answer {
     pub fn is_news(&self, sent: &Cached) -> bool {
         self.records > 0
             || self.error
+            || self.redirected
             || self.high_watermark != sent.high_watermark
             || self.last_stable != sent.last_stable
             || self.log_start != sent.log_start

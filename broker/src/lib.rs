@@ -24,6 +24,7 @@
 //!   operations, leader lookup, producer ids;
 //! - [`partition`] — a hosted partition: log operations, replica state, its view across
 //!   tiers, the registry kept in step with the metadata state;
+//! - [`zones`] — this broker's zone, KIP-392's replica selector, bytes counted by zone crossed;
 //! - [`metrics`] — the registry subsystems register with, request-path and cluster metrics;
 //! - [`error`] — Kafka error codes, chosen in one place;
 //! - [`config`], [`topic_config`] — broker settings (with Kafka-style listeners) and Kafka
@@ -75,6 +76,7 @@ pub mod tier;
 pub mod tls;
 pub mod topic_config;
 pub mod txn;
+pub mod zones;
 
 /// Inputs that once crashed or hung a fuzz target, kept in `fuzz/regressions/<target>/` and
 /// replayed by the unit tests beside the code each target drives.

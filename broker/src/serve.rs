@@ -329,6 +329,11 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
         metrics,
         Clock::system(),
     ));
+    let store = objects.clone();
+    (node.zones).follow_object_store(&node.metrics, move || {
+        let m = store.metrics();
+        (m.read_bytes(), m.written_bytes())
+    });
     let security = Security::new(node.clone())
         .await
         .map_err(failed("security"))?;

@@ -227,6 +227,8 @@ impl BrokerConfig {
             }
         }
         self.voter_map()?;
+        Selector::from_config(self.replica_selector_class.as_deref())
+            .map_err(ConfigError::Invalid)?;
         let (listeners, inter_broker) = self.listeners()?;
         // Replica fetches, transaction markers and KIP-890 checks go out on the inter-broker
         // listener: refuse at start what would make them fail later.
@@ -538,11 +540,49 @@ impl BrokerConfig {
     }
 }
 
+/// Kafka's class names for the two selectors it ships.
+const RACK_AWARE: &str = "org.apache.kafka.common.replica.RackAwareReplicaSelector";
+const LEADER: &str = "org.apache.kafka.common.replica.LeaderSelector";
+
+/// Which replica a consumer is sent to (`replica_selector_class`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Selector {
+    /// Consumers read from leaders (Kafka's default, and `LeaderSelector`).
+    Leader,
+    /// A consumer in another zone than the leader reads from an in-sync replica in its own.
+    RackAware,
+}
+
+impl Selector {
+    /// The selector `replica_selector_class` names (unset: leaders).
+    pub fn from_config(class: Option<&str>) -> Result<Selector, String> {
+        match class.map(str::trim) {
+            None | Some("") | Some(LEADER) => Ok(Selector::Leader),
+            Some(RACK_AWARE) => Ok(Selector::RackAware),
+            Some(other) => Err(format!(
+                "replica_selector_class {other:?} is not a selector Strata has: use {RACK_AWARE} or {LEADER}"
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn only_kafka_selector_names_are_accepted() {
+        assert_eq!(Selector::from_config(None), Ok(Selector::Leader));
+        assert_eq!(Selector::from_config(Some(LEADER)), Ok(Selector::Leader));
+        assert_eq!(
+            Selector::from_config(Some(RACK_AWARE)),
+            Ok(Selector::RackAware)
+        );
+        assert!(Selector::from_config(Some("com.example.Mine")).is_err());
+    }
+
 
     #[test]
     fn environment_overrides_the_file_and_defaults_fill_the_rest() {

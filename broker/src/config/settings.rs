@@ -310,6 +310,9 @@ settings! {
     rack: Option<String> = None,
         "broker.rack", Str, static, "none", ANY,
         "rack id reported in Metadata; replicas of new partitions span racks when every broker sets one";
+    replica_selector_class: Option<String> = None,
+        "replica.selector.class", Str, static, "none", ANY,
+        "`org.apache.kafka.common.replica.RackAwareReplicaSelector`: a consumer that names its rack (`client.rack`, or `strata_az=<zone>` in its client id) is sent to an in-sync replica in its zone (KIP-392); none: consumers read from leaders";
     cluster_id: String = "strata".into(),
         "cluster.id", Str, static, "`strata`", ANY,
         "cluster id reported to clients";

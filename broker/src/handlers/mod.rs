@@ -165,7 +165,8 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
             describe_topic_partitions::handle(broker, r, &listener, &access),
         ),
         RequestKind::Produce(r) => {
-            return match produce::append(broker, r, v, listener, &access).await {
+            let client_id = (req.header.client_id.as_ref()).map_or("", |c| c.as_str());
+            return match produce::append(broker, r, v, listener, &access, client_id).await {
                 None => Handled::Now(None),
                 Some(appended) if appended.waits() => Handled::Replicating(appended),
                 Some(appended) => {
@@ -175,7 +176,8 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
             }
         }
         RequestKind::Fetch(r) => {
-            let body = Response::Fetch(fetch::handle(broker, r, v, &access).await);
+            let client_id = (req.header.client_id.as_ref()).map_or("", |c| c.as_str());
+            let body = Response::Fetch(fetch::handle(broker, r, v, &access, client_id).await);
             return Handled::Now(Some(body));
         }
         RequestKind::ListOffsets(r) => {
@@ -268,7 +270,8 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
             ResponseKind::ShareGroupDescribe(share_group_describe::handle(broker, r, &access).await)
         }
         RequestKind::ShareFetch(r) => {
-            ResponseKind::ShareFetch(share_fetch::handle(broker, r, &access).await)
+            let client_id = (req.header.client_id.as_ref()).map_or("", |c| c.as_str());
+            ResponseKind::ShareFetch(share_fetch::handle(broker, r, &access, client_id).await)
         }
         RequestKind::DescribeShareGroupOffsets(r) => ResponseKind::DescribeShareGroupOffsets(
             describe_share_group_offsets::handle(broker, r, &access).await,

@@ -16,6 +16,7 @@ use crate::log::AppendInfo;
 use crate::partition::{Committing, Partition};
 use crate::security::Access;
 use crate::txn::messages::Join;
+use crate::zones::{Direction, Kind};
 use strata_metadata::acl::AclOperation;
 
 /// A produce request after its appends: each partition's outcome, or (acks=all) what it still
@@ -49,7 +50,16 @@ pub async fn append(
     version: i16,
     listener: Arc<str>,
     access: &Access,
+    client_id: &str,
 ) -> Option<Appended> {
+    let sent: usize = (req.topic_data.iter())
+        .flat_map(|t| &t.partition_data)
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum();
+    // A producer sends no rack: its zone is the one its client id names, if any.
+    let zones = &broker.node.zones;
+    let crossing = zones.crossing(crate::zones::client_zone(None, client_id));
+    zones.count(Direction::In, Kind::Produce, crossing, sent as u64);
     let txn_id = (req.transactional_id.as_ref()).map(|t| t.0.as_str());
     let txn_denied = txn_id.is_some_and(|id| !access.transactional_id(AclOperation::Write, id));
     let refused = if txn_denied {

@@ -22,6 +22,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::reply::str_bytes;
+use crate::zones::{Direction, Kind};
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::partition::{Hosted, Partition};
@@ -386,10 +387,20 @@ pub async fn handle(
     broker: &Arc<Broker>,
     req: ShareFetchRequest,
     access: &Access,
+    client_id: &str,
 ) -> ShareFetchResponse {
-    fetch(broker, req, access).await.unwrap_or_else(|e| {
+    let response = fetch(broker, req, access).await.unwrap_or_else(|e| {
         ShareFetchResponse::default()
             .with_error_code(e.code.code())
             .with_error_message(Some(str_bytes(e.message)))
-    })
+    });
+    let sent: usize = (response.responses.iter())
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum();
+    // A share consumer names no rack in its fetch: its zone is the one its client id names.
+    let zones = &broker.node.zones;
+    let crossing = zones.crossing(crate::zones::client_zone(None, client_id));
+    zones.count(Direction::Out, Kind::Fetch, crossing, sent as u64);
+    response
 }

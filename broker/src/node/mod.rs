@@ -27,6 +27,7 @@ use crate::dynamic_config::DynamicConfig;
 use crate::error::{ApiError, ErrorCode};
 use crate::metrics::Metrics;
 use crate::partition::{Partition, Partitions};
+use crate::zones::{Selector, Zones};
 
 pub struct Node {
     /// The settings the broker started with (file, environment, flags). Those that may
@@ -41,6 +42,10 @@ pub struct Node {
     pub partitions: Arc<Partitions>,
     pub metrics: Metrics,
     pub clock: Clock,
+    /// This broker's zone, its replica selector, its traffic by zone crossed.
+    pub zones: Zones,
+    /// When the controller last answered a heartbeat (None: not since start).
+    controller_heard: std::sync::Mutex<Option<std::time::Instant>>,
     /// The block of producer ids reserved through the quorum: (next, end).
     producer_ids: Mutex<(i64, i64)>,
 }
@@ -61,7 +66,13 @@ impl Node {
         let partitions = Arc::new(Partitions::new(&config, dynamic.clone(), clock.clone()));
         crate::partition::metrics::register(&metrics, &partitions);
         metrics.watch_cluster(metadata.clone());
+        // `validate` refused an unknown selector before the node was made.
+        let selector = Selector::from_config(config.replica_selector_class.as_deref())
+            .unwrap_or(Selector::Leader);
+        let zones = Zones::new(config.rack.clone(), selector, &metrics);
         Node {
+            zones,
+            controller_heard: std::sync::Mutex::new(None),
             config,
             dynamic,
             endpoints,
@@ -166,6 +177,63 @@ impl Node {
         }
         // Led here but not opened yet: the metadata change is being applied.
         hosted.cloned().ok_or_else(not_leader)
+    }
+
+    /// The controller answered a heartbeat.
+    pub fn heard_from_controller(&self) {
+        *self.controller_heard.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(self.clock.instant());
+    }
+
+    /// Whether the controller answered a heartbeat within the session timeout: if not, this
+    /// broker may be fenced and out of every ISR without its copy of the state showing it.
+    fn controller_in_touch(&self) -> bool {
+        let heard = *self.controller_heard.lock().unwrap_or_else(|p| p.into_inner());
+        let timeout = std::time::Duration::from_millis(self.config.broker_session_timeout_ms);
+        heard.is_some_and(|at| self.clock.instant().saturating_duration_since(at) <= timeout)
+    }
+
+    /// The partition, if a consumer may read it here: led here (as [`Node::check_leader`]),
+    /// or followed here by a replica in the ISR that follows the leader and epoch the
+    /// metadata names (KIP-392; docs/invariants.md 16). A follower out of the ISR answers
+    /// OFFSET_NOT_AVAILABLE and one that is no replica NOT_LEADER_OR_FOLLOWER: either sends
+    /// the client back to the leader.
+    pub fn check_replica(
+        &self,
+        topic: &str,
+        partition: i32,
+        info: Option<&strata_metadata::PartitionInfo>,
+        hosted: Option<&Arc<Partition>>,
+        current_leader_epoch: i32,
+    ) -> Result<Arc<Partition>, ApiError> {
+        let me = self.config.node_id;
+        let led_here = info.is_some_and(|i| i.leader == Some(me));
+        let follower = info.filter(|i| !led_here && i.leader.is_some() && i.replicas.contains(&me));
+        let (Some(info), Some(p)) = (follower, hosted) else {
+            return self.check_leader(topic, partition, info, hosted, current_leader_epoch);
+        };
+        // The epoch checks are the leader's: a client a step behind or ahead hears it here too.
+        if let Err(e) = self.check_leader(topic, partition, Some(info), None, current_leader_epoch)
+        {
+            if e.code != ErrorCode::NotLeaderOrFollower {
+                return Err(e);
+            }
+        }
+        if p.replication().following() != info.leader.map(|l| (l, info.leader_epoch)) {
+            // The metadata change is being applied.
+            return Err(ApiError::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!("{topic}-{partition}: this replica is changing its role"),
+            ));
+        }
+        // Cut off from the controller, it cannot know it was dropped from the ISR.
+        if !info.isr.contains(&me) || !self.controller_in_touch() {
+            return Err(ApiError::new(
+                ErrorCode::OffsetNotAvailable,
+                format!("{topic}-{partition}: this replica is out of sync; read from the leader"),
+            ));
+        }
+        Ok(p.clone())
     }
 
     /// Proposes a command and turns a rejection into the Kafka error for it.

@@ -93,6 +93,16 @@ impl Replication {
         }
     }
 
+    /// As leader, each follower in the ISR with its log end as last seen (-1 before its first
+    /// fetch); nothing otherwise.
+    pub fn for_each_in_sync_follower(&self, mut each: impl FnMut(u64, i64)) {
+        if let Role::Leader(s) = &*self.role() {
+            for &id in s.isr.iter().filter(|&&id| id != s.me) {
+                each(id, s.follower_end(id).unwrap_or(-1));
+            }
+        }
+    }
+
     /// A proposed ISR change is decided, committed (and applied) or not: another may follow.
     pub fn isr_change_settled(&self) {
         if let Role::Leader(s) = &mut *self.role() {
@@ -378,8 +388,15 @@ impl Partition {
         }
         (self.replication.leader_hw).store(leader_hw, Ordering::Release);
         let hw = leader_hw.min(log.log_end_offset());
-        if hw > log.high_watermark() {
+        let moved = hw > log.high_watermark();
+        if moved {
             log.set_high_watermark(hw);
+        }
+        drop(log);
+        drop(role);
+        if moved {
+            // Consumers reading from this follower (KIP-392) wait for its high watermark.
+            self.wake();
         }
         Ok(Some(n))
     }

@@ -11,8 +11,7 @@
 //!
 //! Invariant: for every Fetch version Strata speaks (4 to 16), the bytes are exactly those
 //! `kafka-protocol` encodes for the same response (`the_frame_is_what_the_codec_encodes`
-//! below). Fields Strata never sets are written as their defaults: no preferred read
-//! replica, no tagged fields.
+//! below). Fields Strata never sets are written as their defaults: no tagged fields.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
@@ -59,6 +58,9 @@ pub struct Partition {
     pub aborted: Option<Vec<(i64, i64)>>,
     /// Whole record batches (empty for none).
     pub records: Bytes,
+    /// v11+: the replica the client should read this partition from instead (KIP-392; -1:
+    /// here).
+    pub preferred_read_replica: i32,
 }
 
 impl FetchResponse {
@@ -125,7 +127,7 @@ impl FetchResponse {
                     w.tagged_fields();
                 }
                 if version >= 11 {
-                    w.buf.put_i32(-1); // preferred_read_replica
+                    w.buf.put_i32(p.preferred_read_replica);
                 }
                 w.bytes(&p.records)?;
                 w.tagged_fields();
@@ -238,7 +240,7 @@ mod tests {
     use kafka_protocol::messages::fetch_response::{
         AbortedTransaction, FetchableTopicResponse, PartitionData,
     };
-    use kafka_protocol::messages::{ResponseHeader, TopicName};
+    use kafka_protocol::messages::{BrokerId, ResponseHeader, TopicName};
     use kafka_protocol::protocol::Encodable;
 
     /// The same response through the generic codec.
@@ -262,6 +264,9 @@ mod tests {
                                             .with_high_watermark(p.high_watermark)
                                             .with_last_stable_offset(p.last_stable_offset)
                                             .with_log_start_offset(p.log_start_offset)
+                                            .with_preferred_read_replica(BrokerId(
+                                                p.preferred_read_replica,
+                                            ))
                                             .with_aborted_transactions(Some(
                                                 (p.aborted.iter().flatten())
                                                     .map(|(id, first)| {
@@ -312,6 +317,7 @@ mod tests {
                             aborted: (i % 3 == 1)
                                 .then(|| (0..i as i64).map(|a| (a * 1_000_003, a << 20)).collect()),
                             records: Bytes::from(vec![i as u8; sizes[(t + i) % sizes.len()]]),
+                            preferred_read_replica: if i % 4 == 2 { i as i32 } else { -1 },
                         })
                         .collect(),
                 })
@@ -380,6 +386,7 @@ mod tests {
             log_start_offset: 0,
             aborted: None,
             records: records.clone(),
+            preferred_read_replica: -1,
         };
         let r = FetchResponse {
             throttle_time_ms: 0,

@@ -49,6 +49,7 @@ use crate::node::Node;
 use crate::partition::{Partition, RemoteProducers, TopicPartition};
 use crate::protocol::client::{Client, ClientError};
 use crate::security::inter_broker;
+use crate::zones::{Direction, Kind};
 
 /// Why a round with the leader ended early; the fetcher reconnects and starts again.
 #[derive(Debug, thiserror::Error)]
@@ -499,6 +500,7 @@ async fn round(
         // The session was refused (unknown, wrong epoch): the next round fetches in full.
         return Ok(None);
     }
+    let mut replicated = 0u64;
     for t in resp.responses {
         let topic = t.topic.0.as_str().to_string();
         for pd in t.partitions {
@@ -531,6 +533,7 @@ async fn round(
                         }
                         Ok(Some(_)) if !records.is_empty() => {
                             node.metrics.replicated(records.len() as u64);
+                            replicated += records.len() as u64;
                             with.mark(place);
                         }
                         Ok(Some(_)) => {}
@@ -552,6 +555,12 @@ async fn round(
                 }
             }
         }
+    }
+    if replicated > 0 {
+        let state = node.metadata.state();
+        let leader_zone = state.brokers.get(&leader).and_then(|b| b.rack.as_deref());
+        let crossing = node.zones.crossing(leader_zone);
+        (node.zones).count(Direction::In, Kind::Replication, crossing, replicated);
     }
     // A round that fetched in-sync partitions goes on at once even if moving ones sat out:
     // pausing would delay the ISR (and every acks=all write) for the move budget's sake.

@@ -15,10 +15,18 @@
 //! - [`plan`]: what a fetch reads, its partitions resolved and checked once per topic;
 //! - [`session`]: the fetch session's part: which places an incremental fetch visits, which
 //!   positions a follower reports, what the session keeps of the answer;
-//! - [`pass`]: one pass over the partitions: each read once, the answer built.
+//! - [`pass`]: one pass over the partitions: each read once, the answer built;
+//! - [`redirect`]: KIP-392 on the leader: which partitions a consumer in another zone should
+//!   read from an in-sync replica in its own.
+//!
+//! A consumer fetch of v11+ may be served by a follower in the ISR (up to the follower's
+//! high watermark; [`crate::node::Node::check_replica`]); a follower's fetch ends its long poll
+//! as soon as the leader's high watermark passes what the follower was last told, so
+//! consumers reading from followers see records as soon as the leader's consumers do.
 
 mod pass;
 mod plan;
+mod redirect;
 mod session;
 
 use std::sync::Arc;
@@ -32,8 +40,10 @@ use crate::fetch_session::Context;
 use crate::partition::Isolation;
 use crate::protocol::fetch_response::FetchResponse;
 use crate::security::Access;
+use crate::zones;
 use pass::Pass;
 use plan::Resolver;
+use redirect::Redirect;
 
 /// Consumers need READ on each topic; a follower (a broker id in the request) needs
 /// CLUSTER_ACTION on the cluster. A refused topic's partitions answer
@@ -43,6 +53,7 @@ pub async fn handle(
     req: FetchRequest,
     version: i16,
     access: &Access,
+    client_id: &str,
 ) -> FetchResponse {
     // A follower sets its broker id (v15+: in the replica state); consumers send -1.
     let replica_id = if version >= 15 {
@@ -58,7 +69,20 @@ pub async fn handle(
         Ok(c) => c,
         Err(code) => return FetchResponse::error(code.code()),
     };
-    let resolver = Resolver::new(broker, access, replica.is_some());
+    // KIP-392's client metadata comes with v11: older consumers read from leaders only.
+    let followers_serve = replica.is_none() && version >= 11;
+    let resolver = Resolver::new(broker, access, replica.is_some(), followers_serve);
+    let client_zone = match replica {
+        Some(_) => None,
+        None => zones::client_zone(
+            (version >= 11).then(|| req.rack_id.as_str()),
+            client_id,
+        ),
+    };
+    let redirect = match followers_serve {
+        true => Redirect::new(&broker.node, &resolver.state, client_zone),
+        false => None,
+    };
     let report_all = session::report_all(broker, &context, replica);
     // An incremental fetch reads the partitions of its session that changed since the last
     // one (and those it names), and waits on one change set for all of them.
@@ -92,6 +116,7 @@ pub async fn handle(
         },
         incremental,
         sessionless: matches!(context, Context::Sessionless),
+        redirect,
     };
     // Whether every partition holds `notify` in its waiter list since the last wake-up.
     let mut watching = false;
@@ -100,7 +125,12 @@ pub async fn handle(
         let report = first.then_some(report_all);
         let reply = pass::read_all(broker, &wanted, &pass, report).await;
         first = false;
-        if reply.bytes >= min_bytes || reply.errors || tokio::time::Instant::now() >= deadline {
+        if reply.bytes >= min_bytes
+            || reply.errors
+            || reply.redirected
+            || reply.newer_high_watermark
+            || tokio::time::Instant::now() >= deadline
+        {
             break reply;
         }
         if let (Some(v), Context::Incremental(s)) = (&mut visit, &context) {
@@ -151,6 +181,16 @@ pub async fn handle(
         }
     }
     broker.node.metrics.fetched(reply.bytes as u64);
+    let zones = &broker.node.zones;
+    let (kind, peer_zone) = match replica {
+        Some(id) => (
+            zones::Kind::Replication,
+            resolver.state.brokers.get(&id).and_then(|b| b.rack.as_deref()),
+        ),
+        None => (zones::Kind::Fetch, client_zone),
+    };
+    let crossing = zones.crossing(peer_zone);
+    zones.count(zones::Direction::Out, kind, crossing, reply.bytes as u64);
     let session_id =
         session::remember(broker, context, version, replica.is_some(), &wanted, &reply);
     FetchResponse {

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use super::plan::{Wanted, WantedPartition};
+use super::redirect::Redirect;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::fetch_session::Answer;
@@ -33,6 +34,11 @@ pub(super) struct Reply {
     pub(super) answers: Vec<(usize, usize, Answer)>,
     /// Partitions with records to read that the response left out for its size.
     pub(super) behind: Vec<(usize, usize)>,
+    /// Whether a partition sent its consumer to another replica (which answers at once).
+    pub(super) redirected: bool,
+    /// A follower's fetch: whether a partition's high watermark passed what its session last
+    /// told the follower (which answers at once: consumers reading from followers wait for it).
+    pub(super) newer_high_watermark: bool,
 }
 
 /// How a fetch reads: the same for each of its passes.
@@ -45,6 +51,8 @@ pub(super) struct Pass {
     pub(super) incremental: bool,
     /// Keeps no record of what each partition was told (there is no session to tell).
     pub(super) sessionless: bool,
+    /// A consumer in another zone: partitions with an in-sync replica in its zone send it there.
+    pub(super) redirect: Option<Redirect>,
 }
 
 /// One pass over the requested partitions. An incremental fetch answers only the partitions
@@ -64,9 +72,12 @@ pub(super) async fn read_all(
         isolation,
         incremental,
         sessionless,
+        ref redirect,
     } = *pass;
     let mut total = 0usize;
     let mut errors = false;
+    let mut redirected = false;
+    let mut newer_high_watermark = false;
     let mut answers = Vec::new();
     let mut behind = Vec::new();
     let mut topics = Vec::with_capacity(if incremental { 0 } else { wanted.len() });
@@ -90,8 +101,17 @@ pub(super) async fn read_all(
             if let (Some(p), Some(follower), true) = (part, replica, report) {
                 crate::replication::follower_fetched(&broker.node, p, follower, offset);
             }
+            let preferred = match (part, err, redirect) {
+                (Some(p), None, Some(r)) => r.preferred(p, offset),
+                _ => None,
+            };
             let result = match (part, err) {
                 (_, Some(e)) => Err(e.code),
+                (Some(p), None) if preferred.is_some() => {
+                    // Sent away: no records, as Kafka's leader answers.
+                    redirected = true;
+                    Ok((bytes::Bytes::new(), p.published_offsets(), Vec::new()))
+                }
                 (Some(p), None) if caught_up(p, offset, isolation) => {
                     // Nothing new: answered from the published offsets, without the log lock.
                     Ok((bytes::Bytes::new(), p.published_offsets(), Vec::new()))
@@ -128,6 +148,7 @@ pub(super) async fn read_all(
                     last_stable: offsets.last_stable,
                     log_start: offsets.log_start,
                     error: false,
+                    redirected: preferred.is_some(),
                 },
                 Err(_) => Answer {
                     records: 0,
@@ -135,10 +156,14 @@ pub(super) async fn read_all(
                     last_stable: -1,
                     log_start: -1,
                     error: true,
+                    redirected: false,
                 },
             };
             if incremental && !answer.is_news(asked) {
                 continue;
+            }
+            if replica.is_some() && incremental && answer.high_watermark > asked.high_watermark {
+                newer_high_watermark = true;
             }
             if !sessionless {
                 answers.push((w_at, p_at, answer));
@@ -159,6 +184,7 @@ pub(super) async fn read_all(
                                 .collect()
                         }),
                         records,
+                        preferred_read_replica: preferred.map_or(-1, |id| id as i32),
                     }
                 }
                 Err(code) => {
@@ -171,6 +197,7 @@ pub(super) async fn read_all(
                         log_start_offset: -1,
                         aborted: None,
                         records: bytes::Bytes::new(),
+                        preferred_read_replica: -1,
                     }
                 }
             });
@@ -195,5 +222,7 @@ pub(super) async fn read_all(
         errors,
         answers,
         behind,
+        redirected,
+        newer_high_watermark,
     }
 }

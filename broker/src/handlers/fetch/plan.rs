@@ -1,5 +1,6 @@
 //! What a fetch reads: per topic, its partitions looked up once in one metadata state and one
-//! set of hosted partitions, each checked (authorized, led here at the epoch asked).
+//! set of hosted partitions, each checked (authorized, led here at the epoch asked, or for a
+//! consumer of Fetch v11+ followed here by a replica in the ISR).
 
 use std::sync::Arc;
 
@@ -63,16 +64,24 @@ pub(super) struct Resolver<'a> {
     pub(super) access: &'a Access,
     /// A follower's fetch: `Some(allowed)`, decided once for the request.
     pub(super) replica_allowed: Option<bool>,
+    /// A consumer that may read from followers (KIP-392: Fetch v11+).
+    followers_serve: bool,
 }
 
 impl<'a> Resolver<'a> {
-    pub(super) fn new(broker: &'a Arc<Broker>, access: &'a Access, replica: bool) -> Resolver<'a> {
+    pub(super) fn new(
+        broker: &'a Arc<Broker>,
+        access: &'a Access,
+        replica: bool,
+        followers_serve: bool,
+    ) -> Resolver<'a> {
         Resolver {
             broker,
             state: broker.node.metadata.state(),
             hosted: broker.node.partitions.hosted(),
             access,
             replica_allowed: replica.then(|| access.cluster(AclOperation::ClusterAction)),
+            followers_serve,
         }
     }
 
@@ -118,13 +127,14 @@ impl<'a> Resolver<'a> {
                     None => Err(ApiError::new(missing, format!("unknown {name}-{index}"))),
                     Some(i) => {
                         let at = usize::try_from(index).ok();
-                        self.broker.node.check_leader(
-                            name,
-                            index,
-                            at.and_then(|x| i.partitions.get(x)).map(|x| &**x),
-                            at.and_then(|x| slots.get(x)).and_then(Option::as_ref),
-                            asked.current_leader_epoch,
-                        )
+                        let info = at.and_then(|x| i.partitions.get(x)).map(|x| &**x);
+                        let hosted = at.and_then(|x| slots.get(x)).and_then(Option::as_ref);
+                        let epoch = asked.current_leader_epoch;
+                        let node = &self.broker.node;
+                        match self.followers_serve {
+                            true => node.check_replica(name, index, info, hosted, epoch),
+                            false => node.check_leader(name, index, info, hosted, epoch),
+                        }
                     }
                 };
                 let (partition, error) = match result {
