@@ -86,10 +86,7 @@ pub async fn wait_unfenced(node: &Node, epoch: i64) -> Result<(), SessionError> 
     let interval = Duration::from_millis(node.config.broker_heartbeat_interval_ms);
     loop {
         match node.metadata.heartbeat(heartbeat(node, epoch, false)).await {
-            Ok(HeartbeatReply::Alive { fenced: false }) => {
-                node.heard_from_controller();
-                break;
-            }
+            Ok(HeartbeatReply::Alive { fenced: false }) => break,
             Ok(HeartbeatReply::Alive { fenced: true }) => {}
             Ok(HeartbeatReply::StaleEpoch { current }) => {
                 return Err(SessionError::Replaced {
@@ -142,7 +139,6 @@ pub async fn run(node: Arc<Node>, mut epoch: i64, mut shutdown: watch::Receiver<
         match beat {
             Ok(HeartbeatReply::Alive { fenced }) => {
                 node.metrics.heartbeat(true);
-                node.heard_from_controller();
                 if let Some(since) = failing_since.take() {
                     tracing::info!(
                         failed_for_ms = since.elapsed().as_millis() as u64,

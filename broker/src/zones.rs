@@ -251,7 +251,10 @@ mod tests {
         // In the leader's zone, of no zone, or with leaders selected: the leader.
         assert_eq!(select(rack, Some("a"), Some("a"), 50, all), None);
         assert_eq!(select(rack, None, Some("a"), 50, all), None);
-        assert_eq!(select(Selector::Leader, Some("b"), Some("a"), 50, all), None);
+        assert_eq!(
+            select(Selector::Leader, Some("b"), Some("a"), 50, all),
+            None
+        );
         assert_eq!(select(rack, Some("b"), Some("a"), 50, all), Some(2));
         assert_eq!(select(rack, Some("c"), Some("a"), 50, all), Some(3));
         // Not yet at the offset, out of the ISR or fenced: the leader.
@@ -261,7 +264,11 @@ mod tests {
             None
         );
         // The one furthest ahead, then the lowest id.
-        let two = [c(4, "b", true, 80), c(2, "b", true, 100), c(5, "b", true, 100)];
+        let two = [
+            c(4, "b", true, 80),
+            c(2, "b", true, 100),
+            c(5, "b", true, 100),
+        ];
         assert_eq!(select(rack, Some("b"), Some("a"), 50, two), Some(2));
         // A broker of no zone is never a match; a leader of no zone still sends clients away.
         assert_eq!(select(rack, Some("b"), None, 50, all), Some(2));

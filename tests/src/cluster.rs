@@ -64,7 +64,15 @@ impl Cluster {
     /// Starts `n` members, the first `voters` of them voters, all with `env` (`STRATA_*`
     /// settings), launched together and then waited for.
     pub fn start(n: usize, voters: usize, env: &[(&str, &str)]) -> Cluster {
-        Self::start_with(n, voters, env, None, None)
+        Self::start_with(n, voters, env, None, None, &[])
+    }
+
+    /// Like [`Cluster::start_splittable`], member `i` in zone `zones[i]` (its `rack`): one
+    /// member per zone, as a cluster spread over a region's availability zones.
+    pub fn start_in_zones(zones: &[&str], env: &[(&str, &str)]) -> (Cluster, NetSplit) {
+        let split = NetSplit::new(zones.len());
+        let cluster = Self::start_with(zones.len(), zones.len(), env, None, Some(&split), zones);
+        (cluster, split)
     }
 
     /// Like [`Cluster::start`] with every member a voter, but the members reach each other
@@ -72,14 +80,14 @@ impl Cluster {
     /// bootstrap through the proxies too, and are never cut off.
     pub fn start_splittable(n: usize, env: &[(&str, &str)]) -> (Cluster, NetSplit) {
         let split = NetSplit::new(n);
-        let cluster = Self::start_with(n, n, env, None, Some(&split));
+        let cluster = Self::start_with(n, n, env, None, Some(&split), &[]);
         (cluster, split)
     }
 
     /// Like [`Cluster::start`], but member `first` starts alone and is seen waiting for a
     /// quorum before the others are launched: members may start in any order.
     pub fn start_first(n: usize, voters: usize, env: &[(&str, &str)], first: u64) -> Cluster {
-        Self::start_with(n, voters, env, Some(first), None)
+        Self::start_with(n, voters, env, Some(first), None, &[])
     }
 
     fn start_with(
@@ -88,6 +96,7 @@ impl Cluster {
         env: &[(&str, &str)],
         first: Option<u64>,
         split: Option<&NetSplit>,
+        zones: &[&str],
     ) -> Cluster {
         assert!(voters >= 1 && voters <= n);
         let addrs: Vec<(String, String, String)> = (0..n)
@@ -121,6 +130,9 @@ impl Cluster {
             }
             for (k, v) in env {
                 opts = opts.env(k, v);
+            }
+            if let Some(zone) = zones.get(i) {
+                opts = opts.env("STRATA_RACK", zone);
             }
             opts
         };

@@ -32,7 +32,8 @@ pub use cluster::Cluster;
 pub use http::{http_get, parse_prometheus, HttpResponse, Sample};
 pub use netsplit::NetSplit;
 pub use proxy::FaultProxy;
-pub use raw::{encode_batch, Idempotence, KafkaConn, QuorumAnswer, RawRecord};
+pub use raw::{encode_batch, topic_name, Idempotence, KafkaConn, QuorumAnswer, RawRecord};
 pub use util::{
-    now_ms, poll_until, repo_root, unique_topic, wait_for, wait_for_some, wait_until, Rng, Steady,
+    now_ms, poll_until, repo_root, unique_topic, venv_python, wait_for, wait_for_some, wait_until,
+    Rng, Steady,
 };

@@ -144,3 +144,12 @@ pub fn repo_root() -> PathBuf {
         .expect("the workspace")
         .to_path_buf()
 }
+
+/// The Python of the test environment's virtualenv (kafka-python, confluent-kafka, pyiceberg):
+/// `STRATA_VENV_PYTHON`, or where `.ci/run` puts it.
+pub fn venv_python() -> String {
+    std::env::var("STRATA_VENV_PYTHON").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_default();
+        format!("{home}/.cache/strata-venv/bin/python")
+    })
+}

@@ -583,7 +583,6 @@ mod tests {
         assert!(Selector::from_config(Some("com.example.Mine")).is_err());
     }
 
-
     #[test]
     fn environment_overrides_the_file_and_defaults_fill_the_rest() {
         let dir = tempfile::tempdir().unwrap();

@@ -173,7 +173,7 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
                     let body = ResponseKind::Produce(appended.respond().await);
                     Handled::Now(Some(body.into()))
                 }
-            }
+            };
         }
         RequestKind::Fetch(r) => {
             let client_id = (req.header.client_id.as_ref()).map_or("", |c| c.as_str());

@@ -22,13 +22,13 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::reply::str_bytes;
-use crate::zones::{Direction, Kind};
 use crate::broker::Broker;
 use crate::error::{ApiError, ErrorCode};
 use crate::partition::{Hosted, Partition};
 use crate::security::Access;
 use crate::share::partition::{AckBatch, AckType};
 use crate::share::session::Tp;
+use crate::zones::{Direction, Kind};
 
 /// ShareFetch v2's acquire modes: whole batches even past `MaxRecords` (Kafka's default), or
 /// never more than `MaxRecords` records.

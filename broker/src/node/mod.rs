@@ -16,6 +16,7 @@ pub use topics::validate_topic_name;
 
 pub use balancer::AutoBalance;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use strata_metadata::{Command, CommandResult, Endpoint, Metadata};
@@ -44,8 +45,8 @@ pub struct Node {
     pub clock: Clock,
     /// This broker's zone, its replica selector, its traffic by zone crossed.
     pub zones: Zones,
-    /// When the controller last answered a heartbeat (None: not since start).
-    controller_heard: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When each leader this broker follows last answered a replica fetch.
+    leaders_heard: std::sync::Mutex<HashMap<u64, std::time::Instant>>,
     /// The block of producer ids reserved through the quorum: (next, end).
     producer_ids: Mutex<(i64, i64)>,
 }
@@ -72,7 +73,7 @@ impl Node {
         let zones = Zones::new(config.rack.clone(), selector, &metrics);
         Node {
             zones,
-            controller_heard: std::sync::Mutex::new(None),
+            leaders_heard: std::sync::Mutex::new(HashMap::new()),
             config,
             dynamic,
             endpoints,
@@ -179,18 +180,21 @@ impl Node {
         hosted.cloned().ok_or_else(not_leader)
     }
 
-    /// The controller answered a heartbeat.
-    pub fn heard_from_controller(&self) {
-        *self.controller_heard.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(self.clock.instant());
+    /// Leader `leader` answered a replica fetch (the fetcher calls this once per round).
+    pub fn heard_from_leader(&self, leader: u64) {
+        let now = self.clock.instant();
+        (self.leaders_heard.lock().unwrap_or_else(|p| p.into_inner())).insert(leader, now);
     }
 
-    /// Whether the controller answered a heartbeat within the session timeout: if not, this
-    /// broker may be fenced and out of every ISR without its copy of the state showing it.
-    fn controller_in_touch(&self) -> bool {
-        let heard = *self.controller_heard.lock().unwrap_or_else(|p| p.into_inner());
-        let timeout = std::time::Duration::from_millis(self.config.broker_session_timeout_ms);
-        heard.is_some_and(|at| self.clock.instant().saturating_duration_since(at) <= timeout)
+    /// Whether `leader` answered a replica fetch within `replica_lag_time_max_ms`: if not, it
+    /// has dropped this replica from the ISR, or will, whether or not this broker's copy of the
+    /// state shows it yet (a follower cut off from the others hears of nothing).
+    fn hears_from(&self, leader: u64) -> bool {
+        let heard = (self.leaders_heard.lock().unwrap_or_else(|p| p.into_inner()))
+            .get(&leader)
+            .copied();
+        let max_lag = std::time::Duration::from_millis(self.config.replica_lag_time_max_ms);
+        heard.is_some_and(|at| self.clock.instant().saturating_duration_since(at) <= max_lag)
     }
 
     /// The partition, if a consumer may read it here: led here (as [`Node::check_leader`]),
@@ -226,8 +230,8 @@ impl Node {
                 format!("{topic}-{partition}: this replica is changing its role"),
             ));
         }
-        // Cut off from the controller, it cannot know it was dropped from the ISR.
-        if !info.isr.contains(&me) || !self.controller_in_touch() {
+        let in_touch = info.leader.is_some_and(|l| self.hears_from(l));
+        if !info.isr.contains(&me) || !in_touch {
             return Err(ApiError::new(
                 ErrorCode::OffsetNotAvailable,
                 format!("{topic}-{partition}: this replica is out of sync; read from the leader"),

@@ -496,6 +496,7 @@ async fn round(
         }
     };
     with.session.answered(resp.session_id, resp.error_code);
+    node.heard_from_leader(leader);
     if resp.error_code != 0 {
         // The session was refused (unknown, wrong epoch): the next round fetches in full.
         return Ok(None);

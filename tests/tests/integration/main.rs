@@ -47,3 +47,4 @@ mod tiered;
 mod timestamps;
 mod topics;
 mod transactions;
+mod zones;

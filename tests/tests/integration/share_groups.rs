@@ -28,8 +28,8 @@ use rdkafka::Offset;
 use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
 use strata_tests::groups::GroupClient;
 use strata_tests::{
-    encode_batch, now_ms, repo_root, unique_topic, wait_for, Broker, BrokerOpts, Cluster,
-    KafkaConn, RawRecord,
+    encode_batch, now_ms, repo_root, unique_topic, venv_python, wait_for, Broker, BrokerOpts,
+    Cluster, KafkaConn, RawRecord,
 };
 
 const INVALID_REQUEST: i16 = 42;
@@ -48,16 +48,9 @@ struct Given {
     v: String,
 }
 
-fn python() -> String {
-    std::env::var("STRATA_VENV_PYTHON").unwrap_or_else(|_| {
-        let home = std::env::var("HOME").unwrap_or_default();
-        format!("{home}/.cache/strata-venv/bin/python")
-    })
-}
-
 /// A share consumer process (see `tests/share_consumer.py`).
 fn share_consumer(bootstrap: &str, group: &str, topic: &str, args: &[&str]) -> Child {
-    Command::new(python())
+    Command::new(venv_python())
         .arg(repo_root().join("tests/share_consumer.py"))
         .args(["--bootstrap", bootstrap, "--group", group])
         .args(["--topic", topic])

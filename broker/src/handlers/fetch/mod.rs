@@ -74,10 +74,7 @@ pub async fn handle(
     let resolver = Resolver::new(broker, access, replica.is_some(), followers_serve);
     let client_zone = match replica {
         Some(_) => None,
-        None => zones::client_zone(
-            (version >= 11).then(|| req.rack_id.as_str()),
-            client_id,
-        ),
+        None => zones::client_zone((version >= 11).then(|| req.rack_id.as_str()), client_id),
     };
     let redirect = match followers_serve {
         true => Redirect::new(&broker.node, &resolver.state, client_zone),
@@ -185,7 +182,11 @@ pub async fn handle(
     let (kind, peer_zone) = match replica {
         Some(id) => (
             zones::Kind::Replication,
-            resolver.state.brokers.get(&id).and_then(|b| b.rack.as_deref()),
+            resolver
+                .state
+                .brokers
+                .get(&id)
+                .and_then(|b| b.rack.as_deref()),
         ),
         None => (zones::Kind::Fetch, client_zone),
     };

@@ -45,16 +45,23 @@ impl Redirect {
     pub(super) fn preferred(&self, p: &Partition, offset: i64) -> Option<u64> {
         // Allocates only for a follower in the client's zone.
         let mut candidates = Vec::new();
-        p.replication().for_each_in_sync_follower(|broker, log_end| {
-            if self.brokers.contains(&broker) {
-                candidates.push(Candidate {
-                    broker,
-                    zone: Some(self.zone.as_str()),
-                    available: true,
-                    log_end,
-                });
-            }
-        });
-        zones::select(Selector::RackAware, Some(&self.zone), None, offset, candidates)
+        p.replication()
+            .for_each_in_sync_follower(|broker, log_end| {
+                if self.brokers.contains(&broker) {
+                    candidates.push(Candidate {
+                        broker,
+                        zone: Some(self.zone.as_str()),
+                        available: true,
+                        log_end,
+                    });
+                }
+            });
+        zones::select(
+            Selector::RackAware,
+            Some(&self.zone),
+            None,
+            offset,
+            candidates,
+        )
     }
 }
