@@ -274,12 +274,16 @@ fn kafka_python_reads_from_its_zone_and_history_replays_from_the_remote_tier_thr
         TopicReplication::Variable(&[&[1, 2, 3]]),
         &[
             ("min.insync.replicas", "2"),
-            ("segment.bytes", "65536"),
+            ("segment.ms", "100"),
             ("local.retention.ms", "500"),
             ("remote.storage.enable", "true"),
         ],
     );
-    produce(&mut cluster, &topic, 0, 3000);
+    // In steps, so time-based rolls close segments for the leader to offload.
+    for step in 0..6 {
+        produce(&mut cluster, &topic, step * 500, step * 500 + 500);
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // Every replica trims its local copy once the leader has offloaded it.
     wait_for(
         "local logs trimmed below offset 1000",
