@@ -27,6 +27,9 @@ pub struct Partition {
     pub topic: String,
     pub partition: i32,
     pub replicas: Vec<i32>,
+    /// Its leaders are pinned to racks (topic config `leaders.preference`): its first replica
+    /// stays where it is.
+    pub pinned: bool,
 }
 
 /// One partition's move: from its replicas to `to`.
@@ -123,6 +126,31 @@ impl Planner<'_> {
     }
 }
 
+/// Followers in another rack than their partition's preferred leader (both racks known): the
+/// replica streams that carry every byte produced across zones once more, before (`moves`
+/// empty) or after a plan.
+pub fn cross_zone_followers(brokers: &[Broker], partitions: &[Partition], moves: &[Move]) -> usize {
+    let rack = |id: i32| {
+        (brokers.iter())
+            .find(|b| b.id == id)
+            .and_then(|b| b.rack.as_deref())
+    };
+    partitions
+        .iter()
+        .map(|p| {
+            let replicas = (moves.iter())
+                .find(|m| m.topic == p.topic && m.partition == p.partition)
+                .map_or(&p.replicas, |m| &m.to);
+            let Some(leader) = replicas.first().and_then(|l| rack(*l)) else {
+                return 0;
+            };
+            (replicas[1..].iter())
+                .filter(|r| rack(**r).is_some_and(|z| z != leader))
+                .count()
+        })
+        .sum()
+}
+
 /// The broker with the most replicas (or leaders) in `counts`, the lowest id on a tie.
 fn busiest(counts: &BTreeMap<i32, usize>) -> Option<(i32, usize)> {
     counts
@@ -201,7 +229,10 @@ pub fn balance(brokers: &[Broker], partitions: &[Partition]) -> Vec<Move> {
                     let Some(pos) = t.iter().position(|r| *r == hi) else {
                         continue;
                     };
-                    if (pos > 0) != follower_first || t.contains(&lo) || !planner.rack_ok(i, hi, lo)
+                    if (pos > 0) != follower_first
+                        || (pos == 0 && partitions[i].pinned)
+                        || t.contains(&lo)
+                        || !planner.rack_ok(i, hi, lo)
                     {
                         continue;
                     }
@@ -223,7 +254,7 @@ pub fn balance(brokers: &[Broker], partitions: &[Partition]) -> Vec<Move> {
         };
         let mut moved = false;
         for i in 0..planner.targets.len() {
-            if planner.targets[i].first() != Some(&hi) {
+            if planner.targets[i].first() != Some(&hi) || partitions[i].pinned {
                 continue;
             }
             let best = planner.targets[i]
@@ -270,6 +301,7 @@ mod tests {
                 topic: "t".to_string(),
                 partition: i as i32,
                 replicas: r.to_vec(),
+                pinned: false,
             })
             .collect()
     }
@@ -388,5 +420,28 @@ mod tests {
         let moves = drain(&brokers(&ids, Some(&racks)), &parts, 1).unwrap();
         assert_eq!(moves[0].to, vec![2, 4]);
         assert!(moves[0].copies_data());
+    }
+
+    #[test]
+    fn pinned_leaders_stay_and_cross_zone_followers_are_counted() {
+        let b = brokers(&[1, 2, 3], Some(&["a", "b", "c"]));
+        // Broker 1 is preferred for all three: the balancer would spread them.
+        let mut parts = partitions(&[&[1, 2, 3], &[1, 3, 2], &[1, 2, 3]]);
+        assert!(!balance(&b, &parts).is_empty());
+        for p in &mut parts {
+            p.pinned = true;
+        }
+        assert!(balance(&b, &parts).is_empty(), "pinned leaders stay");
+        // Every follower is in another zone than its leader here.
+        assert_eq!(cross_zone_followers(&b, &parts, &[]), 6);
+        let one_zone = brokers(&[1, 2, 3], Some(&["a", "a", "c"]));
+        assert_eq!(cross_zone_followers(&one_zone, &parts, &[]), 3);
+        let moves = [Move {
+            topic: "t".into(),
+            partition: 0,
+            from: vec![1, 2, 3],
+            to: vec![3, 1, 2],
+        }];
+        assert_eq!(cross_zone_followers(&one_zone, &parts, &moves), 4);
     }
 }

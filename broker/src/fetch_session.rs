@@ -858,8 +858,15 @@ mod tests {
             last_stable: -1,
             log_start: -1,
             error: false,
+            redirected: false,
         };
         assert!(!quiet.is_news(&sent));
+        // A client sent to another replica hears it even with nothing else new.
+        assert!(Answer {
+            redirected: true,
+            ..quiet
+        }
+        .is_news(&sent));
         assert!(Answer {
             records: 10,
             ..quiet
@@ -885,6 +892,7 @@ mod tests {
                     last_stable: 5,
                     log_start: 0,
                     error: false,
+                    redirected: false,
                 },
             )]
             .into_iter(),

@@ -10,6 +10,7 @@
 //! | `txn_timeouts` | `transaction_abort_timed_out_transaction_cleanup_interval_ms` | transactions past their timeout aborted (off the round: its writes wait for the ISR) |
 //! | `isr` | half `replica_lag_time_max_ms`, as Kafka's | followers lagging out of the ISR |
 //! | `internal_topics` | 1 s | on the controller: internal topics grown to their replication factor |
+//! | `leader_pins` | 1 s | on the controller: partitions of topics with `leaders.preference` led from their pinned racks (see `node/leader_pins.rs`) |
 //! | `auto_balance` | `auto_balance_interval_ms` | the automatic balancer |
 //! | `lag` | `lag_sample_interval_ms` | consumer lag sampled (share groups' from their share partitions' start offsets) |
 //! | `log_sweep` | 100 ms | a slice of the partitions, each once per `log_retention_check_interval_ms`: retention, `segment.ms` rolls of idle segments (see `partition::activity`) |
@@ -40,6 +41,9 @@ pub const RESOLUTION: Duration = Duration::from_millis(100);
 const GROW_EVERY: Duration = Duration::from_secs(1);
 
 const LOG_DIRS_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the controller checks that pinned leaders lead from their racks.
+const PIN_EVERY: Duration = Duration::from_secs(1);
 
 /// Every job of a running broker, ready to run.
 pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
@@ -99,6 +103,9 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
             }
         }
         .boxed()
+    }));
+    s.add(periodic("leader_pins", PIN_EVERY, b(), |b, _| {
+        async move { b.node.pin_leaders().await }.boxed()
     }));
     s.add(AutoBalance {
         broker: b(),

@@ -10,6 +10,8 @@
 //!   caller derives from the topic, so leaders spread over brokers and racks.
 //! - Placement is a pure function of its arguments: the same cluster and topic give the same
 //!   assignment.
+//! - A topic whose leaders are pinned to racks ([`pin_leader`]) has its replicas ordered by
+//!   the preference of their racks: the first is in the most preferred rack holding one.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -135,6 +137,27 @@ fn rack_alternated(brokers: &[Candidate]) -> Vec<Candidate> {
         .collect()
 }
 
+/// Orders replicas by the preference of their rack among `racks` (earliest listed first),
+/// those in no listed rack last, each group keeping its order: the first replica (the preferred
+/// leader) is in the most preferred rack that holds one, and a failover goes to the next.
+/// Returns whether the order changed; nothing changes when no replica is in those racks.
+pub fn pin_leader<'a>(
+    replicas: &mut [u64],
+    rack_of: impl Fn(u64) -> Option<&'a str>,
+    racks: &[&str],
+) -> bool {
+    let rank = |id: &u64| {
+        rack_of(*id)
+            .and_then(|r| racks.iter().position(|p| *p == r))
+            .unwrap_or(racks.len())
+    };
+    if replicas.is_sorted_by_key(rank) {
+        return false;
+    }
+    replicas.sort_by_key(rank);
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,5 +263,24 @@ mod tests {
         assert_eq!(grow(&brokers, &load, &[1, 4], 2), Vec::<u64>::new());
         // More than the brokers can hold: as many as there are.
         assert_eq!(grow(&brokers, &load, &[1], 9).len(), 4);
+    }
+
+    #[test]
+    fn pinned_replicas_are_ordered_by_the_preference_of_their_racks() {
+        let rack = |id: u64| ["a", "b", "c", "b"].get(id as usize - 1).copied();
+        let mut r = vec![1, 2, 3];
+        assert!(pin_leader(&mut r, rack, &["c", "b"]));
+        assert_eq!(r, [3, 2, 1]);
+        assert!(!pin_leader(&mut r, rack, &["c", "b"]));
+        // Equal ranks keep their order.
+        let mut r = vec![4, 2, 1];
+        assert!(!pin_leader(&mut r, rack, &["b"]));
+        let mut r = vec![1, 4, 2];
+        assert!(pin_leader(&mut r, rack, &["b"]));
+        assert_eq!(r, [4, 2, 1]);
+        // No replica in the racks: unchanged.
+        let mut r = vec![1, 2];
+        assert!(!pin_leader(&mut r, rack, &["z"]));
+        assert_eq!(r, [1, 2]);
     }
 }

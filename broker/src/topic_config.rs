@@ -18,6 +18,19 @@ pub use crate::config::catalogue::Kind;
 /// The topic key that lets share groups use a topic as their dead-letter topic.
 pub const DLQ_GROUP_ENABLE: &str = "errors.deadletterqueue.group.enable";
 
+/// The topic key that pins its partitions' leaders to racks (zones), as Redpanda's
+/// `redpanda.leaders.preference`: `none`, or `racks:<rack>[,<rack>..]` in order of preference.
+pub const LEADERS_PREFERENCE: &str = "leaders.preference";
+
+/// The racks `leaders.preference` names, most preferred first (none for `none`). Only a
+/// validated value is read here: anything else pins nothing.
+pub fn leader_racks(value: &str) -> Vec<&str> {
+    match value.trim().strip_prefix("racks:") {
+        Some(list) => list_values(list),
+        None => Vec::new(),
+    }
+}
+
 pub struct KeyDef {
     pub name: &'static str,
     pub kind: Kind,
@@ -143,6 +156,13 @@ pub const KEYS: &[KeyDef] = &[
         kind: Kind::Bool,
         doc: "whether share groups may write dead letters here (KIP-1191): a group's \
               errors.deadletterqueue.topic.name must name a topic with this true",
+    },
+    KeyDef {
+        name: LEADERS_PREFERENCE,
+        kind: Kind::Str,
+        doc: "none, or racks:<rack>[,<rack>..]: partitions are led from a replica in the first \
+              of these racks (zones) that holds one, where the topic's producers are, so \
+              produce bytes stay in their zone (as Redpanda's leader pinning)",
     },
     KeyDef {
         name: "file.delete.delay.ms",
@@ -296,6 +316,7 @@ pub fn default_value(cfg: &BrokerConfig, name: &str) -> String {
         "segment.bytes" => cfg.log_segment_bytes.to_string(),
         "segment.ms" => cfg.log_segment_ms.to_string(),
         "unclean.leader.election.enable" | DLQ_GROUP_ENABLE => "false".into(),
+        LEADERS_PREFERENCE => "none".into(),
         // Kafka's defaults of the keys that have no effect here.
         "file.delete.delay.ms" => "60000".into(),
         "max.compaction.lag.ms"
@@ -382,6 +403,12 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
                 }
                 "message.timestamp.type" => value == "CreateTime" || value == "LogAppendTime",
                 "message.format.version" => is_format_version(value),
+                LEADERS_PREFERENCE => {
+                    value == "none"
+                        || value
+                            .strip_prefix("racks:")
+                            .is_some_and(|l| !list_values(l).is_empty())
+                }
                 "leader.replication.throttled.replicas"
                 | "follower.replication.throttled.replicas" => is_throttled_replicas(value),
                 _ => true,
@@ -615,8 +642,10 @@ mod tests {
                     k.name
                 ),
                 None => assert!(
-                    matches!(k.name, "unclean.leader.election.enable" | DLQ_GROUP_ENABLE)
-                        || NO_OP_KEYS.contains(&k.name),
+                    matches!(
+                        k.name,
+                        "unclean.leader.election.enable" | DLQ_GROUP_ENABLE | LEADERS_PREFERENCE
+                    ) || NO_OP_KEYS.contains(&k.name),
                     "{} has no broker setting",
                     k.name
                 ),
@@ -656,6 +685,12 @@ mod tests {
         assert!(validate("local.retention.ms", "-2").is_ok());
         assert!(validate("retention.ms", "-2").is_err());
         assert!(validate("remote.storage.enable", "yes").is_err());
+        assert!(validate(LEADERS_PREFERENCE, "none").is_ok());
+        assert!(validate(LEADERS_PREFERENCE, "racks:us-east-1a, us-east-1b").is_ok());
+        assert!(validate(LEADERS_PREFERENCE, "racks:").is_err());
+        assert!(validate(LEADERS_PREFERENCE, "us-east-1a").is_err());
+        assert_eq!(leader_racks("racks:a, b,"), ["a", "b"]);
+        assert!(leader_racks("none").is_empty());
     }
 
     #[test]

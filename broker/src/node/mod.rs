@@ -3,13 +3,15 @@
 //! operations on them that several subsystems need: bringing partitions in line with the
 //! metadata state, finding the partition a request may be served from, proposing commands
 //! ([`Node::apply`]), topic creation ([`topics`]), producer ids, and on the controller node
-//! the growth of internal topics and the automatic balancer ([`balancer`]).
+//! the growth of internal topics, the automatic balancer ([`balancer`]) and pinned leaders
+//! ([`leader_pins`]); and this broker's zone ([`crate::zones::Zones`]).
 //!
 //! Every subsystem (groups, consumer lag, the tier, replication, the cleaner, the session with
 //! the controller) takes an `Arc<Node>`; none of them imports the [`crate::broker::Broker`]
 //! that holds them, and this module imports no subsystem.
 
 mod balancer;
+mod leader_pins;
 mod log_dirs;
 mod topics;
 pub use topics::validate_topic_name;

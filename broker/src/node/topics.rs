@@ -126,7 +126,17 @@ impl Node {
                         format!("replication factor {rf}"),
                     ));
                 }
-                self.place(name, 0, partitions as usize, rf as usize)?
+                let mut placed = self.place(name, 0, partitions as usize, rf as usize)?;
+                // Pinned leaders lead from the start (see `leader_pins.rs`).
+                if let Some(pref) = configs.get(topic_config::LEADERS_PREFERENCE) {
+                    let state = self.metadata.state();
+                    let rack_of = |id| state.brokers.get(&id).and_then(|b| b.rack.as_deref());
+                    let racks = topic_config::leader_racks(pref);
+                    for replicas in &mut placed {
+                        crate::placement::pin_leader(replicas, rack_of, &racks);
+                    }
+                }
+                placed
             }
         };
         if validate_only {

@@ -265,7 +265,10 @@ mod tests {
                                             .with_last_stable_offset(p.last_stable_offset)
                                             .with_log_start_offset(p.log_start_offset)
                                             .with_preferred_read_replica(BrokerId(
-                                                p.preferred_read_replica,
+                                                match version >= 11 {
+                                                    true => p.preferred_read_replica,
+                                                    false => -1,
+                                                },
                                             ))
                                             .with_aborted_transactions(Some(
                                                 (p.aborted.iter().flatten())

@@ -167,15 +167,59 @@ pub async fn cluster(c: &mut Client) -> anyhow::Result<ClusterView> {
                 topic: topic.clone(),
                 partition: p.partition_index,
                 replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+                pinned: false,
             });
         }
     }
     partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    let pinned = pinned_topics(c, partitions.iter().map(|p| p.topic.as_str())).await?;
+    for p in &mut partitions {
+        p.pinned = pinned.contains(&p.topic);
+    }
     Ok(ClusterView {
         brokers,
         partitions,
         leaders,
     })
+}
+
+/// The topics among `topics` whose leaders are pinned to racks (`leaders.preference` set to
+/// `racks:..`): plans leave their leaders where the pins put them.
+async fn pinned_topics<'a>(
+    c: &mut Client,
+    topics: impl Iterator<Item = &'a str>,
+) -> anyhow::Result<std::collections::HashSet<String>> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    let mut names: Vec<&str> = topics.collect();
+    names.dedup();
+    if names.is_empty() {
+        return Ok(Default::default());
+    }
+    let key = StrBytes::from_static_str("leaders.preference");
+    let resources = (names.iter())
+        .map(|t| {
+            DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_string(t.to_string()))
+                .with_configuration_keys(Some(vec![key.clone()]))
+        })
+        .collect();
+    let resp = c
+        .call(
+            4,
+            &DescribeConfigsRequest::default().with_resources(resources),
+        )
+        .await
+        .context("DescribeConfigs")?;
+    Ok((resp.results.into_iter())
+        .filter(|r| r.error_code == 0)
+        .filter(|r| {
+            (r.configs.iter())
+                .any(|e| e.name == key && e.value.as_ref().is_some_and(|v| v.starts_with("racks:")))
+        })
+        .map(|r| r.resource_name.as_str().to_string())
+        .collect())
 }
 
 /// AlterPartitionReassignments: each `(topic, partition, target)`; `None` cancels.

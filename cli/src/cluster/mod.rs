@@ -260,7 +260,8 @@ fn balance_cmd(args: BalanceArgs) -> anyhow::Result<bool> {
         let mut c = kafka::connect(&args.conn).await?;
         check_quiet(&mut c).await?;
         let view = kafka::cluster(&mut c).await?;
-        let moves = plan::balance(&view.live(), &view.partitions);
+        let live = view.live();
+        let moves = plan::balance(&live, &view.partitions);
         let copies = moves.iter().filter(|m| m.copies_data()).count();
         eprintln!(
             "balance: {} partitions on {} live brokers; {} moves ({copies} copy data, {} only change the preferred leader)",
@@ -268,6 +269,13 @@ fn balance_cmd(args: BalanceArgs) -> anyhow::Result<bool> {
             view.brokers.len(),
             moves.len(),
             moves.len() - copies
+        );
+        // Each follower in another zone than its leader carries the partition's produce bytes
+        // across a zone boundary once more (billed per GB in both directions on most clouds).
+        eprintln!(
+            "balance: followers in another zone than their preferred leader: {} before, {} after",
+            plan::cross_zone_followers(&live, &view.partitions, &[]),
+            plan::cross_zone_followers(&live, &view.partitions, &moves),
         );
         if args.dry_run {
             emit(format_args!("{}", reassign::plan_json(&moves)))?;

@@ -413,6 +413,7 @@ mod tests {
                 topic: "t".into(),
                 partition: 0,
                 replicas: vec![1, 2],
+                pinned: false,
             }],
             leaders: HashMap::new(),
         }

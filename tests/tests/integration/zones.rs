@@ -442,3 +442,68 @@ fn bad_racks_and_fetches_to_the_wrong_replica_are_sent_back_to_the_leader() {
         fetch(&mut leader, &topic, 0, "az2").2 == 2
     });
 }
+
+#[test]
+fn pinned_leaders_lead_from_their_zone_and_come_back_after_a_failure() {
+    let (mut cluster, _split) = Cluster::start_in_zones(&ZONES, &env());
+    cluster.wait_controller();
+    let topic = unique_topic("pinned");
+    cluster.create_replicated_topic(
+        &topic,
+        4,
+        TopicReplication::Fixed(3),
+        &[("leaders.preference", "racks:az3")],
+    );
+    assert_eq!(cluster.leaders(&topic), vec![Some(3); 4], "placed in az3");
+    // The operator moves the producers, and the pin, to az2 (racks listed by preference).
+    cluster.node(1).cli_ok(&[
+        "topic",
+        "alter",
+        &topic,
+        "--config",
+        "leaders.preference=racks:az2,az3",
+    ]);
+    wait_for("leaders in az2", CLUSTER_TIMEOUT, || {
+        cluster.leaders(&topic) == vec![Some(2); 4]
+    });
+    // A producer in az2 (its client id says so) sends nothing across zones.
+    let mut cfg = cluster.producer_config();
+    cfg.set("client.id", "orders strata_az=az2");
+    let producer = TrackingProducer::new(&cfg);
+    for i in 0..400usize {
+        let v = format!("r-{i}");
+        producer.send(
+            i,
+            &topic,
+            Some((i % 4) as i32),
+            v.as_bytes(),
+            v.as_bytes(),
+            &[],
+            None,
+        );
+    }
+    producer.flush(Duration::from_secs(60));
+    producer.all_delivered(400);
+    assert!(zone_bytes(cluster.member(2), "in", "produce", "same") > 400.0 * 3.0);
+    assert_eq!(zone_bytes(cluster.member(2), "in", "produce", "cross"), 0.0);
+    // Its pinned broker down, a partition is led by the next preference; back, it leads again.
+    cluster.node(2).kill9();
+    wait_for("leaders in az3 while az2 is down", CLUSTER_TIMEOUT, || {
+        cluster.leaders(&topic) == vec![Some(3); 4]
+    });
+    cluster.node(2).relaunch();
+    cluster.node(2).wait_ready();
+    wait_for("leaders back in az2", CLUSTER_TIMEOUT, || {
+        cluster.leaders(&topic) == vec![Some(2); 4]
+    });
+    // A bad preference is refused with the reason.
+    let out = cluster.node(1).cli(&[
+        "topic",
+        "alter",
+        &topic,
+        "--config",
+        "leaders.preference=az1",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("leaders.preference"));
+}
