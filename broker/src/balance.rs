@@ -224,13 +224,13 @@ pub fn balance(brokers: &[Broker], partitions: &[Partition]) -> Vec<Move> {
         'find: for (_, lo) in receivers {
             // Prefer a partition `hi` does not lead, so leadership moves less.
             for follower_first in [true, false] {
-                for i in 0..planner.targets.len() {
+                for (i, p) in partitions.iter().enumerate() {
                     let t = &planner.targets[i];
                     let Some(pos) = t.iter().position(|r| *r == hi) else {
                         continue;
                     };
                     if (pos > 0) != follower_first
-                        || (pos == 0 && partitions[i].pinned)
+                        || (pos == 0 && p.pinned)
                         || t.contains(&lo)
                         || !planner.rack_ok(i, hi, lo)
                     {
@@ -253,8 +253,8 @@ pub fn balance(brokers: &[Broker], partitions: &[Partition]) -> Vec<Move> {
             break;
         };
         let mut moved = false;
-        for i in 0..planner.targets.len() {
-            if planner.targets[i].first() != Some(&hi) || partitions[i].pinned {
+        for (i, p) in partitions.iter().enumerate() {
+            if planner.targets[i].first() != Some(&hi) || p.pinned {
                 continue;
             }
             let best = planner.targets[i]

@@ -194,6 +194,21 @@ impl Zones {
         self.counters[at(direction, kind, crossing)].get()
     }
 
+    /// Bytes that stayed in this broker's zone and bytes that crossed into another, each
+    /// crossing counted once by the broker that sent it or took it from a client: replication
+    /// sent, produce requests taken, fetch answers sent. Summed over a cluster's brokers this
+    /// is every broker-side zone crossing, what a cloud bills at its inter-zone rate in each
+    /// direction. Bytes to or from a peer of unknown zone are in neither.
+    pub fn crossings(&self) -> (u64, u64) {
+        let streams = [
+            (Direction::Out, Kind::Replication),
+            (Direction::In, Kind::Produce),
+            (Direction::Out, Kind::Fetch),
+        ];
+        let sum = |c: Crossing| (streams.iter()).map(|(d, k)| self.counted(*d, *k, c)).sum();
+        (sum(Crossing::Same), sum(Crossing::Cross))
+    }
+
     /// The object store's running totals `(read, written)`, brought into the regional
     /// counters at each scrape (the store counts its own bytes, per request).
     pub fn follow_object_store(
@@ -290,6 +305,12 @@ mod tests {
             z.counted(Direction::In, Kind::ObjectStore, Crossing::Regional),
             7
         );
+        // Crossings: replication out, produce in, fetch out; each once.
+        z.count(Direction::In, Kind::Replication, Crossing::Cross, 100);
+        z.count(Direction::Out, Kind::Replication, Crossing::Cross, 3);
+        z.count(Direction::In, Kind::Produce, Crossing::Same, 20);
+        z.count(Direction::In, Kind::Produce, Crossing::Unknown, 1000);
+        assert_eq!(z.crossings(), (20, 15 + 3));
         let text = metrics.render();
         assert!(text.contains(
             "strata_zone_bytes_total{direction=\"out\",kind=\"fetch\",zone=\"cross\"} 15"

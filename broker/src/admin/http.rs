@@ -302,11 +302,12 @@ async fn respond(
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             broker.node.metrics.render(),
         ),
-        Route::Process => (
-            StatusCode::OK,
-            "application/json",
-            crate::metrics::usage_json(),
-        ),
+        Route::Process => {
+            let (same, cross) = broker.node.zones.crossings();
+            let extra = [("same_zone_bytes", same), ("cross_zone_bytes", cross)];
+            let body = crate::metrics::usage_json(&extra);
+            (StatusCode::OK, "application/json", body)
+        }
         Route::Healthz => (StatusCode::OK, "text/plain", "ok\n".to_string()),
         Route::Partitions { topic } => (
             StatusCode::OK,

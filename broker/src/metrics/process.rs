@@ -68,9 +68,15 @@ struct Usage {
 }
 
 /// This process's usage as JSON (`/v1/process`): `cpu_seconds`, `resident_bytes`,
-/// `open_fds`, `max_fds` (null where unreadable).
-pub fn usage_json() -> String {
-    serde_json::to_string(&read_usage()).unwrap_or_else(|_| "{}".to_string())
+/// `open_fds`, `max_fds` (null where unreadable), and the `extra` counters the caller adds.
+pub fn usage_json(extra: &[(&str, u64)]) -> String {
+    let mut v = serde_json::to_value(read_usage()).unwrap_or_default();
+    if let Some(map) = v.as_object_mut() {
+        for (k, n) in extra {
+            map.insert(k.to_string(), (*n).into());
+        }
+    }
+    v.to_string()
 }
 
 fn read_usage() -> Usage {
@@ -130,7 +136,9 @@ mod tests {
         let fds = after.open_fds.expect("fd count");
         assert!(fds >= 3, "{fds}");
         assert!(after.max_fds.is_some_and(|m| m >= fds), "{after:?}");
-        let json: serde_json::Value = serde_json::from_str(&usage_json()).unwrap();
+        let json = usage_json(&[("cross_zone_bytes", 42)]);
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(json["cross_zone_bytes"], 42);
         assert!(
             json["cpu_seconds"].as_f64().is_some_and(|c| c >= a),
             "{json}"

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use strata_tests::{repo_root, strata_bin};
+use strata_tests::{repo_root, strata_bin, venv_python};
 
 fn check_config(config: &Path) -> std::process::Output {
     Command::new(strata_bin())
@@ -308,10 +308,7 @@ fn the_dashboard_and_alerts_query_only_metrics_a_running_broker_exports() {
 #[test]
 fn the_kubernetes_manifests_validate_offline_and_keep_their_invariants() {
     // scripts/test.sh installs kubernetes-validate into its venv and names that python.
-    let python = std::env::var("STRATA_VENV_PYTHON").unwrap_or_else(|_| {
-        let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-        format!("{home}/.cache/strata-venv/bin/python")
-    });
+    let python = venv_python();
     let checker = repo_root().join("scripts/check-kubernetes.py");
     let out = Command::new(&python)
         .arg(&checker)
