@@ -12,7 +12,8 @@
 # admin 127.0.0.1:(9644 + 100*(i-1)); its data and log are under $CLUSTER_DIR/node-i
 # (default ./strata-cluster). Clients bootstrap from 127.0.0.1:9092,127.0.0.1:9192,...
 # STRATA_BIN picks the binary (default: release/strata under $CARGO_TARGET_DIR or target, built when missing); other
-# STRATA_* variables configure every node.
+# STRATA_* variables configure every node. ZONES=az1,az2,az3 puts node i in the i-th zone (its
+# rack), one zone per node in turn.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,7 +31,13 @@ launch() {
     local voters
     voters="$(cat "$DIR/voters")"
     mkdir -p "$DIR/node-$id"
-    nohup "$BIN" serve --node-id "$id" --data-dir "$DIR/node-$id" \
+    local rack=()
+    if [ -n "${ZONES:-}" ]; then
+        local zones
+        IFS=, read -r -a zones <<<"$ZONES"
+        rack=(env "STRATA_RACK=${zones[$(((id - 1) % ${#zones[@]}))]}")
+    fi
+    nohup "${rack[@]}" "$BIN" serve --node-id "$id" --data-dir "$DIR/node-$id" \
         --kafka-addr "127.0.0.1:$(kafka_port "$id")" \
         --raft-addr "127.0.0.1:$(raft_port "$id")" \
         --admin-addr "127.0.0.1:$(admin_port "$id")" \
