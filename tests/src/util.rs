@@ -153,3 +153,20 @@ pub fn venv_python() -> String {
         format!("{home}/.cache/strata-venv/bin/python")
     })
 }
+
+/// Joins `thread` if it ends within `timeout` (re-raising its panic); `None` if it is still
+/// running then. A client library stuck in its teardown (librdkafka's destroy waiting on a
+/// broker thread) must fail or let a test go on, never hang the suite.
+pub fn join_within<T>(thread: std::thread::JoinHandle<T>, timeout: Duration) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    while !thread.is_finished() {
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    match thread.join() {
+        Ok(v) => Some(v),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
