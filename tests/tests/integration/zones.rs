@@ -507,3 +507,53 @@ fn pinned_leaders_lead_from_their_zone_and_come_back_after_a_failure() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("leaders.preference"));
 }
+
+#[test]
+fn kafka_python_reads_on_from_the_leader_when_its_zones_replica_dies() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let (mut cluster, _split) = Cluster::start_in_zones(&ZONES, &env());
+    cluster.wait_controller();
+    let topic = unique_topic("zoned-py");
+    cluster.create_replicated_topic(
+        &topic,
+        1,
+        TopicReplication::Variable(&[&[1, 2, 3]]),
+        &[("min.insync.replicas", "2")],
+    );
+    produce(&mut cluster, &topic, 0, 300);
+    // Reads 600 records in order from offset 0, saying `half` after the first 300.
+    let script = r#"
+import sys
+from kafka import KafkaConsumer, TopicPartition
+c = KafkaConsumer(bootstrap_servers=sys.argv[1].split(','), client_rack='az2',
+                  enable_auto_commit=False, auto_offset_reset='earliest',
+                  consumer_timeout_ms=90000, fetch_max_wait_ms=100,
+                  reconnect_backoff_max_ms=500)
+tp = TopicPartition(sys.argv[2], 0)
+c.assign([tp])
+c.seek_to_beginning(tp)
+n = 0
+for m in c:
+    assert m.value.decode() == 'r-%d' % n, (m.offset, m.value, n)
+    n += 1
+    if n == 300:
+        print('half', flush=True)
+    if n == 600:
+        break
+print(n, flush=True)
+"#;
+    let mut child = Command::new(venv_python())
+        .args(["-c", script, &cluster.bootstrap(), &topic])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run kafka-python");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "half");
+    assert!(served(cluster.member(2)).0 > 0.0, "it read from broker 2");
+    cluster.node(2).kill9();
+    produce(&mut cluster, &topic, 300, 600);
+    assert_eq!(lines.next().unwrap().unwrap(), "600");
+    assert!(child.wait().unwrap().success());
+    assert!(served(cluster.member(1)).1 > 0.0, "the leader served it the rest");
+}
