@@ -34,6 +34,6 @@ pub use netsplit::NetSplit;
 pub use proxy::FaultProxy;
 pub use raw::{encode_batch, topic_name, Idempotence, KafkaConn, QuorumAnswer, RawRecord};
 pub use util::{
-    join_within, now_ms, poll_until, repo_root, unique_topic, venv_python, wait_for, wait_for_some, wait_until,
-    Rng, Steady,
+    join_within, now_ms, poll_until, repo_root, unique_topic, venv_python, wait_for, wait_for_some,
+    wait_until, Rng, Steady,
 };

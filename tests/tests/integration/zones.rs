@@ -555,5 +555,8 @@ print(n, flush=True)
     produce(&mut cluster, &topic, 300, 600);
     assert_eq!(lines.next().unwrap().unwrap(), "600");
     assert!(child.wait().unwrap().success());
-    assert!(served(cluster.member(1)).1 > 0.0, "the leader served it the rest");
+    assert!(
+        served(cluster.member(1)).1 > 0.0,
+        "the leader served it the rest"
+    );
 }
