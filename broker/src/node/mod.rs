@@ -148,24 +148,7 @@ impl Node {
                 format!("unknown partition {topic}-{partition}"),
             )
         })?;
-        if current_leader_epoch >= 0 && current_leader_epoch < info.leader_epoch {
-            return Err(ApiError::new(
-                ErrorCode::FencedLeaderEpoch,
-                format!(
-                    "{topic}-{partition}: leader epoch {current_leader_epoch} is older than the current {}",
-                    info.leader_epoch
-                ),
-            ));
-        }
-        if current_leader_epoch > info.leader_epoch {
-            return Err(ApiError::new(
-                ErrorCode::UnknownLeaderEpoch,
-                format!(
-                    "{topic}-{partition}: leader epoch {current_leader_epoch} is newer than this broker knows ({})",
-                    info.leader_epoch
-                ),
-            ));
-        }
+        check_epoch(topic, partition, info, current_leader_epoch)?;
         let not_leader = || {
             ApiError::new(
                 ErrorCode::NotLeaderOrFollower,
@@ -219,12 +202,7 @@ impl Node {
             return self.check_leader(topic, partition, info, hosted, current_leader_epoch);
         };
         // The epoch checks are the leader's: a client a step behind or ahead hears it here too.
-        if let Err(e) = self.check_leader(topic, partition, Some(info), None, current_leader_epoch)
-        {
-            if e.code != ErrorCode::NotLeaderOrFollower {
-                return Err(e);
-            }
-        }
+        check_epoch(topic, partition, info, current_leader_epoch)?;
         if p.replication().following() != info.leader.map(|l| (l, info.leader_epoch)) {
             // The metadata change is being applied.
             return Err(ApiError::new(
@@ -322,4 +300,33 @@ impl Node {
         ids.0 += 1;
         Ok(id)
     }
+}
+
+/// A client's `current_leader_epoch` against the metadata's (-1: not checked): older is
+/// FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (this broker has not caught up yet).
+fn check_epoch(
+    topic: &str,
+    partition: i32,
+    info: &strata_metadata::PartitionInfo,
+    current_leader_epoch: i32,
+) -> Result<(), ApiError> {
+    if current_leader_epoch >= 0 && current_leader_epoch < info.leader_epoch {
+        return Err(ApiError::new(
+            ErrorCode::FencedLeaderEpoch,
+            format!(
+                "{topic}-{partition}: leader epoch {current_leader_epoch} is older than the current {}",
+                info.leader_epoch
+            ),
+        ));
+    }
+    if current_leader_epoch > info.leader_epoch {
+        return Err(ApiError::new(
+            ErrorCode::UnknownLeaderEpoch,
+            format!(
+                "{topic}-{partition}: leader epoch {current_leader_epoch} is newer than this broker knows ({})",
+                info.leader_epoch
+            ),
+        ));
+    }
+    Ok(())
 }
