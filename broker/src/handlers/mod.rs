@@ -99,6 +99,7 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
     let v = req.header.request_api_version;
     let listener = conn.listener.clone();
     let access = conn.access(&broker.security);
+    let client_id = (req.header.client_id.as_ref()).map_or("", |c| c.as_str());
     let body = match req.body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(r, v)),
         RequestKind::SaslHandshake(r) => {
@@ -165,7 +166,6 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
             describe_topic_partitions::handle(broker, r, &listener, &access),
         ),
         RequestKind::Produce(r) => {
-            let client_id = (req.header.client_id.as_ref()).map_or("", |c| c.as_str());
             return match produce::append(broker, r, v, listener, &access, client_id).await {
                 None => Handled::Now(None),
                 Some(appended) if appended.waits() => Handled::Replicating(appended),
@@ -176,7 +176,6 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
             };
         }
         RequestKind::Fetch(r) => {
-            let client_id = (req.header.client_id.as_ref()).map_or("", |c| c.as_str());
             let body = Response::Fetch(fetch::handle(broker, r, v, &access, client_id).await);
             return Handled::Now(Some(body));
         }
@@ -213,12 +212,9 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         RequestKind::ListConfigResources(r) => {
             ResponseKind::ListConfigResources(list_config_resources::handle(r, &access))
         }
-        RequestKind::GetTelemetrySubscriptions(r) => {
-            let client_id = (req.header.client_id.as_ref()).map_or("", |c| c.as_str());
-            ResponseKind::GetTelemetrySubscriptions(get_telemetry_subscriptions::handle(
-                broker, r, client_id,
-            ))
-        }
+        RequestKind::GetTelemetrySubscriptions(r) => ResponseKind::GetTelemetrySubscriptions(
+            get_telemetry_subscriptions::handle(broker, r, client_id),
+        ),
         RequestKind::PushTelemetry(r) => {
             ResponseKind::PushTelemetry(push_telemetry::handle(broker, r))
         }
@@ -231,46 +227,20 @@ pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -
         RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(
             find_coordinator::handle(broker, r, v, &listener, &access).await,
         ),
-        RequestKind::JoinGroup(r) => {
-            let client_id = req
-                .header
-                .client_id
-                .as_ref()
-                .map(|c| c.as_str().to_string())
-                .unwrap_or_default();
-            ResponseKind::JoinGroup(
-                join_group::handle(broker, r, v, &client_id, &conn.client_host, &access).await,
-            )
-        }
-        RequestKind::ConsumerGroupHeartbeat(r) => {
-            let client_id = req
-                .header
-                .client_id
-                .as_ref()
-                .map(|c| c.as_str().to_string())
-                .unwrap_or_default();
-            ResponseKind::ConsumerGroupHeartbeat(
-                consumer_group_heartbeat::handle(broker, r, &client_id, &conn.client_host, &access)
-                    .await,
-            )
-        }
-        RequestKind::ShareGroupHeartbeat(r) => {
-            let client_id = req
-                .header
-                .client_id
-                .as_ref()
-                .map(|c| c.as_str().to_string())
-                .unwrap_or_default();
-            ResponseKind::ShareGroupHeartbeat(
-                share_group_heartbeat::handle(broker, r, &client_id, &conn.client_host, &access)
-                    .await,
-            )
-        }
+        RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(
+            join_group::handle(broker, r, v, client_id, &conn.client_host, &access).await,
+        ),
+        RequestKind::ConsumerGroupHeartbeat(r) => ResponseKind::ConsumerGroupHeartbeat(
+            consumer_group_heartbeat::handle(broker, r, client_id, &conn.client_host, &access)
+                .await,
+        ),
+        RequestKind::ShareGroupHeartbeat(r) => ResponseKind::ShareGroupHeartbeat(
+            share_group_heartbeat::handle(broker, r, client_id, &conn.client_host, &access).await,
+        ),
         RequestKind::ShareGroupDescribe(r) => {
             ResponseKind::ShareGroupDescribe(share_group_describe::handle(broker, r, &access).await)
         }
         RequestKind::ShareFetch(r) => {
-            let client_id = (req.header.client_id.as_ref()).map_or("", |c| c.as_str());
             ResponseKind::ShareFetch(share_fetch::handle(broker, r, &access, client_id).await)
         }
         RequestKind::DescribeShareGroupOffsets(r) => ResponseKind::DescribeShareGroupOffsets(
