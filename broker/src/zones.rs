@@ -173,7 +173,7 @@ impl Zones {
     }
 
     /// Where a peer in `other` is against this broker.
-    pub fn crossing(&self, other: Option<&str>) -> Crossing {
+    fn crossing(&self, other: Option<&str>) -> Crossing {
         match (self.zone.as_deref(), other) {
             (Some(a), Some(b)) if a == b => Crossing::Same,
             (Some(_), Some(_)) => Crossing::Cross,
@@ -181,8 +181,14 @@ impl Zones {
         }
     }
 
+    /// Counts `bytes` going `direction` as `kind` to or from a peer in zone `peer` (`None`:
+    /// a client that names none).
+    pub fn count(&self, direction: Direction, kind: Kind, peer: Option<&str>, bytes: u64) {
+        self.add(direction, kind, self.crossing(peer), bytes);
+    }
+
     /// Counts `bytes` going `direction` as `kind` to or from a peer at `crossing`.
-    pub fn count(&self, direction: Direction, kind: Kind, crossing: Crossing, bytes: u64) {
+    fn add(&self, direction: Direction, kind: Kind, crossing: Crossing, bytes: u64) {
         if bytes == 0 {
             return;
         }
@@ -296,9 +302,9 @@ mod tests {
         assert_eq!(z.crossing(Some("a")), Crossing::Same);
         assert_eq!(z.crossing(Some("b")), Crossing::Cross);
         assert_eq!(z.crossing(None), Crossing::Unknown);
-        z.count(Direction::Out, Kind::Fetch, Crossing::Cross, 10);
-        z.count(Direction::Out, Kind::Fetch, Crossing::Cross, 5);
-        z.count(Direction::In, Kind::ObjectStore, Crossing::Regional, 7);
+        z.add(Direction::Out, Kind::Fetch, Crossing::Cross, 10);
+        z.add(Direction::Out, Kind::Fetch, Crossing::Cross, 5);
+        z.add(Direction::In, Kind::ObjectStore, Crossing::Regional, 7);
         assert_eq!(z.counted(Direction::Out, Kind::Fetch, Crossing::Cross), 15);
         assert_eq!(z.counted(Direction::In, Kind::Fetch, Crossing::Cross), 0);
         assert_eq!(
@@ -306,10 +312,10 @@ mod tests {
             7
         );
         // Crossings: replication out, produce in, fetch out; each once.
-        z.count(Direction::In, Kind::Replication, Crossing::Cross, 100);
-        z.count(Direction::Out, Kind::Replication, Crossing::Cross, 3);
-        z.count(Direction::In, Kind::Produce, Crossing::Same, 20);
-        z.count(Direction::In, Kind::Produce, Crossing::Unknown, 1000);
+        z.add(Direction::In, Kind::Replication, Crossing::Cross, 100);
+        z.add(Direction::Out, Kind::Replication, Crossing::Cross, 3);
+        z.add(Direction::In, Kind::Produce, Crossing::Same, 20);
+        z.add(Direction::In, Kind::Produce, Crossing::Unknown, 1000);
         assert_eq!(z.crossings(), (20, 15 + 3));
         let text = metrics.render();
         assert!(text.contains(

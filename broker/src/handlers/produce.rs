@@ -57,9 +57,8 @@ pub async fn append(
         .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
         .sum();
     // A producer sends no rack: its zone is the one its client id names, if any.
-    let zones = &broker.node.zones;
-    let crossing = zones.crossing(crate::zones::client_zone(None, client_id));
-    zones.count(Direction::In, Kind::Produce, crossing, sent as u64);
+    let zone = crate::zones::client_zone(None, client_id);
+    (broker.node.zones).count(Direction::In, Kind::Produce, zone, sent as u64);
     let txn_id = (req.transactional_id.as_ref()).map(|t| t.0.as_str());
     let txn_denied = txn_id.is_some_and(|id| !access.transactional_id(AclOperation::Write, id));
     let refused = if txn_denied {

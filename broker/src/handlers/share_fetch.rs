@@ -399,8 +399,7 @@ pub async fn handle(
         .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
         .sum();
     // A share consumer names no rack in its fetch: its zone is the one its client id names.
-    let zones = &broker.node.zones;
-    let crossing = zones.crossing(crate::zones::client_zone(None, client_id));
-    zones.count(Direction::Out, Kind::Fetch, crossing, sent as u64);
+    let zone = crate::zones::client_zone(None, client_id);
+    (broker.node.zones).count(Direction::Out, Kind::Fetch, zone, sent as u64);
     response
 }

@@ -560,8 +560,7 @@ async fn round(
     if replicated > 0 {
         let state = node.metadata.state();
         let leader_zone = state.brokers.get(&leader).and_then(|b| b.rack.as_deref());
-        let crossing = node.zones.crossing(leader_zone);
-        (node.zones).count(Direction::In, Kind::Replication, crossing, replicated);
+        (node.zones).count(Direction::In, Kind::Replication, leader_zone, replicated);
     }
     // A round that fetched in-sync partitions goes on at once even if moving ones sat out:
     // pausing would delay the ISR (and every acks=all write) for the move budget's sake.

@@ -194,8 +194,7 @@ pub async fn handle(
         ),
         None => (zones::Kind::Fetch, client_zone),
     };
-    let crossing = zones.crossing(peer_zone);
-    zones.count(zones::Direction::Out, kind, crossing, reply.bytes as u64);
+    zones.count(zones::Direction::Out, kind, peer_zone, reply.bytes as u64);
     let session_id =
         session::remember(broker, context, version, replica.is_some(), &wanted, &reply);
     FetchResponse {
