@@ -31,6 +31,13 @@ pub fn leader_racks(value: &str) -> Vec<&str> {
     }
 }
 
+/// The racks a topic with these config overrides pins its leaders to (none: not pinned).
+pub fn pinned_racks(configs: &BTreeMap<String, String>) -> Vec<&str> {
+    configs
+        .get(LEADERS_PREFERENCE)
+        .map_or_else(Vec::new, |v| leader_racks(v))
+}
+
 pub struct KeyDef {
     pub name: &'static str,
     pub kind: Kind,

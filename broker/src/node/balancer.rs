@@ -76,7 +76,7 @@ impl Node {
                         topic: t.name.clone(),
                         partition: i as i32,
                         replicas: p.replicas.iter().map(|r| *r as i32).collect(),
-                        pinned: pinned(t),
+                        pinned: !crate::topic_config::pinned_racks(&t.configs).is_empty(),
                     })
             })
             .collect();
@@ -121,10 +121,4 @@ impl Node {
             }
         }
     }
-}
-
-/// Whether topic `t` pins its leaders to racks (`leaders.preference`, see `leader_pins.rs`).
-fn pinned(t: &strata_metadata::TopicInfo) -> bool {
-    (t.configs.get(crate::topic_config::LEADERS_PREFERENCE))
-        .is_some_and(|v| !crate::topic_config::leader_racks(v).is_empty())
 }

@@ -15,7 +15,7 @@
 use strata_metadata::Command;
 
 use super::Node;
-use crate::topic_config::{leader_racks, LEADERS_PREFERENCE};
+use crate::topic_config::pinned_racks;
 
 /// Reorders one round may propose.
 const PIN_MOVES: usize = 100;
@@ -31,9 +31,7 @@ impl Node {
         let mut reorder = Vec::new();
         let mut elect = Vec::new();
         for t in state.topics.values() {
-            let Some(racks) = t.configs.get(LEADERS_PREFERENCE).map(|v| leader_racks(v)) else {
-                continue;
-            };
+            let racks = pinned_racks(&t.configs);
             if racks.is_empty() {
                 continue;
             }

@@ -128,10 +128,10 @@ impl Node {
                 }
                 let mut placed = self.place(name, 0, partitions as usize, rf as usize)?;
                 // Pinned leaders lead from the start (see `leader_pins.rs`).
-                if let Some(pref) = configs.get(topic_config::LEADERS_PREFERENCE) {
+                let racks = topic_config::pinned_racks(&configs);
+                if !racks.is_empty() {
                     let state = self.metadata.state();
                     let rack_of = |id| state.brokers.get(&id).and_then(|b| b.rack.as_deref());
-                    let racks = topic_config::leader_racks(pref);
                     for replicas in &mut placed {
                         crate::placement::pin_leader(replicas, rack_of, &racks);
                     }

@@ -191,12 +191,13 @@ async fn pinned_topics<'a>(
 ) -> anyhow::Result<std::collections::HashSet<String>> {
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
     use kafka_protocol::messages::DescribeConfigsRequest;
+    use strata_broker::topic_config::{leader_racks, LEADERS_PREFERENCE};
     let mut names: Vec<&str> = topics.collect();
     names.dedup();
     if names.is_empty() {
         return Ok(Default::default());
     }
-    let key = StrBytes::from_static_str("leaders.preference");
+    let key = StrBytes::from_static_str(LEADERS_PREFERENCE);
     let resources = (names.iter())
         .map(|t| {
             DescribeConfigsResource::default()
@@ -215,8 +216,12 @@ async fn pinned_topics<'a>(
     Ok((resp.results.into_iter())
         .filter(|r| r.error_code == 0)
         .filter(|r| {
-            (r.configs.iter())
-                .any(|e| e.name == key && e.value.as_ref().is_some_and(|v| v.starts_with("racks:")))
+            (r.configs.iter()).any(|e| {
+                e.name == key
+                    && e.value
+                        .as_ref()
+                        .is_some_and(|v| !leader_racks(v).is_empty())
+            })
         })
         .map(|r| r.resource_name.as_str().to_string())
         .collect())
