@@ -19,7 +19,7 @@ use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
 use strata_tests::http::parse_prometheus;
 use strata_tests::{
     reassign, topic_name, unique_topic, venv_python, wait_for, Broker, Cluster, KafkaConn,
-    TrackingProducer,
+    NetSplit, TrackingProducer,
 };
 
 const ZONES: [&str; 3] = ["az1", "az2", "az3"];
@@ -29,6 +29,27 @@ fn env() -> Vec<(&'static str, &'static str)> {
     let mut env = FAST.to_vec();
     env.push(("STRATA_REPLICA_SELECTOR_CLASS", RACK_AWARE));
     env
+}
+
+/// A three-zone cluster with `env` (see [`env`]), and a new topic named after `prefix` on it.
+fn zoned(
+    env: &[(&str, &str)],
+    prefix: &str,
+    partitions: i32,
+    replication: TopicReplication<'_>,
+    configs: &[(&str, &str)],
+) -> (Cluster, NetSplit, String) {
+    let (mut cluster, split) = Cluster::start_in_zones(&ZONES, env);
+    cluster.wait_controller();
+    let topic = unique_topic(prefix);
+    cluster.create_replicated_topic(&topic, partitions, replication, configs);
+    (cluster, split, topic)
+}
+
+/// [`zoned`]'s usual case: one partition led by broker 1 (az1), followed in az2 and az3.
+fn zoned_one(prefix: &str) -> (Cluster, NetSplit, String) {
+    let rf3 = TopicReplication::Variable(&[&[1, 2, 3]]);
+    zoned(&env(), prefix, 1, rf3, &[("min.insync.replicas", "2")])
 }
 
 /// `strata_zone_bytes_total` of one label set on a running member.
@@ -53,7 +74,12 @@ fn served(b: &Broker) -> (f64, f64) {
 /// Produces records `from..to` (value `r-<i>`) to partition 0 with an idempotent acks=all
 /// producer, and waits until each is acknowledged.
 fn produce(cluster: &mut Cluster, topic: &str, from: usize, to: usize) {
-    let mut cfg = cluster.producer_config();
+    let cfg = cluster.producer_config();
+    produce_with(cfg, topic, from, to);
+}
+
+/// [`produce`] with the producer config `cfg` (its bootstrap list, say).
+fn produce_with(mut cfg: rdkafka::ClientConfig, topic: &str, from: usize, to: usize) {
     cfg.set("enable.idempotence", "true")
         .set("message.timeout.ms", "120000");
     let producer = TrackingProducer::new(&cfg);
@@ -115,15 +141,7 @@ fn read_to(c: &BaseConsumer, got: &mut Vec<String>, n: usize) {
 
 #[test]
 fn a_consumer_reads_from_the_replica_in_its_zone_through_failures_leader_changes_and_moves() {
-    let (mut cluster, split) = Cluster::start_in_zones(&ZONES, &env());
-    cluster.wait_controller();
-    let topic = unique_topic("zoned");
-    cluster.create_replicated_topic(
-        &topic,
-        1,
-        TopicReplication::Variable(&[&[1, 2, 3]]),
-        &[("min.insync.replicas", "2")],
-    );
+    let (mut cluster, split, topic) = zoned_one("zoned");
     assert_eq!(cluster.leaders(&topic)[0], Some(1));
     produce(&mut cluster, &topic, 0, 500);
     let c = consumer(&mut cluster, &topic, "az2", "read_uncommitted");
@@ -160,7 +178,22 @@ fn a_consumer_reads_from_the_replica_in_its_zone_through_failures_leader_changes
     // Cut off, the follower leaves the ISR; it stops serving, the consumer reads on from the
     // leader, and after healing from the follower again.
     split.isolate(2, 3);
-    produce(&mut cluster, &topic, 900, 1100);
+    // Written on the majority's side, by a producer that knows only its members once they
+    // have fenced broker 2: an idempotent producer's InitProducerId sent to the cut-off broker
+    // waits out its quorum call, and librdkafka may keep choosing it.
+    wait_for("the majority to fence broker 2", CLUSTER_TIMEOUT, || {
+        let body = cluster.member(1).admin_get("/v1/cluster").map(|r| r.body);
+        let v: serde_json::Value =
+            serde_json::from_str(&body.unwrap_or_default()).unwrap_or_default();
+        (v["brokers"].as_array())
+            .is_some_and(|b| b.iter().any(|b| b["id"] == 2 && b["state"] == "fenced"))
+    });
+    let mut majority = cluster.producer_config();
+    let members = [1, 3]
+        .map(|id| cluster.member(id).kafka_addr.clone())
+        .join(",");
+    majority.set("bootstrap.servers", members);
+    produce_with(majority, &topic, 900, 1100);
     read_to(&c, &mut got, 1100);
     split.heal();
     cluster.wait_topic_healthy(&topic);
@@ -202,15 +235,7 @@ fn a_consumer_reads_from_the_replica_in_its_zone_through_failures_leader_changes
 
 #[test]
 fn read_committed_through_a_follower_sees_only_committed_records() {
-    let (mut cluster, _split) = Cluster::start_in_zones(&ZONES, &env());
-    cluster.wait_controller();
-    let topic = unique_topic("zoned-txn");
-    cluster.create_replicated_topic(
-        &topic,
-        1,
-        TopicReplication::Variable(&[&[1, 2, 3]]),
-        &[("min.insync.replicas", "2")],
-    );
+    let (mut cluster, _split, topic) = zoned_one("zoned-txn");
     use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
     let mut cfg = cluster.producer_config();
     cfg.set("transactional.id", unique_topic("zoned-tx"))
@@ -265,11 +290,9 @@ fn kafka_python_reads_from_its_zone_and_history_replays_from_the_remote_tier_thr
         ("STRATA_LOG_RETENTION_CHECK_INTERVAL_MS", "100"),
     ];
     env.extend_from_slice(&tier);
-    let (mut cluster, _split) = Cluster::start_in_zones(&ZONES, &env);
-    cluster.wait_controller();
-    let topic = unique_topic("zoned-tier");
-    cluster.create_replicated_topic(
-        &topic,
+    let (mut cluster, _split, topic) = zoned(
+        &env,
+        "zoned-tier",
         1,
         TopicReplication::Variable(&[&[1, 2, 3]]),
         &[
@@ -362,15 +385,9 @@ fn fetch(conn: &mut KafkaConn, topic: &str, offset: i64, rack: &str) -> (i16, i6
 
 #[test]
 fn bad_racks_and_fetches_to_the_wrong_replica_are_sent_back_to_the_leader() {
-    let (mut cluster, split) = Cluster::start_in_zones(&ZONES, &env());
-    cluster.wait_controller();
-    let topic = unique_topic("zoned-bad");
-    cluster.create_replicated_topic(
-        &topic,
-        1,
-        TopicReplication::Variable(&[&[1, 2]]),
-        &[("min.insync.replicas", "1")],
-    );
+    let rf2 = TopicReplication::Variable(&[&[1, 2]]);
+    let (mut cluster, split, topic) =
+        zoned(&env(), "zoned-bad", 1, rf2, &[("min.insync.replicas", "1")]);
     produce(&mut cluster, &topic, 0, 100);
     let mut leader = KafkaConn::connect(&cluster.node(1).kafka_addr.clone()).unwrap();
     let mut follower = KafkaConn::connect(&cluster.node(2).kafka_addr.clone()).unwrap();
@@ -445,15 +462,8 @@ fn bad_racks_and_fetches_to_the_wrong_replica_are_sent_back_to_the_leader() {
 
 #[test]
 fn pinned_leaders_lead_from_their_zone_and_come_back_after_a_failure() {
-    let (mut cluster, _split) = Cluster::start_in_zones(&ZONES, &env());
-    cluster.wait_controller();
-    let topic = unique_topic("pinned");
-    cluster.create_replicated_topic(
-        &topic,
-        4,
-        TopicReplication::Fixed(3),
-        &[("leaders.preference", "racks:az3")],
-    );
+    let pin = [("leaders.preference", "racks:az3")];
+    let (mut cluster, _split, topic) = zoned(&env(), "pinned", 4, TopicReplication::Fixed(3), &pin);
     assert_eq!(cluster.leaders(&topic), vec![Some(3); 4], "placed in az3");
     // The operator moves the producers, and the pin, to az2 (racks listed by preference).
     cluster.node(1).cli_ok(&[
@@ -512,15 +522,7 @@ fn pinned_leaders_lead_from_their_zone_and_come_back_after_a_failure() {
 fn kafka_python_reads_on_from_the_leader_when_its_zones_replica_dies() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
-    let (mut cluster, _split) = Cluster::start_in_zones(&ZONES, &env());
-    cluster.wait_controller();
-    let topic = unique_topic("zoned-py");
-    cluster.create_replicated_topic(
-        &topic,
-        1,
-        TopicReplication::Variable(&[&[1, 2, 3]]),
-        &[("min.insync.replicas", "2")],
-    );
+    let (mut cluster, _split, topic) = zoned_one("zoned-py");
     produce(&mut cluster, &topic, 0, 300);
     // Reads 600 records in order from offset 0, saying `half` after the first 300.
     let script = r#"
