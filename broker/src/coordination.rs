@@ -239,7 +239,8 @@ pub fn read_whole(part: &Partition, mut each: impl FnMut(Item) -> bool) -> Resul
     let mut count = 0usize;
     let mut offset = part.offsets().log_start;
     loop {
-        let (bytes, o) = part.read_replica(offset, 1 << 20).map_err(ApiError::from)?;
+        let (read, o) = part.read_replica(offset, 1 << 20).map_err(ApiError::from)?;
+        let bytes = read.bytes;
         if bytes.is_empty() || offset >= o.log_end {
             return Ok(count);
         }

@@ -6,14 +6,65 @@
 
 use std::ffi::CString;
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
+
+/// Where bytes read from a segment lie in its file: `len` bytes from `offset`. A plaintext
+/// socket is sent them from the page cache with [`sendfile`] instead of copying them out of
+/// the segment's mapping. The `Arc` keeps the descriptor open until the bytes are sent, even
+/// if the cache of open files evicts it meanwhile (`log/handles.rs`).
+#[derive(Clone, Debug)]
+pub struct FileSpan {
+    pub file: Arc<File>,
+    pub offset: u64,
+    pub len: usize,
+}
+
+/// Sends up to `len` bytes of `file` from `offset` to `socket` (sendfile(2)): the socket
+/// references the page-cache pages, nothing is copied through user space. The number sent;
+/// `WouldBlock` from a non-blocking socket that is full; 0 when the file ends before `offset`.
+pub fn sendfile(
+    socket: BorrowedFd<'_>,
+    file: &File,
+    offset: u64,
+    len: usize,
+) -> std::io::Result<usize> {
+    let mut off = libc::off_t::try_from(offset)
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: both descriptors are open for the duration of the call (borrowed), and `off` is
+    // a local the kernel writes the new offset into.
+    match unsafe { libc::sendfile(socket.as_raw_fd(), file.as_raw_fd(), &mut off, len) } {
+        n if n >= 0 => Ok(n as usize),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
 
 /// Flushes every file of the file system holding `file` (syncfs(2)).
 pub fn syncfs(file: &File) -> std::io::Result<()> {
     // SAFETY: the descriptor is open for the duration of the call.
     match unsafe { libc::syncfs(file.as_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Sets or clears TCP_CORK on a TCP socket: while set, the kernel sends only full segments;
+/// clearing it sends what it held back.
+pub fn set_cork(socket: BorrowedFd<'_>, on: bool) -> std::io::Result<()> {
+    let value = libc::c_int::from(on);
+    // SAFETY: the descriptor is open for the call; setsockopt reads `value` (its size given).
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CORK,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    match r {
         0 => Ok(()),
         _ => Err(std::io::Error::last_os_error()),
     }
@@ -95,5 +146,29 @@ mod tests {
         let (soft, hard) = open_file_limit().unwrap();
         assert!(soft <= hard);
         set_open_file_limit(soft, hard).unwrap();
+    }
+
+    #[test]
+    fn sendfile_sends_the_range_and_says_where_the_file_ends() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let file = File::open(&path).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        assert_eq!(sendfile(server.as_fd(), &file, 3, 4).unwrap(), 4);
+        assert_eq!(sendfile(server.as_fd(), &file, 8, 100).unwrap(), 2);
+        assert_eq!(sendfile(server.as_fd(), &file, 10, 5).unwrap(), 0);
+        assert!(sendfile(server.as_fd(), &file, u64::MAX, 5).is_err());
+        set_cork(server.as_fd(), true).unwrap();
+        set_cork(server.as_fd(), false).unwrap();
+        assert!(set_cork(file.as_fd(), true).is_err(), "not a socket");
+        (&server).write_all(b"!").unwrap();
+        let mut got = [0u8; 7];
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"345689!");
     }
 }

@@ -102,8 +102,11 @@ impl Certs {
         (cert_path, key_path)
     }
 
-    /// The DER of the certificate a TLS server at `addr` presents (verified against our CA).
-    pub fn served_certificate(&self, addr: &str) -> Vec<u8> {
+    /// A TLS connection to `addr` trusting our CA (no client certificate), not yet handshaken.
+    pub fn tls_client(
+        &self,
+        addr: &str,
+    ) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
         for c in rustls::pki_types::CertificateDer::pem_file_iter(&self.ca_cert).expect("CA") {
@@ -116,17 +119,23 @@ impl Certs {
             .with_root_certificates(roots)
             .with_no_client_auth();
         let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
-        let mut conn = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
-        let mut sock = TcpStream::connect(addr).expect("connect");
-        sock.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
+        let sock = TcpStream::connect(addr).expect("connect");
+        sock.set_read_timeout(Some(std::time::Duration::from_secs(30)))
             .expect("timeout");
-        let mut tls = rustls::Stream::new(&mut conn, &mut sock);
+        rustls::StreamOwned::new(conn, sock)
+    }
+
+    /// The DER of the certificate a TLS server at `addr` presents (verified against our CA).
+    pub fn served_certificate(&self, addr: &str) -> Vec<u8> {
+        let mut tls = self.tls_client(addr);
         // A Kafka ApiVersions v0 request drives the handshake to completion.
         let _ = tls.write_all(&[0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1, 0, 0]);
         let _ = tls.flush();
         let mut len = [0u8; 4];
         let _ = tls.read_exact(&mut len);
-        conn.peer_certificates()
+        tls.conn
+            .peer_certificates()
             .and_then(|c| c.first())
             .map(|c| c.to_vec())
             .expect("the server presented a certificate")

@@ -493,6 +493,7 @@ mod tests {
 
     use super::*;
     use crate::log::batch::{build, split_and_validate};
+    use crate::log::committed as bytes_and_aborted;
     use crate::log::config::LogConfig;
 
     const NOW: i64 = 10_000_000;
@@ -523,7 +524,7 @@ mod tests {
         let mut out = BTreeMap::new();
         let mut next = log.log_start_offset();
         loop {
-            let mut bytes = log.read(next, 1 << 20, i64::MAX).unwrap();
+            let mut bytes = log.read(next, 1 << 20, i64::MAX).unwrap().bytes;
             if bytes.is_empty() {
                 return out;
             }
@@ -580,7 +581,7 @@ mod tests {
         let mut out = Vec::new();
         let mut next = log.log_start_offset();
         loop {
-            let bytes = log.read(next, 1 << 20, i64::MAX).unwrap();
+            let bytes = log.read(next, 1 << 20, i64::MAX).unwrap().bytes;
             if bytes.is_empty() {
                 return out;
             }
@@ -623,21 +624,24 @@ mod tests {
         assert_eq!(all[&open_at].1.as_deref(), Some("open"));
         assert_eq!(markers(&mut log).len(), 3, "markers are kept");
         // The abort is still indexed for read_committed readers of what remains.
-        let (bytes, listed) = log.read_committed(0, 1 << 30).unwrap();
+        let (bytes, listed) = bytes_and_aborted(log.read_committed(0, 1 << 30).unwrap());
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].producer_id, 2);
         log.close().unwrap();
         drop(log);
         let mut log = open(dir.path());
         assert_eq!(
-            log.read_committed(0, 1 << 30).unwrap(),
+            bytes_and_aborted(log.read_committed(0, 1 << 30).unwrap()),
             (bytes.clone(), listed)
         );
         // A crash rebuilds the index from what the log holds: the aborted batch is gone, so
         // its abort need not be listed any more; what is read stays the same.
         drop(log);
         let mut log = open(dir.path());
-        assert_eq!(log.read_committed(0, 1 << 30).unwrap().0, bytes);
+        assert_eq!(
+            bytes_and_aborted(log.read_committed(0, 1 << 30).unwrap()).0,
+            bytes
+        );
     }
 
     /// 300 updates of 10 keys across many small segments.

@@ -64,6 +64,15 @@ use segment::Segment;
 pub use segments::Segments;
 use txn_index::AbortedTxn;
 
+/// Whole batches read from the local log: their bytes (a slice of the segment's mapping) and
+/// where they lie in the segment's file, when its descriptor was at hand (a plaintext socket
+/// is sent them from there, see `server/write.rs`). Empty when there was nothing to read.
+#[derive(Clone, Debug, Default)]
+pub struct Batches {
+    pub bytes: Bytes,
+    pub file: Option<crate::sys::FileSpan>,
+}
+
 /// Who writes a batch (see [`Log::append_from`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -679,14 +688,14 @@ impl Log {
     /// Reads whole batches starting with the one containing `offset`, up to `max_bytes`
     /// (always at least one batch) and never at or above `limit` (the high watermark for
     /// consumers). An empty result means there is nothing at `offset` yet.
-    pub fn read(&mut self, offset: i64, max_bytes: usize, limit: i64) -> Result<Bytes, LogError> {
+    pub fn read(&mut self, offset: i64, max_bytes: usize, limit: i64) -> Result<Batches, LogError> {
         let limit = limit.min(self.high_watermark);
         self.read_upto(offset, max_bytes, limit)
     }
 
     /// Like [`Log::read`] but up to the log end, past the high watermark: what a follower
     /// replicates.
-    pub fn read_replica(&mut self, offset: i64, max_bytes: usize) -> Result<Bytes, LogError> {
+    pub fn read_replica(&mut self, offset: i64, max_bytes: usize) -> Result<Batches, LogError> {
         let end = self.log_end_offset();
         self.read_upto(offset, max_bytes, end)
     }
@@ -697,16 +706,21 @@ impl Log {
         &mut self,
         offset: i64,
         max_bytes: usize,
-    ) -> Result<(Bytes, Vec<AbortedTxn>), LogError> {
+    ) -> Result<(Batches, Vec<AbortedTxn>), LogError> {
         let lso = self.last_stable_offset();
-        let bytes = self.read_upto(offset, max_bytes, lso)?;
-        let Some(upper) = records::end_offset(&bytes) else {
-            return Ok((bytes, Vec::new()));
+        let read = self.read_upto(offset, max_bytes, lso)?;
+        let Some(upper) = records::end_offset(&read.bytes) else {
+            return Ok((read, Vec::new()));
         };
-        Ok((bytes, self.segments.aborted(offset, upper)))
+        Ok((read, self.segments.aborted(offset, upper)))
     }
 
-    fn read_upto(&mut self, offset: i64, max_bytes: usize, limit: i64) -> Result<Bytes, LogError> {
+    fn read_upto(
+        &mut self,
+        offset: i64,
+        max_bytes: usize,
+        limit: i64,
+    ) -> Result<Batches, LogError> {
         let end = self.log_end_offset();
         if offset < self.log_start_offset || offset > end {
             return Err(LogError::OffsetOutOfRange {
@@ -801,6 +815,12 @@ fn track_marker(
             .first_unstable_offset()
             .unwrap_or(done.last_offset + 1),
     })
+}
+
+/// A read_committed read's bytes and aborted transactions, as tests compare them.
+#[cfg(test)]
+pub(crate) fn committed((read, aborted): (Batches, Vec<AbortedTxn>)) -> (Bytes, Vec<AbortedTxn>) {
+    (read.bytes, aborted)
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ use super::handles;
 use super::index::{Durability, OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
 use super::txn_index::TxnIndex;
 use super::LogError;
+use crate::sys::FileSpan;
 
 pub fn log_path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{base_offset:020}.log"))
@@ -409,6 +410,18 @@ impl Segment {
             start: position as usize,
             end: end as usize,
         }))
+    }
+
+    /// Where `len` bytes from `position` lie in the segment's file, for a reader that sends
+    /// them from the page cache; `None` when no descriptor can be had (the mapping still
+    /// serves the bytes).
+    pub fn span(&self, position: u64, len: usize) -> Option<FileSpan> {
+        let file = self.file().ok()?;
+        Some(FileSpan {
+            file,
+            offset: position,
+            len,
+        })
     }
 
     /// Headers of every batch from `position` on (for producer-state rebuild and time lookups).

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use super::records;
 use super::segment::Segment;
 use super::txn_index::{self, AbortedTxn};
-use super::{ClosedSegment, LogError};
+use super::{Batches, ClosedSegment, LogError};
 
 pub struct Segments {
     dir: PathBuf,
@@ -173,17 +173,19 @@ impl Segments {
         max_bytes: usize,
         limit: i64,
         capacity: u64,
-    ) -> Result<Bytes, LogError> {
+    ) -> Result<Batches, LogError> {
         let first = self.base_for(offset);
         for seg in self.map.range_mut(first..).map(|(_, s)| s) {
             if let Some((pos, header)) = seg.find_batch(offset, capacity)? {
                 if header.last_offset() >= limit {
-                    return Ok(Bytes::new());
+                    return Ok(Batches::default());
                 }
-                return seg.read_from(pos, max_bytes, limit, capacity);
+                let bytes = seg.read_from(pos, max_bytes, limit, capacity)?;
+                let file = seg.span(pos, bytes.len());
+                return Ok(Batches { bytes, file });
             }
         }
-        Ok(Bytes::new())
+        Ok(Batches::default())
     }
 
     /// The aborted transactions overlapping `from..upper`.

@@ -22,7 +22,7 @@ fn read_all(log: &mut Log, from: i64) -> Vec<BatchHeader> {
     let mut out = vec![];
     let mut next = from;
     loop {
-        let bytes = log.read(next, 1 << 20, i64::MAX).unwrap();
+        let bytes = log.read(next, 1 << 20, i64::MAX).unwrap().bytes;
         if bytes.is_empty() {
             return out;
         }
@@ -63,12 +63,12 @@ fn a_fetch_in_the_middle_of_a_batch_returns_that_whole_batch() {
     let mut log = open(dir.path(), 1 << 20);
     log.append(&validated(batch(5, 0)), 0, 0).unwrap();
     log.append(&validated(batch(5, 0)), 0, 0).unwrap();
-    let bytes = log.read(7, 1 << 20, i64::MAX).unwrap();
+    let bytes = log.read(7, 1 << 20, i64::MAX).unwrap().bytes;
     let h = BatchHeader::parse(&bytes).unwrap();
     assert_eq!(h.base_offset, 5);
     assert_eq!(h.last_offset(), 9);
     // At the log end there is nothing yet, and beyond it is out of range.
-    assert!(log.read(10, 1 << 20, i64::MAX).unwrap().is_empty());
+    assert!(log.read(10, 1 << 20, i64::MAX).unwrap().bytes.is_empty());
     assert!(matches!(
         log.read(11, 100, i64::MAX),
         Err(LogError::OffsetOutOfRange { .. })
@@ -83,13 +83,16 @@ fn max_bytes_limits_a_read_but_never_below_one_batch() {
     for _ in 0..4 {
         log.append(&validated(one.clone()), 0, 0).unwrap();
     }
-    assert_eq!(log.read(0, 1, i64::MAX).unwrap().len(), one.len());
+    assert_eq!(log.read(0, 1, i64::MAX).unwrap().bytes.len(), one.len());
     assert_eq!(
-        log.read(0, one.len() * 2 + 1, i64::MAX).unwrap().len(),
+        log.read(0, one.len() * 2 + 1, i64::MAX)
+            .unwrap()
+            .bytes
+            .len(),
         one.len() * 2
     );
     // The limit (high watermark for consumers) cuts whole batches.
-    assert_eq!(log.read(0, 1 << 20, 20).unwrap().len(), one.len() * 2);
+    assert_eq!(log.read(0, 1 << 20, 20).unwrap().bytes.len(), one.len() * 2);
 }
 
 #[test]
@@ -106,7 +109,7 @@ fn segments_roll_at_segment_bytes_and_reads_cross_them() {
     assert_eq!(headers.last().unwrap().last_offset(), 39);
     // Every offset resolves to the batch that holds it, at every segment boundary.
     for off in 0..40 {
-        let bytes = log.read(off, 1, i64::MAX).unwrap();
+        let bytes = log.read(off, 1, i64::MAX).unwrap().bytes;
         let h = BatchHeader::parse(&bytes).unwrap();
         assert!(
             h.base_offset <= off && off <= h.last_offset(),
@@ -149,7 +152,7 @@ fn delete_records_moves_the_start_and_drops_whole_segments() {
         Err(LogError::OffsetOutOfRange { .. })
     ));
     assert_eq!(
-        BatchHeader::parse(&log.read(12, 1, i64::MAX).unwrap())
+        BatchHeader::parse(&log.read(12, 1, i64::MAX).unwrap().bytes)
             .unwrap()
             .base_offset,
         10
@@ -158,7 +161,7 @@ fn delete_records_moves_the_start_and_drops_whole_segments() {
     // Deleting everything leaves an empty log that starts at the end.
     assert_eq!(log.delete_records_before(30, 0).unwrap(), 30);
     assert_eq!(log.log_end_offset(), 30);
-    assert!(log.read(30, 100, i64::MAX).unwrap().is_empty());
+    assert!(log.read(30, 100, i64::MAX).unwrap().bytes.is_empty());
     drop(log);
     let log = open(dir.path(), 1 << 20);
     assert_eq!(log.log_start_offset(), 30);
@@ -319,7 +322,7 @@ fn a_missing_or_garbled_index_is_rebuilt() {
     std::fs::remove_file(dir.path().join(format!("{:020}.index", 0))).unwrap();
     let (mut log, _) = Log::open(dir.path(), cfg.clone(), 0).unwrap();
     assert_eq!(log.log_end_offset(), 1000);
-    let h = BatchHeader::parse(&log.read(777, 1, i64::MAX).unwrap()).unwrap();
+    let h = BatchHeader::parse(&log.read(777, 1, i64::MAX).unwrap().bytes).unwrap();
     assert_eq!(h.base_offset, 750);
     log.close().unwrap();
     drop(log);
@@ -329,7 +332,7 @@ fn a_missing_or_garbled_index_is_rebuilt() {
     )
     .unwrap();
     let (mut log, _) = Log::open(dir.path(), cfg, 0).unwrap();
-    let h = BatchHeader::parse(&log.read(777, 1, i64::MAX).unwrap()).unwrap();
+    let h = BatchHeader::parse(&log.read(777, 1, i64::MAX).unwrap().bytes).unwrap();
     assert_eq!(h.base_offset, 750);
 }
 
@@ -386,7 +389,7 @@ fn log_append_time_topics_stamp_batches_with_the_broker_clock() {
     let mut log = Log::open(dir.path(), cfg, 0).unwrap().0;
     let info = log.append(&validated(batch(3, 5)), 0, 777).unwrap();
     assert_eq!(info.log_append_time, 777);
-    let h = batch::validate(&log.read(0, 1, i64::MAX).unwrap()).unwrap();
+    let h = batch::validate(&log.read(0, 1, i64::MAX).unwrap().bytes).unwrap();
     assert!(h.is_log_append_time());
     assert_eq!(h.max_timestamp, 777);
 }
@@ -582,7 +585,7 @@ mod transactions {
         let mut log = open(dir.path(), 1 << 20);
         log.append(&validated(transactional(3, 0, 1, 0, 0)), 0, 0)
             .unwrap();
-        let (bytes, aborted) = log.read_committed(0, 1 << 20).unwrap();
+        let (bytes, aborted) = committed(log.read_committed(0, 1 << 20).unwrap());
         assert!(
             bytes.is_empty() && aborted.is_empty(),
             "nothing is stable yet"
@@ -592,7 +595,7 @@ mod transactions {
         log.append(&validated(transactional(2, 0, 3, 0, 0)), 0, 0)
             .unwrap();
         log.append_marker(Marker::Abort, 1, 0, 5, 0, 0).unwrap();
-        let (bytes, aborted) = log.read_committed(0, 1 << 20).unwrap();
+        let (bytes, aborted) = committed(log.read_committed(0, 1 << 20).unwrap());
         assert_eq!(
             offsets(&bytes),
             vec![0, 3],
@@ -602,11 +605,11 @@ mod transactions {
         log.append_marker(Marker::Commit, 3, 0, 5, 0, 0).unwrap();
         assert_eq!(log.last_stable_offset(), 8);
         assert_eq!(log.high_watermark(), 8);
-        let (bytes, aborted) = log.read_committed(0, 1 << 20).unwrap();
+        let (bytes, aborted) = committed(log.read_committed(0, 1 << 20).unwrap());
         assert_eq!(offsets(&bytes), vec![0, 3, 4, 6, 7]);
         assert_eq!(aborted, vec![abort(1, 0, 6, 4)]);
         // From past the aborted transaction, it is not listed.
-        let (bytes, aborted) = log.read_committed(7, 1 << 20).unwrap();
+        let (bytes, aborted) = committed(log.read_committed(7, 1 << 20).unwrap());
         assert_eq!(offsets(&bytes), vec![7]);
         assert!(aborted.is_empty());
         assert_eq!(ongoing(&log), vec![]);
@@ -681,7 +684,7 @@ mod transactions {
             log.append(&validated(transactional(1, 0, 9, 0, 0)), 0, 0)
                 .unwrap();
             assert!(log.segments().count() > 3);
-            let expected = log.read_committed(0, 1 << 20).unwrap();
+            let expected = committed(log.read_committed(0, 1 << 20).unwrap());
             assert_eq!(log.last_stable_offset(), 8);
             if crash {
                 // Nothing flushed: every segment is rescanned, from the previous snapshot
@@ -699,9 +702,9 @@ mod transactions {
                 "producer 9's transaction is open"
             );
             assert_eq!(ongoing(&log), vec![(9, 8)]);
-            assert_eq!(log.read_committed(0, 1 << 20).unwrap(), expected);
+            assert_eq!(committed(log.read_committed(0, 1 << 20).unwrap()), expected);
             log.append_marker(Marker::Abort, 9, 0, 5, 0, 0).unwrap();
-            let (_, aborted) = log.read_committed(8, 1 << 20).unwrap();
+            let (_, aborted) = committed(log.read_committed(8, 1 << 20).unwrap());
             assert_eq!(aborted, vec![abort(9, 8, 9, 10)]);
         }
     }
@@ -713,13 +716,13 @@ mod transactions {
         two_transactions(&mut leader);
         let mut follower = open(fd.path(), 1 << 20);
         follower.set_replicated(true, false);
-        let bytes = leader.read_replica(0, 1 << 20).unwrap();
+        let bytes = leader.read_replica(0, 1 << 20).unwrap().bytes;
         follower.append_replicated(&validated(bytes), 0).unwrap();
         follower.set_high_watermark(8);
         assert_eq!(follower.last_stable_offset(), 8);
         assert_eq!(
-            follower.read_committed(0, 1 << 20).unwrap(),
-            leader.read_committed(0, 1 << 20).unwrap()
+            committed(follower.read_committed(0, 1 << 20).unwrap()),
+            committed(leader.read_committed(0, 1 << 20).unwrap())
         );
         // The commit at 7 is cut: producer 3's transaction is open again from 4.
         follower.truncate_to(7, 0).unwrap();
@@ -729,7 +732,10 @@ mod transactions {
         follower.truncate_to(6, 0).unwrap();
         assert_eq!(follower.last_stable_offset(), 0);
         follower.set_high_watermark(6);
-        assert_eq!(follower.read_committed(0, 1 << 20).unwrap().1, vec![]);
+        assert_eq!(
+            committed(follower.read_committed(0, 1 << 20).unwrap()).1,
+            vec![]
+        );
     }
 }
 

@@ -212,6 +212,7 @@ pub struct Metrics {
     latency: Family<ApiLabels, Histogram, fn() -> Histogram>,
     bytes_in: Counter,
     bytes_out: Counter,
+    bytes_out_from_page_cache: Counter,
     connections: Gauge,
     rejected_connections: Family<ReasonLabels, Counter>,
     closed_connections: Family<ReasonLabels, Counter>,
@@ -249,6 +250,7 @@ impl Metrics {
             latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             bytes_in: Counter::default(),
             bytes_out: Counter::default(),
+            bytes_out_from_page_cache: Counter::default(),
             connections: Gauge::default(),
             rejected_connections: Family::default(),
             closed_connections: Family::default(),
@@ -310,6 +312,11 @@ impl Metrics {
             "network_sent_bytes",
             "Bytes of Kafka responses sent",
             m.bytes_out.clone(),
+        );
+        registry.register(
+            "network_sent_from_page_cache_bytes",
+            "Bytes of Kafka responses (records) sent from the page cache by sendfile, never copied by the broker",
+            m.bytes_out_from_page_cache.clone(),
         );
         registry.register(
             "connections",
@@ -433,6 +440,10 @@ impl Metrics {
 
     pub fn sent(&self, bytes: u64) {
         self.bytes_out.inc_by(bytes);
+    }
+
+    pub fn sent_from_page_cache(&self, bytes: u64) {
+        self.bytes_out_from_page_cache.inc_by(bytes);
     }
 
     pub fn connection_opened(&self) {

@@ -254,7 +254,7 @@ impl Partition {
 
     /// Timestamp of the record at `offset` (for lag in seconds), if it is readable.
     pub fn timestamp_at(&self, offset: i64) -> Option<i64> {
-        let bytes = self.log().read(offset, 1, i64::MAX).ok()?;
+        let bytes = self.log().read(offset, 1, i64::MAX).ok()?.bytes;
         let header = crate::log::batch::BatchHeader::parse(&bytes).ok()?;
         if header.is_log_append_time() {
             return Some(header.max_timestamp);

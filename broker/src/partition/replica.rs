@@ -18,7 +18,7 @@ use super::leader::{IsrChange, LeaderState};
 use super::{offsets_of, Offsets, Partition};
 use crate::error::{ApiError, ErrorCode};
 use crate::log::producer_state::ProducerState;
-use crate::log::{AppendInfo, LogError};
+use crate::log::{AppendInfo, Batches, LogError};
 
 /// This broker's part in a partition, from the metadata state.
 pub enum Role {
@@ -341,7 +341,7 @@ impl Partition {
         &self,
         offset: i64,
         max_bytes: usize,
-    ) -> Result<(Bytes, Offsets), LogError> {
+    ) -> Result<(Batches, Offsets), LogError> {
         let remote = self.remote();
         let mut log = self.log();
         if offset < log.log_start_offset() {

@@ -10,7 +10,7 @@ use strata_metadata::{PartitionInfo, RemoteSegment};
 
 use super::{offsets_of, Offsets, Partition};
 use crate::log::txn_index::AbortedTxn;
-use crate::log::{ClosedSegment, LogError, RemoteView};
+use crate::log::{Batches, ClosedSegment, LogError, RemoteView};
 
 /// A partition's local and remote ranges (`end`s are exclusive).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -113,7 +113,7 @@ impl Isolation {
 pub enum Read {
     /// Whole batches from the local log (possibly empty: nothing there yet), and for a
     /// read_committed read the aborted transactions that overlap them.
-    Local(Bytes, Vec<AbortedTxn>),
+    Local(Batches, Vec<AbortedTxn>),
     /// The offset lies in this remote segment; the tier reads it.
     Remote(RemoteSegment),
 }

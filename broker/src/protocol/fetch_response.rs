@@ -7,7 +7,8 @@
 //! compare against; that cost more than the records. Here a response is a flat list of the
 //! fields Strata sets, written in one pass; record batches of [`MIN_ZERO_COPY`] bytes or more
 //! are not copied but become chunks of their own (slices of the segment mappings), written
-//! with vectored I/O.
+//! with vectored I/O, or, where the read named the segment file they lie in, sent from the
+//! page cache by `sendfile` on a plaintext socket ([`Encoded::files`]).
 //!
 //! Invariant: for every Fetch version Strata speaks (4 to 16), the bytes are exactly those
 //! `kafka-protocol` encodes for the same response (`the_frame_is_what_the_codec_encodes`
@@ -18,6 +19,8 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::StrBytes;
 
 use super::error::EncodeError;
+use super::Encoded;
+use crate::sys::FileSpan;
 
 /// Below this, copying a record batch is cheaper than a chunk of its own.
 const MIN_ZERO_COPY: usize = 4096;
@@ -58,6 +61,8 @@ pub struct Partition {
     pub aborted: Option<Vec<(i64, i64)>>,
     /// Whole record batches (empty for none).
     pub records: Bytes,
+    /// Where `records` lie in a segment file, when read from the local log.
+    pub file: Option<FileSpan>,
     /// v11+: the replica the client should read this partition from instead (KIP-392; -1:
     /// here).
     pub preferred_read_replica: i32,
@@ -81,7 +86,7 @@ impl FetchResponse {
     }
 
     /// The response frame, length prefix and header included, as chunks.
-    pub fn encode(&self, version: i16, correlation_id: i32) -> Result<Vec<Bytes>, EncodeError> {
+    pub fn encode(&self, version: i16, correlation_id: i32) -> Result<Encoded, EncodeError> {
         if !VERSIONS.contains(&version) {
             return Err(EncodeError(format!("Fetch v{version} is not supported")));
         }
@@ -129,7 +134,7 @@ impl FetchResponse {
                 if version >= 11 {
                     w.buf.put_i32(p.preferred_read_replica);
                 }
-                w.bytes(&p.records)?;
+                w.bytes(&p.records, p.file.as_ref())?;
                 w.tagged_fields();
             }
             w.tagged_fields();
@@ -146,6 +151,8 @@ struct Writer {
     /// The frame's first chunk, kept writable until its length prefix is patched.
     head: Option<BytesMut>,
     chunks: Vec<Bytes>,
+    /// Chunks that also lie in a segment file, by index.
+    files: Vec<(usize, FileSpan)>,
     flexible: bool,
 }
 
@@ -155,6 +162,7 @@ impl Writer {
             buf: BytesMut::with_capacity(capacity),
             head: None,
             chunks: Vec::new(),
+            files: Vec::new(),
             flexible,
         }
     }
@@ -189,7 +197,7 @@ impl Writer {
         Ok(())
     }
 
-    fn bytes(&mut self, b: &Bytes) -> Result<(), EncodeError> {
+    fn bytes(&mut self, b: &Bytes, file: Option<&FileSpan>) -> Result<(), EncodeError> {
         let n = i32::try_from(b.len()).map_err(|_| EncodeError("records too long".into()))?;
         if self.flexible {
             self.uvarint(n as u32 + 1);
@@ -200,6 +208,9 @@ impl Writer {
             self.buf.put_slice(b);
         } else {
             self.cut();
+            if let Some(file) = file.filter(|f| f.len == b.len()) {
+                self.files.push((self.chunks.len(), file.clone()));
+            }
             self.chunks.push(b.clone());
         }
         Ok(())
@@ -222,7 +233,7 @@ impl Writer {
         }
     }
 
-    fn finish(mut self) -> Result<Vec<Bytes>, EncodeError> {
+    fn finish(mut self) -> Result<Encoded, EncodeError> {
         self.cut();
         let len: usize = self.chunks.iter().map(Bytes::len).sum::<usize>()
             + self.head.as_ref().map_or(0, BytesMut::len);
@@ -230,7 +241,10 @@ impl Writer {
         let mut head = self.head.take().expect("cut sets the head");
         head[..4].copy_from_slice(&size.to_be_bytes());
         self.chunks[0] = head.freeze();
-        Ok(self.chunks)
+        Ok(Encoded {
+            chunks: self.chunks,
+            files: self.files,
+        })
     }
 }
 
@@ -320,6 +334,7 @@ mod tests {
                             aborted: (i % 3 == 1)
                                 .then(|| (0..i as i64).map(|a| (a * 1_000_003, a << 20)).collect()),
                             records: Bytes::from(vec![i as u8; sizes[(t + i) % sizes.len()]]),
+                            file: None,
                             preferred_read_replica: if i % 4 == 2 { i as i32 } else { -1 },
                         })
                         .collect(),
@@ -347,7 +362,7 @@ mod tests {
     fn the_frame_is_what_the_codec_encodes() {
         for r in responses() {
             for version in VERSIONS {
-                let chunks = r.encode(version, 0x0102_0304).unwrap();
+                let chunks = r.encode(version, 0x0102_0304).unwrap().chunks;
                 let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
                 assert_eq!(joined, codec(&r, version, 0x0102_0304), "v{version}");
                 assert!(
@@ -363,14 +378,14 @@ mod tests {
             topics: responses().pop().unwrap().topics,
         };
         for version in 7..=16 {
-            let joined: Vec<u8> = (with_session.encode(version, 5).unwrap().iter())
+            let joined: Vec<u8> = (with_session.encode(version, 5).unwrap().chunks.iter())
                 .flat_map(|c| c.iter().copied())
                 .collect();
             assert_eq!(joined, codec(&with_session, version, 5), "v{version}");
         }
         for version in 7..=16 {
             let e = FetchResponse::error(70);
-            let joined: Vec<u8> = (e.encode(version, 9).unwrap().iter())
+            let joined: Vec<u8> = (e.encode(version, 9).unwrap().chunks.iter())
                 .flat_map(|c| c.iter().copied())
                 .collect();
             assert_eq!(joined, codec(&e, version, 9), "v{version}");
@@ -381,6 +396,14 @@ mod tests {
     fn large_batches_are_referenced_not_copied() {
         let big = Bytes::from(vec![7u8; 10_000]);
         let small = Bytes::from(vec![1u8; 10]);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), &big).unwrap();
+        let file = std::sync::Arc::new(std::fs::File::open(dir.path().join("f")).unwrap());
+        let span = |len| FileSpan {
+            file: file.clone(),
+            offset: 0,
+            len,
+        };
         let partition = |index, records: &Bytes| Partition {
             index,
             error_code: 0,
@@ -389,6 +412,7 @@ mod tests {
             log_start_offset: 0,
             aborted: None,
             records: records.clone(),
+            file: Some(span(records.len())),
             preferred_read_replica: -1,
         };
         let r = FetchResponse {
@@ -402,7 +426,10 @@ mod tests {
             }],
         };
         for version in VERSIONS {
-            let chunks = r.encode(version, 1).unwrap();
+            let Encoded { chunks, files } = r.encode(version, 1).unwrap();
+            // The large batches' files, at their chunks; the small one is copied.
+            let at: Vec<usize> = files.iter().map(|(i, _)| *i).collect();
+            assert_eq!(at, vec![1, 3], "v{version}");
             let referenced = chunks.iter().filter(|c| c.as_ptr() == big.as_ptr()).count();
             assert_eq!(referenced, 2, "v{version}");
             // Below v12 nothing follows the last partition's records.

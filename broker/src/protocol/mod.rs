@@ -173,14 +173,30 @@ impl From<ResponseKind> for Response {
     }
 }
 
-/// Encodes a response frame, length prefix included, as chunks for vectored writes: record
-/// batches in Fetch responses are referenced, not copied.
+/// A response frame, encoded: its chunks in order, length prefix included, and which of them
+/// are record bytes that also lie in a segment file (by chunk index, ascending), for a socket
+/// that can be sent them from the page cache.
+#[derive(Debug, Default)]
+pub struct Encoded {
+    pub chunks: Vec<Bytes>,
+    pub files: Vec<(usize, crate::sys::FileSpan)>,
+}
+
+impl Encoded {
+    /// The frame's length, prefix included.
+    pub fn frame_len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+}
+
+/// Encodes a response frame as chunks for vectored writes: record batches in Fetch
+/// responses are referenced, not copied.
 pub fn encode_response(
     api_key: ApiKey,
     version: i16,
     correlation_id: i32,
     body: &Response,
-) -> Result<Vec<Bytes>, EncodeError> {
+) -> Result<Encoded, EncodeError> {
     let body = match body {
         Response::Fetch(r) => return r.encode(version, correlation_id),
         Response::Kafka(body) => body,
@@ -203,7 +219,10 @@ pub fn encode_response(
     body.encode(&mut buf, version)?;
     let size = (buf.len() - 4) as i32;
     buf[..4].copy_from_slice(&size.to_be_bytes());
-    Ok(vec![buf.freeze()])
+    Ok(Encoded {
+        chunks: vec![buf.freeze()],
+        files: Vec::new(),
+    })
 }
 
 #[cfg(test)]

@@ -29,12 +29,15 @@ use crate::log::txn_index::{self, AbortedTxn};
 use crate::partition::{
     Isolation, Offsets, Partition, Read, RemoteLog, RemoteProducers, TimeLookup, TopicPartition,
 };
+use crate::sys::FileSpan;
 
 /// What a read returns: whole batches, the partition's offsets as of the read, and for a
 /// read_committed read the aborted transactions that overlap the batches.
 #[derive(Debug)]
 pub struct Records {
     pub bytes: Bytes,
+    /// Where local bytes lie in their segment file (`None` for remote reads).
+    pub file: Option<FileSpan>,
     pub offsets: Offsets,
     pub aborted: Vec<AbortedTxn>,
 }
@@ -284,18 +287,20 @@ impl Tier {
     ) -> Result<Records, TierError> {
         if isolation == Isolation::LogEnd {
             // A follower starts at the leader's local log start: never a remote read.
-            let (bytes, offsets) = p.read_replica(offset, max_bytes)?;
+            let (read, offsets) = p.read_replica(offset, max_bytes)?;
             return Ok(Records {
-                bytes,
+                bytes: read.bytes,
+                file: read.file,
                 offsets,
                 aborted: Vec::new(),
             });
         }
         let committed = isolation == Isolation::Committed;
         let (segment, offsets) = match p.read(offset, max_bytes, committed)? {
-            (Read::Local(bytes, aborted), offsets) => {
+            (Read::Local(read, aborted), offsets) => {
                 return Ok(Records {
-                    bytes,
+                    bytes: read.bytes,
+                    file: read.file,
                     offsets,
                     aborted,
                 })
@@ -328,6 +333,7 @@ impl Tier {
             .map_err(|e| TierError::Task(e.to_string()))??;
         Ok(Records {
             bytes,
+            file: None,
             offsets,
             aborted,
         })

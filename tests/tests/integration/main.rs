@@ -47,4 +47,5 @@ mod tiered;
 mod timestamps;
 mod topics;
 mod transactions;
+mod zero_copy;
 mod zones;

@@ -43,7 +43,7 @@ fn s3_opts(opts: BrokerOpts, endpoint: &str, bucket: &str) -> BrokerOpts {
 }
 
 /// A topic with 1 MiB segments and a 1 s local window: everything closed goes remote.
-fn tiered_topic(broker: &Broker, topic: &str, extra: &[(&str, &str)]) {
+pub(crate) fn tiered_topic(broker: &Broker, topic: &str, extra: &[(&str, &str)]) {
     let mut configs = vec![
         ("segment.bytes", "1048576"),
         ("local.retention.ms", "1000"),
@@ -147,7 +147,7 @@ fn files_with(dir: &Path, suffix: &str) -> Vec<PathBuf> {
 
 /// Waits until every closed segment is committed remotely and the local copies past the 1 s
 /// local window are gone (at most the active segment and one just closed remain).
-fn wait_offloaded(broker: &Broker, topic: &str, min_uploads: f64) {
+pub(crate) fn wait_offloaded(broker: &Broker, topic: &str, min_uploads: f64) {
     let state = || {
         (
             broker.metric("strata_tier_upload_lag_segments"),

@@ -10,6 +10,7 @@ use super::redirect::Redirect;
 use crate::broker::Broker;
 use crate::error::ErrorCode;
 use crate::fetch_session::Answer;
+use crate::log::Batches;
 use crate::partition::{Isolation, Partition};
 use crate::protocol::fetch_response::{self as wire, FetchResponse};
 
@@ -110,11 +111,11 @@ pub(super) async fn read_all(
                 (Some(p), None) if preferred.is_some() => {
                     // Sent away: no records, as Kafka's leader answers.
                     redirected = true;
-                    Ok((bytes::Bytes::new(), p.published_offsets(), Vec::new()))
+                    Ok((Batches::default(), p.published_offsets(), Vec::new()))
                 }
                 (Some(p), None) if caught_up(p, offset, isolation) => {
                     // Nothing new: answered from the published offsets, without the log lock.
-                    Ok((bytes::Bytes::new(), p.published_offsets(), Vec::new()))
+                    Ok((Batches::default(), p.published_offsets(), Vec::new()))
                 }
                 (Some(p), None) => {
                     // After the first non-empty partition, stay within the request's max_bytes.
@@ -128,13 +129,20 @@ pub(super) async fn read_all(
                         // offsets (a consumer reading 10,000 partitions from the beginning
                         // names thousands of these per fetch; each took the log lock).
                         behind.push((w_at, p_at));
-                        Ok((bytes::Bytes::new(), p.published_offsets(), Vec::new()))
+                        Ok((Batches::default(), p.published_offsets(), Vec::new()))
                     } else {
                         let read = broker
                             .tier
                             .read(p.clone(), offset, budget.max(1), isolation);
                         match read.await {
-                            Ok(r) => Ok((r.bytes, r.offsets, r.aborted)),
+                            Ok(r) => Ok((
+                                Batches {
+                                    bytes: r.bytes,
+                                    file: r.file,
+                                },
+                                r.offsets,
+                                r.aborted,
+                            )),
                             Err(e) => Err(crate::error::ApiError::from(e).code),
                         }
                     }
@@ -143,7 +151,7 @@ pub(super) async fn read_all(
             };
             let answer = match &result {
                 Ok((records, offsets, _)) => Answer {
-                    records: records.len(),
+                    records: records.bytes.len(),
                     high_watermark: offsets.high_watermark,
                     last_stable: offsets.last_stable,
                     log_start: offsets.log_start,
@@ -170,7 +178,7 @@ pub(super) async fn read_all(
             }
             partitions.push(match result {
                 Ok((records, offsets, aborted)) => {
-                    total += records.len();
+                    total += records.bytes.len();
                     wire::Partition {
                         index: *index,
                         error_code: 0,
@@ -183,7 +191,8 @@ pub(super) async fn read_all(
                                 .map(|a| (a.producer_id, a.first_offset))
                                 .collect()
                         }),
-                        records,
+                        records: records.bytes,
+                        file: records.file,
                         preferred_read_replica: preferred.map_or(-1, |id| id as i32),
                     }
                 }
@@ -197,6 +206,7 @@ pub(super) async fn read_all(
                         log_start_offset: -1,
                         aborted: None,
                         records: bytes::Bytes::new(),
+                        file: None,
                         preferred_read_replica: -1,
                     }
                 }

@@ -47,7 +47,7 @@ use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncRead;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -60,6 +60,9 @@ use crate::protocol::frame::{self, RequestBudget};
 use crate::protocol::{self, DecodeError, Request};
 use crate::quota::{self, ConnectionQuotas};
 use crate::security::Connection;
+use write::WriteHalf;
+
+mod write;
 
 /// Requests decoded ahead of the one being handled, and appended produces waiting for their
 /// ISR, per connection (each).
@@ -213,7 +216,7 @@ async fn open(
 ) -> Option<(ReadHalf, WriteHalf, Connection)> {
     if !conn.protocol().tls() {
         let (reader, writer) = stream.into_split();
-        return Some((Box::new(reader), Box::new(writer), conn));
+        return Some((Box::new(reader), WriteHalf::Plain(writer), conn));
     }
     let Some(acceptor) = broker.security.tls_acceptor(conn.protocol()) else {
         // Security::new loads TLS whenever a listener needs it; never fall back to plaintext.
@@ -263,7 +266,7 @@ async fn open(
         }
     }
     let (reader, writer) = tokio::io::split(tls);
-    Some((Box::new(reader), Box::new(writer), conn))
+    Some((Box::new(reader), WriteHalf::Tls(Box::new(writer)), conn))
 }
 
 enum Incoming {
@@ -323,9 +326,8 @@ enum ConnError {
     Reader(String),
 }
 
-/// Either half of a connection, plain TCP or TLS.
+/// The reading half of a connection, plain TCP or TLS.
 type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
-type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 
 async fn connection(
     reader: ReadHalf,
@@ -357,6 +359,7 @@ async fn connection(
         idle,
         shutdown,
     ));
+    let _reader = AbortOnDrop(reader_task.abort_handle());
 
     let mut quotas = ConnectionQuotas::default();
     // A quota's throttle: no request is taken from the connection until then.
@@ -418,10 +421,21 @@ async fn connection(
             return Ok(());
         }
     }
-    writer.shutdown().await.ok();
+    writer.shutdown().await;
     match reader_task.await {
         Ok(r) => r,
         Err(e) => Err(ConnError::Reader(e.to_string())),
+    }
+}
+
+/// Aborts a connection's reader task when the processor ends before it (an error, the client
+/// gone, a write timeout): the reader holds the socket's reading half, which would keep the
+/// descriptor open until the client sent again or idled out.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -435,7 +449,7 @@ async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
 /// the request budget it still holds, given back once written, and whether the connection
 /// ends with it.
 struct Reply {
-    chunks: Option<Vec<bytes::Bytes>>,
+    chunks: Option<protocol::Encoded>,
     budget: Option<OwnedSemaphorePermit>,
     /// Close the connection once this is written (a failed authentication).
     close: bool,
@@ -582,12 +596,15 @@ struct Writer<'a> {
 impl Writer<'_> {
     /// Writes one response; `false` when the client went away or the connection ends with it.
     async fn write(&mut self, reply: Reply) -> Result<bool, ConnError> {
-        if let Some(chunks) = reply.chunks {
+        if let Some(frame) = reply.chunks {
             let metrics = &self.broker.node.metrics;
-            metrics.sent(chunks.iter().map(|c| c.len() as u64).sum());
-            match tokio::time::timeout(self.io_timeout, write_chunks(self.writer, chunks)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Ok(false),
+            metrics.sent(frame.frame_len() as u64);
+            match tokio::time::timeout(self.io_timeout, self.writer.write_frame(frame)).await {
+                Ok(Ok(from_page_cache)) => metrics.sent_from_page_cache(from_page_cache),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "response not written; connection over");
+                    return Ok(false);
+                }
                 Err(_) => {
                     metrics.connection_closed_by_broker("write_timeout");
                     return Err(ConnError::WriteTimeout(self.io_timeout));
@@ -676,35 +693,4 @@ async fn read_requests(
             return Ok(());
         }
     }
-}
-
-/// Writes a response's chunks with vectored writes, resuming after partial writes.
-async fn write_chunks<W: tokio::io::AsyncWrite + Unpin>(
-    writer: &mut W,
-    mut chunks: Vec<bytes::Bytes>,
-) -> std::io::Result<()> {
-    use bytes::Buf;
-    let mut first = 0;
-    while first < chunks.len() {
-        let slices: Vec<std::io::IoSlice<'_>> = chunks[first..]
-            .iter()
-            .take(64)
-            .map(|c| std::io::IoSlice::new(c))
-            .collect();
-        let mut n = writer.write_vectored(&slices).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        while n > 0 {
-            let len = chunks[first].len();
-            if n >= len {
-                n -= len;
-                first += 1;
-            } else {
-                chunks[first].advance(n);
-                n = 0;
-            }
-        }
-    }
-    Ok(())
 }
