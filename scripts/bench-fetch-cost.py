@@ -10,6 +10,10 @@ Three probes against one topic on a running broker (plain TCP, hand-written fram
            reading from the beginning: the response fills from the first partitions)
   offsets- one ListOffsets (earliest) per partition, 16 in flight, as librdkafka resolves a
            new group's starting offsets: one request per partition
+  commit - OffsetCommit v7 of every partition's offset for a simple group (what auto-commit
+           sends every 5 s)
+  fetch-offsets - OffsetFetch v5 of every partition (a member's start after a join)
+  metadata - Metadata v8 of the topic (every partition's leader, replicas, ISR)
 
 Broker CPU is utime+stime of --pid from /proc over the timed requests.
 
@@ -99,6 +103,42 @@ def fetch_body(topic, offsets):
     )
 
 
+def string(s):
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def offset_commit_body(group, topic, offsets):
+    return (
+        string(group)
+        + struct.pack(">i", -1)  # generation: a simple (standalone) commit
+        + string("")  # member id
+        + struct.pack(">h", -1)  # group instance id: null
+        + struct.pack(">i", 1)
+        + topic_header(topic)
+        + struct.pack(">i", len(offsets))
+        + b"".join(struct.pack(">iqih", p, o, -1, -1) for p, o in sorted(offsets.items()))
+    )
+
+
+def offset_fetch_body(group, topic, partitions):
+    return (
+        string(group)
+        + struct.pack(">i", 1)
+        + topic_header(topic)
+        + struct.pack(">i", len(partitions))
+        + b"".join(struct.pack(">i", p) for p in partitions)
+    )
+
+
+def metadata_body(topic):
+    return struct.pack(">i", 1) + topic_header(topic) + struct.pack(">bbb", 0, 0, 0)
+
+
+def error_code_at(response, at):
+    return struct.unpack_from(">h", response, at)[0]
+
+
 def timed(pid, n, work):
     hz = os.sysconf("SC_CLK_TCK")
     c0, t0 = cpu_ticks(pid), time.time()
@@ -151,6 +191,32 @@ def main():
         f"offsets requests={args.partitions} depth={args.depth} "
         f"broker_cpu_us_per_request={cpu_us:.1f} wall_us_per_request={wall_us:.1f}"
     )
+
+    group = f"bench-fetch-cost-{os.getpid()}"
+    probes = [
+        ("commit", 8, 7, offset_commit_body(group, args.topic, hw)),
+        ("fetch-offsets", 9, 5, offset_fetch_body(group, args.topic, range(args.partitions))),
+        ("metadata", 3, 8, metadata_body(args.topic)),
+    ]
+    rounds = 20
+    for name, api, version, body in probes:
+        first = conn.rpc(api, version, body)
+        if name == "commit":
+            # correlation id, throttle, topic count, name, partition count, first partition
+            at = 4 + 4 + 4 + 2 + len(args.topic) + 4 + 4
+            if error_code_at(first, at):
+                raise SystemExit(f"OffsetCommit: error {error_code_at(first, at)}")
+
+        def requests():
+            return sum(len(conn.rpc(api, version, body)) for _ in range(rounds))
+
+        cpu_us, wall_us, size = timed(args.pid, rounds, requests)
+        print(
+            f"{name:13} requests={rounds} partitions={args.partitions} "
+            f"response_bytes={size // rounds} broker_cpu_ms_per_request={cpu_us / 1000:.2f} "
+            f"broker_cpu_us_per_partition={cpu_us / args.partitions:.2f} "
+            f"wall_ms_per_request={wall_us / 1000:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -25,9 +25,6 @@ type Key = (String, String, i32);
 
 /// One partition's lag as last sampled.
 struct Lag {
-    group: String,
-    topic: String,
-    partition: i32,
     records: i64,
     seconds: f64,
     /// Records per second; positive = falling behind, negative = draining.
@@ -48,13 +45,28 @@ struct History {
     oldest: Option<(i64, i64)>,
     /// Flagged as at retention risk (and logged once) since the flag last cleared.
     at_risk: bool,
-    /// The sample that last saw it: entries an older sample saw are gone.
-    sampled: Option<Instant>,
+    /// The sample that last saw it (numbered): entries an older sample saw are gone.
+    sampled: u64,
+    /// Its series on `/metrics`, looked up once: a sample sets them without hashing labels
+    /// (at 30 groups over 10,000 partitions the lookups were most of an idle broker's CPU).
+    series: Option<Series>,
+}
+
+/// One (group, topic, partition)'s gauges.
+struct Series {
+    labels: LagLabels,
+    records: Gauge<f64, AtomicU64>,
+    seconds: Gauge<f64, AtomicU64>,
+    trend: Gauge<f64, AtomicU64>,
+    risk: Gauge<f64, AtomicU64>,
+    /// Only while draining.
+    drain: Option<Gauge<f64, AtomicU64>>,
 }
 
 pub struct LagTracker {
     node: Arc<Node>,
-    history: Mutex<HashMap<Key, History>>,
+    /// Samples taken, and what they remember.
+    history: Mutex<(u64, HashMap<Key, History>)>,
     gauges: LagGauges,
 }
 
@@ -89,52 +101,62 @@ impl LagGauges {
         ]
     }
 
-    fn set(&self, lags: &[Lag], gone: &[Key]) {
-        for (group, topic, partition) in gone {
-            let labels = LagLabels {
-                group: group.clone(),
-                topic: topic.clone(),
-                partition: partition.to_string(),
-            };
-            for family in self.families() {
-                family.remove(&labels);
-            }
+    fn series(&self, (group, topic, partition): &Key) -> Series {
+        let labels = LagLabels {
+            group: group.clone(),
+            topic: topic.clone(),
+            partition: partition.to_string(),
+        };
+        Series {
+            records: self.records.get_or_create(&labels).clone(),
+            seconds: self.seconds.get_or_create(&labels).clone(),
+            trend: self.trend.get_or_create(&labels).clone(),
+            risk: self.risk.get_or_create(&labels).clone(),
+            drain: None,
+            labels,
         }
-        for l in lags {
-            let labels = LagLabels {
-                group: l.group.clone(),
-                topic: l.topic.clone(),
-                partition: l.partition.to_string(),
-            };
-            self.records.get_or_create(&labels).set(l.records as f64);
-            self.seconds.get_or_create(&labels).set(l.seconds);
-            self.trend.get_or_create(&labels).set(l.trend);
-            match l.drain_seconds {
-                Some(d) => {
-                    self.drain.get_or_create(&labels).set(d);
-                }
-                None => {
-                    self.drain.remove(&labels);
-                }
+    }
+
+    fn publish(&self, series: &mut Series, lag: &Lag) {
+        series.records.set(lag.records as f64);
+        series.seconds.set(lag.seconds);
+        series.trend.set(lag.trend);
+        series.risk.set(if lag.retention_risk { 1.0 } else { 0.0 });
+        match (lag.drain_seconds, &series.drain) {
+            (Some(d), Some(g)) => {
+                g.set(d);
             }
-            self.risk
-                .get_or_create(&labels)
-                .set(if l.retention_risk { 1.0 } else { 0.0 });
+            (Some(d), None) => {
+                let g = self.drain.get_or_create(&series.labels).clone();
+                g.set(d);
+                series.drain = Some(g);
+            }
+            (None, Some(_)) => {
+                self.drain.remove(&series.labels);
+                series.drain = None;
+            }
+            (None, None) => {}
+        }
+    }
+
+    fn remove(&self, series: &Series) {
+        for family in self.families() {
+            family.remove(&series.labels);
         }
     }
 }
 
 /// Least-squares slope of `(seconds, lag)` points; 0 with fewer than two.
-pub fn slope(points: &[(f64, f64)]) -> f64 {
-    let n = points.len() as f64;
-    if points.len() < 2 {
+pub fn slope(points: impl Iterator<Item = (f64, f64)> + Clone) -> f64 {
+    let (count, sx, sy) = (points.clone()).fold((0usize, 0.0, 0.0), |(n, a, b), (x, y)| {
+        (n + 1, a + x, b + y)
+    });
+    if count < 2 {
         return 0.0;
     }
-    let (sx, sy) = points
-        .iter()
-        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let n = count as f64;
     let (mx, my) = (sx / n, sy / n);
-    let (num, den) = points.iter().fold((0.0, 0.0), |(num, den), (x, y)| {
+    let (num, den) = points.fold((0.0, 0.0), |(num, den), (x, y)| {
         (num + (x - mx) * (y - my), den + (x - mx) * (x - mx))
     });
     if den == 0.0 {
@@ -184,19 +206,22 @@ impl LagTracker {
     /// Samples the lag of every committed offset, (group, topic, partition, offset), now and
     /// publishes it on `/metrics`.
     pub fn sample(&self, committed: Vec<(String, String, i32, i64)>) {
-        let (lags, gone) = self.measure(committed);
-        self.gauges.set(&lags, &gone);
+        self.measure(committed);
     }
 
-    /// The lag of every committed offset, and the keys sampled last time but not now.
-    fn measure(&self, committed: Vec<(String, String, i32, i64)>) -> (Vec<Lag>, Vec<Key>) {
+    /// The lag of every committed offset, published; series of the keys sampled last time
+    /// but not now removed.
+    fn measure(&self, committed: Vec<(String, String, i32, i64)>) -> Vec<Lag> {
         let node = &self.node;
         let now = node.clock.instant();
         let wall = node.clock.now_ms();
         let window = Duration::from_millis(node.config.lag_window_ms);
         let state = node.metadata.state();
         let mut out = Vec::new();
-        let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let (round, history) = &mut *guard;
+        *round += 1;
+        let round = *round;
         let mut retention: std::collections::HashMap<String, i64> = Default::default();
         let settings = node.settings();
         for (group, topic, partition, committed) in committed {
@@ -206,10 +231,13 @@ impl LagTracker {
             let o = part.offsets();
             let unread = committed.max(o.log_start);
             let records = (o.high_watermark - unread).max(0);
-            let h = history
-                .entry((group.clone(), topic.clone(), partition))
-                .or_default();
-            h.sampled = Some(now);
+            let key = (group, topic, partition);
+            let h = match history.get_mut(&key) {
+                Some(h) => h,
+                None => history.entry(key.clone()).or_default(),
+            };
+            let (group, topic, _) = &key;
+            h.sampled = round;
             let seconds = if records == 0 {
                 0.0
             } else {
@@ -231,17 +259,16 @@ impl LagTracker {
             {
                 points.pop_front();
             }
-            let points: Vec<(f64, f64)> = points
-                .iter()
-                .map(|(t, l)| (t.duration_since(points[0].0).as_secs_f64(), *l as f64))
-                .collect();
-            let trend = slope(&points);
+            let first = points[0].0;
+            let trend = slope(
+                (points.iter()).map(|(t, l)| (t.duration_since(first).as_secs_f64(), *l as f64)),
+            );
             let drain_seconds = (trend < 0.0 && records > 0).then(|| records as f64 / -trend);
             // Once per topic, not per partition: a group over 10,000 partitions of one topic
             // resolves its configs once per sample.
             let retention_ms = *retention.entry(topic.clone()).or_insert_with(|| {
                 state
-                    .topic(&topic)
+                    .topic(topic)
                     .map(|t| topic_config::log_config(&settings, &t.configs).retention_ms)
                     .unwrap_or(-1)
             });
@@ -251,26 +278,25 @@ impl LagTracker {
                     "consumer lag exceeds half of retention.ms: records may be deleted before this group reads them");
             }
             h.at_risk = retention_risk;
-            out.push(Lag {
-                group,
-                topic,
-                partition,
+            let lag = Lag {
                 records,
                 seconds,
                 trend,
                 drain_seconds,
                 retention_risk,
-            });
+            };
+            let series = h.series.get_or_insert_with(|| self.gauges.series(&key));
+            self.gauges.publish(series, &lag);
+            out.push(lag);
         }
-        let mut gone = Vec::new();
-        history.retain(|k, h| {
-            let kept = h.sampled == Some(now);
-            if !kept {
-                gone.push(k.clone());
+        history.retain(|_, h| {
+            let kept = h.sampled == round;
+            if let (false, Some(series)) = (kept, &h.series) {
+                self.gauges.remove(series);
             }
             kept
         });
-        (out, gone)
+        out
     }
 }
 
@@ -280,6 +306,7 @@ mod tests {
 
     #[test]
     fn slope_has_the_sign_of_the_trend() {
+        let slope = |p: &[(f64, f64)]| slope(p.iter().copied());
         assert_eq!(slope(&[]), 0.0);
         assert_eq!(slope(&[(0.0, 5.0)]), 0.0);
         assert!((slope(&[(0.0, 0.0), (1.0, 10.0), (2.0, 20.0)]) - 10.0).abs() < 1e-9);
@@ -307,15 +334,29 @@ mod tests {
         let lag = LagTracker::new(t.node.clone());
         let committed = || vec![("g".to_string(), "orders".to_string(), 0, 4)];
         clock.advance(Duration::from_secs(30));
-        let (first, _) = lag.measure(committed());
+        let first = lag.measure(committed());
         assert_eq!((first[0].records, first[0].seconds), (6, 29.996));
         assert_eq!(first[0].trend, 0.0, "one point has no slope");
         // Ten more records in ten seconds while the group stands still: 1 record/s behind.
         clock.advance(Duration::from_secs(10));
         p.append(&batch(10, clock.now_ms())).unwrap();
-        let (second, _) = lag.measure(committed());
+        let second = lag.measure(committed());
         assert_eq!((second[0].records, second[0].seconds), (16, 39.996));
         assert!((second[0].trend - 1.0).abs() < 1e-9, "{}", second[0].trend);
         assert_eq!(second[0].drain_seconds, None, "not draining");
+
+        // The group catches up to one record behind: draining, so a drain time is published; then its
+        // offset is gone (the group deleted) and so are its series.
+        clock.advance(Duration::from_secs(10));
+        let third = lag.measure(vec![("g".to_string(), "orders".to_string(), 0, 19)]);
+        assert!(third[0].drain_seconds.is_some());
+        let text = t.node.metrics.render();
+        let series =
+            |name: &str| (text.lines()).any(|l| l.starts_with(name) && l.contains("group=\"g\""));
+        assert!(series("strata_consumer_lag_records{"), "{text}");
+        assert!(series("strata_consumer_lag_drain_seconds{"), "{text}");
+        lag.measure(Vec::new());
+        let text = t.node.metrics.render();
+        assert!(!text.contains("group=\"g\""), "{text}");
     }
 }

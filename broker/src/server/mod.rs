@@ -511,7 +511,10 @@ async fn handle<'a>(
     let size = req.size;
     let timed = charges.as_ref().is_some_and(|c| c.times_requests());
     let started = crate::clock::Stopwatch::start();
-    let handler = handlers::handle(broker, *req, conn).instrument(span.clone());
+    // Boxed: the dispatch future is as large as the largest handler's state (kilobytes), and
+    // moved by value through the wrappers below it was copied several times per request, the
+    // largest cost of a small request (a one-partition ListOffsets).
+    let handler = Box::pin(handlers::handle(broker, *req, conn).instrument(span.clone()));
     let (handled, busy) = AssertUnwindSafe(quota::timed(handler, timed))
         .catch_unwind()
         .await
