@@ -9,18 +9,6 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
-
-/// Where bytes read from a segment lie in its file: `len` bytes from `offset`. A plaintext
-/// socket is sent them from the page cache with [`sendfile`] instead of copying them out of
-/// the segment's mapping. The `Arc` keeps the descriptor open until the bytes are sent, even
-/// if the cache of open files evicts it meanwhile (`log/handles.rs`).
-#[derive(Clone, Debug)]
-pub struct FileSpan {
-    pub file: Arc<File>,
-    pub offset: u64,
-    pub len: usize,
-}
 
 /// Sends up to `len` bytes of `file` from `offset` to `socket` (sendfile(2)): the socket
 /// references the page-cache pages, nothing is copied through user space. The number sent;

@@ -17,6 +17,14 @@
 //! Mappings need no descriptor (a mapping pins the file, not the fd), so a segment's mapping
 //! outlives the eviction of its file; mappings are released by the log sweep instead
 //! (`Log::release_idle_maps`).
+//!
+//! Reads are also lent descriptors, for a plaintext socket to send their bytes from the page
+//! cache ([`FileSpan`], `server/write.rs`): one held per read of at least [`MIN_SPAN`] bytes
+//! until its response is written, at most a quarter of `capacity` at a time (a response of
+//! 16,384 partitions would otherwise hold one per partition past the cache's bound, and run
+//! the process out of descriptors). A read refused one is sent as copied bytes, never delayed.
+//! The process thus holds at most `capacity` + `capacity / 4` segment files, plus one per
+//! operation in flight.
 
 use std::fs::File;
 use std::io;
@@ -47,6 +55,70 @@ struct Handles {
     next_id: AtomicU64,
     open: Gauge,
     reopened: Counter,
+    lending: Lending,
+}
+
+/// Descriptors lent to spans now.
+#[derive(Default)]
+struct Lending {
+    lent: AtomicUsize,
+    gauge: Gauge,
+}
+
+impl Lending {
+    /// One more descriptor, if fewer than `budget` are lent.
+    fn take(&'static self, budget: usize) -> Option<Lease> {
+        if self.lent.fetch_add(1, Ordering::AcqRel) >= budget {
+            self.lent.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        self.gauge.inc();
+        Some(Lease(self))
+    }
+}
+
+/// Reads shorter than this are lent no descriptor: a socket sends them with the bytes around
+/// them (the two system calls a span costs, a write for what precedes it and a sendfile, cost
+/// more than the copy they would save).
+pub const MIN_SPAN: usize = 16 * 1024;
+
+/// Where bytes read from a segment lie in its file, with the descriptor lent for them (kept
+/// open, even past an eviction, until every clone is dropped).
+#[derive(Clone, Debug)]
+pub struct FileSpan {
+    pub file: Arc<File>,
+    pub offset: u64,
+    pub len: usize,
+    _lease: Option<Arc<Lease>>,
+}
+
+/// One descriptor of the lending budget, given back when dropped.
+struct Lease(&'static Lending);
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Lease")
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.lent.fetch_sub(1, Ordering::AcqRel);
+        self.0.gauge.dec();
+    }
+}
+
+impl FileSpan {
+    /// A span outside the lending budget (tests of what sends spans).
+    #[cfg(test)]
+    pub fn unleased(file: Arc<File>, offset: u64, len: usize) -> FileSpan {
+        FileSpan {
+            file,
+            offset,
+            len,
+            _lease: None,
+        }
+    }
 }
 
 static HANDLES: LazyLock<Handles> = LazyLock::new(|| Handles {
@@ -58,6 +130,10 @@ static HANDLES: LazyLock<Handles> = LazyLock::new(|| Handles {
     next_id: AtomicU64::new(0),
     open: Gauge::default(),
     reopened: Counter::default(),
+    lending: Lending {
+        lent: AtomicUsize::new(0),
+        gauge: Gauge::default(),
+    },
 });
 
 fn clock() -> std::sync::MutexGuard<'static, Clock> {
@@ -83,6 +159,33 @@ pub fn open_gauge() -> Gauge {
 /// steady climb means the cache is smaller than the set of segments in use.
 pub fn reopen_counter() -> Counter {
     HANDLES.reopened.clone()
+}
+
+/// Descriptors lent to spans now (`strata_segment_files_lent`).
+pub fn lent_gauge() -> Gauge {
+    HANDLES.lending.gauge.clone()
+}
+
+/// A span of `len` bytes at `offset` in segment `id`'s file (opened with `open` if evicted):
+/// `None` when shorter than [`MIN_SPAN`], when the lending budget is spent, or when the file
+/// cannot be opened.
+pub(super) fn span(
+    id: u64,
+    open: impl FnOnce() -> io::Result<File>,
+    offset: u64,
+    len: usize,
+) -> Option<FileSpan> {
+    if len < MIN_SPAN {
+        return None;
+    }
+    let lease = Arc::new(HANDLES.lending.take((capacity() / 4).max(1))?);
+    let file = get(id, open).ok()?;
+    Some(FileSpan {
+        file,
+        offset,
+        len,
+        _lease: Some(lease),
+    })
 }
 
 /// A fresh id for a segment's entry.
@@ -185,6 +288,31 @@ mod tests {
         assert_eq!(clock.slots.len(), 1);
         clock.evict_to(0);
         assert!(clock.slots.is_empty());
+    }
+
+    #[test]
+    fn descriptors_are_lent_within_the_budget_and_given_back() {
+        let lending: &'static Lending = Box::leak(Box::default());
+        let held: Vec<Arc<Lease>> = (0..3).map(|_| Arc::new(lending.take(3).unwrap())).collect();
+        assert!(lending.take(3).is_none(), "the budget is spent");
+        assert_eq!(lending.gauge.get(), 3);
+        let clones = held.clone();
+        drop(held);
+        assert!(lending.take(3).is_none(), "clones hold their lease");
+        drop(clones);
+        assert_eq!(lending.gauge.get(), 0);
+        assert!(lending.take(3).is_some(), "given back");
+    }
+
+    #[test]
+    fn short_reads_are_lent_nothing_and_long_ones_their_file() {
+        let id = next_id();
+        let file = insert(id, tmp_file());
+        assert!(span(id, || unreachable!(), 0, MIN_SPAN - 1).is_none());
+        let s = span(id, || unreachable!(), 7, MIN_SPAN).unwrap();
+        assert!(Arc::ptr_eq(&s.file, &file));
+        assert_eq!((s.offset, s.len), (7, MIN_SPAN));
+        forget(id);
     }
 
     #[test]

@@ -70,7 +70,7 @@ use txn_index::AbortedTxn;
 #[derive(Clone, Debug, Default)]
 pub struct Batches {
     pub bytes: Bytes,
-    pub file: Option<crate::sys::FileSpan>,
+    pub file: Option<crate::log::handles::FileSpan>,
 }
 
 /// Who writes a batch (see [`Log::append_from`]).

@@ -30,11 +30,10 @@ use bytes::Bytes;
 use memmap2::{Mmap, MmapOptions};
 
 use super::batch::{self, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
-use super::handles;
+use super::handles::{self, FileSpan};
 use super::index::{Durability, OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
 use super::txn_index::TxnIndex;
 use super::LogError;
-use crate::sys::FileSpan;
 
 pub fn log_path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{base_offset:020}.log"))
@@ -413,15 +412,11 @@ impl Segment {
     }
 
     /// Where `len` bytes from `position` lie in the segment's file, for a reader that sends
-    /// them from the page cache; `None` when no descriptor can be had (the mapping still
-    /// serves the bytes).
+    /// them from the page cache; `None` when no descriptor is lent for them (see
+    /// [`handles::span`]: the mapping still serves the bytes).
     pub fn span(&self, position: u64, len: usize) -> Option<FileSpan> {
-        let file = self.file().ok()?;
-        Some(FileSpan {
-            file,
-            offset: position,
-            len,
-        })
+        let path = log_path(&self.dir, self.base_offset);
+        handles::span(self.handle, || open_for_append(&path), position, len)
     }
 
     /// Headers of every batch from `position` on (for producer-state rebuild and time lookups).

@@ -135,6 +135,11 @@ pub fn register(metrics: &Metrics, partitions: &Arc<Partitions>) {
             crate::log::handles::open_gauge(),
         );
         registry.register(
+            "segment_files_lent",
+            "Segment file descriptors held by responses being sent from the page cache (sendfile); at most a quarter of max_open_segment_files",
+            crate::log::handles::lent_gauge(),
+        );
+        registry.register(
             "segment_file_reopens",
             "Segment files opened again after the cache of open files evicted them",
             crate::log::handles::reopen_counter(),

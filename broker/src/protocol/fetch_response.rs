@@ -20,7 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::error::EncodeError;
 use super::Encoded;
-use crate::sys::FileSpan;
+use crate::log::handles::FileSpan;
 
 /// Below this, copying a record batch is cheaper than a chunk of its own.
 const MIN_ZERO_COPY: usize = 4096;
@@ -399,11 +399,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), &big).unwrap();
         let file = std::sync::Arc::new(std::fs::File::open(dir.path().join("f")).unwrap());
-        let span = |len| FileSpan {
-            file: file.clone(),
-            offset: 0,
-            len,
-        };
+        let span = |len| FileSpan::unleased(file.clone(), 0, len);
         let partition = |index, records: &Bytes| Partition {
             index,
             error_code: 0,

@@ -179,7 +179,7 @@ impl From<ResponseKind> for Response {
 #[derive(Debug, Default)]
 pub struct Encoded {
     pub chunks: Vec<Bytes>,
-    pub files: Vec<(usize, crate::sys::FileSpan)>,
+    pub files: Vec<(usize, crate::log::handles::FileSpan)>,
 }
 
 impl Encoded {

@@ -9,9 +9,10 @@
 //! Invariants:
 //! - the bytes on the wire are the frame's chunks in order, whichever way each is sent (the
 //!   tests below compare both ways, for every Fetch version and around every size boundary);
-//! - a span's descriptor is held only while its frame is written, and the caller bounds that
-//!   write by `socket_io_timeout_ms`: a client that stops reading mid-frame holds a file no
-//!   longer than it holds any response;
+//! - a span's descriptor is lent from the read until its frame is written, within the
+//!   lending budget of `log/handles.rs`, and the caller bounds the write by
+//!   `socket_io_timeout_ms`: a client that stops reading mid-frame holds a file no longer
+//!   than it holds any response, and no number of clients holds more than the budget;
 //! - a segment file shorter than the span read from it (it cannot be, see `log/segment.rs`)
 //!   ends the connection with an error rather than leaving the frame short.
 
@@ -22,16 +23,12 @@ use bytes::{Buf, Bytes};
 use tokio::io::{AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::tcp::OwnedWriteHalf;
 
+use crate::log::handles::{FileSpan, MIN_SPAN};
 use crate::protocol::Encoded;
-use crate::sys::{self, FileSpan};
+use crate::sys;
 
 /// Chunks per vectored write (Linux takes up to 1,024; more than this is rare in one frame).
 const MAX_SLICES: usize = 64;
-
-/// Spans shorter than this are written from the mapping with the chunks around them: below
-/// it, the two system calls a span costs (a write for what precedes it, a sendfile) cost
-/// more than the copy they save.
-const MIN_SENDFILE: usize = 16 * 1024;
 
 /// A connection's writing half: the socket's, or the TLS stream's.
 pub(super) enum WriteHalf {
@@ -59,13 +56,13 @@ impl WriteHalf {
     }
 }
 
-/// The frame's chunks by vectored writes, its file spans of [`MIN_SENDFILE`] bytes or more by
+/// The frame's chunks by vectored writes, its file spans of [`MIN_SPAN`] bytes or more by
 /// sendfile, the socket corked meanwhile so that the small chunks between spans go out in
 /// full segments with the pages after them rather than as packets of their own.
 async fn write_plain(socket: &mut OwnedWriteHalf, frame: Encoded) -> io::Result<u64> {
     let Encoded { chunks, files } = frame;
     let files: Vec<_> = (files.into_iter())
-        .filter(|(_, span)| span.len >= MIN_SENDFILE)
+        .filter(|(_, span)| span.len >= MIN_SPAN)
         .collect();
     if files.is_empty() {
         write_chunks(socket, chunks).await?;
@@ -186,16 +183,16 @@ mod tests {
     }
 
     /// Batch lengths around every size boundary: where a batch gets a chunk of its own
-    /// (4,096), where it is sent from the page cache ([`MIN_SENDFILE`]), pages, varint
+    /// (4,096), where it is sent from the page cache ([`MIN_SPAN`]), pages, varint
     /// lengths, and more than a socket buffer holds.
     const LENGTHS: [usize; 12] = [
         100,
         4095,
         4096,
         4097,
-        MIN_SENDFILE - 1,
-        MIN_SENDFILE,
-        MIN_SENDFILE + 1,
+        MIN_SPAN - 1,
+        MIN_SPAN,
+        MIN_SPAN + 1,
         65_536,
         70_001,
         1 << 20,
@@ -221,7 +218,8 @@ mod tests {
         out.push(log.read(0, 64 << 20, i64::MAX).unwrap());
         for (read, len) in out.iter().zip(LENGTHS) {
             assert_eq!(read.bytes.len(), len);
-            assert_eq!(read.file.as_ref().map(|f| f.len), Some(len));
+            let lent = (len >= MIN_SPAN).then_some(len);
+            assert_eq!(read.file.as_ref().map(|f| f.len), lent, "{len}-byte read");
         }
         out
     }
@@ -295,7 +293,7 @@ mod tests {
         let r = response(&reads);
         let spans: u64 = (reads.iter())
             .map(|read| read.bytes.len())
-            .filter(|&len| len >= MIN_SENDFILE)
+            .filter(|&len| len >= MIN_SPAN)
             .sum::<usize>() as u64;
         for version in 4..=17 {
             let joined: Vec<u8> = (r.encode(version, 3).unwrap().chunks.iter())
@@ -349,19 +347,12 @@ mod tests {
     #[tokio::test]
     async fn a_file_shorter_than_its_span_is_an_error_not_a_short_frame() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("f"), vec![1u8; MIN_SENDFILE]).unwrap();
+        std::fs::write(dir.path().join("f"), vec![1u8; MIN_SPAN]).unwrap();
         let file = Arc::new(std::fs::File::open(dir.path().join("f")).unwrap());
-        let len = MIN_SENDFILE + 10;
+        let len = MIN_SPAN + 10;
         let frame = Encoded {
             chunks: vec![Bytes::from_static(b"head"), Bytes::from(vec![1u8; len])],
-            files: vec![(
-                1,
-                FileSpan {
-                    file,
-                    offset: 0,
-                    len,
-                },
-            )],
+            files: vec![(1, FileSpan::unleased(file, 0, len))],
         };
         let (socket, _client) = pair().await;
         let err = WriteHalf::Plain(socket)

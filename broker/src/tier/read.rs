@@ -23,13 +23,13 @@ use uuid::Uuid;
 use super::index::{RemoteIndex, INTERVAL};
 use super::{Tier, TierError};
 use crate::log::batch::{self, BatchHeader, HEADER_LEN};
+use crate::log::handles::FileSpan;
 use crate::log::producer_state::ProducerState;
 use crate::log::records;
 use crate::log::txn_index::{self, AbortedTxn};
 use crate::partition::{
     Isolation, Offsets, Partition, Read, RemoteLog, RemoteProducers, TimeLookup, TopicPartition,
 };
-use crate::sys::FileSpan;
 
 /// What a read returns: whole batches, the partition's offsets as of the read, and for a
 /// read_committed read the aborted transactions that overlap the batches.
