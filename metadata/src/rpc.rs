@@ -95,6 +95,11 @@ pub(crate) const MAX_CONNECTIONS: usize = 1024;
 /// Idle connections kept per peer.
 const IDLE_PER_PEER: usize = 4;
 
+/// Calls in flight to one peer at once; more wait for one to finish. A broker of 16,384
+/// partitions proposing an ISR change for each at once opened a connection per call, past the
+/// peer's [`MAX_CONNECTIONS`], and the refused calls failed instead of queueing.
+const CALLS_PER_PEER: usize = 64;
+
 /// The identity of one metadata quorum: derived from the voters it was initialized with,
 /// learned by a joining node from the leader, kept in the metadata directory. Unknown only on
 /// a node that has not joined yet.
@@ -252,6 +257,8 @@ pub(crate) struct Peer {
     quorum: Arc<QuorumId>,
     tls: Option<RaftTls>,
     idle: Mutex<Vec<Conn>>,
+    /// [`CALLS_PER_PEER`] permits.
+    calls: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for Peer {
@@ -301,6 +308,29 @@ impl Peer {
         Ok(Box::new(tls))
     }
 
+    /// One of the peer's call permits, waiting at most `timeout` for it (then nothing was
+    /// sent), and what is left of `timeout` for the call.
+    async fn permit(
+        &self,
+        timeout: Duration,
+    ) -> io::Result<(tokio::sync::SemaphorePermit<'_>, Duration)> {
+        let started = tokio::time::Instant::now();
+        let permit = tokio::time::timeout(timeout, self.calls.acquire())
+            .await
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{CALLS_PER_PEER} calls to {} in flight for {timeout:?}",
+                        self.addr
+                    ),
+                )
+            })?
+            .map_err(|_| io::Error::other("the peer's call permits are closed"))?;
+        let left = timeout.saturating_sub(started.elapsed());
+        Ok((permit, left.max(Duration::from_millis(1))))
+    }
+
     async fn exchange(&self, stream: &mut Conn, req: &Request) -> io::Result<Response> {
         #[derive(Serialize)]
         struct EnvelopeRef<'a> {
@@ -323,6 +353,7 @@ impl Peer {
     /// Sends `req` and waits for the answer, on a pooled connection when one is idle.
     /// For requests that are safe to repeat.
     pub(crate) async fn call(&self, req: &Request, timeout: Duration) -> io::Result<Response> {
+        let (_permit, timeout) = self.permit(timeout).await?;
         let pooled = self
             .idle
             .lock()
@@ -355,6 +386,7 @@ impl Peer {
         req: &Request,
         timeout: Duration,
     ) -> Result<Response, CallError> {
+        let (_permit, timeout) = self.permit(timeout).await.map_err(CallError::NotSent)?;
         let mut stream = self.connect(timeout).await.map_err(CallError::NotSent)?;
         tokio::time::timeout(timeout, self.exchange(&mut stream, req))
             .await
@@ -414,6 +446,7 @@ impl Peers {
                     quorum: self.quorum.clone(),
                     tls: self.tls.clone(),
                     idle: Mutex::new(Vec::new()),
+                    calls: tokio::sync::Semaphore::new(CALLS_PER_PEER),
                 })
             })
             .clone()
@@ -425,6 +458,43 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
+
+    /// A peer that accepts connections and never answers: at most [`CALLS_PER_PEER`] of a
+    /// burst of calls reach it at once, the rest wait their turn, and every call ends by its
+    /// timeout.
+    #[tokio::test]
+    async fn calls_to_one_peer_are_capped_and_the_rest_wait() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                held.push(s);
+            }
+        });
+        let peer = Peers::new(Arc::default(), None).get(&addr);
+        let calls: Vec<_> = (0..3 * CALLS_PER_PEER)
+            .map(|_| {
+                let peer = peer.clone();
+                tokio::spawn(async move {
+                    peer.call_once(&Request::ReadIndex, Duration::from_millis(300))
+                        .await
+                })
+            })
+            .collect();
+        for call in calls {
+            assert!(call.await.unwrap().is_err(), "nobody answers");
+        }
+        let reached = accepted.load(Ordering::SeqCst);
+        assert!(
+            reached > 0 && reached <= CALLS_PER_PEER,
+            "{reached} connections"
+        );
+    }
 
     #[test]
     fn fuzz_regressions_are_refused() {
