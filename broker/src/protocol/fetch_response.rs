@@ -18,8 +18,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::StrBytes;
 
+use super::encoded::Encoded;
 use super::error::EncodeError;
-use super::Encoded;
 use crate::log::handles::FileSpan;
 
 /// Below this, copying a record batch is cheaper than a chunk of its own.

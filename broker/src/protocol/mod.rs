@@ -5,6 +5,7 @@
 //! connection, never a panic.
 
 pub mod client;
+mod encoded;
 mod error;
 pub mod fetch_response;
 pub mod frame;
@@ -14,6 +15,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+pub use encoded::Encoded;
 pub use error::EncodeError;
 
 /// Why a frame could not become a request.
@@ -170,22 +172,6 @@ impl Response {
 impl From<ResponseKind> for Response {
     fn from(r: ResponseKind) -> Response {
         Response::Kafka(r)
-    }
-}
-
-/// A response frame, encoded: its chunks in order, length prefix included, and which of them
-/// are record bytes that also lie in a segment file (by chunk index, ascending), for a socket
-/// that can be sent them from the page cache.
-#[derive(Debug, Default)]
-pub struct Encoded {
-    pub chunks: Vec<Bytes>,
-    pub files: Vec<(usize, crate::log::handles::FileSpan)>,
-}
-
-impl Encoded {
-    /// The frame's length, prefix included.
-    pub fn frame_len(&self) -> usize {
-        self.chunks.iter().map(Bytes::len).sum()
     }
 }
 
