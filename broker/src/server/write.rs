@@ -23,7 +23,7 @@ use bytes::{Buf, Bytes};
 use tokio::io::{AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::tcp::OwnedWriteHalf;
 
-use crate::log::handles::{FileSpan, MIN_SPAN};
+use crate::log::handles::FileSpan;
 use crate::protocol::Encoded;
 use crate::sys;
 
@@ -56,14 +56,12 @@ impl WriteHalf {
     }
 }
 
-/// The frame's chunks by vectored writes, its file spans of [`MIN_SPAN`] bytes or more by
-/// sendfile, the socket corked meanwhile so that the small chunks between spans go out in
-/// full segments with the pages after them rather than as packets of their own.
+/// The frame's chunks by vectored writes, its file spans by sendfile (only reads of
+/// `handles::MIN_SPAN` bytes or more are lent one, see `log/handles.rs`), the socket corked
+/// meanwhile so that the small chunks between spans go out in full segments with the pages
+/// after them rather than as packets of their own.
 async fn write_plain(socket: &mut OwnedWriteHalf, frame: Encoded) -> io::Result<u64> {
     let Encoded { chunks, files } = frame;
-    let files: Vec<_> = (files.into_iter())
-        .filter(|(_, span)| span.len >= MIN_SPAN)
-        .collect();
     if files.is_empty() {
         write_chunks(socket, chunks).await?;
         return Ok(0);
@@ -170,6 +168,7 @@ mod tests {
     use super::*;
     use crate::log::batch::{build, split_and_validate};
     use crate::log::config::LogConfig;
+    use crate::log::handles::MIN_SPAN;
     use crate::log::{Batches, Log};
     use crate::protocol::fetch_response::{FetchResponse, Partition, Topic};
 

@@ -350,11 +350,11 @@ impl DeadLetters {
                 .read(p.clone(), next, READ_BYTES, Isolation::HighWatermark))
             .await
             .map_err(|e| format!("reading the source records: {e}"))?;
-            if read.bytes.is_empty() {
+            if read.batches.bytes.is_empty() {
                 break;
             }
             let before = next;
-            for item in records::batches(&read.bytes) {
+            for item in records::batches(&read.batches.bytes) {
                 let Ok((h, b)) = item else { break };
                 next = next.max(h.next_offset());
                 if h.is_control() || h.last_offset() < letter.first {

@@ -392,7 +392,7 @@ impl Shares {
             return Ok(None);
         }
         let read = self.tier.read(p, offset, max_bytes, isolation).await?;
-        let batches = classify(&read.bytes, &read.aborted);
+        let batches = classify(&read.batches.bytes, &read.aborted);
         if batches.is_empty() {
             return Ok(None);
         }
@@ -420,7 +420,7 @@ impl Shares {
                 .get_or_create(&labels)
                 .inc_by(again as u64);
         }
-        let records = covering(&read.bytes, &acquired);
+        let records = covering(&read.batches.bytes, &acquired);
         Ok(Some(Handed { acquired, records }))
     }
 

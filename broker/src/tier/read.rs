@@ -23,10 +23,10 @@ use uuid::Uuid;
 use super::index::{RemoteIndex, INTERVAL};
 use super::{Tier, TierError};
 use crate::log::batch::{self, BatchHeader, HEADER_LEN};
-use crate::log::handles::FileSpan;
 use crate::log::producer_state::ProducerState;
 use crate::log::records;
 use crate::log::txn_index::{self, AbortedTxn};
+use crate::log::Batches;
 use crate::partition::{
     Isolation, Offsets, Partition, Read, RemoteLog, RemoteProducers, TimeLookup, TopicPartition,
 };
@@ -35,9 +35,8 @@ use crate::partition::{
 /// read_committed read the aborted transactions that overlap the batches.
 #[derive(Debug)]
 pub struct Records {
-    pub bytes: Bytes,
-    /// Where local bytes lie in their segment file (`None` for remote reads).
-    pub file: Option<FileSpan>,
+    /// The batches; where they lie in a segment file for local reads only.
+    pub batches: Batches,
     pub offsets: Offsets,
     pub aborted: Vec<AbortedTxn>,
 }
@@ -289,8 +288,7 @@ impl Tier {
             // A follower starts at the leader's local log start: never a remote read.
             let (read, offsets) = p.read_replica(offset, max_bytes)?;
             return Ok(Records {
-                bytes: read.bytes,
-                file: read.file,
+                batches: read,
                 offsets,
                 aborted: Vec::new(),
             });
@@ -299,8 +297,7 @@ impl Tier {
         let (segment, offsets) = match p.read(offset, max_bytes, committed)? {
             (Read::Local(read, aborted), offsets) => {
                 return Ok(Records {
-                    bytes: read.bytes,
-                    file: read.file,
+                    batches: read,
                     offsets,
                     aborted,
                 })
@@ -332,8 +329,7 @@ impl Tier {
             .await
             .map_err(|e| TierError::Task(e.to_string()))??;
         Ok(Records {
-            bytes,
-            file: None,
+            batches: Batches { bytes, file: None },
             offsets,
             aborted,
         })

@@ -135,14 +135,7 @@ pub(super) async fn read_all(
                             .tier
                             .read(p.clone(), offset, budget.max(1), isolation);
                         match read.await {
-                            Ok(r) => Ok((
-                                Batches {
-                                    bytes: r.bytes,
-                                    file: r.file,
-                                },
-                                r.offsets,
-                                r.aborted,
-                            )),
+                            Ok(r) => Ok((r.batches, r.offsets, r.aborted)),
                             Err(e) => Err(crate::error::ApiError::from(e).code),
                         }
                     }
