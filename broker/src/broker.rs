@@ -11,6 +11,7 @@ use crate::loggers::Loggers;
 use crate::node::Node;
 use crate::quota::Quotas;
 use crate::replication::fetcher::Fetchers;
+use crate::replication::isr::IsrProposals;
 use crate::security::Security;
 use crate::share::Shares;
 use crate::telemetry::ClientTelemetry;
@@ -29,6 +30,8 @@ pub struct Broker {
     pub tier: Arc<Tier>,
     /// The follower side of replication.
     pub fetchers: Fetchers,
+    /// The leader side's ISR changes, on their way to the quorum.
+    pub isr: IsrProposals,
     /// Incremental fetch sessions of consumers and followers.
     pub fetch_sessions: FetchSessions,
     /// TLS and authentication.
@@ -60,6 +63,7 @@ impl Broker {
             txn: TxnCoordinator::new(node.clone(), groups),
             lag: LagTracker::new(node.clone()),
             fetchers: Fetchers::new(node.clone(), tier.clone()),
+            isr: IsrProposals::new(node.clone()),
             quotas: Quotas::new(node.clone()),
             telemetry: ClientTelemetry::new(&node.config, &node.metrics, node.clock.clone()),
             shares: Shares::new(node.clone(), tier.clone()),

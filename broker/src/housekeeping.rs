@@ -94,7 +94,7 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
         "isr",
         Duration::from_millis(cfg.replica_lag_time_max_ms / 2).max(RESOLUTION),
         b(),
-        |b, _| async move { crate::replication::check_isr(&b.node) }.boxed(),
+        |b, _| async move { b.isr.check() }.boxed(),
     ));
     s.add(periodic("internal_topics", GROW_EVERY, b(), |b, _| {
         async move {

@@ -176,12 +176,16 @@ pub fn run(args: ServeArgs) -> Result<(), ServeError> {
     for line in &unknown_env {
         tracing::warn!("{line}");
     }
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("strata")
         .build()
-        .map_err(failed("cannot start the runtime"))?
-        .block_on(serve(cfg, loggers))
+        .map_err(failed("cannot start the runtime"))?;
+    let result = runtime.block_on(serve(cfg, loggers));
+    // After a clean stop nothing is left; after a fail-stop, tasks still blocked in a file
+    // or socket call must not keep the process alive.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    result
 }
 
 async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
@@ -412,7 +416,19 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
         .map_err(failed("cannot write READY to stdout"))?;
     }
 
-    wait_for_signal().await;
+    tokio::select! {
+        () = wait_for_signal() => {}
+        e = metadata.failed() => {
+            // Fail-stop: without its raft core this node can neither vote nor learn of any
+            // metadata change, and a controlled shutdown needs the quorum. Every acknowledged
+            // record and entry is already on disk; a supervisor restarts the broker from it.
+            ready.store(false, Ordering::Release);
+            tracing::error!(error = %e, "the metadata quorum member stopped on an error: exiting now");
+            return Err(ServeError::Failed(format!(
+                "the metadata quorum member stopped ({e}); restart the broker"
+            )));
+        }
+    }
     tracing::info!("shutting down: moving leadership away, then finishing in-flight requests");
     ready.store(false, Ordering::Release);
     let _ = shutdown_tx.send(true);

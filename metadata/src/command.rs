@@ -67,6 +67,12 @@ pub enum Command {
         partition_epoch: i32,
         isr: Vec<NodeId>,
     },
+    /// Partition leaders' ISR changes, many in one entry (as Kafka's AlterPartition request
+    /// carries many partitions): when a broker comes back, every partition it follows expands
+    /// at once, and one entry per partition left the quorum minutes behind at 16,384
+    /// partitions. Each change is judged on its own, exactly as [`Command::AlterPartition`];
+    /// the result is [`CommandResult::Each`], one result per change in order.
+    AlterPartitions { changes: Vec<IsrUpdate> },
     /// Creates a topic. `replicas` has one entry per partition: that partition's replica list,
     /// the first replica being the preferred leader.
     CreateTopic {
@@ -180,6 +186,18 @@ pub enum Command {
     },
 }
 
+/// One partition's ISR change in [`Command::AlterPartitions`]: the fields of
+/// [`Command::AlterPartition`].
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct IsrUpdate {
+    pub topic_id: uuid::Uuid,
+    pub partition: i32,
+    pub leader: NodeId,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<NodeId>,
+}
+
 /// The outcome of applying one [`Command`] (or a raft-internal entry, which yields `Ok`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub enum CommandResult {
@@ -221,17 +239,20 @@ pub enum CommandResult {
     InvalidRequest(String),
     /// The command names something (a credential) that does not exist.
     NotFound,
+    /// A command of many independent changes (`AlterPartitions`): each one's result, in order.
+    Each(Vec<CommandResult>),
 }
 
 impl CommandResult {
     /// True for the results that mean the command was applied (`Ok`, `ProducerIds`,
-    /// `BrokerRegistered`).
+    /// `BrokerRegistered`, and `Each`, whose changes each say whether they were).
     pub fn is_ok(&self) -> bool {
         matches!(
             self,
             CommandResult::Ok
                 | CommandResult::ProducerIds { .. }
                 | CommandResult::BrokerRegistered { .. }
+                | CommandResult::Each(_)
         )
     }
 }

@@ -389,7 +389,7 @@ fn elect_from_isr(p: &PartitionInfo, brokers: &BTreeMap<NodeId, BrokerInfo>) -> 
 
 #[cfg(test)]
 mod tests {
-    use crate::command::Command;
+    use crate::command::{Command, IsrUpdate};
 
     use super::*;
 
@@ -758,6 +758,68 @@ mod tests {
         });
         assert_eq!(alter(&mut state, 1, (0, 1), &[3, 2, 1]), CommandResult::Ok);
         assert_eq!(partition(&state, 0).isr, vec![1, 2, 3], "assignment order");
+    }
+
+    #[test]
+    fn many_isr_changes_in_one_entry_are_each_judged_alone() {
+        let (mut state, _) = live_cluster(&[1, 2, 3]);
+        topic(
+            &mut state,
+            vec![vec![1, 2, 3], vec![2, 3, 1], vec![1, 2, 3]],
+        );
+        let topic_id = state.topics["t"].topic_id;
+        let update = |partition, leader, partition_epoch, isr: &[NodeId]| IsrUpdate {
+            topic_id,
+            partition,
+            leader,
+            leader_epoch: 0,
+            partition_epoch,
+            isr: isr.to_vec(),
+        };
+        let result = state.apply(&Command::AlterPartitions {
+            changes: vec![
+                update(0, 1, 0, &[1, 3]),
+                update(1, 2, 0, &[2]),
+                // Not its leader, a stale epoch, no such partition: refused, the rest apply.
+                update(2, 3, 0, &[3]),
+                update(0, 1, 0, &[1]),
+                update(7, 1, 0, &[1]),
+            ],
+        });
+        assert_eq!(
+            result,
+            CommandResult::Each(vec![
+                CommandResult::Ok,
+                CommandResult::Ok,
+                CommandResult::FencedLeaderEpoch { current: 0 },
+                CommandResult::InvalidUpdateVersion { current: 1 },
+                CommandResult::UnknownPartition,
+            ])
+        );
+        assert!(result.is_ok());
+        assert_eq!(partition(&state, 0).isr, vec![1, 3]);
+        assert_eq!(partition(&state, 1).isr, vec![2]);
+        assert_eq!(partition(&state, 2).isr, vec![1, 2, 3]);
+        // The same changes one entry each leave the same state.
+        let (mut one_by_one, _) = live_cluster(&[1, 2, 3]);
+        topic(
+            &mut one_by_one,
+            vec![vec![1, 2, 3], vec![2, 3, 1], vec![1, 2, 3]],
+        );
+        let id = one_by_one.topics["t"].topic_id;
+        for (partition, leader, isr) in [(0, 1, vec![1, 3]), (1, 2, vec![2])] {
+            one_by_one.apply(&Command::AlterPartition {
+                topic_id: id,
+                partition,
+                leader,
+                leader_epoch: 0,
+                partition_epoch: 0,
+                isr,
+            });
+        }
+        for p in 0..3 {
+            assert_eq!(partition(&state, p).isr, partition(&one_by_one, p).isr);
+        }
     }
 
     #[test]

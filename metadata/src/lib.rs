@@ -71,7 +71,8 @@ mod state_machine;
 mod types;
 
 pub use command::{
-    Command, CommandResult, Endpoint, NodeId, RemoteSegment, RemoteSegmentState, ScramCredential,
+    Command, CommandResult, Endpoint, IsrUpdate, NodeId, RemoteSegment, RemoteSegmentState,
+    ScramCredential,
 };
 pub use controller::{Heartbeat, HeartbeatReply};
 pub use error::MetadataError;

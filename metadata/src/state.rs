@@ -337,6 +337,20 @@ impl ClusterState {
                 (*leader_epoch, *partition_epoch),
                 isr,
             ),
+            Command::AlterPartitions { changes } => CommandResult::Each(
+                changes
+                    .iter()
+                    .map(|c| {
+                        self.alter_partition(
+                            &c.topic_id,
+                            c.partition,
+                            c.leader,
+                            (c.leader_epoch, c.partition_epoch),
+                            &c.isr,
+                        )
+                    })
+                    .collect(),
+            ),
             Command::CreateTopic {
                 name,
                 topic_id,

@@ -504,6 +504,32 @@ impl Broker {
         }
     }
 
+    /// Waits for the process to exit on its own; panics (with its output) if it runs on
+    /// for `within`.
+    pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("broker not running");
+        let deadline = Instant::now() + within;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    self.log
+                        .push("", format!("===== exited: {status} =====").as_bytes());
+                    return status;
+                }
+                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "strata did not exit within {within:?}\n--- broker output ---\n{}",
+                        self.log.text()
+                    );
+                }
+                Err(e) => panic!("wait for strata: {e}"),
+            }
+        }
+    }
+
     /// SIGTERM: a clean shutdown, which must exit with status 0.
     pub fn terminate(&mut self) {
         let status = self.signal_and_wait(libc::SIGTERM);

@@ -230,7 +230,8 @@ impl Node {
         match result {
             CommandResult::Ok
             | CommandResult::ProducerIds { .. }
-            | CommandResult::BrokerRegistered { .. } => Ok(result),
+            | CommandResult::BrokerRegistered { .. }
+            | CommandResult::Each(_) => Ok(result),
             CommandResult::TopicAlreadyExists => Err(ApiError::new(
                 ErrorCode::TopicAlreadyExists,
                 "topic already exists",

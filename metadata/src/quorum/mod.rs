@@ -266,6 +266,25 @@ impl Metadata {
         }
     }
 
+    /// Resolves when this node's raft core has quit on an error (a log, vote or snapshot
+    /// write failed: a full disk, no descriptors left) and so can no longer vote, replicate or
+    /// apply. openraft does not restart its core; the caller should fail-stop, as Kafka's
+    /// brokers halt on a fatal metadata error, and let its supervisor start it again from
+    /// its files. Never resolves for a core stopped by [`Metadata::shutdown`].
+    pub async fn failed(&self) -> MetadataError {
+        let mut metrics = self.inner.metrics.clone();
+        loop {
+            if let Err(fatal) = &metrics.borrow_and_update().running_state {
+                if !matches!(fatal, openraft::error::Fatal::Stopped) {
+                    return MetadataError::Raft(format!("the raft core stopped: {fatal}"));
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
     /// Shuts raft and the raft port down. Every acknowledged entry is already fsynced, so
     /// nothing is lost; later calls on this handle (or its clones) fail with
     /// [`MetadataError::Shutdown`].

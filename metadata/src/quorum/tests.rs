@@ -236,6 +236,46 @@ async fn a_torn_log_tail_left_by_a_crash_does_not_stop_a_restart() {
 }
 
 #[tokio::test]
+async fn a_raft_core_stopped_by_a_storage_error_is_reported_as_failed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("meta");
+    let metadata = open(&store).await;
+    propose_ok(&metadata, register(1)).await;
+    let failed = metadata.failed();
+    tokio::pin!(failed);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), &mut failed)
+            .await
+            .is_err(),
+        "a running core is not failed"
+    );
+    // The store's files go away under it: the next vote, commit or snapshot write fails.
+    std::fs::remove_dir_all(&store).expect("remove the store");
+    let _ = metadata.propose(create_topic("t", 1)).await;
+    let _ = metadata.snapshot().await;
+    let err = tokio::time::timeout(Duration::from_secs(10), failed)
+        .await
+        .expect("the failure is reported");
+    assert!(err.to_string().contains("raft core stopped"), "{err}");
+    let _ = metadata.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_is_not_a_failure() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let metadata = open(dir.path()).await;
+    let watcher = metadata.clone();
+    let failed = tokio::spawn(async move { watcher.failed().await });
+    metadata.shutdown().await.expect("shutdown");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), failed)
+            .await
+            .is_err(),
+        "a core stopped on purpose is not reported as failed"
+    );
+}
+
+#[tokio::test]
 async fn a_store_of_another_node_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let metadata = open(dir.path()).await;

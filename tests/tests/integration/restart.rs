@@ -1,5 +1,6 @@
 //! Restarts: a clean shutdown keeps everything; kill -9 with flush-per-message keeps every
-//! acknowledged record; the log accepts new writes where it left off.
+//! acknowledged record; the log accepts new writes where it left off; a broker whose
+//! metadata store fails stops at once rather than running on without it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -229,4 +230,22 @@ fn sigint_also_shuts_down_cleanly_and_restarts() {
     assert!(status.success(), "exit status after SIGINT: {status}");
     broker.restart();
     assert_eq!(broker.watermarks(&topic, 0), (0, 100));
+}
+
+#[test]
+fn a_broker_whose_metadata_store_fails_exits_instead_of_running_on() {
+    let mut broker = Broker::start_default();
+    let topic = unique_topic("store-fails");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    // The raft store's directory goes away: its next write (a commit, a vote) fails, and
+    // openraft stops the node's raft core for good.
+    std::fs::remove_dir_all(broker.data_dir().join("metadata")).expect("remove the store");
+    let _ = broker.create_topic(&unique_topic("after"), 1, &[]);
+    let status = broker.wait_exit(Duration::from_secs(30));
+    assert!(!status.success(), "exit status {status}");
+    let output = broker.output();
+    assert!(
+        output.contains("the metadata quorum member stopped"),
+        "the reason is given:\n{output}"
+    );
 }

@@ -1,7 +1,8 @@
 //! One pass of a fetch over its partitions: each read once, through the one read over both
 //! tiers ([`crate::tier::Tier::read`]), within the response's byte budget, a follower's
-//! position reported on the way ([`crate::replication::follower_fetched`]), and the answer
-//! built with what each partition said for the session.
+//! position reported on the way
+//! ([`crate::replication::isr::IsrProposals::follower_fetched`]), and the answer built with
+//! what each partition said for the session.
 
 use std::sync::Arc;
 
@@ -100,7 +101,7 @@ pub(super) async fn read_all(
             let offset = asked.fetch_offset;
             let partition_max = asked.max_bytes.max(0) as usize;
             if let (Some(p), Some(follower), true) = (part, replica, report) {
-                crate::replication::follower_fetched(&broker.node, p, follower, offset);
+                broker.isr.follower_fetched(p, follower, offset);
             }
             let preferred = match (part, err, redirect) {
                 (Some(p), None, Some(r)) => r.preferred(p, offset),
