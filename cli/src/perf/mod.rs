@@ -40,6 +40,7 @@ mod member;
 mod produce;
 mod report;
 mod setup;
+mod standard;
 mod txn;
 
 pub use commit::PerfCommitArgs;
@@ -50,6 +51,7 @@ pub use get::PerfGetArgs;
 pub use group::PerfGroupArgs;
 pub use member::{AssignmentStrategy, GroupMemberArgs};
 pub use produce::{make_payload, PerfProduceArgs};
+pub use standard::PerfStandardArgs;
 pub use txn::PerfTxnArgs;
 
 #[derive(Subcommand, Debug)]
@@ -77,6 +79,10 @@ pub enum PerfCommand {
     /// Open N connections, C at a time, each with its TLS handshake and SASL exchange (as
     /// the -X properties say) and one Metadata request; report connections/s and latency.
     Connect(PerfConnectArgs),
+    /// The regression guard: start brokers, run the standard rows (produce, consume, a new
+    /// group over 10,000 partitions, TLS, RF=3 latency, replay isolation) beside their floors
+    /// and goals, and write the result as JSON.
+    Standard(PerfStandardArgs),
     /// One member of `perf group` (internal: reports its assignment on stdout).
     #[command(hide = true)]
     GroupMember(GroupMemberArgs),
@@ -94,7 +100,7 @@ impl PerfCommand {
             PerfCommand::Txn(a) => Some(&a.conn),
             PerfCommand::GroupMember(a) => Some(&a.conn),
             PerfCommand::Connect(a) => Some(&a.conn),
-            PerfCommand::Get(_) => None,
+            PerfCommand::Get(_) | PerfCommand::Standard(_) => None,
         }
     }
 }
@@ -110,5 +116,6 @@ pub fn run(cmd: PerfCommand) -> anyhow::Result<()> {
         PerfCommand::Get(args) => get::run(args),
         PerfCommand::Connect(args) => connect::run(args),
         PerfCommand::GroupMember(args) => member::run(args),
+        PerfCommand::Standard(args) => standard::run(args),
     }
 }
