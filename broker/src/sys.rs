@@ -6,7 +6,7 @@
 
 use std::ffi::CString;
 use std::fs::File;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -25,6 +25,29 @@ pub fn sendfile(
     // a local the kernel writes the new offset into.
     match unsafe { libc::sendfile(socket.as_raw_fd(), file.as_raw_fd(), &mut off, len) } {
         n if n >= 0 => Ok(n as usize),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Sets a TCP socket's receive low-water mark (SO_RCVLOWAT): the kernel reports the socket
+/// readable, and so wakes its reader, only once `bytes` are queued (or the stream ends);
+/// a read still returns whatever is there. Lowering it wakes a reader whose bytes are already
+/// queued. `socket` is a descriptor its caller keeps open for the call.
+pub fn set_receive_low_water(socket: RawFd, bytes: usize) -> std::io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: setsockopt reads `value` (its size given); a descriptor that is not a socket is
+    // an error return, not undefined behaviour.
+    let r = unsafe {
+        libc::setsockopt(
+            socket,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    match r {
+        0 => Ok(()),
         _ => Err(std::io::Error::last_os_error()),
     }
 }

@@ -28,6 +28,45 @@ use tokio::time::Instant;
 
 /// Read buffer kept per connection; frames larger than this grow it temporarily.
 const READ_BUFFER: usize = 256 * 1024;
+/// A frame read in wake-ups of at least this much...
+const MIN_LOW_WATER: usize = 64 * 1024;
+/// ...and at most this much (the kernel grows the socket's receive buffer to twice it).
+const MAX_LOW_WATER: usize = 256 * 1024;
+
+/// Sets the connection's receive low-water mark (see [`FrameReader::with_low_water`]).
+pub type SetLowWater = Box<dyn FnMut(usize) -> std::io::Result<()> + Send>;
+
+/// While a large frame arrives, the reader asks the kernel to wake it only once a good part
+/// of the rest is queued: a client that sends a 1 MB produce as 64 TLS records of 16 KiB, at
+/// its own pace, otherwise wakes the reader, and costs a receive call or five, per record.
+struct LowWater {
+    set: SetLowWater,
+    /// Bytes of the stream that may sit in buffers between the socket and this reader (a TLS
+    /// layer's), which the kernel cannot count.
+    slack: usize,
+    current: usize,
+}
+
+impl LowWater {
+    /// The frame needs `missing` more bytes (`first_read`: for this fill of the buffer). The
+    /// mark may ask for up to what it lacks beyond the slack; it is set at the first read and
+    /// then only lowered, each time to half of
+    /// what it may ask (a TLS stream hands over 16 KiB per read: a call per read would cost
+    /// more than the wake-ups saved), and back to 1 once less than `MIN_LOW_WATER` is left.
+    fn expect(&mut self, missing: usize, first_read: bool) -> std::io::Result<()> {
+        let room = missing.saturating_sub(self.slack).min(MAX_LOW_WATER);
+        if self.current <= room && (self.current > 1 || !first_read) {
+            return Ok(());
+        }
+        let want = if first_read { room } else { room / 2 };
+        let want = if want >= MIN_LOW_WATER { want } else { 1 };
+        if want != self.current {
+            (self.set)(want)?;
+            self.current = want;
+        }
+        Ok(())
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -87,6 +126,7 @@ pub struct FrameReader<R> {
     read_timeout: Duration,
     /// When the first byte of the frame being read arrived.
     started: Option<Instant>,
+    low_water: Option<LowWater>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -103,7 +143,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             budget,
             read_timeout,
             started: None,
+            low_water: None,
         }
+    }
+
+    /// Reads large frames in few wake-ups: `set` changes the socket's receive low-water mark,
+    /// and `slack` is what may be buffered between the socket and this reader. The mark never
+    /// asks for more than the frame still lacks beyond `slack`, so it cannot hold back bytes
+    /// the frame needs; between frames it is 1. Where `set` fails, it is not used again.
+    pub fn with_low_water(mut self, set: SetLowWater, slack: usize) -> FrameReader<R> {
+        self.low_water = Some(LowWater {
+            set,
+            slack,
+            current: 1,
+        });
+        self
     }
 
     /// Whether part of a frame has arrived (the connection is not idle).
@@ -113,7 +167,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// Reads until `buf` holds at least `n` bytes. `false` on end of stream.
     async fn fill(&mut self, n: usize) -> Result<bool, FrameError> {
+        let mut first_read = true;
         while self.buf.len() < n {
+            if let Some(low_water) = &mut self.low_water {
+                if let Err(e) = low_water.expect(n - self.buf.len(), first_read) {
+                    tracing::debug!(error = %e, "cannot set the receive low-water mark");
+                    self.low_water = None;
+                }
+            }
             // Grow by what is still missing, but at most 1 MiB at a time: memory follows the
             // bytes a client actually sends, not the size it announces.
             if self.buf.capacity() == self.buf.len() {
@@ -141,6 +202,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 return Ok(false);
             }
             self.started.get_or_insert_with(Instant::now);
+            first_read = false;
         }
         Ok(true)
     }
@@ -229,6 +291,109 @@ mod tests {
                 return out;
             }
         }
+    }
+
+    /// A client sends a 1 MiB frame in 16 KiB pieces at its own pace, then waits for the
+    /// answer; a tiny frame follows once it has one.
+    #[tokio::test]
+    async fn a_large_frame_is_read_in_few_wake_ups_and_never_held_back() {
+        use std::os::fd::AsRawFd;
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let len = 1usize << 20;
+        let (next_tx, next_rx) = tokio::sync::oneshot::channel::<()>();
+        let client = tokio::spawn(async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut bytes = (len as u32).to_be_bytes().to_vec();
+            bytes.extend((0..len).map(|i| (i % 251) as u8));
+            for piece in bytes.chunks(16 * 1024) {
+                s.write_all(piece).await.unwrap();
+                tokio::time::sleep(Duration::from_micros(100)).await;
+            }
+            next_rx.await.unwrap();
+            s.write_all(&[0, 0, 0, 1, 42]).await.unwrap();
+            s
+        });
+        let (socket, _) = listener.accept().await.unwrap();
+        let fd = socket.as_raw_fd();
+        let marks = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = marks.clone();
+        let set: SetLowWater = Box::new(move |bytes| {
+            seen.lock().unwrap().push(bytes);
+            crate::sys::set_receive_low_water(fd, bytes)
+        });
+        let mut r = FrameReader::new(
+            socket,
+            2 << 20,
+            RequestBudget::new(1 << 30),
+            Duration::from_secs(30),
+        )
+        .with_low_water(set, 0);
+        // Generous deadlines: a mark asking for more than the frame lacks would hold it until
+        // the 30 s read timeout.
+        let within = Duration::from_secs(10);
+        let frame = tokio::time::timeout(within, r.next()).await.unwrap();
+        let frame = frame.unwrap().unwrap();
+        assert_eq!(frame.bytes.len(), len);
+        assert!(frame
+            .bytes
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == (i % 251) as u8));
+        next_tx.send(()).unwrap();
+        let small = tokio::time::timeout(within, r.next()).await.unwrap();
+        assert_eq!(&small.unwrap().unwrap().bytes[..], &[42]);
+        let marks = marks.lock().unwrap().clone();
+        assert!(marks.iter().any(|&m| m >= MIN_LOW_WATER), "{marks:?}");
+        assert!(marks.iter().all(|&m| m <= MAX_LOW_WATER), "{marks:?}");
+        assert_eq!(
+            marks.last(),
+            Some(&1),
+            "back to 1 between frames: {marks:?}"
+        );
+        assert!(marks.len() <= 8, "a call per read: {marks:?}");
+        drop(client.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn the_mark_leaves_the_slack_unasked() {
+        let marks = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = marks.clone();
+        let mut data = (600_000u32).to_be_bytes().to_vec();
+        data.resize(4 + 600_000, 7);
+        /// Hands over at most 4 KiB per read.
+        struct Trickle<'a>(&'a [u8]);
+        impl AsyncRead for Trickle<'_> {
+            fn poll_read(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                let n = self.0.len().min(4096).min(buf.remaining());
+                buf.put_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+        let mut r = FrameReader::new(
+            Trickle(&data),
+            1 << 20,
+            RequestBudget::new(1 << 30),
+            Duration::from_secs(5),
+        )
+        .with_low_water(
+            Box::new(move |bytes| {
+                seen.lock().unwrap().push(bytes);
+                Ok(())
+            }),
+            500_000,
+        );
+        assert_eq!(r.next().await.unwrap().unwrap().bytes.len(), 600_000);
+        // 595,908 lacking after the first read, 500,000 of slack: 95,908 asked; after the
+        // next read less may be asked than that, and half of it is below the minimum.
+        let marks = marks.lock().unwrap().clone();
+        assert_eq!(marks, [95_908, 1]);
     }
 
     #[tokio::test]

@@ -38,6 +38,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -213,10 +214,21 @@ async fn open(
     stream: TcpStream,
     mut conn: Connection,
     broker: &Broker,
-) -> Option<(ReadHalf, WriteHalf, Connection)> {
+) -> Option<(Reader, WriteHalf, Connection)> {
+    // The read half keeps the socket open, and the frame reader that holds this setter holds
+    // the read half: the descriptor outlives every call.
+    let fd = stream.as_raw_fd();
+    let low_water = move || -> frame::SetLowWater {
+        Box::new(move |bytes| crate::sys::set_receive_low_water(fd, bytes))
+    };
     if !conn.protocol().tls() {
         let (reader, writer) = stream.into_split();
-        return Some((Box::new(reader), WriteHalf::Plain(writer), conn));
+        let reader = Reader {
+            stream: Box::new(reader),
+            low_water: low_water(),
+            slack: 0,
+        };
+        return Some((reader, WriteHalf::Plain(writer), conn));
     }
     let Some(acceptor) = broker.security.tls_acceptor(conn.protocol()) else {
         // Security::new loads TLS whenever a listener needs it; never fall back to plaintext.
@@ -225,6 +237,9 @@ async fn open(
     };
     let io_timeout = Duration::from_millis(broker.node.config.socket_io_timeout_ms);
     let metrics = broker.security.metrics();
+    // rustls reads the socket 4 KiB at a time: a 16 KiB record took five receive calls and a
+    // 1 MB produce some 300. Buffered underneath, one call takes what has arrived.
+    let stream = tokio::io::BufReader::with_capacity(TLS_RECEIVE_BUFFER, stream);
     let tls = match tokio::time::timeout(io_timeout, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
@@ -266,7 +281,14 @@ async fn open(
         }
     }
     let (reader, writer) = tokio::io::split(tls);
-    Some((Box::new(reader), WriteHalf::Tls(Box::new(writer)), conn))
+    let reader = Reader {
+        stream: Box::new(reader),
+        low_water: low_water(),
+        // Ciphertext in the receive buffer, and inside rustls a partial record beside a
+        // decrypted one not yet taken (it reads on only once that is empty).
+        slack: TLS_RECEIVE_BUFFER + 2 * TLS_RECORD_MAX,
+    };
+    Some((reader, WriteHalf::Tls(Box::new(writer)), conn))
 }
 
 enum Incoming {
@@ -329,8 +351,21 @@ enum ConnError {
 /// The reading half of a connection, plain TCP or TLS.
 type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
 
+/// A connection's read half, and how its frame reader sets the socket's receive low-water
+/// mark ([`frame::FrameReader::with_low_water`]).
+struct Reader {
+    stream: ReadHalf,
+    low_water: frame::SetLowWater,
+    slack: usize,
+}
+
+/// What one receive call on a TLS connection may take: four full TLS records.
+const TLS_RECEIVE_BUFFER: usize = 64 * 1024;
+/// A TLS record on the wire at most: 16 KiB of plaintext and its overhead.
+const TLS_RECORD_MAX: usize = 16 * 1024 + 2048;
+
 async fn connection(
-    reader: ReadHalf,
+    reader: Reader,
     mut writer: WriteHalf,
     mut conn: Connection,
     broker: &Arc<Broker>,
@@ -346,11 +381,12 @@ async fn connection(
         in_flight: AtomicUsize::new(0),
     });
     let frames = frame::FrameReader::new(
-        reader,
+        reader.stream,
         broker.node.config.max_request_bytes,
         budget,
         io_timeout,
-    );
+    )
+    .with_low_water(reader.low_water, reader.slack);
     let reader_task = tokio::spawn(read_requests(
         frames,
         tx,
