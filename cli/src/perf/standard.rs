@@ -74,7 +74,16 @@ struct Row {
     result: BTreeMap<String, serde_json::Value>,
 }
 
+/// The row groups `--only` names.
+const GROUPS: [&str; 5] = ["plain", "partitions", "tls", "rf3", "replay"];
+
 pub fn run(args: PerfStandardArgs) -> anyhow::Result<()> {
+    if let Some(unknown) = args.only.iter().find(|g| !GROUPS.contains(&g.as_str())) {
+        bail!(
+            "--only {unknown}: no such group (groups: {})",
+            GROUPS.join(", ")
+        );
+    }
     let exe = std::env::current_exe().context("finding this executable")?;
     let parent = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let work = parent.join(format!("strata-perf-standard-{}", std::process::id()));

@@ -1,6 +1,6 @@
 //! `strata perf group`, `perf commit`, `perf produce|consume` and `perf txn` against a test
 //! broker: the summary line parses and its values are consistent with what was asked (no
-//! assertions about speed).
+//! assertions about speed); `perf standard` with the brokers it starts itself.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -349,4 +349,63 @@ fn perf_txn_commits_transactions_and_measures_them_against_the_plain_producer() 
         err.contains("--records-per-txn must be at least 1"),
         "{err}"
     );
+}
+
+#[test]
+fn perf_standard_runs_its_rows_against_brokers_it_starts_and_writes_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("standard.json");
+    let base = strata_tests::cluster::free_port().to_string();
+    let run = Command::new(strata_bin())
+        .args([
+            "perf",
+            "standard",
+            "--quick",
+            "--only",
+            "plain",
+            "--base-port",
+            &base,
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--work-dir")
+        .arg(dir.path())
+        .output()
+        .expect("run strata perf standard");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out).expect("the result")).expect("JSON");
+    let rows = json["rows"].as_array().expect("rows");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["produce", "consume"]);
+    for row in rows {
+        let result = &row["result"];
+        assert_eq!(result["records"].as_f64(), Some(100_000.0), "{row}");
+        assert!(result["broker_cpu_s_per_gb"].as_f64().is_some(), "{row}");
+        assert!(row["command"].as_str().unwrap().starts_with("strata perf "));
+    }
+    assert!(json["floors"]["receive_s_per_gb"].as_f64().is_some());
+    assert!(json["machine"]["cpus"].as_u64().is_some());
+    // The brokers and their data are gone with the run.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("strata-perf-standard")
+        })
+        .collect();
+    assert!(left.is_empty(), "work directory left behind");
+
+    let bad = Command::new(strata_bin())
+        .args(["perf", "standard", "--only", "plain,bogus"])
+        .output()
+        .expect("run strata perf standard");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--only bogus: no such group"));
 }
