@@ -475,45 +475,31 @@ impl Broker {
 
     /// Sends a signal and waits for the process to exit; returns its status.
     pub fn signal_and_wait(&mut self, signal: i32) -> ExitStatus {
-        let mut child = self.child.take().expect("broker not running");
+        let child = self.child.take().expect("broker not running");
         let pid = child.id() as libc::pid_t;
         // SAFETY: plain kill(2) on our own child's pid, which has not been reaped yet.
         let rc = unsafe { libc::kill(pid, signal) };
         assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
-        let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    self.log.push(
-                        "",
-                        format!("===== exited after signal {signal}: {status} =====").as_bytes(),
-                    );
-                    return status;
-                }
-                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
-                Ok(None) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!(
-                        "strata did not exit within {SHUTDOWN_TIMEOUT:?} of signal {signal}\n--- broker output ---\n{}",
-                        self.log.text()
-                    );
-                }
-                Err(e) => panic!("wait for strata: {e}"),
-            }
-        }
+        self.reap(child, SHUTDOWN_TIMEOUT, &format!(" after signal {signal}"))
     }
 
     /// Waits for the process to exit on its own; panics (with its output) if it runs on
     /// for `within`.
     pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let mut child = self.child.take().expect("broker not running");
+        let child = self.child.take().expect("broker not running");
+        self.reap(child, within, "")
+    }
+
+    /// Waits up to `within` for `child` to exit (`after`: what it exits after, for the log).
+    fn reap(&mut self, mut child: Child, within: Duration, after: &str) -> ExitStatus {
         let deadline = Instant::now() + within;
         loop {
             match child.try_wait() {
                 Ok(Some(status)) => {
-                    self.log
-                        .push("", format!("===== exited: {status} =====").as_bytes());
+                    self.log.push(
+                        "",
+                        format!("===== exited{after}: {status} =====").as_bytes(),
+                    );
                     return status;
                 }
                 Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
@@ -521,7 +507,7 @@ impl Broker {
                     let _ = child.kill();
                     let _ = child.wait();
                     panic!(
-                        "strata did not exit within {within:?}\n--- broker output ---\n{}",
+                        "strata did not exit within {within:?}{after}\n--- broker output ---\n{}",
                         self.log.text()
                     );
                 }

@@ -454,27 +454,45 @@ impl Run {
         Ok(())
     }
 
+    /// `strata topic create NAME` with one partition and `extra` arguments.
+    fn create_topic(&self, bootstrap: &str, name: &str, extra: &[&str]) -> anyhow::Result<()> {
+        let out = Command::new(&self.exe)
+            .args([
+                "topic",
+                "create",
+                name,
+                "-b",
+                bootstrap,
+                "--partitions",
+                "1",
+            ])
+            .args(extra)
+            .output()
+            .with_context(|| format!("creating topic {name}"))?;
+        if !out.status.success() {
+            bail!(
+                "creating topic {name} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
     fn rf3(&mut self) -> anyhow::Result<()> {
         let brokers = self.brokers(3, &[])?;
         let b: Vec<String> = brokers.iter().map(|b| b.kafka.clone()).collect();
         let b = b.join(",");
         let (n, rate) = (self.latency_records.to_string(), RATE.to_string());
-        let out = Command::new(&self.exe)
-            .args(["topic", "create", "rf3", "-b", &b, "--partitions", "1"])
-            .args([
+        self.create_topic(
+            &b,
+            "rf3",
+            &[
                 "--replication-factor",
                 "3",
                 "--config",
                 "min.insync.replicas=2",
-            ])
-            .output()
-            .context("creating the RF=3 topic")?;
-        if !out.status.success() {
-            bail!(
-                "creating the RF=3 topic failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+            ],
+        )?;
         let args = |cmd: &str| -> Vec<String> {
             [
                 "perf", cmd, "rf3", "-b", &b, "-n", &n, "-s", "1024", "--rate", &rate, "--acks",
@@ -500,23 +518,18 @@ impl Run {
         ];
         let brokers = self.brokers(1, &env)?;
         let (b, admin) = (brokers[0].kafka.clone(), brokers[0].admin.clone());
-        let out = Command::new(&self.exe)
-            .args(["topic", "create", "history", "-b", &b, "--partitions", "1"])
-            .args([
+        self.create_topic(
+            &b,
+            "history",
+            &[
                 "--config",
                 "segment.bytes=67108864",
                 "--config",
                 "local.retention.ms=1000",
-            ])
-            .args(["--config", "remote.storage.enable=true"])
-            .output()
-            .context("creating the history topic")?;
-        if !out.status.success() {
-            bail!(
-                "creating the history topic failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+                "--config",
+                "remote.storage.enable=true",
+            ],
+        )?;
         let n = self.records.to_string();
         self.perf(
             &[
