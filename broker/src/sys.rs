@@ -35,13 +35,23 @@ pub fn sendfile(
 /// queued. `socket` is a descriptor its caller keeps open for the call.
 pub fn set_receive_low_water(socket: RawFd, bytes: usize) -> std::io::Result<()> {
     let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_int_option(socket, libc::SOL_SOCKET, libc::SO_RCVLOWAT, value)
+}
+
+/// setsockopt(2) of one `int` option.
+fn set_int_option(
+    socket: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> std::io::Result<()> {
     // SAFETY: setsockopt reads `value` (its size given); a descriptor that is not a socket is
     // an error return, not undefined behaviour.
     let r = unsafe {
         libc::setsockopt(
             socket,
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
+            level,
+            name,
             (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -64,21 +74,12 @@ pub fn syncfs(file: &File) -> std::io::Result<()> {
 /// Sets or clears TCP_CORK on a TCP socket: while set, the kernel sends only full segments;
 /// clearing it sends what it held back.
 pub fn set_cork(socket: BorrowedFd<'_>, on: bool) -> std::io::Result<()> {
-    let value = libc::c_int::from(on);
-    // SAFETY: the descriptor is open for the call; setsockopt reads `value` (its size given).
-    let r = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CORK,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    match r {
-        0 => Ok(()),
-        _ => Err(std::io::Error::last_os_error()),
-    }
+    set_int_option(
+        socket.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_CORK,
+        libc::c_int::from(on),
+    )
 }
 
 /// (total, available to an unprivileged writer) bytes of the filesystem holding `dir`.

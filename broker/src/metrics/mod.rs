@@ -22,7 +22,7 @@ mod disk;
 
 mod process;
 
-pub use process::usage_json;
+pub use process::{thread_cpu_seconds, usage_json};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiLabels {

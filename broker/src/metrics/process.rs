@@ -91,7 +91,17 @@ fn read_usage() -> Usage {
 }
 
 fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    stat_cpu_seconds("/proc/self/stat")
+}
+
+/// The calling thread's user + system CPU seconds (Linux).
+pub fn thread_cpu_seconds() -> Option<f64> {
+    stat_cpu_seconds("/proc/thread-self/stat")
+}
+
+/// utime + stime of a `/proc/.../stat` file, in seconds.
+fn stat_cpu_seconds(path: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces: count from after it.
     let rest = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();

@@ -88,7 +88,7 @@ fn total(admins: &[String]) -> anyhow::Result<Counters> {
             Err(_) => {
                 let text = admin_request(admin, "GET", "/metrics")?;
                 Counters {
-                    cpu: parse(&text)
+                    cpu: metric_value(&text, METRIC)
                         .ok_or_else(|| anyhow::anyhow!("{admin}/metrics has no {METRIC}"))?,
                     cross_zone: None,
                 }
@@ -108,9 +108,10 @@ fn from_process(json: &str) -> Option<Counters> {
     })
 }
 
-fn parse(metrics: &str) -> Option<f64> {
+/// The value of the unlabelled metric `name` in a Prometheus text exposition.
+pub(super) fn metric_value(metrics: &str, name: &str) -> Option<f64> {
     metrics.lines().find_map(|line| {
-        let value = line.strip_prefix(METRIC)?.strip_prefix(' ')?;
+        let value = line.strip_prefix(name)?.strip_prefix(' ')?;
         value.trim().parse().ok()
     })
 }
@@ -123,8 +124,8 @@ mod tests {
     fn the_counter_is_found_among_other_lines() {
         let text = "# HELP strata_process_cpu_seconds x\n# TYPE strata_process_cpu_seconds gauge\n\
                     strata_process_cpu_seconds_other 9\nstrata_process_cpu_seconds 12.5\n";
-        assert_eq!(parse(text), Some(12.5));
-        assert_eq!(parse("strata_requests 3\n"), None);
+        assert_eq!(metric_value(text, METRIC), Some(12.5));
+        assert_eq!(metric_value("strata_requests 3\n", METRIC), None);
     }
 
     #[test]

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _};
 use clap::Args;
 
+use super::broker_cpu::metric_value;
 use crate::common::emit;
 
 /// Records of a throughput row at full size: 1 GB of 1 KiB records.
@@ -658,12 +659,8 @@ fn wait_offloaded(admin: &str, within: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + within;
     loop {
         let text = crate::common::admin_request(admin, "GET", "/metrics")?;
-        let metric = |name: &str| -> Option<f64> {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        };
-        let lag = metric("strata_tier_upload_lag_segments");
-        let uploaded = metric("strata_tier_uploaded_segments_total").unwrap_or(0.0);
+        let lag = metric_value(&text, "strata_tier_upload_lag_segments");
+        let uploaded = metric_value(&text, "strata_tier_uploaded_segments_total").unwrap_or(0.0);
         if lag == Some(0.0) && uploaded > 0.0 {
             // Local retention (1 s, checked every 200 ms) removes the uploaded segments.
             std::thread::sleep(Duration::from_secs(2));
@@ -812,15 +809,10 @@ fn loopback_floor(bytes: u64) -> anyhow::Result<(f64, f64)> {
     Ok((receive / gb, send / gb))
 }
 
-/// This thread's user + system CPU seconds (Linux).
+/// This thread's CPU seconds.
 fn thread_cpu_seconds() -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat")?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or_default();
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are the 14th and 15th fields, 12th and 13th after the name.
-    Ok((ticks(11) + ticks(12)) / 100.0)
+    strata_broker::metrics::thread_cpu_seconds()
+        .ok_or_else(|| anyhow!("cannot read this thread's CPU time from /proc"))
 }
 
 /// `openssl speed -evp aes-256-gcm` at 16 KiB, as CPU seconds per GB; `None` without openssl.
