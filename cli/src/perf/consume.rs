@@ -1,5 +1,6 @@
 //! `strata perf consume`: every partition read from the beginning by one consumer, group-less
-//! (assigned every partition) or, with `--group`, as the one member of a new consumer group;
+//! (assigned every partition) or, with `--group`, as the one member of a new consumer group
+//! (`--group-id`: of a named one, resuming from its committed offsets);
 //! and the assigned consumer `perf e2e` shares.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +32,10 @@ pub struct PerfConsumeArgs {
     /// record, and the time to it is reported as `join_ms`.
     #[arg(long)]
     pub group: bool,
+    /// Join this named consumer group instead of a new one: it resumes from the group's
+    /// committed offsets (a partition without one from the beginning).
+    #[arg(long, value_name = "GROUP", conflicts_with = "group")]
+    pub group_id: Option<String>,
     /// Number of records to consume.
     #[arg(short = 'n', long)]
     pub records: u64,
@@ -84,13 +89,15 @@ pub(super) fn assigned_consumer(
     Ok(consumer)
 }
 
-/// The one member of a new consumer group subscribed to `topics`, reading from the beginning.
+/// The one member of consumer group `name` (a new group when `None`) subscribed to `topics`,
+/// reading from the group's committed offsets or else from the beginning.
 fn group_consumer(
     conn: &ConnectArgs,
+    name: Option<&str>,
     topics: &[String],
     extra: &[(&str, &str)],
 ) -> anyhow::Result<BaseConsumer> {
-    let group = unique_group("perf-consume");
+    let group = name.map_or_else(|| unique_group("perf-consume"), str::to_string);
     let mut settings = vec![
         ("group.id", group.as_str()),
         ("auto.offset.reset", "earliest"),
@@ -118,8 +125,9 @@ pub(super) fn run(args: PerfConsumeArgs) -> anyhow::Result<()> {
         extra.push(("max.partition.fetch.bytes", b.as_str()));
     }
     let topics = topic_names(&args.topic, args.topics)?;
-    let consumer = if args.group {
-        group_consumer(conn, &topics, &extra)?
+    let grouped = args.group || args.group_id.is_some();
+    let consumer = if grouped {
+        group_consumer(conn, args.group_id.as_deref(), &topics, &extra)?
     } else {
         assigned_consumer(conn, &topics, &extra, |_, _| Ok(Offset::Beginning))?
     };
@@ -147,7 +155,7 @@ pub(super) fn run(args: PerfConsumeArgs) -> anyhow::Result<()> {
             while n < args.records {
                 match consumer.poll(Duration::from_millis(100)) {
                     Some(Ok(msg)) => {
-                        if args.group && join.is_none() {
+                        if grouped && join.is_none() {
                             join = Some(start.elapsed());
                             start = Instant::now();
                         }

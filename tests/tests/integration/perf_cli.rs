@@ -261,6 +261,55 @@ fn perf_produce_and_group_consume_over_many_topics_report_the_broker_cpu() {
     assert!(num(&consumed, "broker_cpu_s_per_gb") >= 0.0);
 }
 
+#[test]
+fn perf_consume_with_a_named_group_resumes_from_its_committed_offsets() {
+    let broker = Broker::start_default();
+    let topic = unique_topic("perf-resume");
+    let group = unique_group("perf-resume");
+    let out = strata(
+        &broker,
+        &[
+            "perf",
+            "produce",
+            &topic,
+            "--partitions",
+            "2",
+            "--partitions-hint",
+            "2",
+            "-n",
+            "200",
+            "-s",
+            "64",
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(num(&summary(&out, "produce"), "records"), 200.0);
+    strata(
+        &broker,
+        &[
+            "group",
+            "reset-offsets",
+            "--topic",
+            &topic,
+            "--to-offset",
+            "60",
+            &group,
+        ],
+        Duration::from_secs(60),
+    );
+    // 40 records are left after offset 60 in each partition: asked for one more, the run
+    // reads exactly those and then reports the shortfall.
+    let run = Command::new(strata_bin())
+        .args(["perf", "consume", &topic, "--group-id", &group])
+        .args(["-n", "81", "--timeout-ms", "3000", "-b", &broker.kafka_addr])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run strata perf consume");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(stderr.contains("consumed only 80 of 81"), "{stderr}");
+}
+
 /// The high watermarks of `partitions` partitions of `topic`, summed: records plus the
 /// transaction markers written among them.
 fn offsets_used(broker: &Broker, topic: &str, partitions: i32) -> i64 {
