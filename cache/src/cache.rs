@@ -80,12 +80,50 @@ fn lookup_error(e: foyer::Error) -> CacheError {
     }
 }
 
+/// A cache whose disk tier bypasses the page cache (`O_DIRECT`) where the file system allows
+/// it, and goes through it where not (some do not: tmpfs before Linux 6.6, some FUSE ones). The cache keeps its own RAM
+/// tier, so a second copy of its disk blocks in the page cache only crowds out the log's
+/// pages, and a replay writing the disk tier at hundreds of MB/s dirtied pages as fast for
+/// the kernel to write back (measured: the replay 190–247 → 232–250 MB/s, a live producer's
+/// p99 beside it 1.8–3.3 → 1.9–2.1 ms).
 async fn build_cache(
     name: &'static str,
     memory_bytes: usize,
     disk: Option<DiskGeometry>,
     dir: PathBuf,
     block_size: u64,
+) -> Result<Foyer> {
+    if disk.is_none() {
+        return build_cache_on(name, memory_bytes, None, dir, block_size, false).await;
+    }
+    direct_or_buffered(name, &dir, |direct| {
+        build_cache_on(name, memory_bytes, disk, dir.clone(), block_size, direct)
+    })
+    .await
+}
+
+/// `open(true)`, or `open(false)` if that fails.
+async fn direct_or_buffered<T, F, Fut>(name: &str, dir: &std::path::Path, open: F) -> Result<T>
+where
+    F: Fn(bool) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    match open(true).await {
+        Ok(opened) => Ok(opened),
+        Err(e) => {
+            tracing::info!(cache = name, dir = %dir.display(), error = %e, "direct I/O refused; the disk tier goes through the page cache");
+            open(false).await
+        }
+    }
+}
+
+async fn build_cache_on(
+    name: &'static str,
+    memory_bytes: usize,
+    disk: Option<DiskGeometry>,
+    dir: PathBuf,
+    block_size: u64,
+    direct: bool,
 ) -> Result<Foyer> {
     // foyer splits the RAM budget evenly over shards, each evicting on its own; a shard should
     // hold a few dozen blocks for that to approximate one cache.
@@ -113,6 +151,7 @@ async fn build_cache(
         Some(g) => {
             let device = FsDeviceBuilder::new(&dir)
                 .with_capacity(g.capacity)
+                .with_direct(direct)
                 .build()
                 .map_err(foyer_error)?;
             builder
@@ -671,9 +710,72 @@ mod tests {
     #[tokio::test]
     async fn blocks_evicted_from_memory_are_read_back_from_disk() {
         let dir = tempfile::tempdir().unwrap();
+        let cache = evict_to_disk_and_read_back(dir.path()).await;
+        // This file system (the build's, not tmpfs) takes O_DIRECT: the disk tier bypasses
+        // the page cache.
+        let direct = open_with_direct(&dir.path().join("cache"));
+        assert!(
+            !direct.is_empty() && direct.iter().all(|d| *d),
+            "{direct:?}"
+        );
+        cache.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_file_system_that_refuses_direct_io_gets_a_buffered_disk_tier() {
+        let tried = std::sync::Mutex::new(Vec::new());
+        let opened = direct_or_buffered("test", std::path::Path::new("/x"), |direct| {
+            tried.lock().unwrap().push(direct);
+            async move {
+                if direct {
+                    Err(CacheError::Cache("EINVAL".into()))
+                } else {
+                    Ok("buffered")
+                }
+            }
+        })
+        .await;
+        assert_eq!(opened.unwrap(), "buffered");
+        assert_eq!(*tried.lock().unwrap(), [true, false]);
+        // Where both fail, the second error is the answer.
+        let failed: Result<()> =
+            direct_or_buffered("test", std::path::Path::new("/x"), |_| async {
+                Err(CacheError::Cache("no".into()))
+            })
+            .await;
+        assert!(failed.is_err());
+    }
+
+    /// Whether each file this process holds open under `dir` was opened with O_DIRECT (from
+    /// /proc/self/fdinfo).
+    fn open_with_direct(dir: &std::path::Path) -> Vec<bool> {
+        let mut direct = Vec::new();
+        for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            if !target.starts_with(dir) || !target.is_file() {
+                continue;
+            }
+            let info =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.file_name().display()))
+                    .unwrap();
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .map(|f| i32::from_str_radix(f.trim(), 8).unwrap())
+                .unwrap();
+            direct.push(flags & libc::O_DIRECT != 0);
+        }
+        direct
+    }
+
+    /// A cache in `dir` whose RAM holds four blocks, after 64 blocks were read through it and
+    /// one was read back from its disk tier.
+    async fn evict_to_disk_and_read_back(dir: &std::path::Path) -> BlockCache {
         let store = Store::open(&StoreConfig::new(format!(
             "file://{}/objects",
-            dir.path().display()
+            dir.display()
         )))
         .unwrap();
         let block = 4096;
@@ -684,7 +786,7 @@ mod tests {
             // Four blocks of RAM: reading 64 pushes the first 60 to disk.
             memory_bytes: 4 * block,
             disk_bytes: 16 << 20,
-            ..CacheConfig::new(dir.path().join("cache"))
+            ..CacheConfig::new(dir.join("cache"))
         };
         let cache = open(cfg, &store).await;
         for i in 0..64u64 {
@@ -700,8 +802,8 @@ mod tests {
         );
         assert_eq!(cache.metrics().hits(ReadClass::Recent, Tier::Disk), 1);
         assert_eq!(gets(&store), 64, "served from disk, not the store");
-        assert!(dir.path().join("cache/recent").is_dir());
-        cache.close().await.unwrap();
+        assert!(dir.join("cache/recent").is_dir());
+        cache
     }
 
     #[tokio::test]
