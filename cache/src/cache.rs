@@ -81,11 +81,11 @@ fn lookup_error(e: foyer::Error) -> CacheError {
 }
 
 /// A cache whose disk tier bypasses the page cache (`O_DIRECT`) where the file system allows
-/// it, and goes through it where not (some do not: tmpfs before Linux 6.6, some FUSE ones). The cache keeps its own RAM
-/// tier, so a second copy of its disk blocks in the page cache only crowds out the log's
-/// pages, and a replay writing the disk tier at hundreds of MB/s dirtied pages as fast for
-/// the kernel to write back (measured: the replay 190–247 → 232–250 MB/s, a live producer's
-/// p99 beside it 1.8–3.3 → 1.9–2.1 ms).
+/// it, and goes through it where not (tmpfs before Linux 6.6, some FUSE file systems). The
+/// cache keeps its own RAM tier, so a second copy of its disk blocks in the page cache only
+/// crowds out the log's pages, and a replay writing the disk tier at hundreds of MB/s dirtied
+/// pages as fast for the kernel to write back (measured: the replay 190–247 → 232–250 MB/s,
+/// a live producer's p99 beside it 1.8–3.3 → 1.9–2.1 ms).
 async fn build_cache(
     name: &'static str,
     memory_bytes: usize,
@@ -711,8 +711,7 @@ mod tests {
     async fn blocks_evicted_from_memory_are_read_back_from_disk() {
         let dir = tempfile::tempdir().unwrap();
         let cache = evict_to_disk_and_read_back(dir.path()).await;
-        // This file system (the build's, not tmpfs) takes O_DIRECT: the disk tier bypasses
-        // the page cache.
+        // The build's file system takes O_DIRECT: the disk tier bypasses the page cache.
         let direct = open_with_direct(&dir.path().join("cache"));
         assert!(
             !direct.is_empty() && direct.iter().all(|d| *d),
