@@ -50,9 +50,9 @@ struct LowWater {
 impl LowWater {
     /// The frame needs `missing` more bytes (`first_read`: for this fill of the buffer). The
     /// mark may ask for up to what it lacks beyond the slack; it is set at the first read and
-    /// then only lowered, each time to half of
-    /// what it may ask (a TLS stream hands over 16 KiB per read: a call per read would cost
-    /// more than the wake-ups saved), and back to 1 once less than `MIN_LOW_WATER` is left.
+    /// then only lowered, each time to half of what it may ask (a TLS stream hands over 16 KiB
+    /// per read: a call per read would cost more than the wake-ups saved), and back to 1 once
+    /// less than `MIN_LOW_WATER` is left.
     fn expect(&mut self, missing: usize, first_read: bool) -> std::io::Result<()> {
         let room = missing.saturating_sub(self.slack).min(MAX_LOW_WATER);
         if self.current <= room && (self.current > 1 || !first_read) {

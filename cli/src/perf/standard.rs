@@ -293,9 +293,7 @@ impl Run {
             if let Some(prepare) = prepare {
                 self.perf(prepare)?;
             }
-            // Each run from clean pages: a run after one that left a gigabyte dirty paid for
-            // its writeback (throttled in the broker's own writes), up to three times the cost.
-            let _ = Command::new("sync").status();
+            write_back();
             runs.push(self.perf(args)?);
         }
         let cost = |r: &BTreeMap<String, serde_json::Value>| {
@@ -370,11 +368,11 @@ impl Run {
                 ]
                 .map(String::from),
             );
-            // Creating 10,000 partitions' files while the gigabyte before is written back
-            // took over librdkafka's 15 s default on this VM's disk: clean pages first, and
-            // a longer bound.
+            // Creating 10,000 partitions' files behind the gigabyte before took over
+            // librdkafka's 15 s default on this VM's disk: clean pages first, and a longer
+            // bound.
             produce.extend(["-s", "1024", "--request-timeout-ms", "120000"].map(String::from));
-            let _ = Command::new("sync").status();
+            write_back();
             self.perf(&produce)?;
             let mut one = common("consume", "one");
             one.push("--group".into());
@@ -663,16 +661,17 @@ impl Run {
         // replay of the history alone is over in seconds.
         let stop = Arc::new(AtomicBool::new(false));
         let replays = {
-            let (stop, args, exe, pinned) = (
+            let (stop, args, exe, pinned, niced) = (
                 stop.clone(),
                 replay_cmd.clone(),
                 self.exe.clone(),
                 self.pinned,
+                which("nice"),
             );
             std::thread::spawn(move || -> anyhow::Result<Vec<String>> {
                 let mut lines = Vec::new();
                 while !stop.load(Ordering::Acquire) {
-                    let mut child = background_command(pinned, 1, &exe)
+                    let mut child = background_command(niced, pinned, 1, &exe)
                         .args(&args)
                         .stdout(Stdio::piped())
                         .stderr(Stdio::null())
@@ -732,10 +731,17 @@ fn pinned_command(pinned: bool, cpu: u32, program: &Path) -> Command {
     }
 }
 
-/// `program` pinned like [`pinned_command`], at the lowest CPU priority where `nice` exists:
-/// load that must not delay the client being measured beside it.
-fn background_command(pinned: bool, cpu: u32, program: &Path) -> Command {
-    if !which("nice") {
+/// Writes dirty pages back (`sync`) before a measured run: a run after one that left a
+/// gigabyte dirty paid for its writeback (throttled in the broker's own writes), up to three
+/// times the cost.
+fn write_back() {
+    let _ = Command::new("sync").status();
+}
+
+/// `program` pinned like [`pinned_command`], at the lowest CPU priority when `niced` (`nice`
+/// exists): load that must not delay the client being measured beside it.
+fn background_command(niced: bool, pinned: bool, cpu: u32, program: &Path) -> Command {
+    if !niced {
         return pinned_command(pinned, cpu, program);
     }
     let mut c = Command::new("nice");
