@@ -77,6 +77,13 @@ if [ ! -x "$VENV/bin/moto_server" ]; then
 fi
 export STRATA_MOTO_SERVER="$VENV/bin/moto_server"
 
+# pyiceberg with pyarrow: the independent reader of Iceberg topics' tables (REST catalog and
+# metadata location, data files from the S3 test server).
+if ! "$VENV/bin/python" -c 'import pyiceberg, pyarrow' >/dev/null 2>&1; then
+    log "installing pyiceberg and pyarrow into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "pyiceberg[pyarrow]==0.10.0" </dev/null
+fi
+
 # kubernetes-validate: deploy/kubernetes checked offline against the API schemas.
 if [ ! -x "$VENV/bin/kubernetes-validate" ]; then
     log "installing kubernetes-validate into $VENV"

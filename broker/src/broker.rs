@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::fetch_session::FetchSessions;
 use crate::group::lag::LagTracker;
 use crate::group::Coordinator;
+use crate::iceberg::Iceberg;
 use crate::loggers::Loggers;
 use crate::node::Node;
 use crate::quota::Quotas;
@@ -28,6 +29,8 @@ pub struct Broker {
     pub lag: LagTracker,
     /// Object storage and its read cache, for remote reads and the offload tasks.
     pub tier: Arc<Tier>,
+    /// Topics' Iceberg tables: their catalog and the translator.
+    pub iceberg: Arc<Iceberg>,
     /// The follower side of replication.
     pub fetchers: Fetchers,
     /// The leader side's ISR changes, on their way to the quorum.
@@ -50,6 +53,7 @@ impl Broker {
     pub fn new(
         node: Arc<Node>,
         tier: Arc<Tier>,
+        iceberg: Arc<Iceberg>,
         security: Arc<Security>,
         loggers: Loggers,
     ) -> Broker {
@@ -68,6 +72,7 @@ impl Broker {
             telemetry: ClientTelemetry::new(&node.config, &node.metrics, node.clock.clone()),
             shares: Shares::new(node.clone(), tier.clone()),
             tier,
+            iceberg,
             security,
             loggers,
             node,

@@ -152,6 +152,41 @@ impl Scheduler {
     }
 }
 
+/// A Tokio runtime for background work (the tier's uploads and remote reads, Iceberg
+/// translation) on threads the kernel schedules after the Kafka request threads (nice 10):
+/// that work competes with produce and hot fetch for the same cores, and must lose.
+pub struct BackgroundRuntime(Option<tokio::runtime::Runtime>);
+
+impl BackgroundRuntime {
+    pub fn new(name: &'static str, threads: usize) -> std::io::Result<BackgroundRuntime> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads.max(1))
+            .thread_name(name)
+            .on_thread_start(move || {
+                // Failure only means the thread keeps normal priority.
+                if !crate::sys::set_thread_nice(10) {
+                    tracing::debug!(name, "could not lower the priority of a background thread");
+                }
+            })
+            .enable_all()
+            .build()?;
+        Ok(BackgroundRuntime(Some(rt)))
+    }
+
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("runtime lives until drop").handle()
+    }
+}
+
+impl Drop for BackgroundRuntime {
+    fn drop(&mut self) {
+        // Dropped from async code at shutdown, where a blocking drop would panic.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};

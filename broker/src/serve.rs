@@ -341,9 +341,13 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     let security = Security::new(node.clone())
         .await
         .map_err(failed("security"))?;
+    let tier = Arc::new(tier);
+    let iceberg = crate::iceberg::Iceberg::new(node.clone(), tier.clone(), objects.clone())
+        .map_err(failed("Iceberg tables"))?;
     let broker = Arc::new(Broker::new(
         node.clone(),
-        Arc::new(tier),
+        tier,
+        Arc::new(iceberg),
         security.clone(),
         loggers,
     ));
@@ -397,6 +401,10 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
         broker.tier.clone(),
         shutdown_rx.clone(),
     ));
+    let translator = tokio::spawn(crate::iceberg::translate::run(
+        broker.iceberg.translator.clone(),
+        shutdown_rx.clone(),
+    ));
     let server = tokio::spawn(crate::server::serve(
         kafka,
         broker.clone(),
@@ -442,6 +450,7 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     broker.fetchers.stop();
     let _ = housekeeper.await;
     let _ = offloader.await;
+    let _ = translator.await;
     tokio::task::spawn_blocking(move || cleaner.stop())
         .await
         .map_err(failed("stop the log cleaner"))?;

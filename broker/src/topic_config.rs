@@ -22,6 +22,40 @@ pub const DLQ_GROUP_ENABLE: &str = "errors.deadletterqueue.group.enable";
 /// `redpanda.leaders.preference`: `none`, or `racks:<rack>[,<rack>..]` in order of preference.
 pub const LEADERS_PREFERENCE: &str = "leaders.preference";
 
+/// The topic key that makes the topic an Iceberg table too: `disabled`, `key_value` or
+/// `value_json` ([`IcebergMode`]).
+pub const ICEBERG_MODE: &str = "iceberg.mode";
+/// How far the topic's Iceberg table may lag its log.
+pub const ICEBERG_TARGET_LAG_MS: &str = "iceberg.target.lag.ms";
+/// `value_json`: the Iceberg schema (JSON) the records' values are read with.
+pub const ICEBERG_VALUE_SCHEMA: &str = "iceberg.value.schema";
+
+/// How a topic is written to its Iceberg table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IcebergMode {
+    /// Each record as its Kafka fields, key and value as bytes.
+    KeyValue,
+    /// The Kafka fields, and the value parsed as JSON into typed columns.
+    ValueJson,
+}
+
+impl IcebergMode {
+    /// The mode a validated value names; `None` for `disabled`.
+    pub fn parse(value: &str) -> Result<Option<IcebergMode>, String> {
+        match value {
+            "disabled" => Ok(None),
+            "key_value" => Ok(Some(IcebergMode::KeyValue)),
+            "value_json" => Ok(Some(IcebergMode::ValueJson)),
+            _ => Err("must be disabled, key_value or value_json".into()),
+        }
+    }
+
+    /// The mode of a topic with these config overrides (`None`: not a table).
+    pub fn of(configs: &BTreeMap<String, String>) -> Option<IcebergMode> {
+        (configs.get(ICEBERG_MODE)).and_then(|v| IcebergMode::parse(v).ok().flatten())
+    }
+}
+
 /// The racks `leaders.preference` names, most preferred first (none for `none`). Only a
 /// validated value is read here: anything else pins nothing.
 pub fn leader_racks(value: &str) -> Vec<&str> {
@@ -172,6 +206,22 @@ pub const KEYS: &[KeyDef] = &[
               produce bytes stay in their zone (as Redpanda's leader pinning)",
     },
     KeyDef {
+        name: ICEBERG_MODE,
+        kind: Kind::Str,
+        doc: "disabled, key_value or value_json: the topic's committed records are also \
+              written to an Apache Iceberg table in the object store (docs/iceberg.md)",
+    },
+    KeyDef {
+        name: ICEBERG_TARGET_LAG_MS,
+        kind: Kind::Long,
+        doc: "how long a committed record may wait before it is in the Iceberg table",
+    },
+    KeyDef {
+        name: ICEBERG_VALUE_SCHEMA,
+        kind: Kind::Str,
+        doc: "iceberg.mode=value_json: the Iceberg schema (JSON) of the records' values",
+    },
+    KeyDef {
         name: "file.delete.delay.ms",
         kind: Kind::Long,
         doc: "no effect: Strata deletes a segment's files once no reader holds them",
@@ -281,6 +331,7 @@ pub fn broker_setting(name: &str) -> Option<&'static str> {
         "min.compaction.lag.ms" => "log_cleaner_min_compaction_lag_ms",
         "flush.messages" => "log_flush_messages",
         "flush.ms" => "log_flush_ms",
+        ICEBERG_TARGET_LAG_MS => "iceberg_target_lag_ms",
         "index.interval.bytes" => "log_index_interval_bytes",
         "local.retention.bytes" => "log_local_retention_bytes",
         "local.retention.ms" => "log_local_retention_ms",
@@ -324,6 +375,8 @@ pub fn default_value(cfg: &BrokerConfig, name: &str) -> String {
         "segment.ms" => cfg.log_segment_ms.to_string(),
         "unclean.leader.election.enable" | DLQ_GROUP_ENABLE => "false".into(),
         LEADERS_PREFERENCE => "none".into(),
+        ICEBERG_MODE => "disabled".into(),
+        ICEBERG_TARGET_LAG_MS => cfg.iceberg_target_lag_ms.to_string(),
         // Kafka's defaults of the keys that have no effect here.
         "file.delete.delay.ms" => "60000".into(),
         "max.compaction.lag.ms"
@@ -368,6 +421,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             if matches!(name, "flush.messages" | "flush.ms" | "segment.ms") && v < 1 {
                 return bad("must be ≥ 1");
             }
+            if name == ICEBERG_TARGET_LAG_MS && v < 1000 {
+                return bad("must be ≥ 1000");
+            }
         }
         Kind::Int => {
             let Ok(v) = value.parse::<i32>() else {
@@ -410,6 +466,10 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
                 }
                 "message.timestamp.type" => value == "CreateTime" || value == "LogAppendTime",
                 "message.format.version" => is_format_version(value),
+                ICEBERG_MODE => return IcebergMode::parse(value).map(drop).or_else(|w| bad(&w)),
+                ICEBERG_VALUE_SCHEMA => {
+                    return value_schema(value).map(drop).or_else(|w| bad(&w));
+                }
                 LEADERS_PREFERENCE => {
                     value == "none"
                         || value
@@ -426,6 +486,18 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The Iceberg schema of `iceberg.value.schema` (the JSON of the Iceberg spec's schema
+/// object). Field ids are the schema's own; the Kafka columns are added around them, so a value
+/// column may not take one of their names.
+pub fn value_schema(value: &str) -> Result<iceberg::spec::Schema, String> {
+    let schema: iceberg::spec::Schema =
+        serde_json::from_str(value).map_err(|e| format!("not an Iceberg schema: {e}"))?;
+    if schema.as_struct().fields().is_empty() {
+        return Err("the schema has no fields".into());
+    }
+    Ok(schema)
 }
 
 /// Kafka's `MetadataVersionValidator`: a release (`2.8`, `3.0`) with an optional
@@ -487,6 +559,13 @@ pub fn validate_combination(
         return Err(
             "remote.storage.enable=true is not supported with cleanup.policy compact".into(),
         );
+    }
+    if IcebergMode::of(overrides) == Some(IcebergMode::ValueJson)
+        && !overrides.contains_key(ICEBERG_VALUE_SCHEMA)
+    {
+        return Err(format!(
+            "{ICEBERG_MODE}=value_json needs {ICEBERG_VALUE_SCHEMA} (an Iceberg schema as JSON)"
+        ));
     }
     for (local, total) in [
         ("local.retention.ms", "retention.ms"),

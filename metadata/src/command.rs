@@ -184,6 +184,30 @@ pub enum Command {
         group: String,
         offsets: Vec<(uuid::Uuid, i32, Option<i64>)>,
     },
+    /// Points a topic's Iceberg table at a new metadata file (the broker's Iceberg catalog),
+    /// or forgets the table (`location` `None`), only while it points at `expected`: a
+    /// compare-and-set, so of two commits built on the same metadata one lands and the other
+    /// is refused with [`CommandResult::IcebergConflict`] and rebuilt on the winner's. The
+    /// commit's data files hold the records of `ranges`; each must start where the
+    /// partition's table offsets end ([`crate::IcebergTable`]), or the whole command is
+    /// refused with [`CommandResult::IcebergOffsetsMoved`]: no offset enters a table twice
+    /// and none is skipped.
+    CommitIcebergTable {
+        topic_id: uuid::Uuid,
+        expected: Option<String>,
+        location: Option<String>,
+        #[serde(default)]
+        ranges: Vec<IcebergRange>,
+    },
+}
+
+/// The offsets `from .. to` of one partition, in one Iceberg commit's data files (control
+/// records and aborted transactions among them are in no file, but covered all the same).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IcebergRange {
+    pub partition: i32,
+    pub from: i64,
+    pub to: i64,
 }
 
 /// One partition's ISR change in [`Command::AlterPartitions`]: the fields of
@@ -239,6 +263,11 @@ pub enum CommandResult {
     InvalidRequest(String),
     /// The command names something (a credential) that does not exist.
     NotFound,
+    /// `CommitIcebergTable`: the table's metadata file is not the one expected; this one is.
+    IcebergConflict { current: Option<String> },
+    /// `CommitIcebergTable`: a range does not start where the partition's table offsets end
+    /// (`next`, `None` for a partition with none yet).
+    IcebergOffsetsMoved { partition: i32, next: Option<i64> },
     /// A command of many independent changes (`AlterPartitions`): each one's result, in order.
     Each(Vec<CommandResult>),
 }

@@ -71,15 +71,15 @@ mod state_machine;
 mod types;
 
 pub use command::{
-    Command, CommandResult, Endpoint, IsrUpdate, NodeId, RemoteSegment, RemoteSegmentState,
-    ScramCredential,
+    Command, CommandResult, Endpoint, IcebergRange, IsrUpdate, NodeId, RemoteSegment,
+    RemoteSegmentState, ScramCredential,
 };
 pub use controller::{Heartbeat, HeartbeatReply};
 pub use error::MetadataError;
 pub use quorum::{LeaderBalance, Metadata, MetadataOptions};
 pub use rpc::RaftTls;
 pub use state::{
-    BrokerInfo, ClusterState, PartitionInfo, SecurityState, ShareReset, TopicInfo,
+    BrokerInfo, ClusterState, IcebergTable, PartitionInfo, SecurityState, ShareReset, TopicInfo,
     FIRST_PRODUCER_ID,
 };
 pub use types::TypeConfig;

@@ -207,6 +207,59 @@ pub struct TopicInfo {
     pub partitions: Vec<Arc<PartitionInfo>>,
     /// Topic-level config overrides (Kafka names); absent keys take the broker default.
     pub configs: BTreeMap<String, String>,
+    /// The topic's Iceberg table, once it exists (see [`Command::CommitIcebergTable`]).
+    #[serde(default)]
+    pub iceberg: Option<IcebergTable>,
+}
+
+/// Where a topic's Iceberg table is and how far each partition is in it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IcebergTable {
+    /// The table's current metadata file (its full URI).
+    pub location: String,
+    /// By partition: the offset after the last one the table holds (every offset below it,
+    /// from the partition's first commit on, is in the table or was not translatable).
+    pub next_offsets: BTreeMap<i32, i64>,
+}
+
+impl TopicInfo {
+    /// [`Command::CommitIcebergTable`] on this topic: checked whole before anything changes.
+    fn commit_iceberg(
+        &mut self,
+        expected: Option<&str>,
+        location: Option<&str>,
+        ranges: &[crate::command::IcebergRange],
+    ) -> CommandResult {
+        let current = self.iceberg.as_ref().map(|t| t.location.as_str());
+        if current != expected {
+            return CommandResult::IcebergConflict {
+                current: current.map(str::to_string),
+            };
+        }
+        let Some(location) = location else {
+            self.iceberg = None;
+            return CommandResult::Ok;
+        };
+        let mut next_offsets = (self.iceberg.as_ref())
+            .map(|t| t.next_offsets.clone())
+            .unwrap_or_default();
+        for r in ranges {
+            let next = next_offsets.get(&r.partition).copied();
+            let known = usize::try_from(r.partition).is_ok_and(|p| p < self.partitions.len());
+            if !known || r.from > r.to || next.is_some_and(|n| n != r.from) {
+                return CommandResult::IcebergOffsetsMoved {
+                    partition: r.partition,
+                    next,
+                };
+            }
+            next_offsets.insert(r.partition, r.to);
+        }
+        self.iceberg = Some(IcebergTable {
+            location: location.to_string(),
+            next_offsets,
+        });
+        CommandResult::Ok
+    }
 }
 
 /// One partition's replica set and leadership.
@@ -384,6 +437,7 @@ impl ClusterState {
                             .map(|r| Arc::new(PartitionInfo::new(r.clone(), &self.brokers)))
                             .collect(),
                         configs: configs.clone(),
+                        iceberg: None,
                     }),
                 );
                 self.topic_ids.insert(*topic_id, name.clone());
@@ -439,6 +493,20 @@ impl ClusterState {
                     topic.configs.remove(key);
                 }
                 CommandResult::Ok
+            }
+            Command::CommitIcebergTable {
+                topic_id,
+                expected,
+                location,
+                ranges,
+            } => {
+                let Some(name) = self.topic_ids.get(topic_id).cloned() else {
+                    return CommandResult::UnknownTopic;
+                };
+                let Some(topic) = self.topic_mut(&name) else {
+                    return CommandResult::UnknownTopic;
+                };
+                topic.commit_iceberg(expected.as_deref(), location.as_deref(), ranges)
             }
             Command::AllocateProducerIds { count } => {
                 let first = self.next_producer_id;
@@ -956,6 +1024,79 @@ mod tests {
                 ("retention.ms".to_string(), "10".to_string()),
             ])
         );
+    }
+
+    #[test]
+    fn iceberg_commits_compare_and_set_the_location_and_continue_each_partition() {
+        let mut state = cluster_with_brokers(&[1]);
+        let topic_id = uuid::Uuid::new_v4();
+        let create = Command::CreateTopic {
+            name: "t".into(),
+            topic_id,
+            replicas: vec![vec![1], vec![1]],
+            configs: BTreeMap::new(),
+        };
+        assert_eq!(state.apply(&create), CommandResult::Ok);
+        let range = |partition, from, to| crate::IcebergRange {
+            partition,
+            from,
+            to,
+        };
+        let commit =
+            |expected: Option<&str>, location: Option<&str>, ranges| Command::CommitIcebergTable {
+                topic_id,
+                expected: expected.map(str::to_string),
+                location: location.map(str::to_string),
+                ranges,
+            };
+        // Created: a partition's first range may start anywhere (its log start).
+        let first = commit(None, Some("m1"), vec![range(0, 5, 10)]);
+        assert_eq!(state.apply(&first), CommandResult::Ok);
+        // The same commit again (a retry after a lost reply): the location moved on.
+        assert_eq!(
+            state.apply(&first),
+            CommandResult::IcebergConflict {
+                current: Some("m1".into())
+            }
+        );
+        // Built on the right metadata but repeating offsets (a stale leader): refused whole.
+        let stale = commit(
+            Some("m1"),
+            Some("m2"),
+            vec![range(1, 0, 3), range(0, 7, 12)],
+        );
+        assert_eq!(
+            state.apply(&stale),
+            CommandResult::IcebergOffsetsMoved {
+                partition: 0,
+                next: Some(10)
+            }
+        );
+        for bad in [range(2, 0, 1), range(-1, 0, 1), range(1, 5, 4)] {
+            let r = state.apply(&commit(Some("m1"), Some("m2"), vec![bad]));
+            assert!(
+                matches!(r, CommandResult::IcebergOffsetsMoved { .. }),
+                "{bad:?}"
+            );
+        }
+        let table = state.topics["t"].iceberg.clone().unwrap();
+        assert_eq!(table.location, "m1");
+        assert_eq!(table.next_offsets, BTreeMap::from([(0, 10)]));
+        let next = commit(
+            Some("m1"),
+            Some("m2"),
+            vec![range(1, 0, 3), range(0, 10, 12)],
+        );
+        assert_eq!(state.apply(&next), CommandResult::Ok);
+        let table = state.topics["t"].iceberg.clone().unwrap();
+        assert_eq!(table.next_offsets, BTreeMap::from([(0, 12), (1, 3)]));
+        // Forgotten (rewrite starts over), only from the current location.
+        assert!(!state.apply(&commit(Some("m1"), None, vec![])).is_ok());
+        assert_eq!(
+            state.apply(&commit(Some("m2"), None, vec![])),
+            CommandResult::Ok
+        );
+        assert_eq!(state.topics["t"].iceberg, None);
     }
 
     #[test]

@@ -120,6 +120,23 @@ impl Store {
         &self.metrics
     }
 
+    /// The full URI of `key` as readers outside Strata name it (`s3://bucket/prefix/key`,
+    /// `file:///dir/key`): Iceberg metadata records data files by such URIs.
+    pub fn uri(&self, key: &str) -> String {
+        let root = self.to_string();
+        format!("{}/{key}", root.trim_end_matches('/'))
+    }
+
+    /// The key of a URI made by [`Store::uri`]; `None` for a URI outside this store (a
+    /// `.` or `..` segment included: a metadata file cannot name a path above the root).
+    pub fn key_of_uri(&self, uri: &str) -> Option<String> {
+        let root = self.to_string();
+        let rest = uri.strip_prefix(root.trim_end_matches('/'))?;
+        let key = rest.strip_prefix('/')?;
+        let dots = key.split('/').any(|s| s == "." || s == "..");
+        (!key.is_empty() && !dots).then(|| key.to_string())
+    }
+
     fn path(&self, key: &str) -> Path {
         if self.prefix.is_empty() {
             Path::from(key)
@@ -325,6 +342,28 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uris_name_keys_under_the_store_root_and_only_those() {
+        let s3 = Store::open(&StoreConfig::new("s3://bucket/pre/fix")).unwrap();
+        assert_eq!(s3.uri("t/a.json"), "s3://bucket/pre/fix/t/a.json");
+        assert_eq!(
+            s3.key_of_uri("s3://bucket/pre/fix/t/a.json").unwrap(),
+            "t/a.json"
+        );
+        assert_eq!(s3.key_of_uri("s3://bucket/pre/fixx/a"), None);
+        assert_eq!(s3.key_of_uri("s3://other/pre/fix/a"), None);
+        assert_eq!(s3.key_of_uri("s3://bucket/pre/fix/"), None);
+        assert_eq!(s3.key_of_uri("s3://bucket/pre/fix/a/../../x"), None);
+        let bare = Store::open(&StoreConfig::new("s3://bucket")).unwrap();
+        assert_eq!(bare.uri("k"), "s3://bucket/k");
+        assert_eq!(bare.key_of_uri("s3://bucket/k").unwrap(), "k");
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let fs = Store::open(&StoreConfig::new(url.clone())).unwrap();
+        assert_eq!(fs.uri("k/v"), format!("{url}/k/v"));
+        assert_eq!(fs.key_of_uri(&format!("{url}/k/v")).unwrap(), "k/v");
+    }
 
     fn payload(len: usize) -> Bytes {
         (0..len)

@@ -1,7 +1,8 @@
 //! A minimal HTTP/1.1 server for operators: `/metrics`, `/healthz` (the process is up),
 //! `/readyz` (metadata loaded and the Kafka listener accepting), `/v1/partitions` (local and
 //! remote ranges), `/v1/cluster` (controller, quorum, brokers, unhealthy partitions) and
-//! `POST /v1/cluster/voters?add=ID|remove=ID` (voter membership changes).
+//! `POST /v1/cluster/voters?add=ID|remove=ID` (voter membership changes), and the Iceberg
+//! REST catalog's read endpoints under `/iceberg` ([`crate::iceberg::rest`]).
 //!
 //! Requests are parsed into a [`Route`] before anything runs (the admin fuzz target drives
 //! [`Route::parse`]); no handler reads a request body. At most [`MAX_CONNECTIONS`] connections
@@ -208,6 +209,8 @@ pub enum Route {
     Partitions {
         topic: Option<String>,
     },
+    /// The Iceberg REST catalog (`/iceberg/...`).
+    Iceberg(crate::iceberg::rest::Request),
     /// A request this server refuses, with its status and the reason.
     Refused(StatusCode, String),
 }
@@ -215,6 +218,11 @@ pub enum Route {
 impl Route {
     pub fn parse(method: &hyper::Method, uri: &hyper::Uri) -> Route {
         let query = uri.query().unwrap_or("");
+        if let Some(rest) = (uri.path().strip_prefix(crate::iceberg::rest::PREFIX))
+            .filter(|r| r.is_empty() || r.starts_with('/'))
+        {
+            return Route::Iceberg(crate::iceberg::rest::Request::parse(method, rest));
+        }
         match uri.path() {
             "/v1/cluster" => Route::Cluster,
             "/v1/cluster/voters" => Self::voters(method, query),
@@ -230,7 +238,7 @@ impl Route {
             },
             _ => Route::Refused(
                 StatusCode::NOT_FOUND,
-                "not found: try /metrics, /v1/process, /healthz, /readyz, /v1/partitions[?topic=NAME], /v1/cluster\n"
+                "not found: try /metrics, /v1/process, /healthz, /readyz, /v1/partitions[?topic=NAME], /v1/cluster, /iceberg/v1/config\n"
                     .to_string(),
             ),
         }
@@ -322,6 +330,12 @@ async fn respond(
             "text/plain",
             "starting\n".to_string(),
         ),
+        Route::Iceberg(request) => {
+            let settings = broker.node.settings();
+            let (status, body) =
+                crate::iceberg::rest::respond(request, &settings, &broker.iceberg).await;
+            (status, "application/json", body)
+        }
         Route::Refused(status, why) => (status, "text/plain", why),
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));

@@ -530,6 +530,18 @@ settings! {
     remote_log_upload_max_bytes_per_second: u64 = 0,
         "remote.log.manager.copy.max.bytes.per.second", Long, dynamic, "`0`", ANY,
         "upload bandwidth bound (0: none)";
+    iceberg_warehouse: String = "iceberg".into(),
+        "iceberg.warehouse", Str, static, "`iceberg`", ANY,
+        "object store key prefix of the Iceberg tables of topics with `iceberg.mode` set: `<prefix>/strata/<topic>-<topic id>/`";
+    iceberg_target_lag_ms: i64 = 60_000,
+        "iceberg.target.lag.ms", Long, dynamic, "`60000`", at_least(1000.0),
+        "default `iceberg.target.lag.ms`";
+    iceberg_target_file_bytes: u64 = 128 << 20,
+        "iceberg.target.file.bytes", Long, static, "`134217728`", at_least(1048576.0),
+        "Parquet data files are closed at about this size (one open file per hour of timestamps a round meets, each held in memory until closed)";
+    iceberg_snapshot_max_age_ms: u64 = 86_400_000,
+        "iceberg.snapshot.max.age.ms", Long, static, "`86400000`", at_least(60000.0),
+        "table snapshots older than this are expired (the current one never)";
     replica_move_max_bytes_per_second: u64 = 0,
         "replica.move.max.bytes.per.second", Long, dynamic, "`0`", ANY,
         "bytes per second all replicas being added to this broker may fetch together (0: no bound); in-sync replication is never held back by it";

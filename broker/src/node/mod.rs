@@ -275,6 +275,12 @@ impl Node {
             CommandResult::UnknownBroker | CommandResult::StaleBrokerEpoch { .. } => Err(
                 ApiError::new(ErrorCode::StaleBrokerEpoch, format!("{result:?}")),
             ),
+            CommandResult::IcebergConflict { .. } | CommandResult::IcebergOffsetsMoved { .. } => {
+                Err(ApiError::new(
+                    ErrorCode::ConcurrentTransactions,
+                    "the Iceberg table changed meanwhile",
+                ))
+            }
         }
     }
 

@@ -145,6 +145,7 @@ impl Node {
                 topic_id: Uuid::nil(),
                 partitions: vec![],
                 configs,
+                iceberg: None,
             });
         }
         let cmd = Command::CreateTopic {

@@ -35,6 +35,7 @@ use crate::error::{ApiError, ErrorCode};
 use crate::log::LogError;
 use crate::metrics::Metrics;
 use crate::partition::TopicPartition;
+use crate::schedule::BackgroundRuntime;
 pub use metrics::TierMetrics;
 
 #[derive(Debug, thiserror::Error)]
@@ -79,41 +80,6 @@ impl TierError {
     }
 }
 
-/// A Tokio runtime for the tier's work, on threads the kernel schedules after the Kafka
-/// request threads (nice 10): uploads, remote reads and the cache's GETs and disk writes
-/// compete with produce and hot fetch for the same cores, and must lose.
-struct TierRuntime(Option<tokio::runtime::Runtime>);
-
-impl TierRuntime {
-    fn new(threads: usize) -> std::io::Result<TierRuntime> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads.max(1))
-            .thread_name("strata-tier")
-            .on_thread_start(|| {
-                // Failure only means the thread keeps normal priority.
-                if !crate::sys::set_thread_nice(10) {
-                    tracing::debug!("could not lower the priority of a tier thread");
-                }
-            })
-            .enable_all()
-            .build()?;
-        Ok(TierRuntime(Some(rt)))
-    }
-
-    fn handle(&self) -> &tokio::runtime::Handle {
-        self.0.as_ref().expect("runtime lives until drop").handle()
-    }
-}
-
-impl Drop for TierRuntime {
-    fn drop(&mut self) {
-        // Dropped from async code at shutdown, where a blocking drop would panic.
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
 /// The object store, the cache over it, and what the background tasks share.
 pub struct Tier {
     pub store: Store,
@@ -129,7 +95,9 @@ pub struct Tier {
     /// Remote segments within this many bytes of the remote end are recent (see
     /// [`read::read_class`]).
     recent_bytes: u64,
-    runtime: TierRuntime,
+    /// Uploads, remote reads and the cache's GETs and disk writes compete with produce and hot
+    /// fetch for the same cores, and must lose: they run on low-priority threads.
+    runtime: BackgroundRuntime,
 }
 
 impl Tier {
@@ -140,7 +108,7 @@ impl Tier {
         store: Store,
         metrics: &Metrics,
     ) -> Result<Tier, TierError> {
-        let runtime = TierRuntime::new(cfg.remote_io_threads)
+        let runtime = BackgroundRuntime::new("strata-tier", cfg.remote_io_threads)
             .map_err(|e| TierError::Commit(format!("cannot start the tier's threads: {e}")))?;
         let cache_config = CacheConfig {
             block_size: cfg.remote_cache_block_bytes,

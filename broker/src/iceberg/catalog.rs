@@ -1,0 +1,406 @@
+//! The catalog of topic tables: namespace `strata`, one table per topic with `iceberg.mode`
+//! set, named as the topic. A table's current metadata file and each partition's next offset
+//! are held by the metadata quorum (`TopicInfo::iceberg`), so every broker sees one table and a
+//! commit is a compare-and-set through the quorum.
+//!
+//! Invariants (docs/invariants.md 12):
+//! - a commit lands only on the metadata file it was built on: two brokers committing at once
+//!   cannot both win, and the loser's commit is rebuilt on the winner's table
+//!   ([`iceberg::transaction::Transaction`] retries a [`ErrorKind::CatalogCommitConflicts`]);
+//! - a commit's snapshot names, in its summary (`strata.ranges`), the offsets its files hold;
+//!   the quorum takes them only where each continues its partition, so an offset enters the
+//!   table once (a retried, duplicated or stale translation is refused whole);
+//! - a metadata file is deleted only when the quorum definitely refused it; a data file never
+//!   here (after an unanswered proposal it may be in the table).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use iceberg::spec::{FormatVersion, TableMetadataBuilder};
+use iceberg::table::Table;
+use iceberg::{
+    Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
+    TableCreation, TableIdent,
+};
+use strata_metadata::{Command, CommandResult, IcebergRange, TopicInfo};
+use strata_objstore::Store;
+
+use super::layout::{self, NAMESPACE};
+use crate::node::Node;
+
+/// The snapshot summary property naming the offsets a commit covers:
+/// `<partition>:<from>-<to>` (to exclusive), comma-separated.
+pub const RANGES_PROPERTY: &str = "strata.ranges";
+
+/// A commit's ranges as its summary property.
+pub fn ranges_property(ranges: &[IcebergRange]) -> String {
+    let parts: Vec<String> = (ranges.iter())
+        .map(|r| format!("{}:{}-{}", r.partition, r.from, r.to))
+        .collect();
+    parts.join(",")
+}
+
+/// The ranges of a summary property; `None` when malformed.
+pub fn parse_ranges(value: &str) -> Option<Vec<IcebergRange>> {
+    (value.split(',').filter(|s| !s.is_empty()))
+        .map(|part| {
+            let (p, range) = part.split_once(':')?;
+            let (from, to) = range.split_once('-')?;
+            Some(IcebergRange {
+                partition: p.parse().ok()?,
+                from: from.parse().ok()?,
+                to: to.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+pub struct TableCatalog {
+    node: Arc<Node>,
+    store: Store,
+    io: iceberg::io::FileIO,
+    warehouse: String,
+}
+
+impl std::fmt::Debug for TableCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TableCatalog({})", self.store.uri(&self.warehouse))
+    }
+}
+
+fn not_found(what: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::TableNotFound, format!("no table {what}"))
+}
+
+impl TableCatalog {
+    pub fn new(node: Arc<Node>, store: Store) -> TableCatalog {
+        let warehouse = node.config.iceberg_warehouse.trim_matches('/').to_string();
+        TableCatalog {
+            node,
+            io: super::storage::file_io(store.clone()),
+            store,
+            warehouse,
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The URI of the warehouse (what a reader's catalog config names).
+    pub fn warehouse_uri(&self) -> String {
+        self.store.uri(&self.warehouse)
+    }
+
+    pub fn namespace() -> NamespaceIdent {
+        NamespaceIdent::new(NAMESPACE.to_string())
+    }
+
+    pub fn ident(topic: &str) -> TableIdent {
+        TableIdent::new(Self::namespace(), topic.to_string())
+    }
+
+    /// The topic a table identifier names, with a table (or `None`).
+    fn topic_of(&self, ident: &TableIdent) -> Option<TopicInfo> {
+        if ident.namespace() != &Self::namespace() {
+            return None;
+        }
+        self.topic(ident.name())
+    }
+
+    /// The topic named, if it has a table.
+    pub fn topic(&self, name: &str) -> Option<TopicInfo> {
+        let state = self.node.metadata.state();
+        let topic = state.topic(name)?;
+        topic.iceberg.is_some().then(|| topic.clone())
+    }
+
+    /// The names of the topics with a table.
+    pub fn tables(&self) -> Vec<String> {
+        let state = self.node.metadata.state();
+        (state.topics.values())
+            .filter(|t| t.iceberg.is_some())
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
+    /// The topic's table as its current metadata file says, `None` before the table exists.
+    pub async fn load(&self, topic: &TopicInfo) -> Result<Option<Table>> {
+        let Some(t) = &topic.iceberg else {
+            return Ok(None);
+        };
+        let metadata = iceberg::spec::TableMetadata::read_from(&self.io, &t.location).await?;
+        Table::builder()
+            .file_io(self.io.clone())
+            .metadata_location(t.location.clone())
+            .metadata(metadata)
+            .identifier(Self::ident(&topic.name))
+            // Tasks the crate spawns run where the caller runs (the translator's thread, or
+            // the admin server's); a table lives for one round or request, so no cache.
+            .runtime(iceberg::Runtime::try_current()?)
+            .disable_cache()
+            .build()
+            .map(Some)
+    }
+
+    /// Creates the topic's table (format v2, the `schema`, the partition spec of
+    /// [`layout::partition_spec`]) unless the quorum already names one.
+    pub async fn create(&self, topic: &TopicInfo, schema: iceberg::spec::Schema) -> Result<()> {
+        let key = layout::table_key(&self.warehouse, &topic.name, &topic.topic_id);
+        let creation = TableCreation::builder()
+            .name(topic.name.clone())
+            .location(self.store.uri(&key))
+            .schema(schema)
+            .partition_spec(layout::partition_spec())
+            .properties([
+                ("write.format.default".to_string(), "parquet".to_string()),
+                (
+                    "write.parquet.compression-codec".to_string(),
+                    "zstd".to_string(),
+                ),
+                ("strata.topic-id".to_string(), topic.topic_id.to_string()),
+            ])
+            .format_version(FormatVersion::V2)
+            .build();
+        let metadata = TableMetadataBuilder::from_table_creation(creation)?
+            .build()?
+            .metadata;
+        let location = MetadataLocation::new_with_metadata(self.store.uri(&key), &metadata);
+        metadata.write_to(&self.io, &location).await?;
+        let location = location.to_string();
+        self.propose(topic.topic_id, None, Some(location.clone()), Vec::new())
+            .await
+            .map_err(|(e, refused)| {
+                if refused {
+                    self.forget_file(location.clone());
+                }
+                e
+            })
+    }
+
+    /// Forgets the topic's table (its files stay where they are), from the metadata file
+    /// `expected`.
+    pub async fn forget(&self, topic: &TopicInfo, expected: String) -> Result<()> {
+        (self
+            .propose(topic.topic_id, Some(expected), None, Vec::new())
+            .await)
+            .map_err(|(e, _)| e)
+    }
+
+    /// One quorum compare-and-set; on error, whether the quorum definitely refused it.
+    async fn propose(
+        &self,
+        topic_id: uuid::Uuid,
+        expected: Option<String>,
+        location: Option<String>,
+        ranges: Vec<IcebergRange>,
+    ) -> std::result::Result<(), (Error, bool)> {
+        let cmd = Command::CommitIcebergTable {
+            topic_id,
+            expected,
+            location,
+            ranges,
+        };
+        match self.node.metadata.propose(cmd).await {
+            Ok(CommandResult::Ok) => Ok(()),
+            Ok(CommandResult::IcebergConflict { current }) => Err((
+                Error::new(
+                    ErrorKind::CatalogCommitConflicts,
+                    format!("the table moved on to {current:?} meanwhile"),
+                )
+                .with_retryable(true),
+                true,
+            )),
+            Ok(CommandResult::IcebergOffsetsMoved { partition, next }) => Err((
+                Error::new(
+                    ErrorKind::DataInvalid,
+                    format!(
+                        "partition {partition} of the table continues at {next:?}: these \
+                         offsets were translated elsewhere"
+                    ),
+                ),
+                true,
+            )),
+            Ok(other) => Err((
+                Error::new(ErrorKind::Unexpected, format!("{other:?}")),
+                true,
+            )),
+            // Maybe applied, maybe not: the table is reloaded before anything is retried.
+            Err(e) => Err((
+                Error::new(ErrorKind::Unexpected, format!("metadata quorum: {e}"))
+                    .with_retryable(true),
+                false,
+            )),
+        }
+    }
+
+    fn forget_file(&self, location: String) {
+        let io = self.io.clone();
+        tokio::spawn(async move {
+            if let Err(e) = io.delete(&location).await {
+                tracing::debug!(%location, error = %e, "refused metadata file not deleted");
+            }
+        });
+    }
+}
+
+fn unsupported(what: &str) -> Error {
+    Error::new(
+        ErrorKind::FeatureUnsupported,
+        format!("{what}: Strata's tables follow their topics (set iceberg.mode on a topic)"),
+    )
+}
+
+#[async_trait]
+impl iceberg::Catalog for TableCatalog {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> Result<Vec<NamespaceIdent>> {
+        Ok(match parent {
+            None => vec![Self::namespace()],
+            Some(_) => Vec::new(),
+        })
+    }
+
+    async fn create_namespace(
+        &self,
+        _: &NamespaceIdent,
+        _: HashMap<String, String>,
+    ) -> Result<Namespace> {
+        Err(unsupported("creating a namespace"))
+    }
+
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
+        if namespace == &Self::namespace() {
+            return Ok(Namespace::new(namespace.clone()));
+        }
+        Err(Error::new(
+            ErrorKind::NamespaceNotFound,
+            format!("no namespace {namespace:?}"),
+        ))
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
+        Ok(namespace == &Self::namespace())
+    }
+
+    async fn update_namespace(&self, _: &NamespaceIdent, _: HashMap<String, String>) -> Result<()> {
+        Err(unsupported("changing a namespace"))
+    }
+
+    async fn drop_namespace(&self, _: &NamespaceIdent) -> Result<()> {
+        Err(unsupported("dropping a namespace"))
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        self.get_namespace(namespace).await?;
+        Ok(self.tables().iter().map(|t| Self::ident(t)).collect())
+    }
+
+    async fn create_table(&self, _: &NamespaceIdent, _: TableCreation) -> Result<Table> {
+        Err(unsupported("creating a table"))
+    }
+
+    async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
+        let topic = self.topic_of(ident).ok_or_else(|| not_found(ident))?;
+        self.load(&topic).await?.ok_or_else(|| not_found(ident))
+    }
+
+    async fn drop_table(&self, _: &TableIdent) -> Result<()> {
+        Err(unsupported("dropping a table"))
+    }
+
+    async fn purge_table(&self, _: &TableIdent) -> Result<()> {
+        Err(unsupported("purging a table"))
+    }
+
+    async fn table_exists(&self, ident: &TableIdent) -> Result<bool> {
+        Ok(self.topic_of(ident).is_some())
+    }
+
+    async fn rename_table(&self, _: &TableIdent, _: &TableIdent) -> Result<()> {
+        Err(unsupported("renaming a table"))
+    }
+
+    async fn register_table(&self, _: &TableIdent, _: String) -> Result<Table> {
+        Err(unsupported("registering a table"))
+    }
+
+    /// Applies the commit to the table as the quorum names it now, writes the new metadata
+    /// file and moves the quorum's pointer to it if it still names the one applied to.
+    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
+        let ident = commit.identifier().clone();
+        let topic = self.topic_of(&ident).ok_or_else(|| not_found(&ident))?;
+        let current = self.load(&topic).await?.ok_or_else(|| not_found(&ident))?;
+        let before = current.metadata().current_snapshot_id();
+        let expected = current.metadata_location_result()?.to_string();
+        // Built on an older snapshot than the current one: the transaction rebuilds it.
+        let staged = commit.apply(current).map_err(|e| match e.kind() {
+            ErrorKind::CatalogCommitConflicts => e.with_retryable(true),
+            _ => e,
+        })?;
+        let ranges = match staged.metadata().current_snapshot() {
+            Some(s) if Some(s.snapshot_id()) != before => {
+                let property = s.summary().additional_properties.get(RANGES_PROPERTY);
+                property
+                    .map(|v| parse_ranges(v))
+                    .unwrap_or(Some(Vec::new()))
+                    .ok_or_else(|| {
+                        Error::new(ErrorKind::DataInvalid, "malformed strata.ranges property")
+                    })?
+            }
+            _ => Vec::new(),
+        };
+        let location = staged.metadata_location_result()?.to_string();
+        (staged.metadata())
+            .write_to(&self.io, &MetadataLocation::from_str(&location)?)
+            .await?;
+        match (self.propose(
+            topic.topic_id,
+            Some(expected),
+            Some(location.clone()),
+            ranges,
+        ))
+        .await
+        {
+            Ok(()) => Ok(staged),
+            Err((e, refused)) => {
+                if refused {
+                    self.forget_file(location);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_round_trip_through_the_summary_property() {
+        let ranges = vec![
+            IcebergRange {
+                partition: 0,
+                from: 0,
+                to: 10,
+            },
+            IcebergRange {
+                partition: 7,
+                from: 1 << 40,
+                to: (1 << 40) + 3,
+            },
+        ];
+        let v = ranges_property(&ranges);
+        assert_eq!(v, "0:0-10,7:1099511627776-1099511627779");
+        assert_eq!(parse_ranges(&v).unwrap(), ranges);
+        assert_eq!(parse_ranges("").unwrap(), vec![]);
+        for bad in ["0:1", "x:1-2", "0:1-y", "0-1:2"] {
+            assert_eq!(parse_ranges(bad), None, "{bad}");
+        }
+    }
+}
