@@ -23,6 +23,7 @@ mod fetch_sessions;
 mod group_restart;
 mod groups;
 mod hostile;
+mod iceberg;
 mod idempotence;
 mod lag;
 mod leader_epochs;

