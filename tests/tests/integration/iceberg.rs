@@ -344,3 +344,89 @@ fn invalid_iceberg_configs_are_refused() {
     let resp = http_get(&broker.admin_addr, "/iceberg/v1/namespaces/other/tables").unwrap();
     assert_eq!(resp.status, 404, "{}", resp.body);
 }
+
+#[test]
+fn kill_9_while_rounds_run_neither_duplicates_nor_skips_an_offset() {
+    let moto = MotoServer::start();
+    let mut broker = Broker::start(s3_broker(&moto, "ice-kill"));
+    let topic = unique_topic("ice-kill");
+    broker
+        .create_topic(
+            &topic,
+            2,
+            &[
+                ("iceberg.mode", "key_value"),
+                ("iceberg.target.lag.ms", "1000"),
+            ],
+        )
+        .unwrap();
+    let mut rng = strata_tests::Rng::new(7);
+    for wave in 0..4 {
+        let p: BaseProducer = broker.producer_config().create().unwrap();
+        for i in 0..3000 {
+            let v = format!("w{wave}-{i}-{}", String::from_utf8_lossy(&rng.text(200)));
+            produce(
+                &p,
+                &topic,
+                i % 2,
+                Some(&v[..8]),
+                Some(&v),
+                OwnedHeaders::new(),
+            );
+            if i % 1000 == 999 {
+                p.flush(TIMEOUT).unwrap();
+            }
+        }
+        p.flush(TIMEOUT).unwrap();
+        drop(p);
+        // Rounds run every half second: somewhere in a read, a file upload or a commit.
+        std::thread::sleep(Duration::from_millis(200 + rng.below(900)));
+        broker.kill9();
+        broker.restart();
+    }
+    let expected = read_committed(&broker, &topic, 2);
+    assert_eq!(expected.len(), 12_000);
+    assert_table_equals(&broker, &topic, &expected);
+}
+
+#[test]
+fn history_only_in_the_remote_tier_is_translated_when_a_topic_becomes_a_table() {
+    let moto = MotoServer::start();
+    let broker = Broker::start(s3_broker(&moto, "ice-backfill").quick_tiering());
+    let topic = unique_topic("ice-backfill");
+    super::tiered::tiered_topic(&broker, &topic, &[]);
+    let p: BaseProducer = broker.producer_config().create().unwrap();
+    let mut rng = strata_tests::Rng::new(11);
+    for i in 0..4000 {
+        let v = format!("{i}:{}", String::from_utf8_lossy(&rng.text(1000)));
+        produce(
+            &p,
+            &topic,
+            0,
+            Some(&format!("k{i}")),
+            Some(&v),
+            OwnedHeaders::new(),
+        );
+    }
+    p.flush(TIMEOUT).unwrap();
+    super::tiered::wait_offloaded(&broker, &topic, 3.0);
+    let parts = http_get(&broker.admin_addr, &format!("/v1/partitions?topic={topic}")).unwrap();
+    let parts: Value = serde_json::from_str(&parts.body).unwrap();
+    let local_start = parts[0]["local_start"].as_i64().unwrap();
+    assert!(
+        local_start > 1000,
+        "the history is not remote only: {parts}"
+    );
+    broker.cli_ok(&[
+        "topic",
+        "alter",
+        &topic,
+        "-c",
+        "iceberg.mode=key_value",
+        "-c",
+        "iceberg.target.lag.ms=1000",
+    ]);
+    let expected = read_committed(&broker, &topic, 1);
+    assert_eq!(expected.len(), 4000);
+    assert_table_equals(&broker, &topic, &expected);
+}
