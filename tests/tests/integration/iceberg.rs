@@ -9,15 +9,18 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use rdkafka::admin::TopicReplication;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::Value;
+use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
 use strata_tests::s3::{MotoServer, REGION};
 use strata_tests::{
-    http_get, repo_root, unique_topic, venv_python, Broker, BrokerOpts, ConsumedRecord,
+    http_get, repo_root, unique_topic, venv_python, wait_for, Broker, BrokerOpts, Cluster,
+    ConsumedRecord,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -429,4 +432,71 @@ fn history_only_in_the_remote_tier_is_translated_when_a_topic_becomes_a_table() 
     let expected = read_committed(&broker, &topic, 1);
     assert_eq!(expected.len(), 4000);
     assert_table_equals(&broker, &topic, &expected);
+}
+
+/// The table as a REST catalog on a cluster member and a read_committed consumer agree.
+fn assert_cluster_table(
+    cluster: &mut Cluster,
+    via: u64,
+    topic: &str,
+    partitions: i32,
+    want: usize,
+) {
+    let expected = read_committed(cluster.member(via), topic, partitions);
+    assert_eq!(expected.len(), want);
+    assert_table_equals(cluster.member(via), topic, &expected);
+}
+
+#[test]
+fn three_brokers_commit_one_table_and_a_new_leader_continues_it_exactly() {
+    let moto = MotoServer::start();
+    moto.create_bucket("ice-rf3");
+    let store = [
+        ("STRATA_OBJECT_STORE", "s3://ice-rf3/cluster".to_string()),
+        ("STRATA_OBJECT_STORE_ENDPOINT", moto.endpoint.clone()),
+        ("STRATA_OBJECT_STORE_REGION", REGION.to_string()),
+        ("STRATA_OBJECT_STORE_ALLOW_HTTP", "true".to_string()),
+        ("STRATA_OBJECT_STORE_ACCESS_KEY_ID", "test".to_string()),
+        ("STRATA_OBJECT_STORE_SECRET_ACCESS_KEY", "test".to_string()),
+    ];
+    let store: Vec<(&str, &str)> = store.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let env = [FAST, &store[..]].concat();
+    let mut cluster = Cluster::start(3, 3, &env);
+    cluster.wait_controller();
+    let topic = unique_topic("ice-rf3");
+    // Each broker leads one partition: three translators commit to one table at once.
+    cluster.create_replicated_topic(
+        &topic,
+        3,
+        TopicReplication::Variable(&[&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]]),
+        &[
+            ("min.insync.replicas", "2"),
+            ("iceberg.mode", "key_value"),
+            ("iceberg.target.lag.ms", "1000"),
+        ],
+    );
+    let wave = |cluster: &mut Cluster, tag: &str| {
+        let p: BaseProducer = cluster.producer_config().create().unwrap();
+        for i in 0..900 {
+            let v = format!("{tag}-{i}");
+            produce(&p, &topic, i % 3, Some(&v), Some(&v), OwnedHeaders::new());
+        }
+        p.flush(TIMEOUT).unwrap();
+    };
+    wave(&mut cluster, "first");
+    assert_cluster_table(&mut cluster, 2, &topic, 3, 900);
+
+    // Partition 0's leader dies mid-stream; broker 2 takes it over and continues its table
+    // offsets where the quorum says they end.
+    cluster.node(1).kill9();
+    wait_for("a new leader of partition 0", CLUSTER_TIMEOUT, || {
+        cluster.leaders(&topic)[0].is_some_and(|l| l != 1)
+    });
+    wave(&mut cluster, "second");
+    assert_cluster_table(&mut cluster, 3, &topic, 3, 1800);
+
+    cluster.node(1).restart();
+    cluster.wait_topic_healthy(&topic);
+    wave(&mut cluster, "third");
+    assert_cluster_table(&mut cluster, 1, &topic, 3, 2700);
 }
