@@ -17,7 +17,9 @@
 //!   dead-letter topics — [`share`];
 //! - `strata user create|delete|list` — SCRAM users — [`user`];
 //! - `strata acl add|list|remove` — ACLs — [`acl`];
-//! - `strata quota alter|describe` — client quotas — [`quota`].
+//! - `strata quota alter|describe` — client quotas — [`quota`];
+//! - `strata iceberg list|describe|rewrite` — topics' Iceberg tables, over the admin HTTP
+//!   port — [`iceberg`].
 //!
 //! Every command takes `-b/--bootstrap-server` (env `STRATA_BOOTSTRAP`), repeated
 //! `-X key=value` librdkafka properties and `--request-timeout-ms`; the security ones
@@ -35,6 +37,7 @@ pub mod common;
 pub mod consume;
 pub mod group;
 pub mod health;
+pub mod iceberg;
 mod incremental_alter;
 pub mod objstore;
 pub mod perf;
@@ -89,6 +92,9 @@ pub enum ClientCommand {
     Objstore(objstore::ObjstoreCommand),
     /// Probe one node: exit 0 when it is ready to serve (`--live`: when its process is up).
     Health(health::HealthArgs),
+    /// Topics' Iceberg tables: list them, describe one (snapshot, offsets, lag), rewrite one.
+    #[command(subcommand)]
+    Iceberg(iceberg::IcebergCommand),
 }
 
 impl ClientCommand {
@@ -106,7 +112,9 @@ impl ClientCommand {
             ClientCommand::User(cmd) => Some(cmd.conn()),
             ClientCommand::Acl(cmd) => Some(cmd.conn()),
             ClientCommand::Quota(cmd) => Some(cmd.conn()),
-            ClientCommand::Health(_) | ClientCommand::Objstore(_) => None,
+            ClientCommand::Health(_) | ClientCommand::Objstore(_) | ClientCommand::Iceberg(_) => {
+                None
+            }
         }
     }
 }
@@ -148,6 +156,7 @@ pub fn run(cmd: ClientCommand) -> anyhow::Result<()> {
         ClientCommand::Quota(cmd) => quota::run(cmd),
         ClientCommand::Health(args) => health::run(args),
         ClientCommand::Objstore(cmd) => objstore::run(cmd),
+        ClientCommand::Iceberg(cmd) => iceberg::run(cmd),
         ClientCommand::Cluster(cmd) => {
             if !cluster::run(cmd)? {
                 // Unhealthy: distinct from an error (1), for scripts that wait for health.

@@ -226,6 +226,17 @@ fn print_tiers(admin_addr: &str, topic: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The `iceberg` line of a topic with `iceberg.mode` set (nothing for other topics).
+fn print_iceberg(admin_addr: &str, topic: &str) -> anyhow::Result<()> {
+    match crate::iceberg::table(admin_addr, topic) {
+        Ok(t) => emit(format_args!("{}", crate::iceberg::summary(&t))),
+        Err(e) if format!("{e:#}").contains("404") => Ok(()),
+        Err(e) => emit(format_args!(
+            "iceberg table state unavailable: admin endpoint {admin_addr}: {e:#}"
+        )),
+    }
+}
+
 fn describe(runtime: &tokio::runtime::Runtime, args: DescribeArgs) -> anyhow::Result<()> {
     let conn = &args.conn;
     let admin = admin_client(conn)?;
@@ -288,6 +299,7 @@ fn describe(runtime: &tokio::runtime::Runtime, args: DescribeArgs) -> anyhow::Re
         ))?;
     }
     print_tiers(&args.admin_addr, &args.name)?;
+    print_iceberg(&args.admin_addr, &args.name)?;
 
     let opts = admin_options(conn);
     let resource = ResourceSpecifier::Topic(&args.name);

@@ -211,6 +211,15 @@ pub enum Route {
     },
     /// The Iceberg REST catalog (`/iceberg/...`).
     Iceberg(crate::iceberg::rest::Request),
+    /// `GET /v1/iceberg`: every topic with a table, and its state; `GET /v1/iceberg/<topic>`
+    /// one (`topic` set).
+    IcebergStatus {
+        topic: Option<String>,
+    },
+    /// `POST /v1/iceberg/<topic>/rewrite`: start the table over from the whole history.
+    IcebergRewrite {
+        topic: String,
+    },
     /// A request this server refuses, with its status and the reason.
     Refused(StatusCode, String),
 }
@@ -222,6 +231,9 @@ impl Route {
             .filter(|r| r.is_empty() || r.starts_with('/'))
         {
             return Route::Iceberg(crate::iceberg::rest::Request::parse(method, rest));
+        }
+        if let Some(rest) = uri.path().strip_prefix("/v1/iceberg") {
+            return Self::iceberg(method, rest);
         }
         match uri.path() {
             "/v1/cluster" => Route::Cluster,
@@ -240,6 +252,23 @@ impl Route {
                 StatusCode::NOT_FOUND,
                 "not found: try /metrics, /v1/process, /healthz, /readyz, /v1/partitions[?topic=NAME], /v1/cluster, /iceberg/v1/config\n"
                     .to_string(),
+            ),
+        }
+    }
+
+    fn iceberg(method: &hyper::Method, rest: &str) -> Route {
+        let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        match (method.as_str(), parts.as_slice()) {
+            ("GET", []) => Route::IcebergStatus { topic: None },
+            ("GET", [topic]) => Route::IcebergStatus {
+                topic: Some(topic.to_string()),
+            },
+            ("POST", [topic, "rewrite"]) => Route::IcebergRewrite {
+                topic: topic.to_string(),
+            },
+            _ => Route::Refused(
+                StatusCode::NOT_FOUND,
+                "GET /v1/iceberg[/TOPIC] or POST /v1/iceberg/TOPIC/rewrite\n".to_string(),
             ),
         }
     }
@@ -275,6 +304,38 @@ impl Route {
         }
         Route::ChangeVoters { add, remove }
     }
+}
+
+async fn iceberg_status(
+    topic: Option<&str>,
+    broker: &Broker,
+) -> (StatusCode, &'static str, String) {
+    use crate::iceberg::status;
+    let tables = status::tables(&broker.iceberg);
+    match topic {
+        None => {
+            let mut out = Vec::with_capacity(tables.len());
+            for t in &tables {
+                out.push(status::status(&broker.iceberg, t).await);
+            }
+            (StatusCode::OK, "application/json", to_json(&out))
+        }
+        Some(name) => match tables.iter().find(|t| t.name == name) {
+            Some(t) => {
+                let s = status::status(&broker.iceberg, t).await;
+                (StatusCode::OK, "application/json", to_json(&s))
+            }
+            None => (
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                format!("no topic {name} with iceberg.mode set or a table\n"),
+            ),
+        },
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
 async fn change_voters(add: Vec<u64>, remove: Vec<u64>, broker: &Broker) -> (StatusCode, String) {
@@ -330,6 +391,22 @@ async fn respond(
             "text/plain",
             "starting\n".to_string(),
         ),
+        Route::IcebergStatus { topic } => iceberg_status(topic.as_deref(), broker).await,
+        Route::IcebergRewrite { topic } => match broker.iceberg.rewrite(&topic).await {
+            Ok(()) => (
+                StatusCode::OK,
+                "text/plain",
+                format!("the table of {topic} starts over: the next round writes it again\n"),
+            ),
+            Err(crate::iceberg::IcebergError::Refused(why)) => {
+                (StatusCode::CONFLICT, "text/plain", format!("{why}\n"))
+            }
+            Err(e) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("{e}\n"),
+            ),
+        },
         Route::Iceberg(request) => {
             let settings = broker.node.settings();
             let (status, body) =

@@ -180,6 +180,14 @@ impl TableCatalog {
             })
     }
 
+    /// Deletes every object under the topic's table location.
+    pub async fn delete_files(&self, topic: &TopicInfo) -> Result<()> {
+        let key = layout::table_key(&self.warehouse, &topic.name, &topic.topic_id);
+        self.io
+            .delete_prefix(self.store.uri(&format!("{key}/")))
+            .await
+    }
+
     /// Forgets the topic's table (its files stay where they are), from the metadata file
     /// `expected`.
     pub async fn forget(&self, topic: &TopicInfo, expected: String) -> Result<()> {

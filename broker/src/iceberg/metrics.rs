@@ -29,6 +29,7 @@ pub struct IcebergMetrics {
     pub data_files: Family<TopicLabels, Counter>,
     pub data_file_bytes: Family<TopicLabels, Counter>,
     pub commits: Family<CommitLabels, Counter>,
+    pub failed_rounds: Family<TopicLabels, Counter>,
     pub lag_seconds: Family<TopicLabels, Gauge>,
     pub round_seconds: Histogram,
 }
@@ -42,6 +43,7 @@ impl Default for IcebergMetrics {
             data_files: Family::default(),
             data_file_bytes: Family::default(),
             commits: Family::default(),
+            failed_rounds: Family::default(),
             lag_seconds: Family::default(),
             round_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 16)),
         }
@@ -72,6 +74,7 @@ impl IcebergMetrics {
         self.data_files.remove(&t);
         self.data_file_bytes.remove(&t);
         self.lag_seconds.remove(&t);
+        self.failed_rounds.remove(&t);
     }
 
     pub fn register(&self, registry: &mut Registry) {
@@ -105,6 +108,11 @@ impl IcebergMetrics {
             "commits",
             "Table commits by result (ok, conflict, offsets_moved, failed)",
             self.commits.clone(),
+        );
+        r.register(
+            "failed_rounds",
+            "Translation rounds that failed (object store, quorum, a table deleted by hand); the next starts over from the table",
+            self.failed_rounds.clone(),
         );
         r.register(
             "lag_seconds",

@@ -18,6 +18,7 @@ pub mod catalog;
 pub mod layout;
 pub mod metrics;
 pub mod rest;
+pub mod status;
 pub mod storage;
 pub mod translate;
 
@@ -40,10 +41,13 @@ pub enum IcebergError {
     Unsupported(String),
     #[error("the topic or its table is gone")]
     Gone,
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// The catalog and the translator of one broker.
 pub struct Iceberg {
+    node: Arc<Node>,
     pub catalog: Arc<catalog::TableCatalog>,
     pub translator: Arc<translate::Translator>,
     pub metrics: Arc<metrics::IcebergMetrics>,
@@ -56,15 +60,55 @@ impl Iceberg {
         node.metrics.register(|registry| m.register(registry));
         let catalog = Arc::new(catalog::TableCatalog::new(node.clone(), store));
         let translator = Arc::new(translate::Translator::new(
-            node,
+            node.clone(),
             tier,
             catalog.clone(),
             metrics.clone(),
         )?);
         Ok(Iceberg {
+            node,
             catalog,
             translator,
             metrics,
         })
+    }
+}
+
+impl Iceberg {
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    /// Starts the topic's table over: its files are deleted and the quorum forgets it, so the
+    /// next round creates it again and translates every record the tiers still hold. For a
+    /// table deleted by hand, or to rebuild one from the whole history.
+    pub async fn rewrite(&self, topic: &str) -> Result<(), IcebergError> {
+        let state = self.node.metadata.state();
+        let info = (state.topic(topic).cloned())
+            .ok_or_else(|| IcebergError::Refused(format!("no topic {topic}")))?;
+        if crate::topic_config::IcebergMode::of(&info.configs).is_none() {
+            return Err(IcebergError::Refused(format!(
+                "topic {topic} has no iceberg.mode set: nothing would write its table again"
+            )));
+        }
+        self.catalog.delete_files(&info).await?;
+        // A round may commit meanwhile: forget whatever the table is now.
+        for _ in 0..10 {
+            let state = self.node.metadata.state();
+            let Some(t) = state.topic(topic).and_then(|t| t.iceberg.clone()) else {
+                return Ok(());
+            };
+            match self.catalog.forget(&info, t.location).await {
+                Ok(()) => {
+                    tracing::info!(topic, "Iceberg table rewrite: the table starts over");
+                    return Ok(());
+                }
+                Err(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(IcebergError::Refused(
+            "the table kept changing; try again".into(),
+        ))
     }
 }

@@ -60,13 +60,13 @@ const READ_BYTES: usize = 4 << 20;
 const EXPIRE_EVERY: Duration = Duration::from_secs(300);
 
 /// Where translation of one partition led here stands.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Cursor {
-    /// The table's next offset for the partition when the cursor was last set (`None`: the
-    /// table held none of it).
-    committed: Option<i64>,
-    /// Offsets from `committed` up to here held nothing to write (control records, aborted
-    /// transactions): reading goes on from here.
+    /// The table's metadata file when the cursor was set: the cursor holds only while the
+    /// table is that one (any commit, a rewrite, moves it on).
+    table: Option<String>,
+    /// Offsets from the table's end up to here held nothing to write (control records,
+    /// aborted transactions): reading goes on from here.
     read_to: i64,
     /// When a round began that then reached its last stable offset: the table holds every
     /// record committed before.
@@ -121,6 +121,25 @@ impl Translator {
             .collect()
     }
 
+    /// `(last stable offset, lag in seconds)` of a partition led here, `None` otherwise.
+    pub fn partition_lag(&self, topic: &TopicInfo, partition: i32) -> Option<(i64, u64)> {
+        let me = self.node.config.node_id;
+        let info = topic.partitions.get(usize::try_from(partition).ok()?)?;
+        if info.leader != Some(me) {
+            return None;
+        }
+        let p = self.node.partitions.get(&topic.name, partition)?;
+        let lso = p.published_offsets().last_stable;
+        let c = self.cursors().get(&(topic.topic_id, partition)).cloned()?;
+        let now = self.node.clock.instant();
+        let lag = if c.read_to >= lso {
+            0
+        } else {
+            now.saturating_duration_since(c.caught_up).as_secs()
+        };
+        Some((lso, lag))
+    }
+
     /// Sets the topic's lag gauge from its led partitions, and whether any has records the
     /// table may not hold yet.
     fn observe(&self, topic: &TopicInfo, led: &[Arc<Partition>]) -> bool {
@@ -133,7 +152,7 @@ impl Translator {
             let c = cursors
                 .entry((topic.topic_id, p.tp.partition))
                 .or_insert(Cursor {
-                    committed: None,
+                    table: None,
                     read_to: -1,
                     caught_up: now,
                 });
@@ -175,6 +194,7 @@ impl Translator {
         let next_offsets = (topic.iceberg.as_ref())
             .map(|t| t.next_offsets.clone())
             .unwrap_or_default();
+        let location = table.metadata_location().map(str::to_string);
         let began = self.node.clock.instant();
         let mut files = Vec::new();
         let mut ranges = Vec::new();
@@ -190,28 +210,24 @@ impl Translator {
             let cursor = self
                 .cursors()
                 .get(&(topic.topic_id, p.tp.partition))
-                .copied();
+                .cloned();
             let offsets = p.published_offsets();
             let read_from = match cursor {
-                Some(c) if c.committed == committed && c.read_to >= 0 => c.read_to,
+                Some(c) if c.table == location && c.read_to >= 0 => c.read_to,
                 _ => committed.unwrap_or(offsets.log_start),
             }
             // Records retention deleted before they were translated are gone for the table too.
             .max(offsets.log_start);
             let end = offsets.last_stable;
             if read_from >= end {
-                self.set_cursor(&topic, &p, committed, read_from, Some(began));
+                self.set_cursor(&topic, &p, location.clone(), read_from, Some(began));
                 continue;
             }
             let (written, to) = self
                 .translate_partition(&table, &topic, &p, read_from, end, &mut budget)
                 .await?;
-            if to >= end {
-                advanced.push((p.clone(), committed, to, true));
-            } else {
-                round.more = true;
-                advanced.push((p.clone(), committed, to, false));
-            }
+            round.more |= to < end;
+            advanced.push((p.clone(), to, to >= end));
             files.extend(written);
             ranges.push(IcebergRange {
                 partition: p.tp.partition,
@@ -221,16 +237,17 @@ impl Translator {
         }
         if files.is_empty() {
             // Nothing to write: the cursors move on, the table stays as it is.
-            for (p, committed, to, caught_up) in advanced {
-                self.set_cursor(&topic, &p, committed, to, caught_up.then_some(began));
+            for (p, to, caught_up) in advanced {
+                self.set_cursor(&topic, &p, location.clone(), to, caught_up.then_some(began));
             }
             return Ok(round);
         }
         match self.commit(&table, &topic, files, &ranges).await {
             Ok(table) => {
                 self.metrics.commit(&topic.name, "ok");
-                for (p, _, to, caught_up) in advanced {
-                    self.set_cursor(&topic, &p, Some(to), to, caught_up.then_some(began));
+                let location = table.metadata_location().map(str::to_string);
+                for (p, to, caught_up) in advanced {
+                    self.set_cursor(&topic, &p, location.clone(), to, caught_up.then_some(began));
                 }
                 self.expire(&topic, table).await;
                 Ok(round)
@@ -256,7 +273,7 @@ impl Translator {
         &self,
         topic: &TopicInfo,
         p: &Partition,
-        committed: Option<i64>,
+        table: Option<String>,
         read_to: i64,
         caught_up: Option<Instant>,
     ) {
@@ -265,11 +282,11 @@ impl Translator {
         let c = cursors
             .entry((topic.topic_id, p.tp.partition))
             .or_insert(Cursor {
-                committed,
+                table: None,
                 read_to,
                 caught_up: now,
             });
-        c.committed = committed;
+        c.table = table;
         c.read_to = read_to;
         if let Some(t) = caught_up {
             c.caught_up = t;
@@ -488,7 +505,8 @@ where
 pub async fn run(translator: Arc<Translator>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut rounds: HashMap<Uuid, JoinHandle<Result<Round, IcebergError>>> = HashMap::new();
+    let mut rounds: HashMap<Uuid, (String, JoinHandle<Result<Round, IcebergError>>)> =
+        HashMap::new();
     let mut last: HashMap<Uuid, Instant> = HashMap::new();
     let mut more: HashSet<Uuid> = HashSet::new();
     let mut seen: HashSet<String> = HashSet::new();
@@ -498,11 +516,11 @@ pub async fn run(translator: Arc<Translator>, mut shutdown: watch::Receiver<bool
             _ = shutdown.changed() => break,
         }
         let finished: Vec<Uuid> = (rounds.iter())
-            .filter(|(_, h)| h.is_finished())
+            .filter(|(_, (_, h))| h.is_finished())
             .map(|(id, _)| *id)
             .collect();
         for id in finished {
-            let Some(h) = rounds.remove(&id) else {
+            let Some((name, h)) = rounds.remove(&id) else {
                 continue;
             };
             more.remove(&id);
@@ -512,7 +530,12 @@ pub async fn run(translator: Arc<Translator>, mut shutdown: watch::Receiver<bool
                 }
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
-                    tracing::warn!(topic_id = %id, error = %e, "Iceberg translation round failed; the next round starts over from the table")
+                    (translator
+                        .metrics
+                        .failed_rounds
+                        .get_or_create(&metrics::topic(&name)))
+                    .inc();
+                    tracing::warn!(topic = %name, error = %e, "Iceberg translation round failed; the next round starts over from the table");
                 }
                 Err(e) => tracing::error!(error = %e, "Iceberg translation round panicked"),
             }
@@ -544,24 +567,24 @@ pub async fn run(translator: Arc<Translator>, mut shutdown: watch::Receiver<bool
                 continue;
             }
             last.insert(topic.topic_id, now);
-            let topic_id = topic.topic_id;
+            let (topic_id, name) = (topic.topic_id, topic.name.clone());
             let t = translator.clone();
             let topic = (**topic).clone();
-            let started = Instant::now();
+            let started = crate::clock::Stopwatch::start();
             let seconds = translator.metrics.round_seconds.clone();
             let handle = translator.runtime.handle().spawn(async move {
                 let r = t.round(topic, mode).await;
                 seconds.observe(started.elapsed().as_secs_f64());
                 r
             });
-            rounds.insert(topic_id, handle);
+            rounds.insert(topic_id, (name, handle));
         }
         for gone in seen.difference(&live) {
             translator.metrics.forget(gone);
         }
         seen = live;
     }
-    for (_, h) in rounds {
+    for (_, (_, h)) in rounds {
         h.abort();
     }
 }

@@ -17,6 +17,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::Value;
 use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
+use strata_tests::outage::OutageProxy;
 use strata_tests::s3::{MotoServer, REGION};
 use strata_tests::{
     http_get, repo_root, unique_topic, venv_python, wait_for, Broker, BrokerOpts, Cluster,
@@ -499,4 +500,143 @@ fn three_brokers_commit_one_table_and_a_new_leader_continues_it_exactly() {
     cluster.wait_topic_healthy(&topic);
     wave(&mut cluster, "third");
     assert_cluster_table(&mut cluster, 1, &topic, 3, 2700);
+}
+
+/// `strata iceberg ARGS` against the broker's admin port: stdout, or stderr on failure.
+fn iceberg_cli(broker: &Broker, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(strata_tests::strata_bin())
+        .arg("iceberg")
+        .args(args)
+        .args(["--admin-addr", &broker.admin_addr])
+        .output()
+        .expect("run strata iceberg");
+    match out.status.success() {
+        true => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
+fn plain_wave(broker: &Broker, topic: &str, partitions: i32, tag: &str, n: i32) {
+    let p: BaseProducer = broker.producer_config().create().unwrap();
+    for i in 0..n {
+        let v = format!("{tag}-{i}");
+        produce(
+            &p,
+            topic,
+            i % partitions,
+            Some(&v),
+            Some(&v),
+            OwnedHeaders::new(),
+        );
+    }
+    p.flush(TIMEOUT).unwrap();
+}
+
+#[test]
+fn operators_see_the_table_and_a_table_deleted_by_hand_is_reported_then_rewritten() {
+    let moto = MotoServer::start();
+    let broker = Broker::start(s3_broker(&moto, "ice-ops"));
+    let topic = unique_topic("ice-ops");
+    broker
+        .create_topic(
+            &topic,
+            2,
+            &[
+                ("iceberg.mode", "key_value"),
+                ("iceberg.target.lag.ms", "1000"),
+            ],
+        )
+        .unwrap();
+    plain_wave(&broker, &topic, 2, "a", 500);
+    let expected = read_committed(&broker, &topic, 2);
+    assert_table_equals(&broker, &topic, &expected);
+    let list = iceberg_cli(&broker, &["list"]).unwrap();
+    assert!(
+        list.contains(&format!("topic={topic} mode=key_value table=yes"))
+            && list.contains("records=500"),
+        "{list}"
+    );
+    let describe = iceberg_cli(&broker, &["describe", &topic]).unwrap();
+    assert!(
+        describe.contains("partition=0 table_offset=250 last_stable_offset=250 lag_s=0"),
+        "{describe}"
+    );
+    let topic_describe = broker.cli_ok(&[
+        "topic",
+        "describe",
+        &topic,
+        "--admin-addr",
+        &broker.admin_addr,
+    ]);
+    assert!(
+        topic_describe.contains(&format!("iceberg topic={topic}")),
+        "{topic_describe}"
+    );
+
+    // The table's objects deleted behind the broker's back: rounds fail and say so.
+    let store = strata_objstore::Store::open(&moto.store_config("ice-ops", "cluster")).unwrap();
+    strata_tests::block_on(async {
+        for o in store.list("iceberg/").await.unwrap() {
+            store.delete(&o.key).await.unwrap();
+        }
+    });
+    plain_wave(&broker, &topic, 2, "b", 100);
+    wait_for("the damaged table reported", TIMEOUT, || {
+        let out = iceberg_cli(&broker, &["describe", &topic]).unwrap();
+        out.contains("error=")
+            && out.contains("strata iceberg rewrite")
+            && broker.metric("strata_iceberg_failed_rounds_total") > 0.0
+    });
+    let out = iceberg_cli(&broker, &["rewrite", &topic]).unwrap();
+    assert!(out.contains("starts over"), "{out}");
+    // Written again from the whole history, exactly once.
+    let expected = read_committed(&broker, &topic, 2);
+    assert_eq!(expected.len(), 600);
+    assert_table_equals(&broker, &topic, &expected);
+    // A rewrite of a topic that is no table is refused in words.
+    let other = unique_topic("ice-plain");
+    broker.create_topic(&other, 1, &[]).unwrap();
+    let refused = iceberg_cli(&broker, &["rewrite", &other]).unwrap_err();
+    assert!(refused.contains("no iceberg.mode"), "{refused}");
+}
+
+#[test]
+fn an_object_store_outage_delays_the_table_and_duplicates_nothing() {
+    let moto = MotoServer::start();
+    moto.create_bucket("ice-outage");
+    let proxy = OutageProxy::start(moto.endpoint.trim_start_matches("http://"));
+    let broker = Broker::start(
+        BrokerOpts::new()
+            .env("STRATA_OBJECT_STORE", "s3://ice-outage/cluster")
+            .env("STRATA_OBJECT_STORE_ENDPOINT", &proxy.endpoint)
+            .env("STRATA_OBJECT_STORE_REGION", REGION)
+            .env("STRATA_OBJECT_STORE_ALLOW_HTTP", true)
+            .env("STRATA_OBJECT_STORE_ACCESS_KEY_ID", "test")
+            .env("STRATA_OBJECT_STORE_SECRET_ACCESS_KEY", "test")
+            .env("STRATA_OBJECT_STORE_MAX_RETRIES", 1)
+            .env("STRATA_OBJECT_STORE_REQUEST_TIMEOUT_MS", 1000)
+            .env("STRATA_OBJECT_STORE_RETRY_TIMEOUT_MS", 2000),
+    );
+    let topic = unique_topic("ice-outage");
+    broker
+        .create_topic(
+            &topic,
+            2,
+            &[
+                ("iceberg.mode", "key_value"),
+                ("iceberg.target.lag.ms", "1000"),
+            ],
+        )
+        .unwrap();
+    plain_wave(&broker, &topic, 2, "before", 400);
+    assert_table_equals(&broker, &topic, &read_committed(&broker, &topic, 2));
+    proxy.down();
+    plain_wave(&broker, &topic, 2, "during", 400);
+    wait_for("rounds failing on the store", TIMEOUT, || {
+        broker.metric("strata_iceberg_failed_rounds_total") >= 2.0
+    });
+    proxy.up();
+    let expected = read_committed(&broker, &topic, 2);
+    assert_eq!(expected.len(), 800);
+    assert_table_equals(&broker, &topic, &expected);
 }
