@@ -540,7 +540,7 @@ settings! {
         "iceberg.target.file.bytes", Long, static, "`134217728`", at_least(1048576.0),
         "Parquet data files are closed at about this size (one open file per hour of timestamps a round meets, each held in memory until closed)";
     iceberg_snapshot_max_age_ms: u64 = 86_400_000,
-        "iceberg.snapshot.max.age.ms", Long, static, "`86400000`", at_least(60000.0),
+        "iceberg.snapshot.max.age.ms", Long, static, "`86400000`", at_least(1000.0),
         "table snapshots older than this are expired (the current one never)";
     replica_move_max_bytes_per_second: u64 = 0,
         "replica.move.max.bytes.per.second", Long, dynamic, "`0`", ANY,

@@ -3,7 +3,7 @@
 //! are held by the metadata quorum (`TopicInfo::iceberg`), so every broker sees one table and a
 //! commit is a compare-and-set through the quorum.
 //!
-//! Invariants (docs/invariants.md 12):
+//! Invariants (docs/invariants.md 17):
 //! - a commit lands only on the metadata file it was built on: two brokers committing at once
 //!   cannot both win, and the loser's commit is rebuilt on the winner's table
 //!   ([`iceberg::transaction::Transaction`] retries a [`ErrorKind::CatalogCommitConflicts`]);

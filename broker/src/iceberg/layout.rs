@@ -125,6 +125,7 @@ struct Columns {
     header_offsets: Vec<i32>,
     header_keys: Vec<String>,
     header_values: Vec<Option<Vec<u8>>>,
+    headers_valid: Vec<bool>,
     producer_ids: Vec<Option<i64>>,
     producer_epochs: Vec<Option<i32>>,
 }
@@ -153,24 +154,27 @@ impl Rows {
     }
 
     /// Adds a record. A header whose key is not UTF-8 (Kafka's clients only send strings,
-    /// but the wire allows any bytes) is kept with its key's bytes replaced lossily.
-    pub fn push(&mut self, r: &Record<'_>, facts: BatchFacts) -> Result<(), String> {
+    /// but the wire allows any bytes) is kept with its key's bytes replaced lossily; headers
+    /// that do not parse (a hostile producer's, under a valid CRC) make the row's `headers`
+    /// null rather than stop the table. Returns whether the headers were kept.
+    pub fn push(&mut self, r: &Record<'_>, facts: BatchFacts) -> bool {
+        let headers = crate::log::records::headers(r.headers);
         let us = micros(r.timestamp);
         let hour = i32::try_from(us.div_euclid(MICROS_PER_HOUR)).unwrap_or(i32::MAX);
         let c = self.hours.entry(hour).or_default();
         if c.header_offsets.is_empty() {
             c.header_offsets.push(0);
         }
-        let headers = crate::log::records::headers(r.headers)
-            .ok_or_else(|| format!("record at offset {}: malformed headers", r.offset))?;
         let mut size = 64 + r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
-        for (k, v) in &headers {
+        for (k, v) in headers.iter().flatten() {
             c.header_keys.push(String::from_utf8_lossy(k).into_owned());
             c.header_values.push(v.map(<[u8]>::to_vec));
             size += 16 + k.len() + v.map_or(0, <[u8]>::len);
         }
-        let count = i32::try_from(c.header_keys.len()).map_err(|_| "too many headers")?;
-        c.header_offsets.push(count);
+        // Rows are flushed every few MiB, far below i32 offsets.
+        c.header_offsets
+            .push(i32::try_from(c.header_keys.len()).unwrap_or(i32::MAX));
+        c.headers_valid.push(headers.is_some());
         c.offsets.push(r.offset);
         c.timestamps.push(us);
         c.timestamp_types.push(facts.timestamp_type);
@@ -181,7 +185,7 @@ impl Rows {
             .push(facts.producer.map(|(_, e)| i32::from(e)));
         self.bytes += size;
         self.rows += 1;
-        Ok(())
+        headers.is_some()
     }
 
     /// The rows as record batches of `arrow` (the table schema's Arrow form), each with the
@@ -236,7 +240,9 @@ impl Columns {
         .map_err(|e| e.to_string())?;
         // Starts at 0 and never falls (each record adds its count): what `new` asserts.
         let header_offsets = OffsetBuffer::new(ScalarBuffer::from(self.header_offsets));
-        let headers = ListArray::try_new(element, header_offsets, Arc::new(header_values), None)
+        let nulls = (self.headers_valid.iter().any(|v| !v))
+            .then(|| arrow_buffer::NullBuffer::from(self.headers_valid));
+        let headers = ListArray::try_new(element, header_offsets, Arc::new(header_values), nulls)
             .map_err(|e| e.to_string())?;
         let columns: Vec<ArrayRef> = vec![
             Arc::new(Int32Array::from(vec![partition; n])),
@@ -250,5 +256,109 @@ impl Columns {
             Arc::new(Int32Array::from(self.producer_epochs)),
         ];
         RecordBatch::try_new(arrow.clone(), columns).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::Array;
+
+    use super::*;
+
+    fn record<'a>(
+        offset: i64,
+        timestamp: i64,
+        key: Option<&'a [u8]>,
+        headers: &'a [u8],
+    ) -> Record<'a> {
+        Record {
+            offset,
+            timestamp,
+            key,
+            value: Some(b"v"),
+            headers,
+            raw: &[],
+        }
+    }
+
+    #[test]
+    fn rows_split_by_hour_keep_offset_order_nulls_and_headers() {
+        let schema = Arc::new(key_value_schema());
+        let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema).unwrap());
+        let spec = partition_spec().bind(schema.clone()).unwrap();
+        let facts = BatchFacts {
+            timestamp_type: CREATE_TIME,
+            producer: Some((7, 1)),
+        };
+        // One header "h" with a null value (count 1, key len 1, "h", value len -1), zig-zag.
+        let one_header = [2u8, 2, b'h', 1];
+        let hour = 3_600_000;
+        let mut rows = Rows::new(4);
+        assert!(rows.push(&record(10, 5 * hour + 1, Some(b"k"), &one_header), facts));
+        assert!(rows.push(&record(11, 6 * hour, None, &[0]), facts));
+        assert!(rows.push(&record(12, 5 * hour + 2, Some(b""), &[0]), facts));
+        // A timestamp past what an int hour can name is clamped, not wrapped.
+        assert!(rows.push(&record(13, i64::MAX, None, &[0]), facts));
+        // Headers that do not parse: the row is kept, its headers null.
+        assert!(!rows.push(&record(14, 6 * hour + 5, None, &[9]), facts));
+        assert_eq!(rows.len(), 5);
+        let batches = rows.take_batches(&arrow, &spec, &schema).unwrap();
+        assert!(rows.is_empty());
+        let hours: Vec<i32> = (batches.iter())
+            .map(|(k, _)| match k.data().fields()[0] {
+                Some(Literal::Primitive(iceberg::spec::PrimitiveLiteral::Int(h))) => h,
+                ref other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(hours, vec![5, 6, i32::MAX]);
+        let (_, first) = &batches[0];
+        let offsets = first
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(offsets.values(), &[10, 12]);
+        let keys = first
+            .column(4)
+            .as_any()
+            .downcast_ref::<LargeBinaryArray>()
+            .unwrap();
+        assert_eq!(keys.value(0), b"k");
+        assert!(
+            !keys.is_null(1) && keys.value(1).is_empty(),
+            "empty stays empty"
+        );
+        let headers = first
+            .column(6)
+            .as_any()
+            .downcast_ref::<ListArray>()
+            .unwrap();
+        assert_eq!(headers.value_length(0), 1);
+        assert_eq!(headers.value_length(1), 0);
+        let header = headers.value(0);
+        let header = header.as_any().downcast_ref::<StructArray>().unwrap();
+        assert!(
+            header.column(1).is_null(0),
+            "a null header value stays null"
+        );
+        let (_, second) = &batches[1];
+        let keys = second
+            .column(4)
+            .as_any()
+            .downcast_ref::<LargeBinaryArray>()
+            .unwrap();
+        assert!(keys.is_null(0), "a null key stays null");
+        let producers = second
+            .column(7)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(producers.value(0), 7);
+        let headers = second
+            .column(6)
+            .as_any()
+            .downcast_ref::<ListArray>()
+            .unwrap();
+        assert!(!headers.is_null(0) && headers.is_null(1));
     }
 }

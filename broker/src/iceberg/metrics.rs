@@ -1,6 +1,6 @@
 //! Metrics of Iceberg translation, by topic (only topics with `iceberg.mode` set have series):
-//! records and bytes translated, records a `value_json` topic could not read, data files,
-//! commits by outcome, and each topic's lag behind its log.
+//! records and bytes translated, data files, commits by outcome, failed rounds, and each
+//! topic's lag behind its log.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -25,7 +25,6 @@ pub struct CommitLabels {
 pub struct IcebergMetrics {
     pub records: Family<TopicLabels, Counter>,
     pub bytes: Family<TopicLabels, Counter>,
-    pub invalid_records: Family<TopicLabels, Counter>,
     pub data_files: Family<TopicLabels, Counter>,
     pub data_file_bytes: Family<TopicLabels, Counter>,
     pub commits: Family<CommitLabels, Counter>,
@@ -39,7 +38,6 @@ impl Default for IcebergMetrics {
         IcebergMetrics {
             records: Family::default(),
             bytes: Family::default(),
-            invalid_records: Family::default(),
             data_files: Family::default(),
             data_file_bytes: Family::default(),
             commits: Family::default(),
@@ -70,7 +68,6 @@ impl IcebergMetrics {
         let t = topic(name);
         self.records.remove(&t);
         self.bytes.remove(&t);
-        self.invalid_records.remove(&t);
         self.data_files.remove(&t);
         self.data_file_bytes.remove(&t);
         self.lag_seconds.remove(&t);
@@ -88,11 +85,6 @@ impl IcebergMetrics {
             "translated_bytes",
             "Key, value and header bytes of the records written to Iceberg data files",
             self.bytes.clone(),
-        );
-        r.register(
-            "invalid_records",
-            "Records a value_json table could not read (written to its ~dlq table)",
-            self.invalid_records.clone(),
         );
         r.register(
             "data_files",

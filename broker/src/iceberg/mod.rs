@@ -9,7 +9,7 @@
 //! - [`storage`]: the Iceberg crate's file I/O over the broker's object store client;
 //! - [`rest`]: the Iceberg REST catalog's read endpoints.
 //!
-//! Invariants (docs/invariants.md 12): the table holds a partition's records of committed
+//! Invariants (docs/invariants.md 17): the table holds a partition's records of committed
 //! transactions and plain records only (no control record, no aborted one), each offset at
 //! most once, in offset order within a data file, and every offset below the partition's
 //! table offset that was readable when translated; see [`catalog`] for how commits keep it.

@@ -56,7 +56,8 @@ pub const ROUND_BYTES: usize = 512 << 20;
 pub const FLUSH_BYTES: usize = 8 << 20;
 /// Bytes asked of the log per read.
 const READ_BYTES: usize = 4 << 20;
-/// How often expired snapshots are looked for, per topic.
+/// How often expired snapshots are looked for, per topic, at most (less often when
+/// `iceberg.snapshot.max.age.ms` is shorter: that often).
 const EXPIRE_EVERY: Duration = Duration::from_secs(300);
 
 /// Where translation of one partition led here stands.
@@ -80,6 +81,8 @@ pub struct Translator {
     metrics: Arc<IcebergMetrics>,
     runtime: BackgroundRuntime,
     cursors: Mutex<HashMap<(Uuid, i32), Cursor>>,
+    /// When each topic's snapshots were last looked at for expiry here.
+    expired: Mutex<HashMap<Uuid, Instant>>,
 }
 
 /// What one round did.
@@ -105,6 +108,7 @@ impl Translator {
             metrics,
             runtime,
             cursors: Mutex::new(HashMap::new()),
+            expired: Mutex::new(HashMap::new()),
         })
     }
 
@@ -403,16 +407,23 @@ impl Translator {
     }
 
     /// Expires snapshots older than `iceberg.snapshot.max.age.ms` (never the current one),
-    /// at most every [`EXPIRE_EVERY`]. A failure only waits for the next time.
+    /// at most every [`EXPIRE_EVERY`] or that age. A failure only waits for the next time.
     async fn expire(&self, topic: &TopicInfo, table: Table) {
-        let max_age =
-            i64::try_from(self.node.config.iceberg_snapshot_max_age_ms).unwrap_or(i64::MAX);
+        let now = self.node.clock.instant();
+        let max_age_ms = self.node.config.iceberg_snapshot_max_age_ms;
+        let every = EXPIRE_EVERY.min(Duration::from_millis(max_age_ms));
+        {
+            let mut expired = self.expired.lock().unwrap_or_else(|p| p.into_inner());
+            let last = expired.entry(topic.topic_id).or_insert(now);
+            if now.saturating_duration_since(*last) < every {
+                return;
+            }
+            *last = now;
+        }
+        let max_age = i64::try_from(max_age_ms).unwrap_or(i64::MAX);
         let cutoff = self.node.clock.now_ms().saturating_sub(max_age);
         let oldest = table.metadata().snapshots().map(|s| s.timestamp_ms()).min();
-        let recent = table.metadata().last_updated_ms();
-        if oldest.is_none_or(|o| o >= cutoff)
-            || recent.saturating_sub(oldest.unwrap_or(recent)) < EXPIRE_EVERY.as_millis() as i64
-        {
+        if oldest.is_none_or(|o| o >= cutoff) {
             return;
         }
         let tx = Transaction::new(&table);
@@ -457,25 +468,22 @@ fn push_batch(
         producer: (h.producer_id >= 0).then_some((h.producer_id, h.producer_epoch)),
     };
     let (mut n, mut b) = (0u64, 0u64);
-    let mut failed = None;
     records::for_each(&section, h, |r| {
-        if r.offset < from || failed.is_some() {
+        if r.offset < from {
             return;
         }
-        match rows.push(&r, facts) {
-            Ok(()) => {
-                n += 1;
-                b += (r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len)) as u64
-                    + r.headers.len() as u64;
-            }
-            Err(e) => failed = Some(e),
+        if !rows.push(&r, facts) {
+            tracing::warn!(
+                offset = r.offset,
+                "a record's headers do not parse: its row has none"
+            );
         }
+        n += 1;
+        b += (r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len)) as u64
+            + r.headers.len() as u64;
     })
     .map_err(|e| IcebergError::Read(e.to_string()))?;
-    match failed {
-        Some(e) => Err(IcebergError::Read(e)),
-        None => Ok((n, b)),
-    }
+    Ok((n, b))
 }
 
 async fn flush<W>(

@@ -59,6 +59,10 @@ pub struct PerfProduceArgs {
     /// Target records per second; 0 = unlimited.
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
+    /// Give every record its own pseudo-random letters (by default all records carry the
+    /// same value): for what compresses or encodes values downstream, such as Parquet.
+    #[arg(long)]
+    pub distinct_values: bool,
     /// Send record i to partition i % N explicitly (round-robin over partitions 0..N)
     /// instead of letting librdkafka's sticky partitioner choose.
     #[arg(long, value_name = "N")]
@@ -134,15 +138,21 @@ impl ProducerContext for LatencyRecorder {
 
 /// A payload of `size` pseudo-random uppercase letters (compressible like text, not trivially).
 pub fn make_payload(size: usize) -> Vec<u8> {
-    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
-    (0..size)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            b'A' + (state % 26) as u8
-        })
-        .collect()
+    let mut out = vec![0; size];
+    fill_letters(&mut out, 0);
+    out
+}
+
+/// `buf` filled with pseudo-random uppercase letters from a seed (the same seed, the same
+/// letters).
+fn fill_letters(buf: &mut [u8], seed: u64) {
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15 ^ seed.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    for b in buf {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        *b = b'A' + (state % 26) as u8;
+    }
 }
 
 /// Sleeps until record `index` is due when sending `rate` records per second from `start`.
@@ -230,7 +240,7 @@ pub(super) fn run(args: PerfProduceArgs) -> anyhow::Result<()> {
     }
     let broker = BrokerCpu::start(&args.broker)?;
 
-    let payload = make_payload(args.record_size);
+    let mut payload = make_payload(args.record_size);
     let ctx = producer.context().clone();
     let sent = AtomicU64::new(0);
     let mut interval = IntervalRate::new();
@@ -251,6 +261,9 @@ pub(super) fn run(args: PerfProduceArgs) -> anyhow::Result<()> {
                 let opaque = ctx.now_nanos() as usize;
                 let k = u64::from(args.topics);
                 let topic = &topics[(i % k) as usize];
+                if args.distinct_values {
+                    fill_letters(&mut payload, i + 1);
+                }
                 let mut record = BaseRecord::with_opaque_to(topic, opaque).payload(&payload[..]);
                 if let Some(hint) = args.partitions_hint {
                     record = record.partition((i / k % u64::from(hint)) as i32);

@@ -640,3 +640,43 @@ fn an_object_store_outage_delays_the_table_and_duplicates_nothing() {
     assert_eq!(expected.len(), 800);
     assert_table_equals(&broker, &topic, &expected);
 }
+
+#[test]
+fn old_snapshots_are_expired_and_the_table_still_reads_whole() {
+    let moto = MotoServer::start();
+    let broker = Broker::start(
+        s3_broker(&moto, "ice-expire").env("STRATA_ICEBERG_SNAPSHOT_MAX_AGE_MS", 2000),
+    );
+    let topic = unique_topic("ice-expire");
+    broker
+        .create_topic(
+            &topic,
+            1,
+            &[
+                ("iceberg.mode", "key_value"),
+                ("iceberg.target.lag.ms", "1000"),
+            ],
+        )
+        .unwrap();
+    let snapshots = || {
+        iceberg_cli(&broker, &["describe", &topic])
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("snapshots=")
+                    .map(|n| n.parse::<usize>().unwrap())
+            })
+    };
+    // A commit per wave, waves a second apart: without expiry, one snapshot each.
+    for wave in 0..8 {
+        plain_wave(&broker, &topic, 1, &format!("w{wave}"), 50);
+        let expected = read_committed(&broker, &topic, 1);
+        assert_table_equals(&broker, &topic, &expected);
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let kept = snapshots().unwrap();
+    assert!(kept < 8, "{kept} snapshots kept of 8 commits");
+    let expected = read_committed(&broker, &topic, 1);
+    assert_eq!(expected.len(), 400);
+    assert_table_equals(&broker, &topic, &expected);
+}
