@@ -15,6 +15,7 @@
 //! table offset that was readable when translated; see [`catalog`] for how commits keep it.
 
 pub mod catalog;
+pub mod error;
 pub mod layout;
 pub mod metrics;
 pub mod rest;
@@ -28,22 +29,7 @@ use strata_objstore::Store;
 
 use crate::node::Node;
 use crate::tier::Tier;
-
-#[derive(Debug, thiserror::Error)]
-pub enum IcebergError {
-    #[error("iceberg: {0}")]
-    Iceberg(#[from] iceberg::Error),
-    #[error("reading the log: {0}")]
-    Read(String),
-    #[error("{0}")]
-    Io(String),
-    #[error("iceberg.mode={0} is not supported yet")]
-    Unsupported(String),
-    #[error("the topic or its table is gone")]
-    Gone,
-    #[error("{0}")]
-    Refused(String),
-}
+pub use error::IcebergError;
 
 /// The catalog and the translator of one broker.
 pub struct Iceberg {

@@ -37,9 +37,9 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::catalog::{self, TableCatalog};
+use super::error::IcebergError;
 use super::layout::{self, BatchFacts, Rows};
 use super::metrics::{self, IcebergMetrics};
-use super::IcebergError;
 use crate::log::batch::BatchHeader;
 use crate::log::records;
 use crate::log::txn_index::AbortedTxn;
