@@ -182,6 +182,53 @@ impl Broker {
     }
 }
 
+/// Every record a consumer of `isolation` (`read_committed`, `read_uncommitted`) reads of
+/// `partitions` of `topic` from the start to the end it can see (the last stable offset for
+/// read_committed), in the order read; panics if the ends are not reached within `timeout`.
+pub fn read_to_end(
+    cfg: &ClientConfig,
+    topic: &str,
+    partitions: i32,
+    isolation: &str,
+    timeout: Duration,
+) -> Vec<ConsumedRecord> {
+    let mut cfg = cfg.clone();
+    cfg.set("group.id", unique_topic("reader"))
+        .set("isolation.level", isolation)
+        .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "50");
+    let c: BaseConsumer = cfg.create().expect("create consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("tpl offset");
+    }
+    c.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let mut at_end = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + timeout;
+    while at_end.len() < partitions as usize {
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: no end after {timeout:?}; read {} records",
+            out.len()
+        );
+        match c.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Ok(m)) => {
+                at_end.remove(&m.partition());
+                out.push(ConsumedRecord::from_message(&m));
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => panic!("consume {topic}: {e}"),
+        }
+    }
+    out
+}
+
 /// A record as a consumer saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsumedRecord {

@@ -27,7 +27,9 @@ pub mod util;
 
 pub use broker::{strata_bin, Broker, BrokerOpts};
 pub use capture::CaptureProxy;
-pub use clients::{block_on, by_partition, ConsumedRecord, Delivery, TrackingProducer};
+pub use clients::{
+    block_on, by_partition, read_to_end, ConsumedRecord, Delivery, TrackingProducer,
+};
 pub use cluster::Cluster;
 pub use http::{http_get, parse_prometheus, HttpResponse, Sample};
 pub use netsplit::NetSplit;

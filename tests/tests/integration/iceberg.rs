@@ -10,21 +10,25 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::TopicReplication;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 use serde_json::Value;
 use strata_tests::cluster::{CLUSTER_TIMEOUT, FAST};
 use strata_tests::outage::OutageProxy;
 use strata_tests::s3::{MotoServer, REGION};
 use strata_tests::{
-    http_get, repo_root, unique_topic, venv_python, wait_for, Broker, BrokerOpts, Cluster,
-    ConsumedRecord,
+    http_get, read_to_end, repo_root, unique_topic, venv_python, wait_for, Broker, BrokerOpts,
+    Cluster, ConsumedRecord,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A key_value table translated every half second.
+const TABLE: &[(&str, &str)] = &[
+    ("iceberg.mode", "key_value"),
+    ("iceberg.target.lag.ms", "1000"),
+];
 
 fn s3_broker(moto: &MotoServer, bucket: &str) -> BrokerOpts {
     moto.create_bucket(bucket);
@@ -115,35 +119,11 @@ fn seen(row: &Value) -> Value {
     Value::Object(out)
 }
 
-/// Everything a read_committed consumer reads of `topic`'s partitions, up to their ends.
+/// Everything a read_committed consumer reads of `topic`'s partitions, up to their ends, by
+/// partition and offset.
 fn read_committed(broker: &Broker, topic: &str, partitions: i32) -> Vec<ConsumedRecord> {
-    let mut cfg = broker.consumer_config();
-    cfg.set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true");
-    let c: BaseConsumer = cfg.create().unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let mut at_end = std::collections::BTreeSet::new();
-    let deadline = Instant::now() + TIMEOUT;
-    while at_end.len() < partitions as usize {
-        assert!(Instant::now() < deadline, "{topic}: no end in {TIMEOUT:?}");
-        match c.poll(Duration::from_millis(100)) {
-            None => {}
-            Some(Ok(m)) => {
-                at_end.remove(&m.partition());
-                out.push(ConsumedRecord::from_message(&m));
-            }
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                at_end.insert(p);
-            }
-            Some(Err(e)) => panic!("consume {topic}: {e}"),
-        }
-    }
+    let cfg = broker.consumer_config();
+    let mut out = read_to_end(&cfg, topic, partitions, "read_committed", TIMEOUT);
     out.sort_by_key(|r| (r.partition, r.offset));
     out
 }
@@ -207,16 +187,7 @@ fn a_key_value_table_holds_exactly_what_a_read_committed_consumer_reads() {
     let moto = MotoServer::start();
     let broker = Broker::start(s3_broker(&moto, "ice-kv"));
     let topic = unique_topic("ice-kv");
-    broker
-        .create_topic(
-            &topic,
-            3,
-            &[
-                ("iceberg.mode", "key_value"),
-                ("iceberg.target.lag.ms", "1000"),
-            ],
-        )
-        .unwrap();
+    broker.create_topic(&topic, 3, TABLE).unwrap();
     let plain: BaseProducer = broker.producer_config().create().unwrap();
     for i in 0..300 {
         let headers = OwnedHeaders::new()
@@ -354,16 +325,7 @@ fn kill_9_while_rounds_run_neither_duplicates_nor_skips_an_offset() {
     let moto = MotoServer::start();
     let mut broker = Broker::start(s3_broker(&moto, "ice-kill"));
     let topic = unique_topic("ice-kill");
-    broker
-        .create_topic(
-            &topic,
-            2,
-            &[
-                ("iceberg.mode", "key_value"),
-                ("iceberg.target.lag.ms", "1000"),
-            ],
-        )
-        .unwrap();
+    broker.create_topic(&topic, 2, TABLE).unwrap();
     let mut rng = strata_tests::Rng::new(7);
     for wave in 0..4 {
         let p: BaseProducer = broker.producer_config().create().unwrap();
@@ -537,16 +499,7 @@ fn operators_see_the_table_and_a_table_deleted_by_hand_is_reported_then_rewritte
     let moto = MotoServer::start();
     let broker = Broker::start(s3_broker(&moto, "ice-ops"));
     let topic = unique_topic("ice-ops");
-    broker
-        .create_topic(
-            &topic,
-            2,
-            &[
-                ("iceberg.mode", "key_value"),
-                ("iceberg.target.lag.ms", "1000"),
-            ],
-        )
-        .unwrap();
+    broker.create_topic(&topic, 2, TABLE).unwrap();
     plain_wave(&broker, &topic, 2, "a", 500);
     let expected = read_committed(&broker, &topic, 2);
     assert_table_equals(&broker, &topic, &expected);
@@ -618,16 +571,7 @@ fn an_object_store_outage_delays_the_table_and_duplicates_nothing() {
             .env("STRATA_OBJECT_STORE_RETRY_TIMEOUT_MS", 2000),
     );
     let topic = unique_topic("ice-outage");
-    broker
-        .create_topic(
-            &topic,
-            2,
-            &[
-                ("iceberg.mode", "key_value"),
-                ("iceberg.target.lag.ms", "1000"),
-            ],
-        )
-        .unwrap();
+    broker.create_topic(&topic, 2, TABLE).unwrap();
     plain_wave(&broker, &topic, 2, "before", 400);
     assert_table_equals(&broker, &topic, &read_committed(&broker, &topic, 2));
     proxy.down();
@@ -648,16 +592,7 @@ fn old_snapshots_are_expired_and_the_table_still_reads_whole() {
         s3_broker(&moto, "ice-expire").env("STRATA_ICEBERG_SNAPSHOT_MAX_AGE_MS", 2000),
     );
     let topic = unique_topic("ice-expire");
-    broker
-        .create_topic(
-            &topic,
-            1,
-            &[
-                ("iceberg.mode", "key_value"),
-                ("iceberg.target.lag.ms", "1000"),
-            ],
-        )
-        .unwrap();
+    broker.create_topic(&topic, 1, TABLE).unwrap();
     let snapshots = || {
         iceberg_cli(&broker, &["describe", &topic])
             .unwrap()

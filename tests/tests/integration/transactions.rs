@@ -31,7 +31,8 @@ use rdkafka::producer::{
 use rdkafka::{Offset, TopicPartitionList};
 use strata_tests::raw::error;
 use strata_tests::{
-    http_get, parse_prometheus, unique_topic, wait_for, Broker, BrokerOpts, Cluster, KafkaConn,
+    http_get, parse_prometheus, read_to_end, unique_topic, wait_for, Broker, BrokerOpts, Cluster,
+    KafkaConn,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -87,40 +88,9 @@ fn send<C: ProducerContext<DeliveryOpaque = ()>>(
 /// Every value readable by a consumer of `isolation` in `partitions` of `topic`, from the
 /// start to the end it can see (the last stable offset for read_committed).
 fn read_all(cfg: &ClientConfig, topic: &str, partitions: i32, isolation: &str) -> Vec<String> {
-    let mut cfg = cfg.clone();
-    cfg.set("group.id", unique_topic("txn-reader"))
-        .set("isolation.level", isolation)
-        .set("enable.partition.eof", "true")
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "50");
-    let c: BaseConsumer = cfg.create().expect("create consumer");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let mut at_end = std::collections::BTreeSet::new();
-    let deadline = Instant::now() + TIMEOUT;
-    while at_end.len() < partitions as usize {
-        assert!(
-            Instant::now() < deadline,
-            "{topic}: no end after {TIMEOUT:?}; read {out:?}"
-        );
-        match c.poll(Duration::from_millis(100)) {
-            None => {}
-            Some(Ok(m)) => {
-                at_end.remove(&m.partition());
-                out.push(String::from_utf8(m.payload().unwrap_or_default().to_vec()).unwrap());
-            }
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                at_end.insert(p);
-            }
-            Some(Err(e)) => panic!("consume {topic}: {e}"),
-        }
-    }
-    out
+    (read_to_end(cfg, topic, partitions, isolation, TIMEOUT).into_iter())
+        .map(|r| String::from_utf8(r.value.unwrap_or_default()).unwrap())
+        .collect()
 }
 
 /// The highest offset a consumer of `isolation` sees in a partition (ListOffsets LATEST).
