@@ -438,15 +438,7 @@ fn three_brokers_commit_one_table_and_a_new_leader_continues_it_exactly() {
             ("iceberg.target.lag.ms", "1000"),
         ],
     );
-    let wave = |cluster: &mut Cluster, tag: &str| {
-        let p: BaseProducer = cluster.producer_config().create().unwrap();
-        for i in 0..900 {
-            let v = format!("{tag}-{i}");
-            produce(&p, &topic, i % 3, Some(&v), Some(&v), OwnedHeaders::new());
-        }
-        p.flush(TIMEOUT).unwrap();
-    };
-    wave(&mut cluster, "first");
+    plain_wave(&cluster.producer_config(), &topic, 3, "first", 900);
     assert_cluster_table(&mut cluster, 2, &topic, 3, 900);
 
     // Partition 0's leader dies mid-stream; broker 2 takes it over and continues its table
@@ -455,12 +447,12 @@ fn three_brokers_commit_one_table_and_a_new_leader_continues_it_exactly() {
     wait_for("a new leader of partition 0", CLUSTER_TIMEOUT, || {
         cluster.leaders(&topic)[0].is_some_and(|l| l != 1)
     });
-    wave(&mut cluster, "second");
+    plain_wave(&cluster.producer_config(), &topic, 3, "second", 900);
     assert_cluster_table(&mut cluster, 3, &topic, 3, 1800);
 
     cluster.node(1).restart();
     cluster.wait_topic_healthy(&topic);
-    wave(&mut cluster, "third");
+    plain_wave(&cluster.producer_config(), &topic, 3, "third", 900);
     assert_cluster_table(&mut cluster, 1, &topic, 3, 2700);
 }
 
@@ -478,8 +470,9 @@ fn iceberg_cli(broker: &Broker, args: &[&str]) -> Result<String, String> {
     }
 }
 
-fn plain_wave(broker: &Broker, topic: &str, partitions: i32, tag: &str, n: i32) {
-    let p: BaseProducer = broker.producer_config().create().unwrap();
+/// `n` records `tag-i` (key and value), round robin over `partitions`, flushed.
+fn plain_wave(cfg: &ClientConfig, topic: &str, partitions: i32, tag: &str, n: i32) {
+    let p: BaseProducer = cfg.create().unwrap();
     for i in 0..n {
         let v = format!("{tag}-{i}");
         produce(
@@ -500,7 +493,7 @@ fn operators_see_the_table_and_a_table_deleted_by_hand_is_reported_then_rewritte
     let broker = Broker::start(s3_broker(&moto, "ice-ops"));
     let topic = unique_topic("ice-ops");
     broker.create_topic(&topic, 2, TABLE).unwrap();
-    plain_wave(&broker, &topic, 2, "a", 500);
+    plain_wave(&broker.producer_config(), &topic, 2, "a", 500);
     let expected = read_committed(&broker, &topic, 2);
     assert_table_equals(&broker, &topic, &expected);
     let list = iceberg_cli(&broker, &["list"]).unwrap();
@@ -533,7 +526,7 @@ fn operators_see_the_table_and_a_table_deleted_by_hand_is_reported_then_rewritte
             store.delete(&o.key).await.unwrap();
         }
     });
-    plain_wave(&broker, &topic, 2, "b", 100);
+    plain_wave(&broker.producer_config(), &topic, 2, "b", 100);
     wait_for("the damaged table reported", TIMEOUT, || {
         let out = iceberg_cli(&broker, &["describe", &topic]).unwrap();
         out.contains("error=")
@@ -572,10 +565,10 @@ fn an_object_store_outage_delays_the_table_and_duplicates_nothing() {
     );
     let topic = unique_topic("ice-outage");
     broker.create_topic(&topic, 2, TABLE).unwrap();
-    plain_wave(&broker, &topic, 2, "before", 400);
+    plain_wave(&broker.producer_config(), &topic, 2, "before", 400);
     assert_table_equals(&broker, &topic, &read_committed(&broker, &topic, 2));
     proxy.down();
-    plain_wave(&broker, &topic, 2, "during", 400);
+    plain_wave(&broker.producer_config(), &topic, 2, "during", 400);
     wait_for("rounds failing on the store", TIMEOUT, || {
         broker.metric("strata_iceberg_failed_rounds_total") >= 2.0
     });
@@ -604,7 +597,13 @@ fn old_snapshots_are_expired_and_the_table_still_reads_whole() {
     };
     // A commit per wave, waves a second apart: without expiry, one snapshot each.
     for wave in 0..8 {
-        plain_wave(&broker, &topic, 1, &format!("w{wave}"), 50);
+        plain_wave(
+            &broker.producer_config(),
+            &topic,
+            1,
+            &format!("w{wave}"),
+            50,
+        );
         let expected = read_committed(&broker, &topic, 1);
         assert_table_equals(&broker, &topic, &expected);
         std::thread::sleep(Duration::from_millis(700));
