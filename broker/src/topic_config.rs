@@ -40,6 +40,14 @@ pub enum IcebergMode {
 }
 
 impl IcebergMode {
+    /// As the config names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            IcebergMode::KeyValue => "key_value",
+            IcebergMode::ValueJson => "value_json",
+        }
+    }
+
     /// The mode a validated value names; `None` for `disabled`.
     pub fn parse(value: &str) -> Result<Option<IcebergMode>, String> {
         match value {
@@ -467,15 +475,12 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
                 "message.timestamp.type" => value == "CreateTime" || value == "LogAppendTime",
                 "message.format.version" => is_format_version(value),
                 ICEBERG_MODE => {
-                    // Refused in words until its translation is built, never accepted and
-                    // then silently not written.
-                    if value == "value_json" {
-                        return bad("value_json is not supported yet (key_value is)");
-                    }
                     return IcebergMode::parse(value).map(drop).or_else(|w| bad(&w));
                 }
                 ICEBERG_VALUE_SCHEMA => {
-                    return value_schema(value).map(drop).or_else(|w| bad(&w));
+                    return (value_schema(value))
+                        .and_then(|s| crate::iceberg::value::check_schema(&s))
+                        .or_else(|w| bad(&w));
                 }
                 LEADERS_PREFERENCE => {
                     value == "none"
@@ -548,6 +553,36 @@ pub fn list_change(current: &str, change: &str, subtract: bool) -> String {
         }
     }
     values.join(",")
+}
+
+/// Checks an alter of a topic's keys from `current` to `merged`, beyond each set alone: the
+/// value schema of a `value_json` topic only gains optional fields, since its table keeps
+/// every row written. (To start a table over in a schema that does not follow: delete
+/// `iceberg.mode`, set the schema, set the mode again and rewrite the table.)
+pub fn validate_change(
+    current: &BTreeMap<String, String>,
+    merged: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let json = |c: &BTreeMap<String, String>| IcebergMode::of(c) == Some(IcebergMode::ValueJson);
+    let (Some(old), Some(new)) = (
+        current.get(ICEBERG_VALUE_SCHEMA),
+        merged.get(ICEBERG_VALUE_SCHEMA),
+    ) else {
+        return Ok(());
+    };
+    if old == new || !json(current) || !json(merged) {
+        return Ok(());
+    }
+    let (Ok(old), Ok(new)) = (value_schema(old), value_schema(new)) else {
+        return Ok(());
+    };
+    crate::iceberg::value::check_change(&old, &new).map_err(|e| {
+        format!(
+            "{ICEBERG_VALUE_SCHEMA} may only gain optional fields: {e} (to start the table \
+             over: delete {ICEBERG_MODE}, set the schema, set the mode and `strata iceberg \
+             rewrite` the topic)"
+        )
+    })
 }
 
 /// Checks the keys of one topic together (after a create or an alter), as Kafka does.
@@ -722,13 +757,17 @@ mod tests {
     fn iceberg_keys_are_checked_alone_and_together() {
         for (name, good, bad) in [
             (ICEBERG_MODE, "key_value", "parquet"),
-            (ICEBERG_MODE, "disabled", "KEY_VALUE"),
-            (ICEBERG_MODE, "disabled", "value_json"),
+            (ICEBERG_MODE, "value_json", "KEY_VALUE"),
             (ICEBERG_TARGET_LAG_MS, "1000", "999"),
             (
                 ICEBERG_VALUE_SCHEMA,
                 r#"{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"a","required":false,"type":"long"}]}"#,
                 r#"{"type":"struct","schema-id":0,"fields":[]}"#,
+            ),
+            (
+                ICEBERG_VALUE_SCHEMA,
+                r#"{"type":"struct","fields":[{"id":1,"name":"at","required":true,"type":"date"}]}"#,
+                r#"{"type":"struct","fields":[{"id":1,"name":"key","required":true,"type":"string"}]}"#,
             ),
         ] {
             assert_eq!(validate(name, good), Ok(()), "{name}={good}");

@@ -80,11 +80,11 @@ pub fn summary(t: &TableStatus) -> String {
         opt(snap.and_then(|s| s.total_files_size)),
         opt(t.lag_seconds),
     );
+    if let Some(d) = &t.dead_letters {
+        line.push_str(&format!(" dlq_records={}", opt(d.total_records)));
+    }
     if let Some(e) = &t.error {
-        line.push_str(&format!(
-            " error=\"{e}\" (strata iceberg rewrite {} starts it over)",
-            t.topic
-        ));
+        line.push_str(&format!(" error=\"{e}\""));
     }
     line
 }
@@ -97,6 +97,14 @@ fn describe(t: &TableStatus) -> anyhow::Result<()> {
     ))?;
     if let Some(s) = &t.snapshot {
         emit(format_args!("snapshots={}", s.snapshots))?;
+    }
+    if let Some(d) = &t.dead_letters {
+        emit(format_args!(
+            "dead_letters table={} records={} metadata_location={}",
+            d.table,
+            opt(d.total_records),
+            d.metadata_location
+        ))?;
     }
     for p in &t.partitions {
         emit(format_args!(

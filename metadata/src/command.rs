@@ -191,9 +191,19 @@ pub enum Command {
     /// commit's data files hold the records of `ranges`; each must start where the
     /// partition's table offsets end ([`crate::IcebergTable`]), or the whole command is
     /// refused with [`CommandResult::IcebergOffsetsMoved`]: no offset enters a table twice
-    /// and none is skipped.
+    /// and none is skipped. Forgetting the table forgets its dead-letter table too.
+    ///
+    /// `dlq` names the topic's dead-letter table (`<topic>~dlq`, the records of a `value_json`
+    /// topic that do not fit its schema) instead, which has its own metadata file and offsets.
+    /// Its rows were read against the topic table's offsets `table_offsets` (by partition of
+    /// `ranges`; absent: none yet): the commit is refused whole unless the table is still
+    /// there, so dead letters never outlive the table they were sorted from (a rewrite).
     CommitIcebergTable {
         topic_id: uuid::Uuid,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        dlq: bool,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        table_offsets: BTreeMap<i32, i64>,
         expected: Option<String>,
         location: Option<String>,
         #[serde(default)]

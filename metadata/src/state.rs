@@ -210,6 +210,10 @@ pub struct TopicInfo {
     /// The topic's Iceberg table, once it exists (see [`Command::CommitIcebergTable`]).
     #[serde(default)]
     pub iceberg: Option<IcebergTable>,
+    /// The topic's dead-letter table (`iceberg.mode=value_json`: the records whose values do
+    /// not fit the schema), once one was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iceberg_dlq: Option<IcebergTable>,
 }
 
 /// Where a topic's Iceberg table is and how far each partition is in it.
@@ -226,26 +230,49 @@ impl TopicInfo {
     /// [`Command::CommitIcebergTable`] on this topic: checked whole before anything changes.
     fn commit_iceberg(
         &mut self,
+        dlq: bool,
+        table_offsets: &BTreeMap<i32, i64>,
         expected: Option<&str>,
         location: Option<&str>,
         ranges: &[crate::command::IcebergRange],
     ) -> CommandResult {
-        let current = self.iceberg.as_ref().map(|t| t.location.as_str());
+        let partitions = self.partitions.len();
+        if dlq {
+            // Sorted from the table as it still is, or not at all.
+            let table = self.iceberg.as_ref().map(|t| &t.next_offsets);
+            for r in ranges {
+                let next = table.and_then(|t| t.get(&r.partition).copied());
+                if self.iceberg.is_none() || next != table_offsets.get(&r.partition).copied() {
+                    return CommandResult::IcebergOffsetsMoved {
+                        partition: r.partition,
+                        next,
+                    };
+                }
+            }
+        }
+        let table = match dlq {
+            false => &mut self.iceberg,
+            true => &mut self.iceberg_dlq,
+        };
+        let current = table.as_ref().map(|t| t.location.as_str());
         if current != expected {
             return CommandResult::IcebergConflict {
                 current: current.map(str::to_string),
             };
         }
         let Some(location) = location else {
-            self.iceberg = None;
+            *table = None;
+            if !dlq {
+                self.iceberg_dlq = None;
+            }
             return CommandResult::Ok;
         };
-        let mut next_offsets = (self.iceberg.as_ref())
+        let mut next_offsets = (table.as_ref())
             .map(|t| t.next_offsets.clone())
             .unwrap_or_default();
         for r in ranges {
             let next = next_offsets.get(&r.partition).copied();
-            let known = usize::try_from(r.partition).is_ok_and(|p| p < self.partitions.len());
+            let known = usize::try_from(r.partition).is_ok_and(|p| p < partitions);
             if !known || r.from > r.to || next.is_some_and(|n| n != r.from) {
                 return CommandResult::IcebergOffsetsMoved {
                     partition: r.partition,
@@ -254,7 +281,7 @@ impl TopicInfo {
             }
             next_offsets.insert(r.partition, r.to);
         }
-        self.iceberg = Some(IcebergTable {
+        *table = Some(IcebergTable {
             location: location.to_string(),
             next_offsets,
         });
@@ -438,6 +465,7 @@ impl ClusterState {
                             .collect(),
                         configs: configs.clone(),
                         iceberg: None,
+                        iceberg_dlq: None,
                     }),
                 );
                 self.topic_ids.insert(*topic_id, name.clone());
@@ -496,6 +524,8 @@ impl ClusterState {
             }
             Command::CommitIcebergTable {
                 topic_id,
+                dlq,
+                table_offsets,
                 expected,
                 location,
                 ranges,
@@ -506,7 +536,13 @@ impl ClusterState {
                 let Some(topic) = self.topic_mut(&name) else {
                     return CommandResult::UnknownTopic;
                 };
-                topic.commit_iceberg(expected.as_deref(), location.as_deref(), ranges)
+                topic.commit_iceberg(
+                    *dlq,
+                    table_offsets,
+                    expected.as_deref(),
+                    location.as_deref(),
+                    ranges,
+                )
             }
             Command::AllocateProducerIds { count } => {
                 let first = self.next_producer_id;
@@ -1045,6 +1081,8 @@ mod tests {
         let commit =
             |expected: Option<&str>, location: Option<&str>, ranges| Command::CommitIcebergTable {
                 topic_id,
+                dlq: false,
+                table_offsets: BTreeMap::new(),
                 expected: expected.map(str::to_string),
                 location: location.map(str::to_string),
                 ranges,
@@ -1090,6 +1128,39 @@ mod tests {
         assert_eq!(state.apply(&next), CommandResult::Ok);
         let table = state.topics["t"].iceberg.clone().unwrap();
         assert_eq!(table.next_offsets, BTreeMap::from([(0, 12), (1, 3)]));
+        // The dead-letter table is its own: its own location and offsets, the table's untouched.
+        // Its rows are sorted from the table as it is now: from partition 0's offset 12.
+        let dlq = |expected: Option<&str>, location: &str, ranges, base: i64| {
+            Command::CommitIcebergTable {
+                topic_id,
+                dlq: true,
+                table_offsets: BTreeMap::from([(0, base)]),
+                expected: expected.map(str::to_string),
+                location: Some(location.to_string()),
+                ranges,
+            }
+        };
+        assert!(!state.apply(&dlq(Some("m2"), "d1", vec![], 12)).is_ok());
+        let stale = dlq(None, "d1", vec![range(0, 4, 20)], 10);
+        assert_eq!(
+            state.apply(&stale),
+            CommandResult::IcebergOffsetsMoved {
+                partition: 0,
+                next: Some(12)
+            }
+        );
+        let first = dlq(None, "d1", vec![range(0, 12, 20)], 12);
+        assert_eq!(state.apply(&first), CommandResult::Ok);
+        let gap = dlq(Some("d1"), "d2", vec![range(0, 15, 30)], 12);
+        assert!(!state.apply(&gap).is_ok());
+        let next = dlq(Some("d1"), "d2", vec![range(0, 20, 30)], 12);
+        assert_eq!(state.apply(&next), CommandResult::Ok);
+        let dead = state.topics["t"].iceberg_dlq.clone().unwrap();
+        assert_eq!(
+            (dead.location.as_str(), dead.next_offsets),
+            ("d2", BTreeMap::from([(0, 30)]))
+        );
+        assert_eq!(state.topics["t"].iceberg, Some(table));
         // Forgotten (rewrite starts over), only from the current location.
         assert!(!state.apply(&commit(Some("m1"), None, vec![])).is_ok());
         assert_eq!(
@@ -1097,6 +1168,10 @@ mod tests {
             CommandResult::Ok
         );
         assert_eq!(state.topics["t"].iceberg, None);
+        assert_eq!(
+            state.topics["t"].iceberg_dlq, None,
+            "forgotten with its table"
+        );
     }
 
     #[test]

@@ -395,6 +395,7 @@ impl Target {
         match self {
             Target::Topic(_) => {
                 topic_config::validate_combination(&broker.node.settings(), &merged)
+                    .and_then(|()| topic_config::validate_change(current, &merged))
                     .map_err(invalid)?
             }
             Target::Broker(resource) => {

@@ -1,7 +1,9 @@
 //! The catalog of topic tables: namespace `strata`, one table per topic with `iceberg.mode`
-//! set, named as the topic. A table's current metadata file and each partition's next offset
-//! are held by the metadata quorum (`TopicInfo::iceberg`), so every broker sees one table and a
-//! commit is a compare-and-set through the quorum.
+//! set, named as the topic, and for a `value_json` topic that met a value not fitting its
+//! schema, its dead-letter table `<topic>~dlq`. A table's current metadata file and each
+//! partition's next offset are held by the metadata quorum (`TopicInfo::iceberg`,
+//! `TopicInfo::iceberg_dlq`), so every broker sees one table and a commit is a compare-and-set
+//! through the quorum.
 //!
 //! Invariants (docs/invariants.md 17):
 //! - a commit lands only on the metadata file it was built on: two brokers committing at once
@@ -13,7 +15,7 @@
 //! - a metadata file is deleted only when the quorum definitely refused it; a data file never
 //!   here (after an unanswered proposal it may be in the table).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -27,7 +29,7 @@ use iceberg::{
 use strata_metadata::{Command, CommandResult, IcebergRange, TopicInfo};
 use strata_objstore::Store;
 
-use super::layout::{self, NAMESPACE};
+use super::layout::{self, TableKind, NAMESPACE};
 use crate::node::Node;
 
 /// The snapshot summary property naming the offsets a commit covers:
@@ -40,6 +42,27 @@ pub fn ranges_property(ranges: &[IcebergRange]) -> String {
         .map(|r| format!("{}:{}-{}", r.partition, r.from, r.to))
         .collect();
     parts.join(",")
+}
+
+/// The snapshot summary property of a dead-letter commit naming the topic table's offsets
+/// its rows were sorted against: `<partition>:<next offset>`, comma-separated (a partition
+/// the table holds nothing of yet is absent).
+pub const TABLE_OFFSETS_PROPERTY: &str = "strata.table-offsets";
+
+/// Table offsets as their summary property.
+pub fn offsets_property(offsets: &BTreeMap<i32, i64>) -> String {
+    let parts: Vec<String> = offsets.iter().map(|(p, o)| format!("{p}:{o}")).collect();
+    parts.join(",")
+}
+
+/// The offsets of a summary property; `None` when malformed.
+pub fn parse_offsets(value: &str) -> Option<BTreeMap<i32, i64>> {
+    (value.split(',').filter(|s| !s.is_empty()))
+        .map(|part| {
+            let (p, o) = part.split_once(':')?;
+            Some((p.parse().ok()?, o.parse().ok()?))
+        })
+        .collect()
 }
 
 /// The ranges of a summary property; `None` when malformed.
@@ -98,37 +121,43 @@ impl TableCatalog {
         NamespaceIdent::new(NAMESPACE.to_string())
     }
 
-    pub fn ident(topic: &str) -> TableIdent {
-        TableIdent::new(Self::namespace(), topic.to_string())
+    pub fn ident(topic: &str, kind: TableKind) -> TableIdent {
+        TableIdent::new(Self::namespace(), kind.name(topic))
     }
 
-    /// The topic a table identifier names, with a table (or `None`).
-    fn topic_of(&self, ident: &TableIdent) -> Option<TopicInfo> {
+    /// The topic and kind a table identifier names, when that table exists.
+    fn topic_of(&self, ident: &TableIdent) -> Option<(TopicInfo, TableKind)> {
         if ident.namespace() != &Self::namespace() {
             return None;
         }
-        self.topic(ident.name())
+        self.table(ident.name())
     }
 
-    /// The topic named, if it has a table.
-    pub fn topic(&self, name: &str) -> Option<TopicInfo> {
+    /// The topic of the table named and which of its tables, if that table exists.
+    pub fn table(&self, name: &str) -> Option<(TopicInfo, TableKind)> {
+        let (topic, kind) = TableKind::of_name(name);
         let state = self.node.metadata.state();
-        let topic = state.topic(name)?;
-        topic.iceberg.is_some().then(|| topic.clone())
+        let topic = state.topic(topic)?;
+        kind.pointer(topic).is_some().then(|| (topic.clone(), kind))
     }
 
-    /// The names of the topics with a table.
+    /// The names of the tables.
     pub fn tables(&self) -> Vec<String> {
         let state = self.node.metadata.state();
-        (state.topics.values())
-            .filter(|t| t.iceberg.is_some())
-            .map(|t| t.name.clone())
-            .collect()
+        let mut names = Vec::new();
+        for t in state.topics.values() {
+            for kind in [TableKind::Topic, TableKind::Dlq] {
+                if kind.pointer(t).is_some() {
+                    names.push(kind.name(&t.name));
+                }
+            }
+        }
+        names
     }
 
-    /// The topic's table as its current metadata file says, `None` before the table exists.
-    pub async fn load(&self, topic: &TopicInfo) -> Result<Option<Table>> {
-        let Some(t) = &topic.iceberg else {
+    /// The table as its current metadata file says, `None` before the table exists.
+    pub async fn load(&self, topic: &TopicInfo, kind: TableKind) -> Result<Option<Table>> {
+        let Some(t) = kind.pointer(topic) else {
             return Ok(None);
         };
         let metadata = iceberg::spec::TableMetadata::read_from(&self.io, &t.location).await?;
@@ -136,7 +165,7 @@ impl TableCatalog {
             .file_io(self.io.clone())
             .metadata_location(t.location.clone())
             .metadata(metadata)
-            .identifier(Self::ident(&topic.name))
+            .identifier(Self::ident(&topic.name, kind))
             // Tasks the crate spawns run where the caller runs (the translator's thread, or
             // the admin server's); a table lives for one round or request, so no cache.
             .runtime(iceberg::Runtime::try_current()?)
@@ -145,12 +174,20 @@ impl TableCatalog {
             .map(Some)
     }
 
-    /// Creates the topic's table (format v2, the `schema`, the partition spec of
-    /// [`layout::partition_spec`]) unless the quorum already names one.
-    pub async fn create(&self, topic: &TopicInfo, schema: iceberg::spec::Schema) -> Result<()> {
-        let key = layout::table_key(&self.warehouse, &topic.name, &topic.topic_id);
+    /// Creates the table (format v2, the `schema`, the partition spec of
+    /// [`layout::partition_spec`]) unless the quorum already names one. `mode` (the topic's
+    /// `iceberg.mode`) is kept in its properties: a table written in one mode is not continued
+    /// in another.
+    pub async fn create(
+        &self,
+        topic: &TopicInfo,
+        kind: TableKind,
+        schema: iceberg::spec::Schema,
+        mode: &str,
+    ) -> Result<()> {
+        let key = kind.key(&self.warehouse, &topic.name, &topic.topic_id);
         let creation = TableCreation::builder()
-            .name(topic.name.clone())
+            .name(kind.name(&topic.name))
             .location(self.store.uri(&key))
             .schema(schema)
             .partition_spec(layout::partition_spec())
@@ -161,6 +198,7 @@ impl TableCatalog {
                     "zstd".to_string(),
                 ),
                 ("strata.topic-id".to_string(), topic.topic_id.to_string()),
+                (layout::MODE_PROPERTY.to_string(), mode.to_string()),
             ])
             .format_version(FormatVersion::V2)
             .build();
@@ -170,29 +208,43 @@ impl TableCatalog {
         let location = MetadataLocation::new_with_metadata(self.store.uri(&key), &metadata);
         metadata.write_to(&self.io, &location).await?;
         let location = location.to_string();
-        self.propose(topic.topic_id, None, Some(location.clone()), Vec::new())
-            .await
-            .map_err(|(e, refused)| {
-                if refused {
-                    self.forget_file(location.clone());
-                }
-                e
-            })
+        let none = BTreeMap::new();
+        (self.propose(
+            topic.topic_id,
+            kind,
+            &none,
+            None,
+            Some(location.clone()),
+            Vec::new(),
+        ))
+        .await
+        .map_err(|(e, refused)| {
+            if refused {
+                self.forget_file(location.clone());
+            }
+            e
+        })
     }
 
-    /// Deletes every object under the topic's table location.
-    pub async fn delete_files(&self, topic: &TopicInfo) -> Result<()> {
-        let key = layout::table_key(&self.warehouse, &topic.name, &topic.topic_id);
+    /// Deletes every object under the table's location.
+    pub async fn delete_files(&self, topic: &TopicInfo, kind: TableKind) -> Result<()> {
+        let key = kind.key(&self.warehouse, &topic.name, &topic.topic_id);
         self.io
             .delete_prefix(self.store.uri(&format!("{key}/")))
             .await
     }
 
-    /// Forgets the topic's table (its files stay where they are), from the metadata file
-    /// `expected`.
-    pub async fn forget(&self, topic: &TopicInfo, expected: String) -> Result<()> {
+    /// Forgets the table (its files stay where they are), from the metadata file `expected`.
+    pub async fn forget(&self, topic: &TopicInfo, kind: TableKind, expected: String) -> Result<()> {
         (self
-            .propose(topic.topic_id, Some(expected), None, Vec::new())
+            .propose(
+                topic.topic_id,
+                kind,
+                &BTreeMap::new(),
+                Some(expected),
+                None,
+                Vec::new(),
+            )
             .await)
             .map_err(|(e, _)| e)
     }
@@ -201,12 +253,16 @@ impl TableCatalog {
     async fn propose(
         &self,
         topic_id: uuid::Uuid,
+        kind: TableKind,
+        table_offsets: &BTreeMap<i32, i64>,
         expected: Option<String>,
         location: Option<String>,
         ranges: Vec<IcebergRange>,
     ) -> std::result::Result<(), (Error, bool)> {
         let cmd = Command::CommitIcebergTable {
             topic_id,
+            dlq: kind == TableKind::Dlq,
+            table_offsets: table_offsets.clone(),
             expected,
             location,
             ranges,
@@ -305,7 +361,10 @@ impl iceberg::Catalog for TableCatalog {
 
     async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
         self.get_namespace(namespace).await?;
-        Ok(self.tables().iter().map(|t| Self::ident(t)).collect())
+        let names = self.tables().into_iter();
+        Ok(names
+            .map(|t| TableIdent::new(Self::namespace(), t))
+            .collect())
     }
 
     async fn create_table(&self, _: &NamespaceIdent, _: TableCreation) -> Result<Table> {
@@ -313,8 +372,10 @@ impl iceberg::Catalog for TableCatalog {
     }
 
     async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
-        let topic = self.topic_of(ident).ok_or_else(|| not_found(ident))?;
-        self.load(&topic).await?.ok_or_else(|| not_found(ident))
+        let (topic, kind) = self.topic_of(ident).ok_or_else(|| not_found(ident))?;
+        self.load(&topic, kind)
+            .await?
+            .ok_or_else(|| not_found(ident))
     }
 
     async fn drop_table(&self, _: &TableIdent) -> Result<()> {
@@ -341,8 +402,8 @@ impl iceberg::Catalog for TableCatalog {
     /// file and moves the quorum's pointer to it if it still names the one applied to.
     async fn update_table(&self, commit: TableCommit) -> Result<Table> {
         let ident = commit.identifier().clone();
-        let topic = self.topic_of(&ident).ok_or_else(|| not_found(&ident))?;
-        let current = self.load(&topic).await?.ok_or_else(|| not_found(&ident))?;
+        let (topic, kind) = self.topic_of(&ident).ok_or_else(|| not_found(&ident))?;
+        let current = (self.load(&topic, kind).await?).ok_or_else(|| not_found(&ident))?;
         let before = current.metadata().current_snapshot_id();
         let expected = current.metadata_location_result()?.to_string();
         // Built on an older snapshot than the current one: the transaction rebuilds it.
@@ -350,24 +411,29 @@ impl iceberg::Catalog for TableCatalog {
             ErrorKind::CatalogCommitConflicts => e.with_retryable(true),
             _ => e,
         })?;
-        let ranges = match staged.metadata().current_snapshot() {
+        let malformed = |p| Error::new(ErrorKind::DataInvalid, format!("malformed {p} property"));
+        let (mut ranges, mut table_offsets) = (Vec::new(), BTreeMap::new());
+        match staged.metadata().current_snapshot() {
             Some(s) if Some(s.snapshot_id()) != before => {
-                let property = s.summary().additional_properties.get(RANGES_PROPERTY);
-                property
-                    .map(|v| parse_ranges(v))
-                    .unwrap_or(Some(Vec::new()))
-                    .ok_or_else(|| {
-                        Error::new(ErrorKind::DataInvalid, "malformed strata.ranges property")
-                    })?
+                let summary = &s.summary().additional_properties;
+                if let Some(v) = summary.get(RANGES_PROPERTY) {
+                    ranges = parse_ranges(v).ok_or_else(|| malformed(RANGES_PROPERTY))?;
+                }
+                if let Some(v) = summary.get(TABLE_OFFSETS_PROPERTY) {
+                    table_offsets =
+                        parse_offsets(v).ok_or_else(|| malformed(TABLE_OFFSETS_PROPERTY))?;
+                }
             }
-            _ => Vec::new(),
-        };
+            _ => {}
+        }
         let location = staged.metadata_location_result()?.to_string();
         (staged.metadata())
             .write_to(&self.io, &MetadataLocation::from_str(&location)?)
             .await?;
         match (self.propose(
             topic.topic_id,
+            kind,
+            &table_offsets,
             Some(expected),
             Some(location.clone()),
             ranges,
@@ -409,6 +475,14 @@ mod tests {
         assert_eq!(parse_ranges("").unwrap(), vec![]);
         for bad in ["0:1", "x:1-2", "0:1-y", "0-1:2"] {
             assert_eq!(parse_ranges(bad), None, "{bad}");
+        }
+        let offsets = BTreeMap::from([(0, 12), (3, 1 << 40)]);
+        let v = offsets_property(&offsets);
+        assert_eq!(v, "0:12,3:1099511627776");
+        assert_eq!(parse_offsets(&v), Some(offsets));
+        assert_eq!(parse_offsets(""), Some(BTreeMap::new()));
+        for bad in ["0", "0:x", "y:1", "0:1:2"] {
+            assert_eq!(parse_offsets(bad), None, "{bad}");
         }
     }
 }

@@ -2,32 +2,83 @@
 //! (hour of timestamp, then Kafka partition), where tables live, and the rows of one Kafka
 //! partition gathered into Arrow record batches, one per hour of timestamps.
 //!
-//! Column ids are fixed (1..=12 for the Kafka columns), so a table written by one broker
-//! version reads the same under the next; `value_json` columns take ids after them.
+//! A `key_value` table's column ids are fixed (1..=12), so a table written by one broker
+//! version reads the same under the next. A `value_json` table has the Kafka columns but
+//! `value` first, then the value schema's fields; its dead-letter table is a `key_value` one
+//! plus the `reason`. Rows are always assembled by column name against the table's current
+//! schema, so added columns (schema evolution) and the different ids of each table line up.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, Int32Array, Int64Array, LargeBinaryArray, ListArray, RecordBatch, StringArray,
-    StructArray, TimestampMicrosecondArray,
+    ArrayRef, BooleanArray, Int32Array, Int64Array, LargeBinaryArray, ListArray, RecordBatch,
+    StringArray, StructArray, TimestampMicrosecondArray,
 };
 use arrow_buffer::{OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Fields, Schema as ArrowSchema, SchemaRef};
 use iceberg::spec::{
-    ListType, Literal, NestedField, PartitionKey, PartitionSpec, PrimitiveType, Schema,
-    SchemaRef as IcebergSchemaRef, Struct, StructType, Transform, Type, UnboundPartitionSpec,
+    ListType, Literal, MapType, NestedField, NestedFieldRef, PartitionKey, PartitionSpec,
+    PrimitiveType, Schema, SchemaRef as IcebergSchemaRef, Struct, StructType, Transform, Type,
+    UnboundPartitionSpec,
 };
+
+use strata_metadata::{IcebergTable, TopicInfo};
 
 use crate::log::records::Record;
 
 /// The namespace every topic table is in.
 pub const NAMESPACE: &str = "strata";
 
-/// The table of a topic: `<warehouse>/strata/<topic>-<topic id>` under the store's root.
-pub fn table_key(warehouse: &str, topic: &str, topic_id: &uuid::Uuid) -> String {
-    let warehouse = warehouse.trim_matches('/');
-    format!("{warehouse}/{NAMESPACE}/{topic}-{topic_id}")
+/// Which of a topic's tables: its own, or (`value_json`) the dead-letter table of the records
+/// whose values do not fit the schema, named `<topic>~dlq` (`~` is in no Kafka topic name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TableKind {
+    Topic,
+    Dlq,
+}
+
+pub const DLQ_SUFFIX: &str = "~dlq";
+
+/// The table property naming the `iceberg.mode` it was written in.
+pub const MODE_PROPERTY: &str = "strata.mode";
+
+impl TableKind {
+    /// The table's name in the namespace.
+    pub fn name(self, topic: &str) -> String {
+        match self {
+            TableKind::Topic => topic.to_string(),
+            TableKind::Dlq => format!("{topic}{DLQ_SUFFIX}"),
+        }
+    }
+
+    /// The topic and kind a table name names.
+    pub fn of_name(name: &str) -> (&str, TableKind) {
+        match name.strip_suffix(DLQ_SUFFIX) {
+            Some(topic) => (topic, TableKind::Dlq),
+            None => (name, TableKind::Topic),
+        }
+    }
+
+    /// The table as the quorum holds it.
+    pub fn pointer(self, topic: &TopicInfo) -> Option<&IcebergTable> {
+        match self {
+            TableKind::Topic => topic.iceberg.as_ref(),
+            TableKind::Dlq => topic.iceberg_dlq.as_ref(),
+        }
+    }
+
+    /// Where the table lives: `<warehouse>/strata/<topic>-<topic id>` under the store's root,
+    /// and its dead letters beside it at `<topic>-dlq-<topic id>`, neither inside the other
+    /// (the topic id keeps the keys of two topics apart; `~` is no character of an object key
+    /// every S3 client spells alike).
+    pub fn key(self, warehouse: &str, topic: &str, topic_id: &uuid::Uuid) -> String {
+        let warehouse = warehouse.trim_matches('/');
+        match self {
+            TableKind::Topic => format!("{warehouse}/{NAMESPACE}/{topic}-{topic_id}"),
+            TableKind::Dlq => format!("{warehouse}/{NAMESPACE}/{topic}-dlq-{topic_id}"),
+        }
+    }
 }
 
 const PARTITION: i32 = 1;
@@ -42,6 +93,23 @@ const PRODUCER_EPOCH: i32 = 9;
 const HEADER: i32 = 10;
 const HEADER_KEY: i32 = 11;
 const HEADER_VALUE: i32 = 12;
+const REASON: i32 = 13;
+
+/// The Kafka columns of a `value_json` table: a value field may not take one of these names.
+pub const KAFKA_COLUMNS: [&str; 8] = [
+    "partition",
+    "offset",
+    "timestamp",
+    "timestamp_type",
+    "key",
+    "headers",
+    "producer_id",
+    "producer_epoch",
+];
+
+/// The first id a value schema's fields are given (ids are assigned afresh when the table is
+/// created; these only need to be unique).
+const FIRST_VALUE_ID: i32 = 1000;
 
 /// The `key_value` schema: Kafka's fields of a record, key and value as bytes.
 pub fn key_value_schema() -> Schema {
@@ -72,6 +140,64 @@ pub fn key_value_schema() -> Schema {
         ])
         .build()
         .expect("the key_value schema is valid")
+}
+
+/// The `value_json` schema: the Kafka columns but `value`, then the fields of `value` (the
+/// topic's `iceberg.value.schema`).
+pub fn value_json_schema(value: &Schema) -> Result<Schema, String> {
+    let mut fields: Vec<NestedFieldRef> = (key_value_schema().as_struct().fields().iter())
+        .filter(|f| f.id != VALUE)
+        .cloned()
+        .collect();
+    let mut next = FIRST_VALUE_ID;
+    fields.extend(renumber(value.as_struct().fields(), &mut next));
+    Schema::builder()
+        .with_schema_id(0)
+        .with_fields(fields)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// The dead-letter table's schema: `key_value`'s and why the value was refused.
+pub fn dlq_schema() -> Schema {
+    let mut fields = key_value_schema().as_struct().fields().to_vec();
+    fields.push(
+        NestedField::required(REASON, "reason", Type::Primitive(PrimitiveType::String)).into(),
+    );
+    Schema::builder()
+        .with_schema_id(0)
+        .with_fields(fields)
+        .build()
+        .expect("the dead-letter schema is valid")
+}
+
+/// `fields` with fresh ids from `next` on, nested fields included.
+fn renumber(fields: &[NestedFieldRef], next: &mut i32) -> Vec<NestedFieldRef> {
+    (fields.iter())
+        .map(|f| {
+            let id = *next;
+            *next += 1;
+            let field_type = renumber_type(&f.field_type, next);
+            let mut field = (**f).clone();
+            field.id = id;
+            field.field_type = Box::new(field_type);
+            Arc::new(field)
+        })
+        .collect()
+}
+
+fn renumber_type(t: &Type, next: &mut i32) -> Type {
+    let one =
+        |f: &NestedFieldRef, next: &mut i32| renumber(std::slice::from_ref(f), next).remove(0);
+    match t {
+        Type::Primitive(_) => t.clone(),
+        Type::Struct(s) => Type::Struct(StructType::new(renumber(s.fields(), next))),
+        Type::List(l) => Type::List(ListType::new(one(&l.element_field, next))),
+        Type::Map(m) => Type::Map(MapType::new(
+            one(&m.key_field, next),
+            one(&m.value_field, next),
+        )),
+    }
 }
 
 /// Hour of timestamp, then Kafka partition: a query for a time range reads the files of its
@@ -188,29 +314,95 @@ impl Rows {
         headers.is_some()
     }
 
-    /// The rows as record batches of `arrow` (the table schema's Arrow form), each with the
-    /// partition key of its hour; the rows are taken.
-    pub fn take_batches(
-        &mut self,
-        arrow: &SchemaRef,
-        spec: &PartitionSpec,
-        schema: &IcebergSchemaRef,
-    ) -> Result<Vec<(PartitionKey, RecordBatch)>, String> {
+    /// The rows by hour, in hour order; the rows are taken.
+    pub fn take_hours(&mut self) -> Vec<Hour> {
         let hours = std::mem::take(&mut self.hours);
         self.bytes = 0;
         self.rows = 0;
-        let mut out = Vec::with_capacity(hours.len());
-        for (hour, c) in hours {
-            let batch = c.into_batch(self.partition, arrow)?;
-            let key = PartitionKey::new(
-                spec.clone(),
-                schema.clone(),
-                Struct::from_iter([Some(Literal::int(hour)), Some(Literal::int(self.partition))]),
-            );
-            out.push((key, batch));
-        }
-        Ok(out)
+        (hours.into_iter())
+            .map(|(hour, columns)| Hour {
+                hour,
+                partition: self.partition,
+                columns,
+            })
+            .collect()
     }
+}
+
+/// One hour of one Kafka partition's rows, in offset order.
+pub struct Hour {
+    hour: i32,
+    partition: i32,
+    columns: Columns,
+}
+
+/// Columns by name.
+pub type Named = Vec<(String, ArrayRef)>;
+
+impl Hour {
+    pub fn len(&self) -> usize {
+        self.columns.offsets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.columns.offsets.is_empty()
+    }
+
+    pub fn offsets(&self) -> &[i64] {
+        &self.columns.offsets
+    }
+
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    /// The partition key of the hour's rows in a table of `spec` and `schema`.
+    pub fn key(&self, spec: &PartitionSpec, schema: &IcebergSchemaRef) -> PartitionKey {
+        PartitionKey::new(
+            spec.clone(),
+            schema.clone(),
+            Struct::from_iter([
+                Some(Literal::int(self.hour)),
+                Some(Literal::int(self.partition)),
+            ]),
+        )
+    }
+
+    /// The `key_value` columns of the rows `keep` selects (all with `None`), nested types as
+    /// the table whose Arrow schema is `arrow` has them (their field ids are that table's).
+    pub fn columns(
+        &self,
+        arrow: &ArrowSchema,
+        keep: Option<&BooleanArray>,
+    ) -> Result<Named, String> {
+        let columns = self.columns.arrays(self.partition, arrow)?;
+        match keep {
+            None => Ok(columns),
+            Some(keep) => (columns.into_iter())
+                .map(|(name, c)| {
+                    Ok((
+                        name,
+                        arrow_select::filter::filter(&c, keep).map_err(|e| e.to_string())?,
+                    ))
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A record batch of the table whose Arrow schema is `arrow`, its columns taken by name from
+/// `columns`: a column the table has and the rows do not (one added to the schema later than
+/// these rows were decoded) is null.
+pub fn assemble(arrow: &SchemaRef, mut columns: Named, rows: usize) -> Result<RecordBatch, String> {
+    let arrays = (arrow.fields().iter())
+        .map(|f| match columns.iter().position(|(n, _)| n == f.name()) {
+            Some(i) => Ok(columns.swap_remove(i).1),
+            None if f.is_nullable() => Ok(arrow_array::new_null_array(f.data_type(), rows)),
+            None => Err(format!("no values for required column {}", f.name())),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let options = arrow_array::RecordBatchOptions::new().with_row_count(Some(rows));
+    RecordBatch::try_new_with_options(arrow.clone(), arrays, &options).map_err(|e| e.to_string())
 }
 
 /// The element field of a list column of `arrow`'s schema, and its struct's fields.
@@ -226,36 +418,60 @@ fn list_fields(arrow: &ArrowSchema, name: &str) -> Result<(Arc<Field>, Fields), 
 }
 
 impl Columns {
-    fn into_batch(self, partition: i32, arrow: &SchemaRef) -> Result<RecordBatch, String> {
+    /// Every `key_value` column, by name.
+    fn arrays(&self, partition: i32, arrow: &ArrowSchema) -> Result<Named, String> {
         let n = self.offsets.len();
         let (element, header_fields) = list_fields(arrow, "headers")?;
         let header_values = StructArray::try_new(
             header_fields,
             vec![
-                Arc::new(StringArray::from(self.header_keys)) as ArrayRef,
-                Arc::new(LargeBinaryArray::from_iter(self.header_values)),
+                Arc::new(StringArray::from_iter_values(&self.header_keys)) as ArrayRef,
+                Arc::new(LargeBinaryArray::from_iter(
+                    self.header_values.iter().map(Option::as_deref),
+                )),
             ],
             None,
         )
         .map_err(|e| e.to_string())?;
         // Starts at 0 and never falls (each record adds its count): what `new` asserts.
-        let header_offsets = OffsetBuffer::new(ScalarBuffer::from(self.header_offsets));
+        let header_offsets = OffsetBuffer::new(ScalarBuffer::from(self.header_offsets.clone()));
         let nulls = (self.headers_valid.iter().any(|v| !v))
-            .then(|| arrow_buffer::NullBuffer::from(self.headers_valid));
+            .then(|| arrow_buffer::NullBuffer::from(self.headers_valid.clone()));
         let headers = ListArray::try_new(element, header_offsets, Arc::new(header_values), nulls)
             .map_err(|e| e.to_string())?;
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(Int32Array::from(vec![partition; n])),
-            Arc::new(Int64Array::from(self.offsets)),
-            Arc::new(TimestampMicrosecondArray::from(self.timestamps).with_timezone("+00:00")),
-            Arc::new(Int32Array::from(self.timestamp_types)),
-            Arc::new(LargeBinaryArray::from_iter(self.keys)),
-            Arc::new(LargeBinaryArray::from_iter(self.values)),
-            Arc::new(headers),
-            Arc::new(Int64Array::from(self.producer_ids)),
-            Arc::new(Int32Array::from(self.producer_epochs)),
+        let bytes = |v: &[Option<Vec<u8>>]| {
+            Arc::new(LargeBinaryArray::from_iter(v.iter().map(Option::as_deref))) as ArrayRef
+        };
+        let columns: [(&str, ArrayRef); 9] = [
+            ("partition", Arc::new(Int32Array::from(vec![partition; n]))),
+            ("offset", Arc::new(Int64Array::from(self.offsets.clone()))),
+            (
+                "timestamp",
+                Arc::new(
+                    TimestampMicrosecondArray::from(self.timestamps.clone())
+                        .with_timezone("+00:00"),
+                ),
+            ),
+            (
+                "timestamp_type",
+                Arc::new(Int32Array::from(self.timestamp_types.clone())),
+            ),
+            ("key", bytes(&self.keys)),
+            ("value", bytes(&self.values)),
+            ("headers", Arc::new(headers)),
+            (
+                "producer_id",
+                Arc::new(Int64Array::from(self.producer_ids.clone())),
+            ),
+            (
+                "producer_epoch",
+                Arc::new(Int32Array::from(self.producer_epochs.clone())),
+            ),
         ];
-        RecordBatch::try_new(arrow.clone(), columns).map_err(|e| e.to_string())
+        Ok(columns
+            .into_iter()
+            .map(|(n, c)| (n.to_string(), c))
+            .collect())
     }
 }
 
@@ -282,9 +498,25 @@ mod tests {
     }
 
     #[test]
+    fn a_topic_has_two_tables_side_by_side_named_apart() {
+        let id = uuid::Uuid::nil();
+        assert_eq!(TableKind::Dlq.name("orders"), "orders~dlq");
+        assert_eq!(TableKind::of_name("orders~dlq"), ("orders", TableKind::Dlq));
+        assert_eq!(TableKind::of_name("orders"), ("orders", TableKind::Topic));
+        let (table, dlq) = (
+            TableKind::Topic.key("/wh/", "orders", &id),
+            TableKind::Dlq.key("wh", "orders", &id),
+        );
+        assert_eq!(table, format!("wh/strata/orders-{id}"));
+        // Every S3 client spells the key alike, and neither table is inside the other.
+        assert_eq!(dlq, format!("wh/strata/orders-dlq-{id}"));
+        assert!(!dlq.starts_with(&format!("{table}/")));
+    }
+
+    #[test]
     fn rows_split_by_hour_keep_offset_order_nulls_and_headers() {
         let schema = Arc::new(key_value_schema());
-        let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema).unwrap());
+        let arrow = iceberg::arrow::schema_to_arrow_schema(&schema).unwrap();
         let spec = partition_spec().bind(schema.clone()).unwrap();
         let facts = BatchFacts {
             timestamp_type: CREATE_TIME,
@@ -302,7 +534,14 @@ mod tests {
         // Headers that do not parse: the row is kept, its headers null.
         assert!(!rows.push(&record(14, 6 * hour + 5, None, &[9]), facts));
         assert_eq!(rows.len(), 5);
-        let batches = rows.take_batches(&arrow, &spec, &schema).unwrap();
+        let arrow = Arc::new(arrow);
+        let batches: Vec<(PartitionKey, RecordBatch)> = (rows.take_hours().into_iter())
+            .map(|h| {
+                let n = h.len();
+                let batch = assemble(&arrow, h.columns(&arrow, None).unwrap(), n).unwrap();
+                (h.key(&spec, &schema), batch)
+            })
+            .collect();
         assert!(rows.is_empty());
         let hours: Vec<i32> = (batches.iter())
             .map(|(k, _)| match k.data().fields()[0] {

@@ -1,6 +1,6 @@
 //! Metrics of Iceberg translation, by topic (only topics with `iceberg.mode` set have series):
-//! records and bytes translated, data files, commits by outcome, failed rounds, and each
-//! topic's lag behind its log.
+//! records and bytes translated, records refused (`value_json`: to the dead-letter table),
+//! data files, commits by outcome, failed rounds, and each topic's lag behind its log.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -25,6 +25,7 @@ pub struct CommitLabels {
 pub struct IcebergMetrics {
     pub records: Family<TopicLabels, Counter>,
     pub bytes: Family<TopicLabels, Counter>,
+    pub invalid_records: Family<TopicLabels, Counter>,
     pub data_files: Family<TopicLabels, Counter>,
     pub data_file_bytes: Family<TopicLabels, Counter>,
     pub commits: Family<CommitLabels, Counter>,
@@ -38,6 +39,7 @@ impl Default for IcebergMetrics {
         IcebergMetrics {
             records: Family::default(),
             bytes: Family::default(),
+            invalid_records: Family::default(),
             data_files: Family::default(),
             data_file_bytes: Family::default(),
             commits: Family::default(),
@@ -68,6 +70,7 @@ impl IcebergMetrics {
         let t = topic(name);
         self.records.remove(&t);
         self.bytes.remove(&t);
+        self.invalid_records.remove(&t);
         self.data_files.remove(&t);
         self.data_file_bytes.remove(&t);
         self.lag_seconds.remove(&t);
@@ -85,6 +88,11 @@ impl IcebergMetrics {
             "translated_bytes",
             "Key, value and header bytes of the records written to Iceberg data files",
             self.bytes.clone(),
+        );
+        r.register(
+            "invalid_records",
+            "Records of value_json topics whose value does not fit the schema, written to the dead-letter table instead",
+            self.invalid_records.clone(),
         );
         r.register(
             "data_files",

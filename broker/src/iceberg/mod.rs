@@ -5,6 +5,8 @@
 //! - [`layout`]: the table's columns, partition spec and location; records as Arrow rows;
 //! - [`translate`]: the rounds that read committed records through the tier's read path and
 //!   write and commit data files;
+//! - [`value`]: `value_json` values decoded into typed columns, the dead letters sorted out,
+//!   and how the value schema may evolve;
 //! - [`catalog`]: the tables as the metadata quorum holds them, and the compare-and-set commit;
 //! - [`storage`]: the Iceberg crate's file I/O over the broker's object store client;
 //! - [`rest`]: the Iceberg REST catalog's read endpoints.
@@ -22,6 +24,7 @@ pub mod rest;
 pub mod status;
 pub mod storage;
 pub mod translate;
+pub mod value;
 
 use std::sync::Arc;
 
@@ -30,6 +33,7 @@ use strata_objstore::Store;
 use crate::node::Node;
 use crate::tier::Tier;
 pub use error::IcebergError;
+use layout::TableKind;
 
 /// The catalog and the translator of one broker.
 pub struct Iceberg {
@@ -77,18 +81,27 @@ impl Iceberg {
                 "topic {topic} has no iceberg.mode set: nothing would write its table again"
             )));
         }
-        self.catalog.delete_files(&info).await?;
+        for kind in [TableKind::Topic, TableKind::Dlq] {
+            self.catalog.delete_files(&info, kind).await?;
+            self.forget(topic, kind).await?;
+        }
+        tracing::info!(topic, "Iceberg table rewrite: the table starts over");
+        Ok(())
+    }
+
+    /// Makes the quorum forget one of the topic's tables, whatever it names now.
+    async fn forget(&self, topic: &str, kind: TableKind) -> Result<(), IcebergError> {
         // A round may commit meanwhile: forget whatever the table is now.
         for _ in 0..10 {
             let state = self.node.metadata.state();
-            let Some(t) = state.topic(topic).and_then(|t| t.iceberg.clone()) else {
+            let Some(info) = state.topic(topic) else {
+                return Err(IcebergError::Gone);
+            };
+            let Some(t) = kind.pointer(info) else {
                 return Ok(());
             };
-            match self.catalog.forget(&info, t.location).await {
-                Ok(()) => {
-                    tracing::info!(topic, "Iceberg table rewrite: the table starts over");
-                    return Ok(());
-                }
+            match self.catalog.forget(info, kind, t.location.clone()).await {
+                Ok(()) => return Ok(()),
                 Err(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts => continue,
                 Err(e) => return Err(e.into()),
             }

@@ -187,13 +187,13 @@ pub async fn respond(
                     format!("no table {NAMESPACE}.{name}: no topic of that name has iceberg.mode set and a table yet"),
                 )
             };
-            let Some(topic) = catalog.topic(&name) else {
+            let Some((topic, kind)) = catalog.table(&name) else {
                 return no_table();
             };
             if head {
                 return (StatusCode::NO_CONTENT, String::new());
             }
-            match catalog.load(&topic).await {
+            match catalog.load(&topic, kind).await {
                 Ok(Some(table)) => {
                     let body = json!({
                         "metadata-location": table.metadata_location(),

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use strata_metadata::TopicInfo;
 
+use super::layout::TableKind;
 use super::Iceberg;
 use crate::topic_config::{IcebergMode, ICEBERG_MODE};
 
@@ -22,8 +23,19 @@ pub struct TableStatus {
     /// The most any partition led here lags (seconds): how long ago the table last held
     /// every committed record of it.
     pub lag_seconds: Option<u64>,
-    /// Why the table's metadata could not be read (a table deleted by hand).
+    /// Why the table's metadata could not be read (a table deleted by hand), or why the last
+    /// round here failed.
     pub error: Option<String>,
+    /// `value_json`: the dead-letter table (`<topic>~dlq`), once a value was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letters: Option<DeadLetterStatus>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DeadLetterStatus {
+    pub table: String,
+    pub metadata_location: String,
+    pub total_records: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -87,10 +99,33 @@ pub async fn status(iceberg: &Iceberg, topic: &TopicInfo) -> TableStatus {
         snapshot: None,
         partitions,
         lag_seconds,
-        error: None,
+        error: iceberg.translator.last_error(topic),
+        dead_letters: None,
     };
-    match iceberg.catalog.load(topic).await {
+    if let Some(dlq) = &topic.iceberg_dlq {
+        let total_records = match iceberg.catalog.load(topic, TableKind::Dlq).await {
+            Ok(Some(t)) => (t.metadata().current_snapshot()).and_then(|s| {
+                s.summary()
+                    .additional_properties
+                    .get("total-records")?
+                    .parse()
+                    .ok()
+            }),
+            _ => None,
+        };
+        out.dead_letters = Some(DeadLetterStatus {
+            table: TableKind::Dlq.name(&topic.name),
+            metadata_location: dlq.location.clone(),
+            total_records,
+        });
+    }
+    match iceberg.catalog.load(topic, TableKind::Topic).await {
         Ok(Some(table)) => {
+            if let Some(mode) = IcebergMode::of(&topic.configs) {
+                if let Err(e) = super::translate::check_mode(&table, topic, mode) {
+                    out.error = Some(e.to_string());
+                }
+            }
             let metadata = table.metadata();
             out.snapshot = metadata.current_snapshot().map(|s| {
                 let summary = &s.summary().additional_properties;
@@ -106,7 +141,13 @@ pub async fn status(iceberg: &Iceberg, topic: &TopicInfo) -> TableStatus {
             });
         }
         Ok(None) => {}
-        Err(e) => out.error = Some(e.to_string()),
+        Err(e) => {
+            out.error = Some(format!(
+                "the table's metadata cannot be read ({e}): `strata iceberg rewrite {}` starts \
+                 it over",
+                topic.name
+            ))
+        }
     }
     out
 }

@@ -13,12 +13,13 @@
 //! partitions' cursors move on in memory, and the next commit's ranges start where the table
 //! ends, covering them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arrow_array::{Array, BooleanArray, LargeBinaryArray, StringArray};
 use bytes::Bytes;
-use iceberg::spec::{DataFile, DataFileFormat};
+use iceberg::spec::{DataFile, DataFileFormat, PartitionSpec};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
@@ -28,7 +29,7 @@ use iceberg::writer::file_writer::location_generator::{
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
-use iceberg::writer::partitioning::PartitioningWriter;
+use iceberg::writer::partitioning::PartitioningWriter as _;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use strata_metadata::{IcebergRange, TopicInfo};
@@ -38,8 +39,9 @@ use uuid::Uuid;
 
 use super::catalog::{self, TableCatalog};
 use super::error::IcebergError;
-use super::layout::{self, BatchFacts, Rows};
+use super::layout::{self, BatchFacts, Hour, Named, Rows, TableKind};
 use super::metrics::{self, IcebergMetrics};
+use super::value;
 use crate::log::batch::BatchHeader;
 use crate::log::records;
 use crate::log::txn_index::AbortedTxn;
@@ -83,6 +85,8 @@ pub struct Translator {
     cursors: Mutex<HashMap<(Uuid, i32), Cursor>>,
     /// When each topic's snapshots were last looked at for expiry here.
     expired: Mutex<HashMap<Uuid, Instant>>,
+    /// Why each topic's last round here failed, until one succeeds.
+    errors: Mutex<HashMap<Uuid, String>>,
 }
 
 /// What one round did.
@@ -109,6 +113,7 @@ impl Translator {
             runtime,
             cursors: Mutex::new(HashMap::new()),
             expired: Mutex::new(HashMap::new()),
+            errors: Mutex::new(HashMap::new()),
         })
     }
 
@@ -123,6 +128,20 @@ impl Translator {
             .filter(|(_, info)| info.leader == Some(me))
             .filter_map(|(i, _)| self.node.partitions.get(&topic.name, i as i32))
             .collect()
+    }
+
+    /// Why the topic's last round here failed, if it did.
+    pub fn last_error(&self, topic: &TopicInfo) -> Option<String> {
+        let errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        errors.get(&topic.topic_id).cloned()
+    }
+
+    fn set_error(&self, topic: Uuid, error: Option<String>) {
+        let mut errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        match error {
+            Some(e) => errors.insert(topic, e),
+            None => errors.remove(&topic),
+        };
     }
 
     /// `(last stable offset, lag in seconds)` of a partition led here, `None` otherwise.
@@ -180,21 +199,34 @@ impl Translator {
         mode: IcebergMode,
     ) -> Result<Round, IcebergError> {
         let mut topic = topic;
+        let wanted = match mode {
+            IcebergMode::KeyValue => None,
+            IcebergMode::ValueJson => {
+                let config = (topic.configs.get(topic_config::ICEBERG_VALUE_SCHEMA))
+                    .ok_or_else(|| IcebergError::Refused("no iceberg.value.schema".into()))?;
+                Some(topic_config::value_schema(config).map_err(IcebergError::Refused)?)
+            }
+        };
         if topic.iceberg.is_none() {
-            let schema = match mode {
-                IcebergMode::KeyValue => layout::key_value_schema(),
-                IcebergMode::ValueJson => {
-                    return Err(IcebergError::Unsupported("value_json".into()));
-                }
+            let schema = match &wanted {
+                None => layout::key_value_schema(),
+                Some(value) => layout::value_json_schema(value).map_err(IcebergError::Refused)?,
             };
             // Another broker may create it first: then this one is refused and reads theirs.
-            if let Err(e) = self.catalog.create(&topic, schema).await {
+            let created = self
+                .catalog
+                .create(&topic, TableKind::Topic, schema, mode.name());
+            if let Err(e) = created.await {
                 tracing::debug!(topic = %topic.name, error = %e, "table not created here");
             }
-            let state = self.node.metadata.state();
-            topic = (state.topic_by_id(&topic.topic_id).cloned()).ok_or(IcebergError::Gone)?;
+            topic = self.refresh(&topic)?;
         }
-        let table = (self.catalog.load(&topic).await?).ok_or(IcebergError::Gone)?;
+        let mut table =
+            (self.catalog.load(&topic, TableKind::Topic).await?).ok_or(IcebergError::Gone)?;
+        check_mode(&table, &topic, mode)?;
+        if let Some(wanted) = &wanted {
+            table = self.evolve(table, &topic, wanted).await?;
+        }
         let next_offsets = (topic.iceberg.as_ref())
             .map(|t| t.next_offsets.clone())
             .unwrap_or_default();
@@ -202,6 +234,7 @@ impl Translator {
         let began = self.node.clock.instant();
         let mut files = Vec::new();
         let mut ranges = Vec::new();
+        let mut dead = DeadLetters::new(&topic, wanted.is_some());
         let mut budget = ROUND_BYTES;
         let mut round = Round::default();
         let mut advanced = Vec::new();
@@ -228,8 +261,9 @@ impl Translator {
                 continue;
             }
             let (written, to) = self
-                .translate_partition(&table, &topic, &p, read_from, end, &mut budget)
+                .translate_partition(&table, &topic, &p, read_from, end, &mut budget, &mut dead)
                 .await?;
+            dead.partition_done(p.tp.partition, committed, read_from, to);
             round.more |= to < end;
             advanced.push((p.clone(), to, to >= end));
             files.extend(written);
@@ -239,6 +273,21 @@ impl Translator {
                 to,
             });
         }
+        // Dead letters first: the table's offsets move past a refused record only once it is
+        // in the dead-letter table.
+        if let Some(dlq) = dead.table.take() {
+            let properties = HashMap::from([(
+                catalog::TABLE_OFFSETS_PROPERTY.to_string(),
+                catalog::offsets_property(&dead.table_offsets),
+            )]);
+            match self
+                .commit(&dlq, &topic, dead.files, &dead.ranges, properties)
+                .await
+            {
+                Ok(_) => self.metrics.commit(&topic.name, "ok"),
+                Err(e) => return Err(self.failed(&topic, &ranges, e)),
+            }
+        }
         if files.is_empty() {
             // Nothing to write: the cursors move on, the table stays as it is.
             for (p, to, caught_up) in advanced {
@@ -246,7 +295,10 @@ impl Translator {
             }
             return Ok(round);
         }
-        match self.commit(&table, &topic, files, &ranges).await {
+        match self
+            .commit(&table, &topic, files, &ranges, HashMap::new())
+            .await
+        {
             Ok(table) => {
                 self.metrics.commit(&topic.name, "ok");
                 let location = table.metadata_location().map(str::to_string);
@@ -256,21 +308,89 @@ impl Translator {
                 self.expire(&topic, table).await;
                 Ok(round)
             }
-            Err(e) => {
-                let result = match e.kind() {
-                    iceberg::ErrorKind::DataInvalid => "offsets_moved",
-                    iceberg::ErrorKind::CatalogCommitConflicts => "conflict",
-                    _ => "failed",
-                };
-                self.metrics.commit(&topic.name, result);
-                // Read again from where the quorum says the table ends.
-                let mut cursors = self.cursors();
-                for r in &ranges {
-                    cursors.remove(&(topic.topic_id, r.partition));
-                }
-                Err(IcebergError::Iceberg(e))
-            }
+            Err(e) => Err(self.failed(&topic, &ranges, e)),
         }
+    }
+
+    /// The topic as the quorum has it now.
+    fn refresh(&self, topic: &TopicInfo) -> Result<TopicInfo, IcebergError> {
+        let state = self.node.metadata.state();
+        (state.topic_by_id(&topic.topic_id).cloned()).ok_or(IcebergError::Gone)
+    }
+
+    /// Counts a failed commit; its partitions are read again from where the quorum says the
+    /// table ends.
+    fn failed(
+        &self,
+        topic: &TopicInfo,
+        ranges: &[IcebergRange],
+        e: iceberg::Error,
+    ) -> IcebergError {
+        let result = match e.kind() {
+            iceberg::ErrorKind::DataInvalid => "offsets_moved",
+            iceberg::ErrorKind::CatalogCommitConflicts => "conflict",
+            _ => "failed",
+        };
+        self.metrics.commit(&topic.name, result);
+        let mut cursors = self.cursors();
+        for r in ranges {
+            cursors.remove(&(topic.topic_id, r.partition));
+        }
+        IcebergError::Iceberg(e)
+    }
+
+    /// Adds to the table the optional columns the topic's value schema gained since.
+    async fn evolve(
+        &self,
+        table: Table,
+        topic: &TopicInfo,
+        wanted: &iceberg::spec::Schema,
+    ) -> Result<Table, IcebergError> {
+        let adds = value::evolution(table.metadata().current_schema(), wanted).map_err(|e| {
+            IcebergError::Refused(format!(
+                "iceberg.value.schema does not fit the table's schema: {e}; `strata iceberg \
+                 rewrite {}` starts the table over in the new schema",
+                topic.name
+            ))
+        })?;
+        if adds.is_empty() {
+            return Ok(table);
+        }
+        tracing::info!(topic = %topic.name, columns = adds.len(), "Iceberg table: adding the value schema's new columns");
+        let tx = Transaction::new(&table);
+        let action = adds
+            .into_iter()
+            .fold(tx.update_schema(), |a, c| a.add_column(c));
+        Ok(action.apply(tx)?.commit(self.catalog.as_ref()).await?)
+    }
+
+    /// The dead-letter table, created the first time a value is refused.
+    async fn dead_letter_table(
+        &self,
+        topic: &TopicInfo,
+        dead: &mut DeadLetters,
+    ) -> Result<(), IcebergError> {
+        if dead.table.is_some() {
+            return Ok(());
+        }
+        let mut now = self.refresh(topic)?;
+        if now.iceberg_dlq.is_none() {
+            let created = self.catalog.create(
+                &now,
+                TableKind::Dlq,
+                layout::dlq_schema(),
+                IcebergMode::KeyValue.name(),
+            );
+            if let Err(e) = created.await {
+                tracing::debug!(topic = %topic.name, error = %e, "dead-letter table not created here");
+            }
+            now = self.refresh(topic)?;
+        }
+        let table = (self.catalog.load(&now, TableKind::Dlq).await?).ok_or(IcebergError::Gone)?;
+        // Its offsets as the round began stay the filter: rows of partitions led here enter
+        // it only from this broker.
+        dead.table = Some(table);
+        Ok(())
     }
 
     fn set_cursor(
@@ -298,7 +418,9 @@ impl Translator {
     }
 
     /// Writes the records of `p` from `from` up to `end` (or until the budget is spent) as
-    /// data files; returns them and the offset reading stopped at.
+    /// data files (and refused values, to `dead`); returns them and the offset reading
+    /// stopped at.
+    #[allow(clippy::too_many_arguments)]
     async fn translate_partition(
         &self,
         table: &Table,
@@ -307,36 +429,18 @@ impl Translator {
         from: i64,
         end: i64,
         budget: &mut usize,
+        dead: &mut DeadLetters,
     ) -> Result<(Vec<DataFile>, i64), IcebergError> {
-        let metadata = table.metadata();
-        let schema = metadata.current_schema().clone();
-        let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
-        let spec = metadata.default_partition_spec().as_ref().clone();
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .build();
-        let names = DefaultFileNameGenerator::new(
-            format!(
-                "{}-{}-{}",
-                p.tp.partition,
-                self.node.config.node_id,
-                Uuid::new_v4()
-            ),
-            None,
-            DataFileFormat::Parquet,
-        );
-        let rolling = RollingFileWriterBuilder::new(
-            ParquetWriterBuilder::new(props, schema.clone()),
-            usize::try_from(self.node.config.iceberg_target_file_bytes).unwrap_or(usize::MAX),
-            table.file_io().clone(),
-            DefaultLocationGenerator::new(metadata)?,
-            names,
-        );
-        let mut writer = FanoutWriter::new(DataFileWriterBuilder::new(rolling));
+        let mut files = self.files(table, p.tp.partition)?;
+        dead.start_partition(p.tp.partition);
+        let values = match dead.enabled {
+            true => Some(value::Values::new(&files.arrow).map_err(IcebergError::Refused)?),
+            false => None,
+        };
         let labels = metrics::topic(&topic.name);
         let mut rows = Rows::new(p.tp.partition);
         let mut offset = from;
-        let (mut records, mut bytes) = (0u64, 0u64);
+        let mut bytes = 0u64;
         'read: while offset < end && *budget > 0 {
             let read = (self
                 .tier
@@ -358,24 +462,116 @@ impl Translator {
                     continue;
                 }
                 if !h.is_control() && !aborted(&h, &read.aborted) {
-                    let (n, b) = push_batch(&mut rows, &h, &batch, offset)?;
-                    records += n;
-                    bytes += b;
+                    bytes += push_batch(&mut rows, &h, &batch, offset)?;
                 }
                 offset = h.next_offset();
                 if rows.bytes() >= FLUSH_BYTES {
-                    flush(&mut rows, &mut writer, &arrow, &spec, &schema).await?;
+                    self.flush(&mut rows, &mut files, values.as_ref(), topic, dead)
+                        .await?;
                 }
             }
         }
-        flush(&mut rows, &mut writer, &arrow, &spec, &schema).await?;
-        let files = writer.close().await?;
+        self.flush(&mut rows, &mut files, values.as_ref(), topic, dead)
+            .await?;
+        let records = files.rows;
+        let files = files.writer.close().await?;
+        let (refused, dead_files) = dead.close_partition().await?;
         self.metrics.records.get_or_create(&labels).inc_by(records);
         self.metrics.bytes.get_or_create(&labels).inc_by(bytes);
-        (self.metrics.data_files.get_or_create(&labels)).inc_by(files.len() as u64);
-        let file_bytes: u64 = files.iter().map(|f| f.file_size_in_bytes()).sum();
+        (self.metrics.invalid_records.get_or_create(&labels)).inc_by(refused);
+        let written = files.iter().chain(&dead_files);
+        (self.metrics.data_files.get_or_create(&labels)).inc_by(written.clone().count() as u64);
+        let file_bytes: u64 = written.map(|f| f.file_size_in_bytes()).sum();
         (self.metrics.data_file_bytes.get_or_create(&labels)).inc_by(file_bytes);
+        dead.files.extend(dead_files);
         Ok((files, offset.min(end)))
+    }
+
+    /// Open data files of `table` for one partition's rows.
+    fn files(&self, table: &Table, partition: i32) -> Result<TableFiles, IcebergError> {
+        let metadata = table.metadata();
+        let schema = metadata.current_schema().clone();
+        let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema)?);
+        let spec = metadata.default_partition_spec().as_ref().clone();
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .build();
+        let names = DefaultFileNameGenerator::new(
+            format!(
+                "{partition}-{}-{}",
+                self.node.config.node_id,
+                Uuid::new_v4()
+            ),
+            None,
+            DataFileFormat::Parquet,
+        );
+        let rolling = RollingFileWriterBuilder::new(
+            ParquetWriterBuilder::new(props, schema.clone()),
+            usize::try_from(self.node.config.iceberg_target_file_bytes).unwrap_or(usize::MAX),
+            table.file_io().clone(),
+            DefaultLocationGenerator::new(metadata)?,
+            names,
+        );
+        Ok(TableFiles {
+            writer: FanoutWriter::new(DataFileWriterBuilder::new(rolling)),
+            arrow,
+            spec,
+            schema,
+            rows: 0,
+        })
+    }
+
+    /// Hands the rows gathered to the data files: every row to the table (`key_value`), or
+    /// (`value_json`) those whose values fit the schema to the table and the rest to the
+    /// dead-letter table.
+    async fn flush(
+        &self,
+        rows: &mut Rows,
+        files: &mut TableFiles,
+        values: Option<&value::Values>,
+        topic: &TopicInfo,
+        dead: &mut DeadLetters,
+    ) -> Result<(), IcebergError> {
+        for hour in rows.take_hours() {
+            let n = hour.len();
+            let mut columns = hour
+                .columns(&files.arrow, None)
+                .map_err(IcebergError::Read)?;
+            let Some(values) = values else {
+                files.write(&hour, columns, n).await?;
+                continue;
+            };
+            let raw = (columns.iter())
+                .find(|(name, _)| name == "value")
+                .and_then(|(_, c)| c.as_any().downcast_ref::<LargeBinaryArray>().cloned())
+                .ok_or_else(|| IcebergError::Read("no value column".into()))?;
+            let decoded = values.decode(&raw).map_err(IcebergError::Read)?;
+            let kept = n - decoded.rejected.len();
+            if !decoded.rejected.is_empty() {
+                let mut keep = vec![true; n];
+                for (i, _) in &decoded.rejected {
+                    keep[*i] = false;
+                }
+                let keep = BooleanArray::from(keep);
+                columns = hour
+                    .columns(&files.arrow, Some(&keep))
+                    .map_err(IcebergError::Read)?;
+                let offsets = hour.offsets();
+                let refused: Vec<(usize, String)> = (decoded.rejected.into_iter())
+                    .filter(|(i, _)| offsets[*i] >= dead.from)
+                    .collect();
+                if !refused.is_empty() {
+                    self.dead_letter_table(topic, dead).await?;
+                    if let (None, Some(table)) = (&dead.open, &dead.table) {
+                        dead.open = Some(self.files(table, hour.partition())?);
+                    }
+                    dead.write(&hour, refused).await?;
+                }
+            }
+            columns.extend(values.names().map(str::to_string).zip(decoded.columns));
+            files.write(&hour, columns, kept).await?;
+        }
+        Ok(())
     }
 
     async fn commit(
@@ -384,8 +580,9 @@ impl Translator {
         topic: &TopicInfo,
         files: Vec<DataFile>,
         ranges: &[IcebergRange],
+        mut properties: HashMap<String, String>,
     ) -> iceberg::Result<Table> {
-        let properties = HashMap::from([
+        properties.extend([
             (
                 catalog::RANGES_PROPERTY.to_string(),
                 catalog::ranges_property(ranges),
@@ -451,13 +648,13 @@ fn aborted(h: &BatchHeader, aborted: &[AbortedTxn]) -> bool {
         })
 }
 
-/// The records of one data batch at or past `from`, as rows; their count and bytes.
+/// The records of one data batch at or past `from`, as rows; their bytes.
 fn push_batch(
     rows: &mut Rows,
     h: &BatchHeader,
     batch: &Bytes,
     from: i64,
-) -> Result<(u64, u64), IcebergError> {
+) -> Result<u64, IcebergError> {
     let section = records::section(batch, h).map_err(|e| IcebergError::Read(e.to_string()))?;
     let facts = BatchFacts {
         timestamp_type: if h.is_log_append_time() {
@@ -467,7 +664,7 @@ fn push_batch(
         },
         producer: (h.producer_id >= 0).then_some((h.producer_id, h.producer_epoch)),
     };
-    let (mut n, mut b) = (0u64, 0u64);
+    let mut b = 0u64;
     records::for_each(&section, h, |r| {
         if r.offset < from {
             return;
@@ -478,34 +675,160 @@ fn push_batch(
                 "a record's headers do not parse: its row has none"
             );
         }
-        n += 1;
         b += (r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len)) as u64
             + r.headers.len() as u64;
     })
     .map_err(|e| IcebergError::Read(e.to_string()))?;
-    Ok((n, b))
+    Ok(b)
 }
 
-async fn flush<W>(
-    rows: &mut Rows,
-    writer: &mut W,
-    arrow: &arrow_schema::SchemaRef,
-    spec: &iceberg::spec::PartitionSpec,
-    schema: &iceberg::spec::SchemaRef,
-) -> Result<(), IcebergError>
-where
-    W: PartitioningWriter,
-{
-    if rows.is_empty() {
+type Writer = FanoutWriter<
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>,
+>;
+
+/// One table's open data files for one partition's rows in a round.
+struct TableFiles {
+    writer: Writer,
+    arrow: arrow_schema::SchemaRef,
+    spec: PartitionSpec,
+    schema: iceberg::spec::SchemaRef,
+    /// Rows written.
+    rows: u64,
+}
+
+impl TableFiles {
+    async fn write(
+        &mut self,
+        hour: &Hour,
+        columns: Named,
+        rows: usize,
+    ) -> Result<(), IcebergError> {
+        if rows == 0 {
+            return Ok(());
+        }
+        let batch = layout::assemble(&self.arrow, columns, rows).map_err(IcebergError::Read)?;
+        self.writer
+            .write(hour.key(&self.spec, &self.schema), batch)
+            .await?;
+        self.rows += rows as u64;
+        Ok(())
+    }
+}
+
+/// A round's dead letters (`value_json`): the records whose values do not fit the schema, for
+/// the topic's dead-letter table. Each partition's are filtered by that table's own offsets:
+/// a round that wrote them and then failed to commit the topic table reads them again, and
+/// they are not written twice.
+struct DeadLetters {
+    /// `value_json`: values are decoded, and may be refused.
+    enabled: bool,
+    /// The dead-letter table's offsets when the round began.
+    next_offsets: BTreeMap<i32, i64>,
+    /// The table, once this round refused a value.
+    table: Option<Table>,
+    /// The partition being translated: the first offset not in the table yet, and its open
+    /// files there.
+    from: i64,
+    open: Option<TableFiles>,
+    /// Whether the partition last closed had rows here.
+    wrote: bool,
+    /// The files, offset ranges and topic table offsets of the commit.
+    files: Vec<DataFile>,
+    ranges: Vec<IcebergRange>,
+    table_offsets: BTreeMap<i32, i64>,
+}
+
+impl DeadLetters {
+    fn new(topic: &TopicInfo, enabled: bool) -> DeadLetters {
+        DeadLetters {
+            enabled,
+            next_offsets: (topic.iceberg_dlq.as_ref())
+                .map(|t| t.next_offsets.clone())
+                .unwrap_or_default(),
+            table: None,
+            from: i64::MIN,
+            open: None,
+            wrote: false,
+            files: Vec::new(),
+            ranges: Vec::new(),
+            table_offsets: BTreeMap::new(),
+        }
+    }
+
+    fn start_partition(&mut self, partition: i32) {
+        self.from = self
+            .next_offsets
+            .get(&partition)
+            .copied()
+            .unwrap_or(i64::MIN);
+        self.open = None;
+    }
+
+    /// The refused rows of `hour` (with why) into the open files.
+    async fn write(
+        &mut self,
+        hour: &Hour,
+        refused: Vec<(usize, String)>,
+    ) -> Result<(), IcebergError> {
+        let files = (self.open.as_mut())
+            .ok_or_else(|| IcebergError::Read("no dead-letter files open".into()))?;
+        let mut keep = vec![false; hour.len()];
+        for (i, _) in &refused {
+            keep[*i] = true;
+        }
+        let mut columns = (hour.columns(&files.arrow, Some(&BooleanArray::from(keep))))
+            .map_err(IcebergError::Read)?;
+        let n = refused.len();
+        let reasons = StringArray::from_iter_values(refused.into_iter().map(|(_, why)| why));
+        columns.push(("reason".to_string(), Arc::new(reasons)));
+        files.write(hour, columns, n).await
+    }
+
+    /// Closes the partition's files: the rows written and the files.
+    async fn close_partition(&mut self) -> Result<(u64, Vec<DataFile>), IcebergError> {
+        let (rows, files) = match self.open.take() {
+            None => (0, Vec::new()),
+            Some(files) => (files.rows, files.writer.close().await?),
+        };
+        self.wrote = rows > 0;
+        Ok((rows, files))
+    }
+
+    /// The partition's range in the commit when it had rows: from where the table ends (or
+    /// reading began) to where reading stopped; sorted from the topic table at `committed`.
+    fn partition_done(&mut self, partition: i32, committed: Option<i64>, read_from: i64, to: i64) {
+        if !std::mem::take(&mut self.wrote) {
+            return;
+        }
+        let from = self
+            .next_offsets
+            .get(&partition)
+            .copied()
+            .unwrap_or(read_from);
+        self.ranges.push(IcebergRange {
+            partition,
+            from,
+            to,
+        });
+        if let Some(c) = committed {
+            self.table_offsets.insert(partition, c);
+        }
+    }
+}
+
+/// A table written in one mode is not continued in another: it starts over (rewrite).
+pub fn check_mode(table: &Table, topic: &TopicInfo, mode: IcebergMode) -> Result<(), IcebergError> {
+    let written = (table.metadata().properties().get(layout::MODE_PROPERTY))
+        .map_or(IcebergMode::KeyValue.name(), String::as_str);
+    if written == mode.name() {
         return Ok(());
     }
-    for (key, batch) in rows
-        .take_batches(arrow, spec, schema)
-        .map_err(IcebergError::Read)?
-    {
-        writer.write(key, batch).await?;
-    }
-    Ok(())
+    Err(IcebergError::Refused(format!(
+        "the table was written with iceberg.mode={written} and the topic now has {}: `strata \
+         iceberg rewrite {}` starts it over in the new mode",
+        mode.name(),
+        topic.name
+    )))
 }
 
 /// Runs rounds until shutdown: each second it looks at the topics with `iceberg.mode` set
@@ -532,7 +855,11 @@ pub async fn run(translator: Arc<Translator>, mut shutdown: watch::Receiver<bool
                 continue;
             };
             more.remove(&id);
-            match h.await {
+            let result = h.await;
+            if let Ok(r) = &result {
+                translator.set_error(id, r.as_ref().err().map(|e| e.to_string()));
+            }
+            match result {
                 Ok(Ok(r)) if r.more => {
                     more.insert(id);
                 }

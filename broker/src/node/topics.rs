@@ -146,6 +146,7 @@ impl Node {
                 partitions: vec![],
                 configs,
                 iceberg: None,
+                iceberg_dlq: None,
             });
         }
         let cmd = Command::CreateTopic {

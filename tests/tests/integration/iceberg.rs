@@ -286,6 +286,15 @@ fn invalid_iceberg_configs_are_refused() {
         ("iceberg.mode", "parquet"),
         ("iceberg.target.lag.ms", "10"),
         ("iceberg.value.schema", "{not json"),
+        // A value field would shadow a Kafka column; a v3-only type.
+        (
+            "iceberg.value.schema",
+            r#"{"type":"struct","fields":[{"id":1,"name":"offset","required":false,"type":"long"}]}"#,
+        ),
+        (
+            "iceberg.value.schema",
+            r#"{"type":"struct","fields":[{"id":1,"name":"t","required":false,"type":"timestamp_ns"}]}"#,
+        ),
         (
             "iceberg.value.schema",
             r#"{"type":"struct","schema-id":0,"fields":[]}"#,
@@ -613,4 +622,291 @@ fn old_snapshots_are_expired_and_the_table_still_reads_whole() {
     let expected = read_committed(&broker, &topic, 1);
     assert_eq!(expected.len(), 400);
     assert_table_equals(&broker, &topic, &expected);
+}
+
+/// A `value_json` table's value schema: one required field, the rest optional, one nested.
+const ORDERS: &str = r#"{"type":"struct","fields":[{"id":1,"name":"id","required":true,"type":"long"},{"id":2,"name":"customer","required":false,"type":"string"},{"id":3,"name":"amount","required":false,"type":"double"},{"id":4,"name":"at","required":false,"type":"timestamptz"},{"id":5,"name":"address","required":false,"type":{"type":"struct","fields":[{"id":6,"name":"city","required":false,"type":"string"}]}}]}"#;
+
+/// [`ORDERS`] with an optional top-level `channel` and an optional `address.zip`.
+fn orders_evolved() -> String {
+    ORDERS
+        .replace(
+            r#"{"id":2,"name":"customer""#,
+            r#"{"id":7,"name":"channel","required":false,"type":"string"},{"id":2,"name":"customer""#,
+        )
+        .replace(
+            r#"{"id":6,"name":"city","required":false,"type":"string"}"#,
+            r#"{"id":6,"name":"city","required":false,"type":"string"},{"id":8,"name":"zip","required":false,"type":"string"}"#,
+        )
+}
+
+/// Values that are no row of [`ORDERS`]: `None` a tombstone (`id` is required).
+const BAD_VALUES: &[Option<&str>] = &[
+    Some("not json {"),
+    Some(r#"{"id": "seven"}"#),
+    Some(r#"{"customer": "no id"}"#),
+    None,
+    Some("[1, 2, 3]"),
+    Some(r#"{"id": 1"#),
+    Some(r#"{"id": 99999999999999999999999}"#),
+    Some(r#"{"id": 5, "amount": "lots"}"#),
+    Some(r#"{"id": 6} {"id": 7}"#),
+];
+
+/// The good order `i`.
+fn order(i: i64) -> String {
+    format!(
+        r#"{{"id": {i}, "customer": "c{}", "amount": {}, "at": "2026-12-07T10:{:02}:00Z", "address": {{"city": "Oslo"}}, "unknown": [1]}}"#,
+        i % 5,
+        i as f64 * 1.5,
+        i % 60
+    )
+}
+
+/// `good` orders with the bad values spread among them, over 2 partitions, each with a
+/// header; returns how many bad ones.
+fn produce_orders(broker: &Broker, topic: &str, first: i64, good: i64) -> usize {
+    let p: BaseProducer = broker.producer_config().create().unwrap();
+    let mut bad = 0;
+    for i in first..first + good {
+        let headers = || {
+            OwnedHeaders::new().insert(Header {
+                key: "n",
+                value: Some(&format!("{i}")),
+            })
+        };
+        let key = format!("k{i}");
+        produce(
+            &p,
+            topic,
+            (i % 2) as i32,
+            Some(&key),
+            Some(&order(i)),
+            headers(),
+        );
+        if i % 7 == 3 {
+            let value = BAD_VALUES[bad % BAD_VALUES.len()];
+            produce(&p, topic, (i % 2) as i32, Some(&key), value, headers());
+            bad += 1;
+        }
+    }
+    p.flush(TIMEOUT).unwrap();
+    bad
+}
+
+/// The consumer's records split into those whose value is an order and the rest.
+fn sort_orders(records: Vec<ConsumedRecord>) -> (Vec<ConsumedRecord>, Vec<ConsumedRecord>) {
+    records.into_iter().partition(|r| {
+        let v = r.value.as_deref().map(String::from_utf8_lossy);
+        v.is_some_and(|v| (0..100_000).any(|i| v == order(i)))
+    })
+}
+
+/// Waits until `table` (the topic's or its `~dlq`) holds `n` rows; returns them.
+fn rows_when(broker: &Broker, table: &str, n: usize) -> Vec<Value> {
+    let mut rows = Vec::new();
+    wait_for(&format!("{n} rows in {table}"), TIMEOUT, || {
+        let exists = http_get(
+            &broker.admin_addr,
+            &format!("/iceberg/v1/namespaces/strata/tables/{table}"),
+        )
+        .is_ok_and(|r| r.status == 200);
+        if exists {
+            rows = rest_rows(broker, table).1;
+        }
+        rows.len() >= n
+    });
+    assert_eq!(rows.len(), n, "{table}: {rows:?}");
+    rows
+}
+
+/// The table's rows are the orders' fields, typed, with their Kafka columns.
+fn assert_orders(rows: &[Value], orders: &[ConsumedRecord]) {
+    for (row, r) in rows.iter().zip(orders) {
+        let order: Value = serde_json::from_slice(r.value.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            (&row["partition"], &row["offset"], &row["key"]),
+            (
+                &Value::from(r.partition),
+                &Value::from(r.offset),
+                &hex(&r.key)
+            ),
+            "{row}"
+        );
+        assert_eq!(row["id"], order["id"], "{row}");
+        assert_eq!(row["customer"], order["customer"], "{row}");
+        assert_eq!(row["amount"].as_f64(), order["amount"].as_f64(), "{row}");
+        assert_eq!(row["address"]["city"], "Oslo", "{row}");
+        assert!(
+            row.get("value").is_none(),
+            "a value_json table has no value column"
+        );
+        let at = row["at"].as_str().unwrap();
+        let minute = order["at"].as_str().unwrap()[14..16].to_string();
+        assert!(
+            at.starts_with(&format!("2026-12-07 10:{minute}:00")),
+            "{at}"
+        );
+    }
+}
+
+#[test]
+fn a_value_json_table_has_typed_columns_its_dead_letters_and_gains_columns() {
+    let moto = MotoServer::start();
+    let broker = Broker::start(s3_broker(&moto, "ice-json"));
+    let topic = unique_topic("ice-json");
+    let configs = [
+        ("iceberg.mode", "value_json"),
+        ("iceberg.target.lag.ms", "1000"),
+        ("iceberg.value.schema", ORDERS),
+    ];
+    broker.create_topic(&topic, 2, &configs).unwrap();
+    let bad = produce_orders(&broker, &topic, 0, 60);
+    let (orders, dead) = sort_orders(read_committed(&broker, &topic, 2));
+    assert_eq!((orders.len(), dead.len()), (60, bad));
+    let rows = rows_when(&broker, &topic, orders.len());
+    assert_orders(&rows, &orders);
+
+    // The dead letters: each refused record whole (key, value, headers), with why.
+    let dlq = format!("{topic}~dlq");
+    let dead_rows = rows_when(&broker, &dlq, dead.len());
+    let got: Vec<Value> = dead_rows.iter().map(seen).collect();
+    let want: Vec<Value> = dead.iter().map(as_row).collect();
+    assert_eq!(got, want);
+    let reasons: Vec<&str> = dead_rows
+        .iter()
+        .map(|r| r["reason"].as_str().unwrap())
+        .collect();
+    assert!(reasons.contains(&"not a JSON object"), "{reasons:?}");
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("required field 'id' is missing or null")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.starts_with("a tombstone")),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        broker.metric("strata_iceberg_invalid_records_total"),
+        bad as f64
+    );
+
+    // A typed column filters rows in the reader (pyiceberg prunes with the files' statistics).
+    let uri = format!("http://{}/iceberg", broker.admin_addr);
+    let mut args = vec![
+        "--filter",
+        "amount > 60.0 and customer == 'c1'",
+        "rest",
+        &uri,
+        &topic,
+    ];
+    args.extend(S3_KEYS);
+    let (_, filtered) = read_table(&args);
+    let ids: Vec<i64> = filtered.iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    let want: Vec<i64> = (0..60)
+        .filter(|i| *i as f64 * 1.5 > 60.0 && i % 5 == 1)
+        .collect();
+    assert_eq!(
+        ids.iter()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>(),
+        want.into_iter().collect()
+    );
+
+    // The schema gains optional columns: new rows have them, rows already written read null.
+    let refused = broker.cli(&[
+        "topic",
+        "alter",
+        &topic,
+        "-c",
+        &format!(
+            "iceberg.value.schema={}",
+            ORDERS.replace(r#""type":"long""#, r#""type":"string""#)
+        ),
+    ]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("may only gain optional fields"),
+        "{err}"
+    );
+    let evolved = orders_evolved();
+    broker.cli_ok(&[
+        "topic",
+        "alter",
+        &topic,
+        "-c",
+        &format!("iceberg.value.schema={evolved}"),
+    ]);
+    let p: BaseProducer = broker.producer_config().create().unwrap();
+    for i in 1000..1010 {
+        let v = format!(
+            r#"{{"id": {i}, "channel": "web", "address": {{"city": "Bergen", "zip": "50{i}"}}}}"#
+        );
+        produce(&p, &topic, 0, Some("new"), Some(&v), OwnedHeaders::new());
+    }
+    p.flush(TIMEOUT).unwrap();
+    let rows = rows_when(&broker, &topic, orders.len() + 10);
+    let (old, new): (Vec<&Value>, Vec<&Value>) =
+        rows.iter().partition(|r| r["id"].as_i64() < Some(1000));
+    assert!(old
+        .iter()
+        .all(|r| r["channel"].is_null() && r["address"]["zip"].is_null()));
+    assert!(
+        new.iter().all(|r| r["channel"] == "web"
+            && r["address"]["zip"]
+                .as_str()
+                .is_some_and(|z| z.starts_with("50"))),
+        "{new:?}"
+    );
+    let describe = iceberg_cli(&broker, &["describe", &topic]).unwrap();
+    assert!(
+        describe.contains(&format!("dead_letters table={dlq} records={bad}")),
+        "{describe}"
+    );
+}
+
+#[test]
+fn kill_9_while_value_json_rounds_run_keeps_both_tables_exact() {
+    let moto = MotoServer::start();
+    let mut broker = Broker::start(s3_broker(&moto, "ice-json-kill"));
+    let topic = unique_topic("ice-json-kill");
+    let configs = [
+        ("iceberg.mode", "value_json"),
+        ("iceberg.target.lag.ms", "1000"),
+        ("iceberg.value.schema", ORDERS),
+    ];
+    broker.create_topic(&topic, 2, &configs).unwrap();
+    let mut rng = strata_tests::Rng::new(11);
+    for wave in 0..4 {
+        produce_orders(&broker, &topic, wave * 700, 700);
+        std::thread::sleep(Duration::from_millis(200 + rng.below(900)));
+        broker.kill9();
+        broker.restart();
+    }
+    let (orders, dead) = sort_orders(read_committed(&broker, &topic, 2));
+    assert_orders(&rows_when(&broker, &topic, orders.len()), &orders);
+    let dead_rows = rows_when(&broker, &format!("{topic}~dlq"), dead.len());
+    let got: Vec<Value> = dead_rows.iter().map(seen).collect();
+    assert_eq!(got, dead.iter().map(as_row).collect::<Vec<_>>());
+
+    // A table written as value_json is not continued as key_value: reported, then rewritten.
+    broker.cli_ok(&["topic", "alter", &topic, "-c", "iceberg.mode=key_value"]);
+    wait_for("the mode change reported", TIMEOUT, || {
+        let out = iceberg_cli(&broker, &["describe", &topic]).unwrap();
+        out.contains("written with iceberg.mode=value_json") && out.contains("rewrite")
+    });
+    iceberg_cli(&broker, &["rewrite", &topic]).unwrap();
+    let expected = read_committed(&broker, &topic, 2);
+    assert_table_equals(&broker, &topic, &expected);
+    let gone = http_get(
+        &broker.admin_addr,
+        &format!("/iceberg/v1/namespaces/strata/tables/{topic}~dlq"),
+    )
+    .unwrap();
+    assert_eq!(
+        gone.status, 404,
+        "the dead letters start over with their table"
+    );
 }
