@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Iceberg topics on one node (release build; the object store is a file:// directory under a
-# temp dir unless STRATA_OBJECT_STORE* say otherwise), key_value mode:
+# temp dir unless STRATA_OBJECT_STORE* say otherwise), in MODE (key_value, or value_json: the
+# values are JSON objects of SIZE bytes, `strata perf produce --json-values`, read with a
+# four-column schema):
 #   1. translation throughput: RECORDS records of SIZE bytes produced into a PARTITIONS-partition
 #      topic with iceberg.mode unset, then iceberg.mode=key_value: the time until the table
 #      holds them all and the broker's CPU seconds meanwhile (/v1/process), as MB/s and CPU·s
@@ -11,12 +13,13 @@
 #   3. table lag at a steady RATE2 records/s (default 50 MB/s at SIZE 1000) for DURATION with
 #      iceberg.target.lag.ms=LAG_MS: the largest strata_iceberg_lag_seconds sampled each second,
 #      and the object store bytes written per GB produced (tiered segments plus Parquet).
-# Env: RECORDS (1000000), SIZE (1000), PARTITIONS (4), RATE (5000), RATE2 (50000),
+# Env: MODE (key_value), RECORDS (1000000), SIZE (1000), PARTITIONS (4), RATE (5000), RATE2 (50000),
 # DURATION (seconds, 30), LAG_MS (10000), SECTIONS ("1 2 3"). Values are distinct pseudo-random letters
 # (`strata perf produce --distinct-values`), so Parquet cannot fold them into one dictionary entry.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+MODE="${MODE:-key_value}"
 RECORDS="${RECORDS:-1000000}"
 SIZE="${SIZE:-1000}"
 PARTITIONS="${PARTITIONS:-4}"
@@ -26,6 +29,12 @@ SECONDS_RUN="${DURATION:-30}"
 SECTIONS="${SECTIONS:-1 2 3}"
 section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 LAG_MS="${LAG_MS:-10000}"
+SCHEMA='{"type":"struct","fields":[{"id":1,"name":"id","required":true,"type":"long"},{"id":2,"name":"amount","required":false,"type":"double"},{"id":3,"name":"customer","required":false,"type":"string"},{"id":4,"name":"note","required":false,"type":"string"}]}'
+case "$MODE" in
+key_value) VALUES=(--distinct-values); TABLE=(--config iceberg.mode=key_value) ;;
+value_json) VALUES=(--json-values); TABLE=(--config iceberg.mode=value_json --config "iceberg.value.schema=$SCHEMA") ;;
+*) echo "MODE must be key_value or value_json" >&2; exit 2 ;;
+esac
 BIN="${STRATA:-${CARGO_TARGET_DIR:-target}/release/strata}"
 [ -n "${STRATA:-}" ] || cargo build --release -p strata-cli --bin strata
 WORK="$(mktemp -d /tmp/strata-bench-iceberg.XXXXXX)"
@@ -51,12 +60,12 @@ metric() {
 }
 
 if section 1; then
-echo "== 1. translation of $RECORDS records of $SIZE bytes, $PARTITIONS partitions"
+echo "== 1. $MODE translation of $RECORDS records of $SIZE bytes, $PARTITIONS partitions"
 "$BIN" topic create -b $KAFKA hist --partitions "$PARTITIONS" >/dev/null
 "$BIN" perf produce -b $KAFKA hist -n "$RECORDS" -s "$SIZE" --acks 1 --linger-ms 20 \
-    --batch-size 1000000 --distinct-values 2>/dev/null | tail -1
+    --batch-size 1000000 "${VALUES[@]}" 2>/dev/null | tail -1
 c0=$(cpu); t0=$(date +%s.%N)
-"$BIN" topic alter -b $KAFKA hist -c iceberg.mode=key_value -c iceberg.target.lag.ms=1000 >/dev/null
+"$BIN" topic alter -b $KAFKA hist "${TABLE[@]}" -c iceberg.target.lag.ms=1000 >/dev/null
 until [ "$(records_in_table hist)" = "$RECORDS" ]; do sleep 0.5; done
 t1=$(date +%s.%N); c1=$(cpu)
 files=$(curl -s "http://$ADMIN/v1/iceberg/hist" | grep -o '"total_files_size":[0-9]*' | cut -d: -f2)
@@ -69,11 +78,11 @@ echo "== 2. produce latency at $RATE records/s for ${SECONDS_RUN}s beside a plai
 "$BIN" topic create -b $KAFKA plain --partitions 1 >/dev/null
 "$BIN" topic create -b $KAFKA other --partitions "$PARTITIONS" >/dev/null
 "$BIN" topic create -b $KAFKA translated --partitions "$PARTITIONS" \
-    --config iceberg.mode=key_value --config "iceberg.target.lag.ms=$LAG_MS" >/dev/null
+    "${TABLE[@]}" --config "iceberg.target.lag.ms=$LAG_MS" >/dev/null
 n=$((RATE * SECONDS_RUN))
 beside() {
     "$BIN" perf produce -b $KAFKA -n "$n" -s "$SIZE" --rate "$RATE" --acks all \
-        --distinct-values "$1" >/dev/null 2>&1 &
+        "${VALUES[@]}" "$1" >/dev/null 2>&1 &
     local load=$!
     "$BIN" perf produce -b $KAFKA -n "$n" -s "$SIZE" --rate "$RATE" --acks all --linger-ms 0 \
         --distinct-values plain 2>/dev/null | tail -1
@@ -86,11 +95,11 @@ fi
 if section 3; then
 echo "== 3. table lag at $RATE2 records/s for ${SECONDS_RUN}s, iceberg.target.lag.ms=$LAG_MS"
 "$BIN" topic create -b $KAFKA steady --partitions "$PARTITIONS" \
-    --config iceberg.mode=key_value --config "iceberg.target.lag.ms=$LAG_MS" \
+    "${TABLE[@]}" --config "iceberg.target.lag.ms=$LAG_MS" \
     --config remote.storage.enable=true --config segment.bytes=104857600 >/dev/null
 w0=$(metric strata_object_store_written_bytes_total)
 "$BIN" perf produce -b $KAFKA -n $((RATE2 * SECONDS_RUN)) -s "$SIZE" --rate "$RATE2" --acks all \
-    --distinct-values steady >"$WORK/steady.txt" 2>/dev/null &
+    "${VALUES[@]}" steady >"$WORK/steady.txt" 2>/dev/null &
 steady=$!
 max=0
 while kill -0 $steady 2>/dev/null; do

@@ -25,7 +25,8 @@ def millis(ts):
 
 
 def hexed(b):
-    return None if b is None else b.hex()
+    # Bytes as hex; a value_json table's own `value` field (not bytes) as it is.
+    return b.hex() if isinstance(b, (bytes, bytearray)) else b
 
 
 def main(argv):

@@ -568,6 +568,8 @@ impl Translator {
                     dead.write(&hour, refused).await?;
                 }
             }
+            // The raw bytes are no column here (and a value field may be named `value`).
+            columns.retain(|(name, _)| name != "value");
             columns.extend(values.names().map(str::to_string).zip(decoded.columns));
             files.write(&hour, columns, kept).await?;
         }

@@ -63,6 +63,11 @@ pub struct PerfProduceArgs {
     /// same value): for what compresses or encodes values downstream, such as Parquet.
     #[arg(long)]
     pub distinct_values: bool,
+    /// Make every value a distinct JSON object of the record size: `id` (the record's
+    /// index), `amount`, `customer` and a `note` of pseudo-random letters (for
+    /// `iceberg.mode=value_json` topics; needs --record-size ≥ 96).
+    #[arg(long, conflicts_with = "distinct_values")]
+    pub json_values: bool,
     /// Send record i to partition i % N explicitly (round-robin over partitions 0..N)
     /// instead of letting librdkafka's sticky partitioner choose.
     #[arg(long, value_name = "N")]
@@ -155,6 +160,21 @@ fn fill_letters(buf: &mut [u8], seed: u64) {
     }
 }
 
+/// Fills `buf` with a JSON object of exactly its length for record `i` (see `--json-values`).
+fn fill_json(buf: &mut [u8], i: u64) {
+    let head = format!(
+        r#"{{"id":{i},"amount":{}.{:02},"customer":"c{}","note":""#,
+        i % 10_000,
+        i % 100,
+        i % 1000
+    );
+    let tail = b"\"}";
+    let fill = buf.len().saturating_sub(head.len() + tail.len());
+    buf[..head.len()].copy_from_slice(head.as_bytes());
+    fill_letters(&mut buf[head.len()..head.len() + fill], i.wrapping_add(1));
+    buf[head.len() + fill..].copy_from_slice(tail);
+}
+
 /// Sleeps until record `index` is due when sending `rate` records per second from `start`.
 pub(super) fn pace(start: Instant, index: u64, rate: u64) {
     if rate == 0 {
@@ -215,6 +235,9 @@ pub(super) fn run(args: PerfProduceArgs) -> anyhow::Result<()> {
     if args.partitions_hint == Some(0) {
         bail!("--partitions-hint must be > 0");
     }
+    if args.json_values && args.record_size < 96 {
+        bail!("--json-values needs --record-size of at least 96 bytes");
+    }
     let origin = Instant::now();
     let producer: ThreadedProducer<LatencyRecorder> = producer_config(
         conn,
@@ -264,6 +287,9 @@ pub(super) fn run(args: PerfProduceArgs) -> anyhow::Result<()> {
                 if args.distinct_values {
                     fill_letters(&mut payload, i + 1);
                 }
+                if args.json_values {
+                    fill_json(&mut payload, i);
+                }
                 let mut record = BaseRecord::with_opaque_to(topic, opaque).payload(&payload[..]);
                 if let Some(hint) = args.partitions_hint {
                     record = record.partition((i / k % u64::from(hint)) as i32);
@@ -304,6 +330,16 @@ pub(super) fn run(args: PerfProduceArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_values_are_one_object_of_the_record_size() {
+        for (size, i) in [(96, 0), (96, u64::MAX), (1000, 12345)] {
+            let mut buf = vec![0u8; size];
+            fill_json(&mut buf, i);
+            let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+            assert_eq!(v["id"], i, "{}", String::from_utf8_lossy(&buf));
+        }
+    }
 
     #[test]
     fn payload_is_deterministic_letters() {

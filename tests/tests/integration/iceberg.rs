@@ -627,12 +627,13 @@ fn old_snapshots_are_expired_and_the_table_still_reads_whole() {
 /// A `value_json` table's value schema: one required field, the rest optional, one nested.
 const ORDERS: &str = r#"{"type":"struct","fields":[{"id":1,"name":"id","required":true,"type":"long"},{"id":2,"name":"customer","required":false,"type":"string"},{"id":3,"name":"amount","required":false,"type":"double"},{"id":4,"name":"at","required":false,"type":"timestamptz"},{"id":5,"name":"address","required":false,"type":{"type":"struct","fields":[{"id":6,"name":"city","required":false,"type":"string"}]}}]}"#;
 
-/// [`ORDERS`] with an optional top-level `channel` and an optional `address.zip`.
+/// [`ORDERS`] with optional top-level `channel` and `value` (a value field may be named as
+/// the `key_value` column a `value_json` table has not) and an optional `address.zip`.
 fn orders_evolved() -> String {
     ORDERS
         .replace(
             r#"{"id":2,"name":"customer""#,
-            r#"{"id":7,"name":"channel","required":false,"type":"string"},{"id":2,"name":"customer""#,
+            r#"{"id":7,"name":"channel","required":false,"type":"string"},{"id":9,"name":"value","required":false,"type":"int"},{"id":2,"name":"customer""#,
         )
         .replace(
             r#"{"id":6,"name":"city","required":false,"type":"string"}"#,
@@ -842,7 +843,7 @@ fn a_value_json_table_has_typed_columns_its_dead_letters_and_gains_columns() {
     let p: BaseProducer = broker.producer_config().create().unwrap();
     for i in 1000..1010 {
         let v = format!(
-            r#"{{"id": {i}, "channel": "web", "address": {{"city": "Bergen", "zip": "50{i}"}}}}"#
+            r#"{{"id": {i}, "channel": "web", "value": {i}, "address": {{"city": "Bergen", "zip": "50{i}"}}}}"#
         );
         produce(&p, &topic, 0, Some("new"), Some(&v), OwnedHeaders::new());
     }
@@ -852,9 +853,10 @@ fn a_value_json_table_has_typed_columns_its_dead_letters_and_gains_columns() {
         rows.iter().partition(|r| r["id"].as_i64() < Some(1000));
     assert!(old
         .iter()
-        .all(|r| r["channel"].is_null() && r["address"]["zip"].is_null()));
+        .all(|r| r["channel"].is_null() && r["value"].is_null() && r["address"]["zip"].is_null()));
     assert!(
         new.iter().all(|r| r["channel"] == "web"
+            && r["value"] == r["id"]
             && r["address"]["zip"]
                 .as_str()
                 .is_some_and(|z| z.starts_with("50"))),
