@@ -12,8 +12,9 @@
 //! - a commit's snapshot names, in its summary (`strata.ranges`), the offsets its files hold;
 //!   the quorum takes them only where each continues its partition, so an offset enters the
 //!   table once (a retried, duplicated or stale translation is refused whole);
-//! - a metadata file is deleted only when the quorum definitely refused it; a data file never
-//!   here (after an unanswered proposal it may be in the table).
+//! - a metadata file is deleted only when the quorum definitely refused it, or when a later
+//!   one the quorum took no longer names it in its log; a data file never here (after an
+//!   unanswered proposal it may be in the table).
 
 use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
@@ -79,6 +80,12 @@ pub fn parse_ranges(value: &str) -> Option<Vec<IcebergRange>> {
         })
         .collect()
 }
+
+/// Iceberg's table properties for the metadata files a commit leaves behind: the new file
+/// names the last [`PREVIOUS_VERSIONS`] in its log, and older ones are deleted.
+const DELETE_AFTER_COMMIT: &str = "write.metadata.delete-after-commit.enabled";
+const PREVIOUS_VERSIONS_MAX: &str = "write.metadata.previous-versions-max";
+const PREVIOUS_VERSIONS: usize = 50;
 
 pub struct TableCatalog {
     node: Arc<Node>,
@@ -198,6 +205,11 @@ impl TableCatalog {
                     "zstd".to_string(),
                 ),
                 ("strata.topic-id".to_string(), topic.topic_id.to_string()),
+                (DELETE_AFTER_COMMIT.to_string(), "true".to_string()),
+                (
+                    PREVIOUS_VERSIONS_MAX.to_string(),
+                    PREVIOUS_VERSIONS.to_string(),
+                ),
                 (layout::MODE_PROPERTY.to_string(), mode.to_string()),
             ])
             .format_version(FormatVersion::V2)
@@ -300,14 +312,21 @@ impl TableCatalog {
         }
     }
 
-    fn forget_file(&self, location: String) {
+    /// Deletes a file no table names (any more) in the background; a failure leaves it.
+    pub fn forget_file(&self, location: String) {
         let io = self.io.clone();
         tokio::spawn(async move {
             if let Err(e) = io.delete(&location).await {
-                tracing::debug!(%location, error = %e, "refused metadata file not deleted");
+                tracing::debug!(%location, error = %e, "unreferenced table file not deleted");
             }
         });
     }
+}
+
+/// Of the metadata files `older`, those `log` (a new metadata file's) no longer names.
+fn unnamed(mut older: Vec<String>, log: &[iceberg::spec::MetadataLog]) -> Vec<String> {
+    older.retain(|f| !log.iter().any(|l| &l.metadata_file == f));
+    older
 }
 
 fn unsupported(what: &str) -> Error {
@@ -406,6 +425,10 @@ impl iceberg::Catalog for TableCatalog {
         let current = (self.load(&topic, kind).await?).ok_or_else(|| not_found(&ident))?;
         let before = current.metadata().current_snapshot_id();
         let expected = current.metadata_location_result()?.to_string();
+        let mut older: Vec<String> = (current.metadata().metadata_log().iter())
+            .map(|l| l.metadata_file.clone())
+            .collect();
+        older.push(expected.clone());
         // Built on an older snapshot than the current one: the transaction rebuilds it.
         let staged = commit.apply(current).map_err(|e| match e.kind() {
             ErrorKind::CatalogCommitConflicts => e.with_retryable(true),
@@ -440,7 +463,20 @@ impl iceberg::Catalog for TableCatalog {
         ))
         .await
         {
-            Ok(()) => Ok(staged),
+            Ok(()) => {
+                // The metadata files the new one's log no longer names (it keeps the last
+                // `write.metadata.previous-versions-max`) are garbage from now on.
+                let older = unnamed(older, staged.metadata().metadata_log());
+                let delete = (staged.metadata().properties())
+                    .get(DELETE_AFTER_COMMIT)
+                    .is_some_and(|v| v == "true");
+                if delete {
+                    for f in older {
+                        self.forget_file(f);
+                    }
+                }
+                Ok(staged)
+            }
             Err((e, refused)) => {
                 if refused {
                     self.forget_file(location);
@@ -454,6 +490,22 @@ impl iceberg::Catalog for TableCatalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metadata_files_dropped_from_the_log_are_the_ones_deleted() {
+        let log = |files: &[&str]| -> Vec<iceberg::spec::MetadataLog> {
+            (files.iter())
+                .map(|f| iceberg::spec::MetadataLog {
+                    metadata_file: f.to_string(),
+                    timestamp_ms: 0,
+                })
+                .collect()
+        };
+        let older = vec!["m1".to_string(), "m2".into(), "m3".into()];
+        // The new file's log keeps the last two: m1 is garbage, m3 (the one replaced) is not.
+        assert_eq!(unnamed(older.clone(), &log(&["m2", "m3"])), vec!["m1"]);
+        assert!(unnamed(older, &log(&["m1", "m2", "m3"])).is_empty());
+    }
 
     #[test]
     fn ranges_round_trip_through_the_summary_property() {

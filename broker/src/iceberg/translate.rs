@@ -606,7 +606,8 @@ impl Translator {
     }
 
     /// Expires snapshots older than `iceberg.snapshot.max.age.ms` (never the current one),
-    /// at most every [`EXPIRE_EVERY`] or that age. A failure only waits for the next time.
+    /// at most every [`EXPIRE_EVERY`] or that age, and deletes their manifest lists. A failure
+    /// only waits for the next time.
     async fn expire(&self, topic: &TopicInfo, table: Table) {
         let now = self.node.clock.instant();
         let max_age_ms = self.node.config.iceberg_snapshot_max_age_ms;
@@ -632,11 +633,23 @@ impl Translator {
             .retain_last(1))
         .apply(tx);
         let result = match result {
-            Ok(tx) => tx.commit(self.catalog.as_ref()).await.map(drop),
+            Ok(tx) => tx.commit(self.catalog.as_ref()).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = result {
-            tracing::info!(topic = %topic.name, error = %e, "snapshots not expired this time");
+        match result {
+            Ok(expired) => {
+                // A snapshot's manifest list is its own (fast appends share manifests, and
+                // every data file stays in the table): the expired ones' are garbage now.
+                let kept = expired.metadata();
+                for s in table.metadata().snapshots() {
+                    if kept.snapshot_by_id(s.snapshot_id()).is_none() {
+                        self.catalog.forget_file(s.manifest_list().to_string());
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::info!(topic = %topic.name, error = %e, "snapshots not expired this time")
+            }
         }
     }
 }

@@ -622,6 +622,16 @@ fn old_snapshots_are_expired_and_the_table_still_reads_whole() {
     let expected = read_committed(&broker, &topic, 1);
     assert_eq!(expected.len(), 400);
     assert_table_equals(&broker, &topic, &expected);
+    // The expired snapshots' manifest lists are deleted: one left per snapshot kept.
+    let store = strata_objstore::Store::open(&moto.store_config("ice-expire", "cluster")).unwrap();
+    wait_for("expired manifest lists deleted", TIMEOUT, || {
+        let lists = strata_tests::block_on(store.list("iceberg/")).unwrap();
+        let lists = lists
+            .iter()
+            .filter(|o| o.key.contains("/metadata/snap-"))
+            .count();
+        lists == snapshots().unwrap()
+    });
 }
 
 /// A `value_json` table's value schema: one required field, the rest optional, one nested.
