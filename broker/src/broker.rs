@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::fetch_session::FetchSessions;
 use crate::group::lag::LagTracker;
 use crate::group::Coordinator;
+#[cfg(feature = "iceberg")]
 use crate::iceberg::Iceberg;
 use crate::loggers::Loggers;
 use crate::node::Node;
@@ -30,6 +31,7 @@ pub struct Broker {
     /// Object storage and its read cache, for remote reads and the offload tasks.
     pub tier: Arc<Tier>,
     /// Topics' Iceberg tables: their catalog and the translator.
+    #[cfg(feature = "iceberg")]
     pub iceberg: Arc<Iceberg>,
     /// The follower side of replication.
     pub fetchers: Fetchers,
@@ -53,7 +55,7 @@ impl Broker {
     pub fn new(
         node: Arc<Node>,
         tier: Arc<Tier>,
-        iceberg: Arc<Iceberg>,
+        #[cfg(feature = "iceberg")] iceberg: Arc<Iceberg>,
         security: Arc<Security>,
         loggers: Loggers,
     ) -> Broker {
@@ -72,6 +74,7 @@ impl Broker {
             telemetry: ClientTelemetry::new(&node.config, &node.metrics, node.clock.clone()),
             shares: Shares::new(node.clone(), tier.clone()),
             tier,
+            #[cfg(feature = "iceberg")]
             iceberg,
             security,
             loggers,

@@ -51,6 +51,7 @@ pub mod fetch_session;
 pub mod group;
 pub mod handlers;
 pub mod housekeeping;
+#[cfg(feature = "iceberg")]
 pub mod iceberg;
 pub mod log;
 pub mod loggers;

@@ -342,11 +342,13 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
         .await
         .map_err(failed("security"))?;
     let tier = Arc::new(tier);
+    #[cfg(feature = "iceberg")]
     let iceberg = crate::iceberg::Iceberg::new(node.clone(), tier.clone(), objects.clone())
         .map_err(failed("Iceberg tables"))?;
     let broker = Arc::new(Broker::new(
         node.clone(),
         tier,
+        #[cfg(feature = "iceberg")]
         Arc::new(iceberg),
         security.clone(),
         loggers,
@@ -401,6 +403,7 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
         broker.tier.clone(),
         shutdown_rx.clone(),
     ));
+    #[cfg(feature = "iceberg")]
     let translator = tokio::spawn(crate::iceberg::translate::run(
         broker.iceberg.translator.clone(),
         shutdown_rx.clone(),
@@ -450,6 +453,7 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     broker.fetchers.stop();
     let _ = housekeeper.await;
     let _ = offloader.await;
+    #[cfg(feature = "iceberg")]
     let _ = translator.await;
     tokio::task::spawn_blocking(move || cleaner.stop())
         .await

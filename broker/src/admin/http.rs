@@ -210,13 +210,16 @@ pub enum Route {
         topic: Option<String>,
     },
     /// The Iceberg REST catalog (`/iceberg/...`).
+    #[cfg(feature = "iceberg")]
     Iceberg(crate::iceberg::rest::Request),
     /// `GET /v1/iceberg`: every topic with a table, and its state; `GET /v1/iceberg/<topic>`
     /// one (`topic` set).
+    #[cfg(feature = "iceberg")]
     IcebergStatus {
         topic: Option<String>,
     },
     /// `POST /v1/iceberg/<topic>/rewrite`: start the table over from the whole history.
+    #[cfg(feature = "iceberg")]
     IcebergRewrite {
         topic: String,
     },
@@ -227,13 +230,16 @@ pub enum Route {
 impl Route {
     pub fn parse(method: &hyper::Method, uri: &hyper::Uri) -> Route {
         let query = uri.query().unwrap_or("");
-        if let Some(rest) = (uri.path().strip_prefix(crate::iceberg::rest::PREFIX))
-            .filter(|r| r.is_empty() || r.starts_with('/'))
+        #[cfg(feature = "iceberg")]
         {
-            return Route::Iceberg(crate::iceberg::rest::Request::parse(method, rest));
-        }
-        if let Some(rest) = uri.path().strip_prefix("/v1/iceberg") {
-            return Self::iceberg(method, rest);
+            if let Some(rest) = (uri.path().strip_prefix(crate::iceberg::rest::PREFIX))
+                .filter(|r| r.is_empty() || r.starts_with('/'))
+            {
+                return Route::Iceberg(crate::iceberg::rest::Request::parse(method, rest));
+            }
+            if let Some(rest) = uri.path().strip_prefix("/v1/iceberg") {
+                return Self::iceberg(method, rest);
+            }
         }
         match uri.path() {
             "/v1/cluster" => Route::Cluster,
@@ -256,6 +262,7 @@ impl Route {
         }
     }
 
+    #[cfg(feature = "iceberg")]
     fn iceberg(method: &hyper::Method, rest: &str) -> Route {
         let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
         match (method.as_str(), parts.as_slice()) {
@@ -306,6 +313,7 @@ impl Route {
     }
 }
 
+#[cfg(feature = "iceberg")]
 async fn iceberg_status(
     topic: Option<&str>,
     broker: &Broker,
@@ -334,6 +342,7 @@ async fn iceberg_status(
     }
 }
 
+#[cfg(feature = "iceberg")]
 fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
@@ -391,7 +400,9 @@ async fn respond(
             "text/plain",
             "starting\n".to_string(),
         ),
+        #[cfg(feature = "iceberg")]
         Route::IcebergStatus { topic } => iceberg_status(topic.as_deref(), broker).await,
+        #[cfg(feature = "iceberg")]
         Route::IcebergRewrite { topic } => match broker.iceberg.rewrite(&topic).await {
             Ok(()) => (
                 StatusCode::OK,
@@ -407,6 +418,7 @@ async fn respond(
                 format!("{e}\n"),
             ),
         },
+        #[cfg(feature = "iceberg")]
         Route::Iceberg(request) => {
             let settings = broker.node.settings();
             let (status, body) =

@@ -204,7 +204,7 @@ impl Translator {
             IcebergMode::ValueJson => {
                 let config = (topic.configs.get(topic_config::ICEBERG_VALUE_SCHEMA))
                     .ok_or_else(|| IcebergError::Refused("no iceberg.value.schema".into()))?;
-                Some(topic_config::value_schema(config).map_err(IcebergError::Refused)?)
+                Some(value::parse_schema(config).map_err(IcebergError::Refused)?)
             }
         };
         if topic.iceberg.is_none() {

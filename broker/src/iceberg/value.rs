@@ -23,6 +23,30 @@ use super::layout;
 /// What a dead-letter row's `reason` says at most.
 const REASON_BYTES: usize = 1024;
 
+/// The schema `iceberg.value.schema` holds: an Iceberg schema in its JSON form.
+pub fn parse_schema(value: &str) -> Result<Schema, String> {
+    let schema: Schema =
+        serde_json::from_str(value).map_err(|e| format!("not an Iceberg schema: {e}"))?;
+    if schema.as_struct().fields().is_empty() {
+        return Err("the schema has no fields".into());
+    }
+    Ok(schema)
+}
+
+/// Checks a value of `iceberg.value.schema`.
+pub fn check_config(value: &str) -> Result<(), String> {
+    check_schema(&parse_schema(value)?)
+}
+
+/// Checks a change of `iceberg.value.schema` on a `value_json` topic (see [`evolution`]); a
+/// value that does not parse is [`check_config`]'s to refuse.
+pub fn check_config_change(old: &str, new: &str) -> Result<(), String> {
+    match (parse_schema(old), parse_schema(new)) {
+        (Ok(old), Ok(new)) => check_change(&old, &new),
+        _ => Ok(()),
+    }
+}
+
 /// Checks a schema as `iceberg.value.schema` holds it, for `iceberg.mode=value_json`.
 pub fn check_schema(value: &Schema) -> Result<(), String> {
     for f in value.as_struct().fields() {
