@@ -29,7 +29,7 @@ fi
 # systemd for `systemd-analyze verify` of the deploy/ec2 unit; prometheus for `promtool` on
 # deploy/monitoring) ----
 need_apt=()
-for pkg in kcat cmake pkg-config zlib1g-dev libzstd-dev libssl-dev openssl build-essential systemd prometheus; do
+for pkg in kcat cmake pkg-config zlib1g-dev libzstd-dev libssl-dev openssl build-essential systemd prometheus chromium nodejs; do
     if ! dpkg -s "$pkg" >/dev/null 2>&1; then
         need_apt+=("$pkg")
     fi
@@ -82,6 +82,26 @@ export STRATA_MOTO_SERVER="$VENV/bin/moto_server"
 if ! "$VENV/bin/python" -c 'import pyiceberg, pyarrow' >/dev/null 2>&1; then
     log "installing pyiceberg and pyarrow into $VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "pyiceberg[pyarrow]==0.10.0" </dev/null
+fi
+
+# Playwright drives Debian's chromium in the console's browser tests (no browser download).
+if ! "$VENV/bin/python" -c 'import playwright' >/dev/null 2>&1; then
+    log "installing playwright into $VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "playwright==1.65.3" </dev/null
+fi
+
+# The console's built files are checked in (cargo build needs no Node.js): built again from
+# console/src, they must be the ones committed.
+if ! command -v npm >/dev/null 2>&1; then
+    log "installing npm"
+    $SUDO apt-get install -y -qq --no-install-recommends npm </dev/null
+fi
+log "console: npm ci, npm run build, compared with console/dist"
+(cd console && npm ci --silent --no-audit --no-fund && npm run --silent check && npm run --silent build >/dev/null)
+if ! git diff --quiet -- console/dist 2>/dev/null; then
+    log "console/dist differs from a build of console/src: run (cd console && npm run build) and commit"
+    git diff --stat -- console/dist >&2
+    exit 1
 fi
 
 # kubernetes-validate: deploy/kubernetes checked offline against the API schemas.

@@ -13,7 +13,19 @@ use crate::Broker;
 #[derive(Debug, Clone)]
 pub struct HttpResponse {
     pub status: u16,
+    /// The status line and headers, as sent.
+    pub head: String,
     pub body: String,
+}
+
+impl HttpResponse {
+    /// A header's value (the name in any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        (self.head.lines().skip(1))
+            .filter_map(|l| l.split_once(':'))
+            .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim())
+    }
 }
 
 /// `GET path` on `addr` with HTTP/1.0, reading until the server closes.
@@ -47,6 +59,7 @@ pub fn http_request(addr: &str, method: &str, path: &str, body: &str) -> Result<
         .with_context(|| format!("bad status line {status_line:?}"))?;
     Ok(HttpResponse {
         status,
+        head: head.to_string(),
         body: body.to_string(),
     })
 }

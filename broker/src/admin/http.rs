@@ -1,8 +1,10 @@
 //! A minimal HTTP/1.1 server for operators: `/metrics`, `/healthz` (the process is up),
 //! `/readyz` (metadata loaded and the Kafka listener accepting), `/v1/partitions` (local and
 //! remote ranges), `/v1/cluster` (controller, quorum, brokers, unhealthy partitions) and
-//! `POST /v1/cluster/voters?add=ID|remove=ID` (voter membership changes), and the Iceberg
-//! REST catalog's read endpoints under `/iceberg` ([`crate::iceberg::rest`]).
+//! `POST /v1/cluster/voters?add=ID|remove=ID` (voter membership changes), the JSON views of
+//! the cluster (`/v1/overview`, `/v1/topics`, `/v1/groups`: [`super::views`]), the console at
+//! `/` ([`super::console`]), and the Iceberg REST catalog's read endpoints under `/iceberg`
+//! ([`crate::iceberg::rest`]). `docs/admin-api.json` documents them (OpenAPI).
 //!
 //! Requests are parsed into a [`Route`] before anything runs (the admin fuzz target drives
 //! [`Route::parse`]); no handler reads a request body. At most [`MAX_CONNECTIONS`] connections
@@ -25,6 +27,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::console;
+use super::views::{self, PageQuery};
 use crate::broker::Broker;
 use crate::config::listeners::SecurityProtocol;
 
@@ -223,6 +227,18 @@ pub enum Route {
     IcebergRewrite {
         topic: String,
     },
+    /// The console's page (at `/` and each page's address) and its files.
+    Console(&'static console::Asset),
+    /// `GET /v1/overview`: the cluster at a glance ([`views::overview`]).
+    Overview,
+    /// `GET /v1/topics?q=&offset=&limit=`: a page of topics.
+    Topics(PageQuery),
+    /// `GET /v1/topics/<name>`: one topic's partitions and configs.
+    Topic(String),
+    /// `GET /v1/groups?q=&offset=&limit=`: a page of consumer groups with their lag.
+    Groups(PageQuery),
+    /// `GET /v1/groups/<name>`: one group's lag by partition.
+    Group(String),
     /// A request this server refuses, with its status and the reason.
     Refused(StatusCode, String),
 }
@@ -230,6 +246,15 @@ pub enum Route {
 impl Route {
     pub fn parse(method: &hyper::Method, uri: &hyper::Uri) -> Route {
         let query = uri.query().unwrap_or("");
+        if let Some(asset) = console::asset(uri.path()) {
+            return match *method == hyper::Method::GET || *method == hyper::Method::HEAD {
+                true => Route::Console(asset),
+                false => Route::Refused(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into()),
+            };
+        }
+        if let Some(route) = Self::views(method, uri.path(), query) {
+            return route;
+        }
         #[cfg(feature = "iceberg")]
         {
             if let Some(rest) = (uri.path().strip_prefix(crate::iceberg::rest::PREFIX))
@@ -256,7 +281,7 @@ impl Route {
             },
             _ => Route::Refused(
                 StatusCode::NOT_FOUND,
-                "not found: try /metrics, /v1/process, /healthz, /readyz, /v1/partitions[?topic=NAME], /v1/cluster, /iceberg/v1/config\n"
+                "not found: try / (the console), /v1/overview, /v1/topics, /v1/groups, /metrics, /v1/process, /healthz, /readyz, /v1/partitions[?topic=NAME], /v1/cluster, /iceberg/v1/config (docs/admin-api.json)\n"
                     .to_string(),
             ),
         }
@@ -278,6 +303,46 @@ impl Route {
                 "GET /v1/iceberg[/TOPIC] or POST /v1/iceberg/TOPIC/rewrite\n".to_string(),
             ),
         }
+    }
+
+    /// The JSON views (`/v1/overview`, `/v1/topics[/NAME]`, `/v1/groups[/NAME]`), `None` for
+    /// another path.
+    fn views(method: &hyper::Method, path: &str, query: &str) -> Option<Route> {
+        let (list, rest) = match path {
+            "/v1/overview" => ("overview", ""),
+            "/v1/topics" | "/v1/groups" => (&path[4..], ""),
+            _ => {
+                let (list, rest) = (path.strip_prefix("/v1/topics/").map(|r| ("topics", r)))
+                    .or_else(|| path.strip_prefix("/v1/groups/").map(|r| ("groups", r)))?;
+                (list, rest)
+            }
+        };
+        if *method != hyper::Method::GET {
+            return Some(Route::Refused(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "GET only\n".into(),
+            ));
+        }
+        let refused = |why: String| Route::Refused(StatusCode::BAD_REQUEST, format!("{why}\n"));
+        if !rest.is_empty() {
+            let name = match percent_encoding::percent_decode_str(rest).decode_utf8() {
+                // A group's name may hold any character, `/` included (sent as %2F).
+                Ok(n) if !n.is_empty() => n.into_owned(),
+                _ => return Some(refused(format!("'{rest}' is no {list} name"))),
+            };
+            return Some(match list {
+                "topics" => Route::Topic(name),
+                _ => Route::Group(name),
+            });
+        }
+        if list == "overview" {
+            return Some(Route::Overview);
+        }
+        Some(match PageQuery::parse(query) {
+            Ok(page) if list == "topics" => Route::Topics(page),
+            Ok(page) => Route::Groups(page),
+            Err(why) => refused(why),
+        })
     }
 
     fn voters(method: &hyper::Method, query: &str) -> Route {
@@ -362,7 +427,32 @@ async fn respond(
     broker: &Broker,
     ready: &AtomicBool,
 ) -> Response<Full<Bytes>> {
-    let (status, content_type, body) = match Route::parse(req.method(), req.uri()) {
+    let route = Route::parse(req.method(), req.uri());
+    if let Route::Console(asset) = route {
+        return reply(
+            StatusCode::OK,
+            asset.content_type,
+            Bytes::from_static(asset.body),
+        );
+    }
+    let json = |v: serde_json::Value| (StatusCode::OK, "application/json", v.to_string());
+    let not_found = |what: String| (StatusCode::NOT_FOUND, "text/plain", format!("{what}\n"));
+    let (status, content_type, body) = match route {
+        // Answered above, from the embedded files.
+        Route::Console(_) => (StatusCode::NO_CONTENT, "text/plain", String::new()),
+        Route::Overview => json(views::overview(broker)),
+        Route::Topics(page) => json(views::topics(broker, &page)),
+        Route::Topic(name) => match views::topic(broker, &name) {
+            Some(v) => json(v),
+            None => not_found(format!("no topic {name}")),
+        },
+        Route::Groups(page) => json(views::groups(broker, &page)),
+        Route::Group(name) => match views::group(broker, &name) {
+            Some(v) => json(v),
+            None => not_found(format!(
+                "no group {name} with committed offsets on partitions hosted here"
+            )),
+        },
         Route::Cluster => {
             let leader_view = broker.node.metadata.leader_status().await.ok();
             (
@@ -427,10 +517,19 @@ async fn respond(
         }
         Route::Refused(status, why) => (status, "text/plain", why),
     };
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    reply(status, content_type, Bytes::from(body))
+}
+
+/// A response with its content type and the console's [`console::SECURITY_HEADERS`].
+fn reply(status: StatusCode, content_type: &str, body: Bytes) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = status;
+    let headers = resp.headers_mut();
     if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
-        resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        headers.insert(hyper::header::CONTENT_TYPE, v);
+    }
+    for (name, value) in console::SECURITY_HEADERS {
+        headers.insert(name, hyper::header::HeaderValue::from_static(value));
     }
     resp
 }
@@ -453,6 +552,71 @@ mod tests {
                 assert!(matches!(route, Route::Refused(..)), "{name}: {route:?}");
             }
         }
+    }
+
+    /// `docs/admin-api.json` (OpenAPI) names routes that exist, and the JSON views are in it.
+    #[test]
+    fn the_openapi_document_lists_the_routes() {
+        let doc: serde_json::Value =
+            serde_json::from_str(include_str!("../../../docs/admin-api.json")).unwrap();
+        let paths = doc["paths"].as_object().unwrap();
+        for (path, ops) in paths {
+            let concrete = path.replace("{name}", "x").replace("{topic}", "x");
+            for method in ops.as_object().unwrap().keys() {
+                let route = parse(&method.to_uppercase(), &concrete);
+                let missing = matches!(&route, Route::Refused(s, _) if *s == StatusCode::NOT_FOUND || *s == StatusCode::METHOD_NOT_ALLOWED);
+                assert!(!missing, "{method} {path}: {route:?}");
+            }
+        }
+        for path in [
+            "/v1/overview",
+            "/v1/topics",
+            "/v1/topics/{name}",
+            "/v1/groups",
+            "/v1/groups/{name}",
+        ] {
+            assert!(
+                paths.contains_key(path),
+                "{path} is not in docs/admin-api.json"
+            );
+        }
+    }
+
+    #[test]
+    fn views_and_the_console_are_routed_and_bad_input_refused() {
+        assert_eq!(parse("GET", "/v1/overview"), Route::Overview);
+        assert!(matches!(parse("GET", "/"), Route::Console(_)));
+        assert!(matches!(parse("HEAD", "/groups/a%20b"), Route::Console(_)));
+        assert!(matches!(
+            parse("POST", "/"),
+            Route::Refused(StatusCode::METHOD_NOT_ALLOWED, _)
+        ));
+        assert_eq!(
+            parse("GET", "/v1/groups/a%20b%2Fc"),
+            Route::Group("a b/c".into())
+        );
+        assert_eq!(parse("GET", "/v1/groups/a%20b"), Route::Group("a b".into()));
+        assert_eq!(
+            parse("GET", "/v1/topics/orders"),
+            Route::Topic("orders".into())
+        );
+        assert!(matches!(
+            parse("GET", "/v1/topics?q=or&limit=2"),
+            Route::Topics(PageQuery { limit: 2, .. })
+        ));
+        for bad in ["/v1/topics?limit=0", "/v1/groups?x=1", "/v1/topics/%ff"] {
+            assert!(
+                matches!(
+                    parse("GET", bad),
+                    Route::Refused(StatusCode::BAD_REQUEST, _)
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            parse("DELETE", "/v1/topics/x"),
+            Route::Refused(StatusCode::METHOD_NOT_ALLOWED, _)
+        ));
     }
 
     #[test]

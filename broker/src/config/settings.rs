@@ -267,7 +267,7 @@ settings! {
         "the window of client quotas, in seconds";
     admin_addr: SocketAddr = "127.0.0.1:9644".parse().expect("literal"),
         "admin.addr", Str, static, "`127.0.0.1:9644`", ANY,
-        "`/metrics`, `/healthz`, `/readyz`, `/v1/partitions`, `/v1/cluster`, `/v1/process` (CPU seconds, memory, descriptors as JSON)";
+        "the console (`/`), `/metrics`, `/healthz`, `/readyz` and the JSON endpoints of `docs/admin-api.json` (`/v1/overview`, `/v1/topics`, `/v1/groups`, `/v1/cluster`, `/v1/partitions`, `/v1/process`, ...)";
     admin_security_protocol: String = "PLAINTEXT".into(),
         "admin.security.protocol", Str, static, "`PLAINTEXT`", ANY,
         "`SSL`: the admin port speaks HTTPS only, with the broker's certificate, asking for client certificates as `ssl_client_auth` says";

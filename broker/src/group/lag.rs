@@ -24,6 +24,7 @@ use crate::topic_config;
 type Key = (String, String, i32);
 
 /// One partition's lag as last sampled.
+#[derive(Clone, Copy, Debug)]
 struct Lag {
     records: i64,
     seconds: f64,
@@ -47,6 +48,8 @@ struct History {
     at_risk: bool,
     /// The sample that last saw it (numbered): entries an older sample saw are gone.
     sampled: u64,
+    /// The committed offset and lag of the last sample.
+    last: Option<(i64, Lag)>,
     /// Its series on `/metrics`, looked up once: a sample sets them without hashing labels
     /// (at 30 groups over 10,000 partitions the lookups were most of an idle broker's CPU).
     series: Option<Series>,
@@ -166,7 +169,47 @@ pub fn slope(points: impl Iterator<Item = (f64, f64)> + Clone) -> f64 {
     }
 }
 
+/// One (group, topic, partition)'s lag as last sampled here (`/v1/groups`, the console).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PartitionLag {
+    pub group: String,
+    pub topic: String,
+    pub partition: i32,
+    pub committed: i64,
+    pub lag_records: i64,
+    pub lag_seconds: f64,
+    pub trend_records_per_second: f64,
+    pub drain_seconds: Option<f64>,
+    pub retention_risk: bool,
+}
+
 impl LagTracker {
+    /// The lag of every (group, topic, partition) the last sample saw (partitions hosted
+    /// here), sorted by group, topic and partition.
+    pub fn last_sample(&self) -> Vec<PartitionLag> {
+        let guard = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<PartitionLag> = (guard.1.iter())
+            .filter_map(|((group, topic, partition), h)| {
+                let (committed, lag) = h.last?;
+                Some(PartitionLag {
+                    group: group.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                    committed,
+                    lag_records: lag.records,
+                    lag_seconds: lag.seconds,
+                    trend_records_per_second: lag.trend,
+                    drain_seconds: lag.drain_seconds,
+                    retention_risk: lag.retention_risk,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.group, &a.topic, a.partition).cmp(&(&b.group, &b.topic, b.partition))
+        });
+        out
+    }
+
     pub fn new(node: Arc<Node>) -> LagTracker {
         let gauges = LagGauges::default();
         node.metrics.register(|registry| {
@@ -287,6 +330,7 @@ impl LagTracker {
             };
             let series = h.series.get_or_insert_with(|| self.gauges.series(&key));
             self.gauges.publish(series, &lag);
+            h.last = Some((committed, lag));
             out.push(lag);
         }
         history.retain(|_, h| {

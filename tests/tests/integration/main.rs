@@ -15,6 +15,7 @@ mod cli_errors;
 mod cluster;
 mod codecs;
 mod compaction;
+mod console;
 mod containers;
 mod cooperative;
 mod deploy;

@@ -1,0 +1,301 @@
+//! The JSON views of the cluster the console (`console/`) and scripts read on the admin port
+//! (`docs/admin-api.md`): an overview, the topics, one topic, the consumer groups with their
+//! lag, one group. Lists are filtered by the server and then paged (at most [`MAX_LIMIT`]
+//! rows), so a cluster of 10,000 partitions answers with a page, never with itself.
+//!
+//! Topics, partitions, leaders and remote bytes are the metadata quorum's, the same on every
+//! broker; log offsets and local bytes are this broker's, for the partitions it hosts; lag is
+//! what this broker's last lag sample saw (`group/lag.rs`).
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use strata_metadata::PartitionInfo;
+
+use crate::broker::Broker;
+use crate::group::lag::PartitionLag;
+use crate::topic_config;
+
+pub const DEFAULT_LIMIT: usize = 50;
+pub const MAX_LIMIT: usize = 500;
+/// The longest filter accepted, in bytes.
+const MAX_FILTER: usize = 256;
+
+/// A page of a list: rows whose name contains `filter`, from `offset`, at most `limit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageQuery {
+    pub filter: String,
+    pub offset: usize,
+    pub limit: usize,
+}
+
+impl PageQuery {
+    /// From a query string (`q`, `offset`, `limit`); a value out of bounds is refused in words.
+    pub fn parse(query: &str) -> Result<PageQuery, String> {
+        let mut page = PageQuery {
+            filter: String::new(),
+            offset: 0,
+            limit: DEFAULT_LIMIT,
+        };
+        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+            match k.as_ref() {
+                "q" if v.len() > MAX_FILTER => {
+                    return Err(format!("q: at most {MAX_FILTER} bytes"));
+                }
+                "q" => page.filter = v.into_owned(),
+                "offset" => {
+                    page.offset = v
+                        .parse()
+                        .map_err(|_| format!("offset: '{v}' is not a row number"))?
+                }
+                "limit" => match v.parse::<usize>() {
+                    Ok(n) if (1..=MAX_LIMIT).contains(&n) => page.limit = n,
+                    _ => {
+                        return Err(format!(
+                            "limit: '{v}' is not a number from 1 to {MAX_LIMIT}"
+                        ))
+                    }
+                },
+                other => return Err(format!("unknown parameter '{other}' (q, offset, limit)")),
+            }
+        }
+        Ok(page)
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        self.filter.is_empty() || name.contains(self.filter.as_str())
+    }
+
+    /// The page of `rows` (already filtered) as `{total, offset, items}`.
+    fn page<T: Serialize>(&self, rows: Vec<T>) -> Value {
+        let total = rows.len();
+        let items: Vec<T> = rows
+            .into_iter()
+            .skip(self.offset)
+            .take(self.limit)
+            .collect();
+        json!({ "total": total, "offset": self.offset, "items": items })
+    }
+}
+
+/// The cluster at a glance.
+pub fn overview(broker: &Broker) -> Value {
+    let quorum = broker.node.metadata.status();
+    let state = broker.node.metadata.state();
+    let (mut partitions, mut offline, mut under, mut moving) = (0usize, 0usize, 0usize, 0usize);
+    for t in state.topics.values() {
+        for p in &t.partitions {
+            partitions += 1;
+            offline += usize::from(p.leader.is_none());
+            under += usize::from(p.leader.is_some() && p.is_under_replicated());
+            moving += usize::from(p.is_moving());
+        }
+    }
+    let brokers: Vec<Value> = (state.brokers.values())
+        .map(|b| {
+            json!({
+                "id": b.node_id,
+                "host": b.host,
+                "port": b.port,
+                "rack": b.rack,
+                "state": if b.fenced { "fenced" } else { "live" },
+            })
+        })
+        .collect();
+    let groups = groups_of(&broker.lag.last_sample()).len();
+    json!({
+        "node_id": broker.node.config.node_id,
+        "controller": quorum.leader,
+        "voters": quorum.voters.keys().collect::<Vec<_>>(),
+        "brokers": brokers,
+        "topics": state.topics.len(),
+        "partitions": partitions,
+        "offline": offline,
+        "under_replicated": under,
+        "moving": moving,
+        "groups": groups,
+    })
+}
+
+#[derive(Serialize)]
+struct TopicRow {
+    name: String,
+    partitions: usize,
+    replication_factor: usize,
+    under_replicated: usize,
+    offline: usize,
+    remote_bytes: u64,
+    /// Of the partitions this broker hosts.
+    local_bytes: u64,
+}
+
+/// The bytes of a partition's committed remote segments (the quorum's).
+fn remote_bytes(p: &PartitionInfo) -> u64 {
+    p.remote_segments().map(|s| s.size_bytes).sum()
+}
+
+/// The topics whose name contains the filter, by name.
+pub fn topics(broker: &Broker, page: &PageQuery) -> Value {
+    let state = broker.node.metadata.state();
+    let hosted = broker.node.partitions.hosted();
+    let rows: Vec<TopicRow> = (state.topics.values())
+        .filter(|t| page.matches(&t.name))
+        .map(|t| TopicRow {
+            name: t.name.clone(),
+            partitions: t.partitions.len(),
+            replication_factor: t.partitions.first().map_or(0, |p| p.replicas.len()),
+            under_replicated: (t.partitions.iter())
+                .filter(|p| p.leader.is_some() && p.is_under_replicated())
+                .count(),
+            offline: t.partitions.iter().filter(|p| p.leader.is_none()).count(),
+            remote_bytes: t.partitions.iter().map(|p| remote_bytes(p)).sum(),
+            local_bytes: (0..t.partitions.len() as i32)
+                .filter_map(|i| hosted.get(&t.name, i))
+                .map(|p| p.tier_stats().local_bytes)
+                .sum(),
+        })
+        .collect();
+    page.page(rows)
+}
+
+/// One topic: its partitions and configs; `None` for an unknown topic.
+pub fn topic(broker: &Broker, name: &str) -> Option<Value> {
+    let state = broker.node.metadata.state();
+    let t = state.topic(name)?;
+    let hosted = broker.node.partitions.hosted();
+    let partitions: Vec<Value> = (t.partitions.iter().enumerate())
+        .map(|(i, p)| {
+            let here = hosted.get(&t.name, i as i32).map(|p| p.tier_stats());
+            json!({
+                "partition": i,
+                "leader": p.leader,
+                "replicas": p.replicas,
+                "isr": p.isr,
+                "log_start": here.as_ref().map(|s| s.offsets.log_start),
+                "high_watermark": here.as_ref().map(|s| s.offsets.high_watermark),
+                "local_bytes": here.as_ref().map(|s| s.local_bytes),
+                "remote_bytes": remote_bytes(p),
+            })
+        })
+        .collect();
+    let configs: Vec<Value> = (topic_config::effective(&broker.node.settings(), &t.configs))
+        .into_iter()
+        .map(|(name, (value, default))| {
+            json!({ "name": name, "value": value, "source": if default { "default" } else { "topic" } })
+        })
+        .collect();
+    Some(json!({
+        "name": t.name,
+        "topic_id": t.topic_id,
+        "partitions": partitions,
+        "configs": configs,
+    }))
+}
+
+#[derive(Serialize)]
+struct GroupRow {
+    group: String,
+    partitions: usize,
+    lag_records: i64,
+    /// The oldest unconsumed record's age, over its partitions.
+    lag_seconds: f64,
+    retention_risk: bool,
+}
+
+/// The groups of a lag sample, by name.
+fn groups_of(sample: &[PartitionLag]) -> Vec<GroupRow> {
+    let mut rows: Vec<GroupRow> = Vec::new();
+    for p in sample {
+        if rows.last().is_none_or(|g| g.group != p.group) {
+            rows.push(GroupRow {
+                group: p.group.clone(),
+                partitions: 0,
+                lag_records: 0,
+                lag_seconds: 0.0,
+                retention_risk: false,
+            });
+        }
+        if let Some(g) = rows.last_mut() {
+            g.partitions += 1;
+            g.lag_records += p.lag_records;
+            g.lag_seconds = g.lag_seconds.max(p.lag_seconds);
+            g.retention_risk |= p.retention_risk;
+        }
+    }
+    rows
+}
+
+/// The consumer groups with committed offsets whose name contains the filter, with their
+/// total lag, by name.
+pub fn groups(broker: &Broker, page: &PageQuery) -> Value {
+    let mut rows = groups_of(&broker.lag.last_sample());
+    rows.retain(|g| page.matches(&g.group));
+    page.page(rows)
+}
+
+/// One group's lag by partition; `None` for a group the last sample did not see.
+pub fn group(broker: &Broker, name: &str) -> Option<Value> {
+    let partitions: Vec<PartitionLag> = (broker.lag.last_sample().into_iter())
+        .filter(|p| p.group == name)
+        .collect();
+    (!partitions.is_empty()).then(|| json!({ "group": name, "partitions": partitions }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_are_bounded_and_bad_parameters_refused_in_words() {
+        let page = PageQuery::parse("q=ord%20ers&offset=100&limit=500").unwrap();
+        assert_eq!(
+            page,
+            PageQuery {
+                filter: "ord ers".into(),
+                offset: 100,
+                limit: 500
+            }
+        );
+        assert_eq!(PageQuery::parse("").unwrap().limit, DEFAULT_LIMIT);
+        for bad in [
+            "limit=0",
+            "limit=501",
+            "limit=-1",
+            "offset=x",
+            "offset=99999999999999999999999",
+            "sort=size",
+        ] {
+            assert!(PageQuery::parse(bad).is_err(), "{bad}");
+        }
+        let long = format!("q={}", "a".repeat(MAX_FILTER + 1));
+        assert!(PageQuery::parse(&long).unwrap_err().contains("at most"));
+        // An offset past the end is an empty page, not an error.
+        let page = PageQuery::parse("offset=18446744073709551615").unwrap();
+        let v = page.page(vec![1, 2, 3]);
+        assert_eq!(v["total"], 3);
+        assert_eq!(v["items"], json!([]));
+    }
+
+    #[test]
+    fn groups_sum_their_partitions_lag() {
+        let lag = |group: &str, partition, records, seconds, risk| PartitionLag {
+            group: group.into(),
+            topic: "t".into(),
+            partition,
+            committed: 0,
+            lag_records: records,
+            lag_seconds: seconds,
+            trend_records_per_second: 0.0,
+            drain_seconds: None,
+            retention_risk: risk,
+        };
+        let rows = groups_of(&[
+            lag("a", 0, 5, 1.0, false),
+            lag("a", 1, 7, 3.5, true),
+            lag("b", 0, 0, 0.0, false),
+        ]);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].partitions, rows[0].lag_records), (2, 12));
+        assert_eq!(rows[0].lag_seconds, 3.5);
+        assert!(rows[0].retention_risk && !rows[1].retention_risk);
+    }
+}

@@ -1,0 +1,114 @@
+// The admin API the console reads: the same JSON endpoints `strata` and scripts use
+// (docs/admin-api.md). Every call is bounded (a timeout) and its failure is said in words.
+
+export class ApiError extends Error {}
+
+const TIMEOUT_MS = 5000;
+
+export async function get<T>(path: string): Promise<T> {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), TIMEOUT_MS);
+  let resp: Response;
+  try {
+    resp = await fetch(path, { signal: ctl.signal, headers: { accept: "application/json" } });
+  } catch (e) {
+    throw new ApiError(
+      ctl.signal.aborted
+        ? `the broker did not answer ${path} within ${TIMEOUT_MS / 1000} s`
+        : `the broker cannot be reached (${String(e)})`,
+    );
+  } finally {
+    clearTimeout(timer);
+  }
+  if (!resp.ok) {
+    const text = (await resp.text()).trim();
+    throw new ApiError(`${path}: ${resp.status} ${text || resp.statusText}`);
+  }
+  return (await resp.json()) as T;
+}
+
+export interface Broker {
+  id: number;
+  host: string;
+  port: number;
+  rack: string | null;
+  state: string;
+}
+
+export interface Overview {
+  node_id: number;
+  controller: number | null;
+  brokers: Broker[];
+  voters: number[];
+  topics: number;
+  partitions: number;
+  offline: number;
+  under_replicated: number;
+  moving: number;
+  groups: number;
+}
+
+export interface TopicRow {
+  name: string;
+  partitions: number;
+  replication_factor: number;
+  under_replicated: number;
+  offline: number;
+  remote_bytes: number;
+  local_bytes: number;
+}
+
+export interface GroupRow {
+  group: string;
+  partitions: number;
+  lag_records: number;
+  lag_seconds: number;
+  retention_risk: boolean;
+}
+
+export interface Page<T> {
+  total: number;
+  offset: number;
+  items: T[];
+}
+
+export interface GroupPartition {
+  topic: string;
+  partition: number;
+  committed: number;
+  lag_records: number;
+  lag_seconds: number;
+  trend_records_per_second: number;
+  drain_seconds: number | null;
+  retention_risk: boolean;
+}
+
+export interface GroupDetail {
+  group: string;
+  partitions: GroupPartition[];
+}
+
+export interface TopicPartition {
+  partition: number;
+  leader: number | null;
+  replicas: number[];
+  isr: number[];
+  /// The log's offsets, from this broker when it hosts the partition.
+  log_start: number | null;
+  high_watermark: number | null;
+  local_bytes: number | null;
+  remote_bytes: number;
+}
+
+export interface TopicConfig {
+  name: string;
+  value: string;
+  source: string;
+}
+
+export interface TopicDetail {
+  name: string;
+  topic_id: string;
+  partitions: TopicPartition[];
+  configs: TopicConfig[];
+}

@@ -1,0 +1,260 @@
+// The console: pages over the admin API, live-updating (each page polls its endpoints), with
+// real links (`<a href>`) the broker also serves directly, so every page can be bookmarked.
+import { render } from "preact";
+import { useEffect, useState } from "preact/hooks";
+import { ApiError, get, GroupDetail, GroupRow, Overview, Page, TopicDetail, TopicRow } from "./api";
+
+const REFRESH_MS = 5000;
+const PAGE = 50;
+
+/// Polls `path` every REFRESH_MS; keeps the last good answer on screen while a later one fails.
+function usePoll<T>(path: string): { data?: T; error?: string; at?: Date } {
+  const [state, setState] = useState<{ data?: T; error?: string; at?: Date }>({});
+  useEffect(() => {
+    let live = true;
+    const load = async () => {
+      try {
+        const data = await get<T>(path);
+        if (live) setState({ data, at: new Date() });
+      } catch (e) {
+        const error = e instanceof ApiError ? e.message : String(e);
+        if (live) setState((s) => ({ ...s, error }));
+      }
+    };
+    load();
+    const timer = setInterval(load, REFRESH_MS);
+    return () => {
+      live = false;
+      clearInterval(timer);
+    };
+  }, [path]);
+  return state;
+}
+
+function bytes(n: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
+}
+
+function seconds(s: number): string {
+  if (s < 120) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
+  if (s < 7200) return `${(s / 60).toFixed(0)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+function Failure({ error }: { error?: string }) {
+  return error ? <p class="error" role="alert">{error}</p> : null;
+}
+
+function Stat({ label, value, warn }: { label: string; value: number | string; warn?: boolean }) {
+  return (
+    <div class={warn ? "stat warn" : "stat"}>
+      <span class="value">{value}</span>
+      <span class="label">{label}</span>
+    </div>
+  );
+}
+
+function OverviewPage() {
+  const o = usePoll<Overview>("/v1/overview");
+  const [query, setQuery] = useState("");
+  const [offset, setOffset] = useState(0);
+  const q = encodeURIComponent(query);
+  const topics = usePoll<Page<TopicRow>>(`/v1/topics?q=${q}&offset=${offset}&limit=${PAGE}`);
+  const groups = usePoll<Page<GroupRow>>(`/v1/groups?q=${q}&limit=${PAGE}`);
+  const d = o.data;
+  return (
+    <>
+      <Failure error={o.error} />
+      <section aria-label="cluster">
+        <h1>Cluster</h1>
+        {d ? (
+          <div class="stats">
+            <Stat label="brokers" value={d.brokers.length} />
+            <Stat label="controller" value={d.controller ?? "none"} warn={d.controller === null} />
+            <Stat label="topics" value={d.topics} />
+            <Stat label="partitions" value={d.partitions} />
+            <Stat label="offline" value={d.offline} warn={d.offline > 0} />
+            <Stat label="under-replicated" value={d.under_replicated} warn={d.under_replicated > 0} />
+            <Stat label="moving" value={d.moving} />
+            <Stat label="groups" value={d.groups} />
+          </div>
+        ) : (
+          <p class="muted">Loading…</p>
+        )}
+        {d && (
+          <table id="brokers">
+            <thead>
+              <tr><th>broker</th><th>address</th><th>rack</th><th>state</th><th>role</th></tr>
+            </thead>
+            <tbody>
+              {d.brokers.map((b) => (
+                <tr key={b.id}>
+                  <td>{b.id}</td>
+                  <td>{b.host}:{b.port}</td>
+                  <td>{b.rack ?? "—"}</td>
+                  <td>{b.state}</td>
+                  <td>{[b.id === d.controller ? "controller" : "", d.voters.includes(b.id) ? "voter" : ""].filter(Boolean).join(", ") || "—"}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </section>
+      <label class="filter">
+        Filter topics and groups{" "}
+        <input type="search" value={query} onInput={(e) => { setQuery(e.currentTarget.value); setOffset(0); }} />
+      </label>
+      <section aria-label="topics">
+        <h2>Topics {topics.data && <span class="muted">({topics.data.total})</span>}</h2>
+        <Failure error={topics.error} />
+        <table id="topics">
+          <thead>
+            <tr><th>topic</th><th class="num">partitions</th><th class="num">replicas</th><th class="num">local</th><th class="num">remote</th><th>health</th></tr>
+          </thead>
+          <tbody>
+            {topics.data?.items.map((t) => (
+              <tr key={t.name}>
+                <td><a href={`/topics/${encodeURIComponent(t.name)}`}>{t.name}</a></td>
+                <td class="num">{t.partitions}</td>
+                <td class="num">{t.replication_factor}</td>
+                <td class="num">{bytes(t.local_bytes)}</td>
+                <td class="num">{bytes(t.remote_bytes)}</td>
+                <td>{t.offline ? `${t.offline} offline` : t.under_replicated ? `${t.under_replicated} under-replicated` : "ok"}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        {topics.data && topics.data.total > PAGE && (
+          <nav class="pager">
+            <button disabled={offset === 0} onClick={() => setOffset(Math.max(0, offset - PAGE))}>previous</button>
+            <span>{offset + 1}–{Math.min(offset + PAGE, topics.data.total)} of {topics.data.total}</span>
+            <button disabled={offset + PAGE >= topics.data.total} onClick={() => setOffset(offset + PAGE)}>next</button>
+          </nav>
+        )}
+      </section>
+      <section aria-label="groups">
+        <h2>Consumer groups {groups.data && <span class="muted">({groups.data.total})</span>}</h2>
+        <Failure error={groups.error} />
+        <table id="groups">
+          <thead>
+            <tr><th>group</th><th class="num">partitions</th><th class="num">lag (records)</th><th class="num">lag (time)</th><th>risk</th></tr>
+          </thead>
+          <tbody>
+            {groups.data?.items.map((g) => (
+              <tr key={g.group}>
+                <td><a href={`/groups/${encodeURIComponent(g.group)}`}>{g.group}</a></td>
+                <td class="num">{g.partitions}</td>
+                <td class="num">{g.lag_records}</td>
+                <td class="num">{seconds(g.lag_seconds)}</td>
+                <td>{g.retention_risk ? "retention risk" : "—"}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </section>
+    </>
+  );
+}
+
+function GroupPage({ name }: { name: string }) {
+  const g = usePoll<GroupDetail>(`/v1/groups/${encodeURIComponent(name)}`);
+  return (
+    <section aria-label="group">
+      <p><a href="/">← overview</a></p>
+      <h1>Group {name}</h1>
+      <Failure error={g.error} />
+      <table id="group-partitions">
+        <thead>
+          <tr><th>topic</th><th class="num">partition</th><th class="num">committed</th><th class="num">lag (records)</th><th class="num">lag (time)</th><th class="num">trend (records/s)</th><th>drain</th><th>risk</th></tr>
+        </thead>
+        <tbody>
+          {g.data?.partitions.map((p) => (
+            <tr key={`${p.topic}-${p.partition}`}>
+              <td><a href={`/topics/${encodeURIComponent(p.topic)}`}>{p.topic}</a></td>
+              <td class="num">{p.partition}</td>
+              <td class="num">{p.committed}</td>
+              <td class="num">{p.lag_records}</td>
+              <td class="num">{seconds(p.lag_seconds)}</td>
+              <td class="num">{p.trend_records_per_second.toFixed(1)}</td>
+              <td>{p.drain_seconds === null ? "—" : seconds(p.drain_seconds)}</td>
+              <td>{p.retention_risk ? "retention risk" : "—"}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
+/// Local against remote bytes, as a bar.
+function TierBar({ local, remote }: { local: number; remote: number }) {
+  const total = local + remote;
+  const share = total === 0 ? 0 : (100 * remote) / total;
+  return (
+    <span class="tierbar" title={`${bytes(remote)} remote, ${bytes(local)} local`}>
+      <span class="remote" style={{ width: `${share.toFixed(1)}%` }} />
+    </span>
+  );
+}
+
+function TopicPage({ name }: { name: string }) {
+  const t = usePoll<TopicDetail>(`/v1/topics/${encodeURIComponent(name)}`);
+  const d = t.data;
+  return (
+    <section aria-label="topic">
+      <p><a href="/">← overview</a></p>
+      <h1>Topic {name}</h1>
+      <Failure error={t.error} />
+      <table id="topic-partitions">
+        <thead>
+          <tr><th class="num">partition</th><th class="num">leader</th><th>replicas</th><th>ISR</th><th class="num">log start</th><th class="num">high watermark</th><th class="num">local</th><th class="num">remote</th><th>remote ↔ local</th></tr>
+        </thead>
+        <tbody>
+          {d?.partitions.map((p) => (
+            <tr key={p.partition}>
+              <td class="num">{p.partition}</td>
+              <td class="num">{p.leader ?? "offline"}</td>
+              <td>{p.replicas.join(", ")}</td>
+              <td>{p.isr.join(", ")}</td>
+              <td class="num">{p.log_start ?? "—"}</td>
+              <td class="num">{p.high_watermark ?? "—"}</td>
+              <td class="num">{p.local_bytes === null ? "—" : bytes(p.local_bytes)}</td>
+              <td class="num">{bytes(p.remote_bytes)}</td>
+              <td><TierBar local={p.local_bytes ?? 0} remote={p.remote_bytes} /></td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <h2>Configs</h2>
+      <table id="topic-configs">
+        <thead><tr><th>name</th><th>value</th><th>source</th></tr></thead>
+        <tbody>
+          {d?.configs.map((c) => (
+            <tr key={c.name}><td>{c.name}</td><td class="value">{c.value}</td><td>{c.source}</td></tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
+function App() {
+  const path = location.pathname;
+  const group = path.match(/^\/groups\/(.+)$/);
+  if (group) return <GroupPage name={decodeURIComponent(group[1])} />;
+  const topic = path.match(/^\/topics\/(.+)$/);
+  if (topic) return <TopicPage name={decodeURIComponent(topic[1])} />;
+  return <OverviewPage />;
+}
+
+const root = document.getElementById("app");
+if (root) {
+  root.textContent = "";
+  render(<App />, root);
+}

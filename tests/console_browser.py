@@ -1,0 +1,84 @@
+"""Drives Strata's console in headless Chromium (Debian's `chromium`, through Playwright) and
+prints what a person would see, as one JSON object, for `tests/tests/integration/console.rs`
+to compare with the Kafka APIs' answers:
+
+    console_browser.py <console url> <screenshot dir> <group>
+
+It opens the overview, reads the brokers, topics and groups tables, follows the group's link
+(a real `<a href>`) and reads its page, then follows a topic link from there. Every page's
+browser console errors (a refused script, a content security policy violation, a failed
+request) are collected; screenshots are saved per page.
+"""
+
+import json
+import os
+import sys
+
+from playwright.sync_api import expect, sync_playwright
+
+CHROMIUM = os.environ.get("STRATA_CHROMIUM", "/usr/bin/chromium")
+
+
+def rows(page, table):
+    return page.eval_on_selector_all(
+        f"#{table} tbody tr",
+        "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))",
+    )
+
+
+def main(url, shots, group):
+    os.makedirs(shots, exist_ok=True)
+    out = {"errors": []}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1366, "height": 900})
+        page.on(
+            "console",
+            lambda m: out["errors"].append(m.text) if m.type == "error" else None,
+        )
+        page.on("pageerror", lambda e: out["errors"].append(str(e)))
+        page.on("requestfailed", lambda r: out["errors"].append(f"{r.url}: {r.failure}"))
+        page.goto(url + "/")
+        page.wait_for_selector("#topics tbody tr")
+        page.wait_for_selector("#groups tbody tr")
+        page.wait_for_selector("#brokers tbody tr")
+        out["overview"] = {
+            "brokers": rows(page, "brokers"),
+            "topics": rows(page, "topics"),
+            "groups": rows(page, "groups"),
+            "stats": page.eval_on_selector_all(
+                ".stat",
+                "s => Object.fromEntries(s.map(e => [e.querySelector('.label').innerText, e.querySelector('.value').innerText]))",
+            ),
+        }
+        page.screenshot(path=os.path.join(shots, "overview.png"), full_page=True)
+        # The filter asks the server: only matching topics come back.
+        page.fill("input[type=search]", "no-such-topic-anywhere")
+        # (A locator, not a string predicate: the console's policy forbids evaluating strings,
+        # and Playwright's wait_for_function would run into it.)
+        expect(page.locator("#topics tbody tr")).to_have_count(0)
+        out["filtered_topics"] = rows(page, "topics")
+        page.fill("input[type=search]", "")
+        page.wait_for_selector("#topics tbody tr")
+        # Keyboard: the group's link is reachable with Tab and followed with Enter.
+        link = page.locator(f"#groups a", has_text=group)
+        link.focus()
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+        page.wait_for_selector("#group-partitions tbody tr")
+        out["group_url"] = page.url
+        out["group"] = rows(page, "group-partitions")
+        page.screenshot(path=os.path.join(shots, "group.png"), full_page=True)
+        with page.expect_navigation():
+            page.locator("#group-partitions a").first.click()
+        page.wait_for_selector("#topic-partitions tbody tr")
+        out["topic_url"] = page.url
+        out["topic"] = rows(page, "topic-partitions")
+        out["topic_configs"] = rows(page, "topic-configs")
+        page.screenshot(path=os.path.join(shots, "topic.png"), full_page=True)
+        browser.close()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,221 @@
+//! The console on the admin port, seen by a browser: headless Chromium (Debian's `chromium`,
+//! driven by Playwright from the venv `scripts/test.sh` installs; `tests/console_browser.py`)
+//! renders the overview, follows real links to a lagging group's page and on to a topic's, and
+//! the figures it shows must be the Kafka APIs' answers (metadata, watermarks, committed
+//! offsets). The JSON views behind it are checked directly, with bad input.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+use strata_tests::groups::unique_group;
+use strata_tests::{repo_root, unique_topic, venv_python, wait_for_some, Broker, BrokerOpts};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn get_json(broker: &Broker, path: &str) -> Value {
+    let r = broker.admin_get(path).unwrap();
+    assert_eq!(r.status, 200, "GET {path}: {}", r.body);
+    serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("GET {path}: {e}: {}", r.body))
+}
+
+/// Where the browser's screenshots are kept (test artifacts).
+fn artifacts() -> std::path::PathBuf {
+    std::env::var("STRATA_TEST_ARTIFACTS")
+        .map(Into::into)
+        .unwrap_or_else(|_| repo_root().join("target/test-artifacts"))
+        .join("console")
+}
+
+#[test]
+fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic() {
+    let broker = Broker::start(BrokerOpts::new().env("STRATA_LAG_SAMPLE_INTERVAL_MS", 250));
+    let orders = unique_topic("console-orders");
+    let audit = unique_topic("console-audit");
+    broker
+        .create_topic(&orders, 3, &[("retention.ms", "7200000")])
+        .unwrap();
+    broker.create_topic(&audit, 1, &[]).unwrap();
+    broker.produce_to_each(&orders, 3, 20, "a");
+    broker.produce_to_each(&audit, 1, 4, "b");
+
+    // A group that read 5 of each partition's 20 records: 15 behind on each.
+    let group = unique_group("console-group");
+    let consumer: BaseConsumer = broker.group_config(&group).create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset(&orders, p, Offset::Offset(5))
+            .unwrap();
+    }
+    consumer.commit(&tpl, CommitMode::Sync).unwrap();
+    let committed = broker.committed(&group, &orders, &[0, 1, 2]).unwrap();
+    let kafka_lag: BTreeMap<i32, i64> = (0..3)
+        .map(|p| (p, broker.watermarks(&orders, p).1 - committed[&p].unwrap()))
+        .collect();
+    assert_eq!(kafka_lag.values().sum::<i64>(), 45);
+
+    // The JSON views, against the Kafka APIs.
+    let group_view = wait_for_some("the group's lag sampled", WAIT, || {
+        let r = broker.admin_get(&format!("/v1/groups/{group}")).ok()?;
+        (r.status == 200).then(|| serde_json::from_str::<Value>(&r.body).unwrap())
+    });
+    let lag: BTreeMap<i32, i64> = (group_view["partitions"].as_array().unwrap().iter())
+        .map(|p| {
+            (
+                p["partition"].as_i64().unwrap() as i32,
+                p["lag_records"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(lag, kafka_lag, "{group_view}");
+    let metadata = {
+        let c: BaseConsumer = broker.consumer_config().create().unwrap();
+        c.fetch_metadata(None, Duration::from_secs(10)).unwrap()
+    };
+    let overview = get_json(&broker, "/v1/overview");
+    assert_eq!(overview["topics"], metadata.topics().len(), "{overview}");
+    let partitions: usize = metadata.topics().iter().map(|t| t.partitions().len()).sum();
+    assert_eq!(overview["partitions"], partitions, "{overview}");
+    assert_eq!(
+        overview["brokers"][0]["id"],
+        metadata.brokers()[0].id(),
+        "{overview}"
+    );
+    assert_eq!(
+        (
+            overview["offline"].as_u64(),
+            overview["under_replicated"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+    let page = get_json(&broker, &format!("/v1/topics?q={orders}"));
+    assert_eq!(page["total"], 1, "{page}");
+    assert_eq!(page["items"][0]["partitions"], 3, "{page}");
+    let first = get_json(&broker, "/v1/topics?q=console-&limit=1");
+    assert_eq!(
+        (
+            first["total"].as_u64(),
+            first["items"].as_array().unwrap().len()
+        ),
+        (Some(2), 1)
+    );
+    let second = get_json(&broker, "/v1/topics?q=console-&limit=1&offset=1");
+    assert_ne!(first["items"][0]["name"], second["items"][0]["name"]);
+    let topic = get_json(&broker, &format!("/v1/topics/{orders}"));
+    for p in topic["partitions"].as_array().unwrap() {
+        let i = p["partition"].as_i64().unwrap() as i32;
+        assert_eq!(p["high_watermark"], broker.watermarks(&orders, i).1, "{p}");
+    }
+    let retention = (topic["configs"].as_array().unwrap().iter())
+        .find(|c| c["name"] == "retention.ms")
+        .unwrap();
+    assert_eq!(
+        (&retention["value"], &retention["source"]),
+        (&Value::from("7200000"), &Value::from("topic"))
+    );
+
+    // Bad input: refused in words, bounded.
+    for (path, status) in [
+        ("/v1/topics?limit=0", 400),
+        ("/v1/topics?limit=100000", 400),
+        ("/v1/topics?offset=-3", 400),
+        ("/v1/groups?sort=lag", 400),
+        ("/v1/topics/no-such-topic", 404),
+        ("/v1/groups/no-such-group", 404),
+        ("/v1/topics/%ff%fe", 400),
+    ] {
+        let r = broker.admin_get(path).unwrap();
+        assert_eq!(r.status, status, "{path}: {}", r.body);
+        assert!(!r.body.trim().is_empty(), "{path}: an empty answer");
+    }
+    let long = format!("/v1/topics?q={}", "x".repeat(300));
+    assert_eq!(broker.admin_get(&long).unwrap().status, 400);
+    let post = strata_tests::http_request(&broker.admin_addr, "POST", "/v1/topics", "").unwrap();
+    assert_eq!(post.status, 405);
+
+    // The page itself: from the binary, with a policy that allows only its own files.
+    let page = broker.admin_get("/").unwrap();
+    assert_eq!(page.status, 200);
+    assert!(page
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/html")));
+    let csp = page.header("content-security-policy").unwrap_or_default();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("default-src 'none'"),
+        "{csp}"
+    );
+    assert_eq!(broker.admin_get("/groups/x").unwrap().body, page.body);
+
+    // A browser: what it shows is what the Kafka APIs answer.
+    let shots = artifacts();
+    let out = Command::new(venv_python())
+        .arg(repo_root().join("tests/console_browser.py"))
+        .arg(format!("http://{}", broker.admin_addr))
+        .arg(&shots)
+        .arg(&group)
+        .output()
+        .expect("run the browser");
+    assert!(
+        out.status.success(),
+        "browser: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        seen["errors"],
+        Value::Array(vec![]),
+        "errors in the browser: {seen}"
+    );
+    let row = |rows: &Value, first: &str| -> Vec<String> {
+        (rows.as_array().unwrap().iter())
+            .find(|r| r[0] == first)
+            .unwrap_or_else(|| panic!("no row {first} in {rows}"))
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap().to_string())
+            .collect()
+    };
+    let o = &seen["overview"];
+    assert_eq!(row(&o["topics"], &orders)[1], "3");
+    assert_eq!(row(&o["topics"], &audit)[1], "1");
+    assert_eq!(row(&o["groups"], &group)[2], "45", "{o}");
+    assert_eq!(o["stats"]["topics"], metadata.topics().len().to_string());
+    assert_eq!(o["stats"]["partitions"], partitions.to_string());
+    assert_eq!(seen["filtered_topics"], Value::Array(vec![]));
+    assert!(seen["group_url"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("/groups/{group}")));
+    let group_rows = seen["group"].as_array().unwrap();
+    assert_eq!(group_rows.len(), 3);
+    for r in group_rows {
+        let p: i32 = r[1].as_str().unwrap().parse().unwrap();
+        assert_eq!(r[3].as_str().unwrap(), kafka_lag[&p].to_string(), "{r}");
+    }
+    assert!(seen["topic_url"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("/topics/{orders}")));
+    for r in seen["topic"].as_array().unwrap() {
+        let p: i32 = r[0].as_str().unwrap().parse().unwrap();
+        assert_eq!(
+            r[5].as_str().unwrap(),
+            broker.watermarks(&orders, p).1.to_string(),
+            "{r}"
+        );
+    }
+    assert_eq!(
+        row(&seen["topic_configs"], "retention.ms")[1..],
+        ["7200000", "topic"]
+    );
+    for shot in ["overview.png", "group.png", "topic.png"] {
+        assert!(
+            shots.join(shot).metadata().is_ok_and(|m| m.len() > 1000),
+            "{shot}"
+        );
+    }
+}
