@@ -75,6 +75,13 @@ def main(url, shots, group):
         out["topic_url"] = page.url
         out["topic"] = rows(page, "topic-partitions")
         out["topic_configs"] = rows(page, "topic-configs")
+        # The latest records are shown; then from an offset typed in, with the keyboard.
+        page.wait_for_selector("#messages tbody tr")
+        out["latest_messages"] = rows(page, "messages")
+        page.fill("#message-start", "3")
+        page.press("#message-start", "Enter")
+        expect(page.locator("#messages tbody tr").first.locator("td").first).to_have_text("3")
+        out["messages_from_3"] = rows(page, "messages")
         page.screenshot(path=os.path.join(shots, "topic.png"), full_page=True)
         browser.close()
     print(json.dumps(out))

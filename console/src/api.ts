@@ -112,3 +112,29 @@ export interface TopicDetail {
   partitions: TopicPartition[];
   configs: TopicConfig[];
 }
+
+/// A key, value or header value: text (`json` when it parses as JSON) or hex.
+export interface Field {
+  text?: string;
+  hex?: string;
+  json?: boolean;
+  bytes: number;
+  truncated: boolean;
+}
+
+export interface Message {
+  offset: number;
+  timestamp: number;
+  key: Field | null;
+  value: Field | null;
+  headers: { key: string; value: Field | null }[];
+}
+
+export interface Messages {
+  partition: number;
+  log_start: number;
+  last_stable_offset: number;
+  from: number;
+  next: number;
+  records: Message[];
+}

@@ -2,7 +2,18 @@
 // real links (`<a href>`) the broker also serves directly, so every page can be bookmarked.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { ApiError, get, GroupDetail, GroupRow, Overview, Page, TopicDetail, TopicRow } from "./api";
+import {
+  ApiError,
+  Field,
+  get,
+  GroupDetail,
+  GroupRow,
+  Messages,
+  Overview,
+  Page,
+  TopicDetail,
+  TopicRow,
+} from "./api";
 
 const REFRESH_MS = 5000;
 const PAGE = 50;
@@ -203,6 +214,91 @@ function TierBar({ local, remote }: { local: number; remote: number }) {
   );
 }
 
+/// A field as a person reads it: JSON pretty-printed, other text as it is, binary as hex.
+function FieldView({ f }: { f: Field | null }) {
+  if (f === null) return <span class="muted">null</span>;
+  let shown = f.text ?? f.hex ?? "";
+  if (f.json && f.text !== undefined) shown = JSON.stringify(JSON.parse(f.text), null, 2);
+  return (
+    <>
+      <pre class={f.hex !== undefined ? "hex" : ""}>{shown}</pre>
+      {f.truncated && <span class="muted">({f.bytes} bytes, cut)</span>}
+    </>
+  );
+}
+
+/// A partition's records from an offset, a time, or the latest; paged by offset.
+function MessagesView({ topic, partitions }: { topic: string; partitions: number }) {
+  const [partition, setPartition] = useState(0);
+  const [start, setStart] = useState("");
+  const [data, setData] = useState<Messages | undefined>();
+  const [error, setError] = useState<string | undefined>();
+  const load = async (query: string) => {
+    try {
+      setData(await get<Messages>(`/v1/topics/${encodeURIComponent(topic)}/messages?partition=${partition}${query}`));
+      setError(undefined);
+    } catch (e) {
+      setError(e instanceof ApiError ? e.message : String(e));
+    }
+  };
+  useEffect(() => {
+    load("");
+  }, [topic, partition]);
+  const find = (e: Event) => {
+    e.preventDefault();
+    const s = start.trim();
+    if (/^\d+$/.test(s)) load(`&offset=${s}`);
+    else if (s !== "" && !isNaN(Date.parse(s))) load(`&timestamp=${Date.parse(s)}`);
+    else if (s === "") load("");
+    else setError(`'${s}' is neither an offset nor a date and time`);
+  };
+  return (
+    <section aria-label="messages">
+      <h2>Messages</h2>
+      <form class="find" onSubmit={find}>
+        <label>
+          Partition{" "}
+          <select value={partition} onChange={(e) => setPartition(Number(e.currentTarget.value))}>
+            {Array.from({ length: partitions }, (_, i) => (
+              <option value={i}>{i}</option>
+            ))}
+          </select>
+        </label>
+        <label>
+          From offset or time{" "}
+          <input id="message-start" value={start} placeholder="latest, 1200, 2026-12-07T10:00:00Z" onInput={(e) => setStart(e.currentTarget.value)} />
+        </label>
+        <button type="submit">Show</button>
+        {data && data.next < data.last_stable_offset && (
+          <button type="button" onClick={() => load(`&offset=${data.next}`)}>Newer</button>
+        )}
+      </form>
+      <Failure error={error} />
+      {data && (
+        <p class="muted">
+          Offsets {data.log_start}–{data.last_stable_offset - 1} committed; showing from {data.from}.
+        </p>
+      )}
+      <table id="messages">
+        <thead>
+          <tr><th class="num">offset</th><th>time</th><th>key</th><th>value</th><th>headers</th></tr>
+        </thead>
+        <tbody>
+          {data?.records.map((m) => (
+            <tr key={m.offset}>
+              <td class="num">{m.offset}</td>
+              <td>{new Date(m.timestamp).toISOString()}</td>
+              <td><FieldView f={m.key} /></td>
+              <td><FieldView f={m.value} /></td>
+              <td>{m.headers.map((h) => (<div>{h.key}: <FieldView f={h.value} /></div>))}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
 function TopicPage({ name }: { name: string }) {
   const t = usePoll<TopicDetail>(`/v1/topics/${encodeURIComponent(name)}`);
   const d = t.data;
@@ -231,6 +327,7 @@ function TopicPage({ name }: { name: string }) {
           ))}
         </tbody>
       </table>
+      {d && <MessagesView topic={name} partitions={d.partitions.length} />}
       <h2>Configs</h2>
       <table id="topic-configs">
         <thead><tr><th>name</th><th>value</th><th>source</th></tr></thead>

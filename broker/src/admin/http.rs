@@ -235,6 +235,8 @@ pub enum Route {
     Topics(PageQuery),
     /// `GET /v1/topics/<name>`: one topic's partitions and configs.
     Topic(String),
+    /// `GET /v1/topics/<name>/messages?partition=&offset=|timestamp=&limit=`: records.
+    Messages(String, views::MessagesQuery),
     /// `GET /v1/groups?q=&offset=&limit=`: a page of consumer groups with their lag.
     Groups(PageQuery),
     /// `GET /v1/groups/<name>`: one group's lag by partition.
@@ -324,6 +326,12 @@ impl Route {
             ));
         }
         let refused = |why: String| Route::Refused(StatusCode::BAD_REQUEST, format!("{why}\n"));
+        if let Some(name) = rest.strip_suffix("/messages").filter(|_| list == "topics") {
+            return Some(match views::MessagesQuery::parse(query) {
+                Ok(q) => Route::Messages(name.to_string(), q),
+                Err(why) => refused(why),
+            });
+        }
         if !rest.is_empty() {
             let name = match percent_encoding::percent_decode_str(rest).decode_utf8() {
                 // A group's name may hold any character, `/` included (sent as %2F).
@@ -445,6 +453,14 @@ async fn respond(
         Route::Topic(name) => match views::topic(broker, &name) {
             Some(v) => json(v),
             None => not_found(format!("no topic {name}")),
+        },
+        Route::Messages(topic, query) => match views::messages(broker, &topic, &query).await {
+            Ok(v) => json(v),
+            Err((status, why)) => (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                "text/plain",
+                format!("{why}\n"),
+            ),
         },
         Route::Groups(page) => json(views::groups(broker, &page)),
         Route::Group(name) => match views::group(broker, &name) {
@@ -600,6 +616,14 @@ mod tests {
             parse("GET", "/v1/topics/orders"),
             Route::Topic("orders".into())
         );
+        assert!(matches!(
+            parse("GET", "/v1/topics/orders/messages?partition=1&offset=5"),
+            Route::Messages(t, views::MessagesQuery { partition: 1, start: views::Start::Offset(5), .. }) if t == "orders"
+        ));
+        assert!(matches!(
+            parse("GET", "/v1/topics/orders/messages?limit=1000"),
+            Route::Refused(StatusCode::BAD_REQUEST, _)
+        ));
         assert!(matches!(
             parse("GET", "/v1/topics?q=or&limit=2"),
             Route::Topics(PageQuery { limit: 2, .. })

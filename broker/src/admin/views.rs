@@ -5,7 +5,9 @@
 //!
 //! Topics, partitions, leaders and remote bytes are the metadata quorum's, the same on every
 //! broker; log offsets and local bytes are this broker's, for the partitions it hosts; lag is
-//! what this broker's last lag sample saw (`group/lag.rs`).
+//! what this broker's last lag sample saw (`group/lag.rs`). A partition's records
+//! ([`messages`]) are read as a read_committed consumer reads them, from either tier, at most
+//! [`MAX_MESSAGES`] records and [`MESSAGES_READ_BYTES`] of log at a time.
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -240,6 +242,212 @@ pub fn group(broker: &Broker, name: &str) -> Option<Value> {
     (!partitions.is_empty()).then(|| json!({ "group": name, "partitions": partitions }))
 }
 
+/// Records shown at most per request, and by default.
+pub const MAX_MESSAGES: usize = 100;
+pub const DEFAULT_MESSAGES: usize = 20;
+/// Log bytes read per request at most (at least one batch).
+pub const MESSAGES_READ_BYTES: usize = 1 << 20;
+/// A key, value or header value is shown up to this many bytes.
+const FIELD_BYTES: usize = 16 << 10;
+
+/// Where in a partition to show records from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    Offset(i64),
+    /// The first record with a timestamp at or after this (ms).
+    Timestamp(i64),
+    /// The last records before the high watermark.
+    Latest,
+}
+
+/// `/v1/topics/NAME/messages?partition=&offset=|timestamp=&limit=`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessagesQuery {
+    pub partition: i32,
+    pub start: Start,
+    pub limit: usize,
+}
+
+impl MessagesQuery {
+    pub fn parse(query: &str) -> Result<MessagesQuery, String> {
+        let mut q = MessagesQuery {
+            partition: 0,
+            start: Start::Latest,
+            limit: DEFAULT_MESSAGES,
+        };
+        let number = |k: &str, v: &str| -> Result<i64, String> {
+            v.parse().map_err(|_| format!("{k}: '{v}' is not a number"))
+        };
+        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+            match k.as_ref() {
+                "partition" => {
+                    q.partition = i32::try_from(number("partition", &v)?)
+                        .ok()
+                        .filter(|p| *p >= 0)
+                        .ok_or_else(|| format!("partition: '{v}' is no partition"))?
+                }
+                "offset" => match number("offset", &v)? {
+                    o if o >= 0 => q.start = Start::Offset(o),
+                    _ => return Err(format!("offset: '{v}' is negative")),
+                },
+                "timestamp" => q.start = Start::Timestamp(number("timestamp", &v)?),
+                "limit" => match v.parse::<usize>() {
+                    Ok(n) if (1..=MAX_MESSAGES).contains(&n) => q.limit = n,
+                    _ => {
+                        return Err(format!(
+                            "limit: '{v}' is not a number from 1 to {MAX_MESSAGES}"
+                        ))
+                    }
+                },
+                other => {
+                    return Err(format!(
+                        "unknown parameter '{other}' (partition, offset, timestamp, limit)"
+                    ))
+                }
+            }
+        }
+        Ok(q)
+    }
+}
+
+/// Bytes as a person reads them: text when they are UTF-8 (`json` when they parse as JSON),
+/// else hex; at most [`FIELD_BYTES`] of them.
+fn field(bytes: Option<&[u8]>) -> Value {
+    let Some(b) = bytes else {
+        return Value::Null;
+    };
+    let shown = &b[..b.len().min(FIELD_BYTES)];
+    let truncated = shown.len() < b.len();
+    let text = match std::str::from_utf8(shown) {
+        Ok(text) => Some(text),
+        // Cut inside a character: the text up to it.
+        Err(e) if truncated && e.error_len().is_none() => {
+            std::str::from_utf8(&shown[..e.valid_up_to()]).ok()
+        }
+        Err(_) => None,
+    };
+    match text {
+        Some(text) => json!({
+            "text": text,
+            "json": !truncated && serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok(),
+            "bytes": b.len(),
+            "truncated": truncated,
+        }),
+        None => {
+            let hex: String = shown.iter().map(|x| format!("{x:02x}")).collect();
+            json!({ "hex": hex, "bytes": b.len(), "truncated": truncated })
+        }
+    }
+}
+
+/// Why a partition's records cannot be shown here, with the HTTP status to say it with.
+pub type Refusal = (u16, String);
+
+/// Records of one partition as a read_committed consumer reads them (no control record, no
+/// aborted transaction), from `query`'s start.
+pub async fn messages(
+    broker: &Broker,
+    topic: &str,
+    query: &MessagesQuery,
+) -> Result<Value, Refusal> {
+    use crate::log::{records, txn_index::AbortedFilter};
+    if broker.node.config.authorizer_enable {
+        return Err((
+            403,
+            "the authorizer is on: the admin port has no principal to authorize a read with, \
+             so it shows no records (use a Kafka client)"
+                .into(),
+        ));
+    }
+    let state = broker.node.metadata.state();
+    let info = state
+        .topic(topic)
+        .ok_or((404, format!("no topic {topic}")))?;
+    let leader = (info.partitions.get(query.partition as usize))
+        .ok_or((
+            404,
+            format!("topic {topic} has no partition {}", query.partition),
+        ))?
+        .leader;
+    let p = (broker.node.partitions.get(topic, query.partition)).ok_or_else(|| {
+        (
+            409,
+            format!(
+                "partition {} of {topic} is not on this broker; its leader is {leader:?}",
+                query.partition
+            ),
+        )
+    })?;
+    let offsets = p.published_offsets();
+    let from = match query.start {
+        Start::Offset(o) => o.max(offsets.log_start),
+        Start::Latest => (offsets.last_stable - query.limit as i64).max(offsets.log_start),
+        Start::Timestamp(ts) => match broker.tier.offset_for_timestamp(p.clone(), ts).await {
+            Ok(Some((o, _))) => o,
+            Ok(None) => offsets.last_stable,
+            Err(e) => return Err((503, format!("looking up the timestamp: {e}"))),
+        },
+    };
+    let mut out = Vec::new();
+    let mut next = from;
+    if from < offsets.last_stable {
+        let read = (broker.tier.read(
+            p.clone(),
+            from,
+            MESSAGES_READ_BYTES,
+            crate::partition::Isolation::Committed,
+        ))
+        .await
+        .map_err(|e| (503, format!("reading the log: {e}")))?;
+        let data = read.batches.bytes;
+        let mut aborted = AbortedFilter::new(read.aborted);
+        'batches: for item in records::batches(&data) {
+            let (h, batch) = item.map_err(|e| (500, format!("reading the log: {e}")))?;
+            let skip = aborted.is_aborted(&h) || h.is_control();
+            if skip || h.next_offset() <= from {
+                next = next.max(h.next_offset());
+                continue;
+            }
+            let section =
+                records::section(&batch, &h).map_err(|e| (500, format!("reading a batch: {e}")))?;
+            let mut rows = Vec::new();
+            records::for_each(&section, &h, |r| {
+                if r.offset >= from && out.len() + rows.len() < query.limit {
+                    let headers: Vec<Value> = (records::headers(r.headers).unwrap_or_default())
+                        .into_iter()
+                        .map(|(k, v)| json!({ "key": String::from_utf8_lossy(k), "value": field(v) }))
+                        .collect();
+                    rows.push((r.offset, json!({
+                        "offset": r.offset,
+                        "timestamp": r.timestamp,
+                        "key": field(r.key),
+                        "value": field(r.value),
+                        "headers": headers,
+                    })));
+                }
+            })
+            .map_err(|e| (500, format!("reading a batch: {e}")))?;
+            for (offset, row) in rows {
+                out.push(row);
+                next = offset + 1;
+            }
+            if out.len() >= query.limit {
+                break 'batches;
+            }
+            next = next.max(h.next_offset());
+        }
+    }
+    Ok(json!({
+        "topic": topic,
+        "partition": query.partition,
+        "log_start": offsets.log_start,
+        "last_stable_offset": offsets.last_stable,
+        "from": from,
+        "next": next.min(offsets.last_stable.max(from)),
+        "records": out,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +481,38 @@ mod tests {
         let v = page.page(vec![1, 2, 3]);
         assert_eq!(v["total"], 3);
         assert_eq!(v["items"], json!([]));
+    }
+
+    #[test]
+    fn message_queries_are_bounded_and_fields_shown_as_text_json_or_hex() {
+        let q = MessagesQuery::parse("partition=2&timestamp=1700000000000&limit=100").unwrap();
+        assert_eq!(
+            (q.partition, q.start, q.limit),
+            (2, Start::Timestamp(1_700_000_000_000), 100)
+        );
+        assert_eq!(MessagesQuery::parse("").unwrap().start, Start::Latest);
+        for bad in [
+            "partition=-1",
+            "partition=99999999999",
+            "offset=-5",
+            "limit=101",
+            "limit=0",
+            "x=1",
+            "offset=a",
+        ] {
+            assert!(MessagesQuery::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(field(None), Value::Null);
+        assert_eq!(field(Some(br#"{"a":1}"#))["json"], true);
+        assert_eq!(field(Some(b"plain"))["json"], false);
+        assert_eq!(field(Some(&[0xff, 0x00]))["hex"], "ff00");
+        let big = vec![b'a'; FIELD_BYTES + 5];
+        let f = field(Some(&big));
+        assert_eq!(
+            (f["truncated"].as_bool(), f["bytes"].as_u64()),
+            (Some(true), Some(FIELD_BYTES as u64 + 5))
+        );
+        assert_eq!(f["text"].as_str().unwrap().len(), FIELD_BYTES);
     }
 
     #[test]

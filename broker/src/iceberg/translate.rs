@@ -44,7 +44,7 @@ use super::metrics::{self, IcebergMetrics};
 use super::value;
 use crate::log::batch::BatchHeader;
 use crate::log::records;
-use crate::log::txn_index::AbortedTxn;
+use crate::log::txn_index::AbortedFilter;
 use crate::node::Node;
 use crate::partition::Isolation;
 use crate::partition::Partition;
@@ -452,16 +452,20 @@ impl Translator {
                 break;
             }
             *budget = budget.saturating_sub(data.len());
+            let mut aborted = AbortedFilter::new(read.aborted);
             for item in records::batches(&data) {
                 let (h, batch) = item.map_err(|e| IcebergError::Read(e.to_string()))?;
                 if h.base_offset >= end {
                     offset = end;
                     break 'read;
                 }
+                // Every batch in order through the filter: a control batch ends its
+                // producer's aborted transaction even where it is skipped.
+                let was_aborted = aborted.is_aborted(&h);
                 if h.next_offset() <= offset {
                     continue;
                 }
-                if !h.is_control() && !aborted(&h, &read.aborted) {
+                if !was_aborted && !h.is_control() {
                     bytes += push_batch(&mut rows, &h, &batch, offset)?;
                 }
                 offset = h.next_offset();
@@ -652,15 +656,6 @@ impl Translator {
             }
         }
     }
-}
-
-fn aborted(h: &BatchHeader, aborted: &[AbortedTxn]) -> bool {
-    h.is_transactional()
-        && aborted.iter().any(|a| {
-            a.producer_id == h.producer_id
-                && a.first_offset <= h.base_offset
-                && h.base_offset < a.last_offset
-        })
 }
 
 /// The records of one data batch at or past `from`, as rows; their bytes.

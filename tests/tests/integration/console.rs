@@ -117,6 +117,45 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
         (&Value::from("7200000"), &Value::from("topic"))
     );
 
+    // A partition's records, as a consumer reads them: from an offset, from a time, the latest.
+    let from5 = get_json(
+        &broker,
+        &format!("/v1/topics/{orders}/messages?partition=1&offset=5&limit=3"),
+    );
+    let shown: Vec<(i64, String)> = (from5["records"].as_array().unwrap().iter())
+        .map(|r| {
+            (
+                r["offset"].as_i64().unwrap(),
+                r["value"]["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        (5..8).map(|i| (i, format!("a-p1-{i}"))).collect::<Vec<_>>(),
+        "{from5}"
+    );
+    assert_eq!(from5["next"], 8);
+    let ts = from5["records"][1]["timestamp"].as_i64().unwrap();
+    let by_time = get_json(
+        &broker,
+        &format!("/v1/topics/{orders}/messages?partition=1&timestamp={ts}&limit=1"),
+    );
+    // The first record at or after that time: offset 6's, or an earlier one of the same ms.
+    let found = &by_time["records"][0];
+    assert!(
+        found["offset"].as_i64().unwrap() <= 6 && found["timestamp"].as_i64().unwrap() >= ts,
+        "{by_time}"
+    );
+    let latest = get_json(
+        &broker,
+        &format!("/v1/topics/{orders}/messages?partition=0&limit=2"),
+    );
+    let offsets: Vec<i64> = (latest["records"].as_array().unwrap().iter())
+        .map(|r| r["offset"].as_i64().unwrap())
+        .collect();
+    assert_eq!(offsets, vec![18, 19], "{latest}");
+
     // Bad input: refused in words, bounded.
     for (path, status) in [
         ("/v1/topics?limit=0", 400),
@@ -126,6 +165,9 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
         ("/v1/topics/no-such-topic", 404),
         ("/v1/groups/no-such-group", 404),
         ("/v1/topics/%ff%fe", 400),
+        ("/v1/topics/no-such-topic/messages", 404),
+        ("/v1/topics/console-x/messages?limit=1000", 400),
+        ("/v1/topics/console-x/messages?offset=-1", 400),
     ] {
         let r = broker.admin_get(path).unwrap();
         assert_eq!(r.status, status, "{path}: {}", r.body);

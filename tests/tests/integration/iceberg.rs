@@ -637,6 +637,13 @@ fn old_snapshots_are_expired_and_the_table_still_reads_whole() {
 /// A `value_json` table's value schema: one required field, the rest optional, one nested.
 const ORDERS: &str = r#"{"type":"struct","fields":[{"id":1,"name":"id","required":true,"type":"long"},{"id":2,"name":"customer","required":false,"type":"string"},{"id":3,"name":"amount","required":false,"type":"double"},{"id":4,"name":"at","required":false,"type":"timestamptz"},{"id":5,"name":"address","required":false,"type":{"type":"struct","fields":[{"id":6,"name":"city","required":false,"type":"string"}]}}]}"#;
 
+/// A value_json table of [`ORDERS`] translated every half second.
+const ORDERS_TABLE: &[(&str, &str)] = &[
+    ("iceberg.mode", "value_json"),
+    ("iceberg.target.lag.ms", "1000"),
+    ("iceberg.value.schema", ORDERS),
+];
+
 /// [`ORDERS`] with optional top-level `channel` and `value` (a value field may be named as
 /// the `key_value` column a `value_json` table has not) and an optional `address.zip`.
 fn orders_evolved() -> String {
@@ -766,12 +773,7 @@ fn a_value_json_table_has_typed_columns_its_dead_letters_and_gains_columns() {
     let moto = MotoServer::start();
     let broker = Broker::start(s3_broker(&moto, "ice-json"));
     let topic = unique_topic("ice-json");
-    let configs = [
-        ("iceberg.mode", "value_json"),
-        ("iceberg.target.lag.ms", "1000"),
-        ("iceberg.value.schema", ORDERS),
-    ];
-    broker.create_topic(&topic, 2, &configs).unwrap();
+    broker.create_topic(&topic, 2, ORDERS_TABLE).unwrap();
     let bad = produce_orders(&broker, &topic, 0, 60);
     let (orders, dead) = sort_orders(read_committed(&broker, &topic, 2));
     assert_eq!((orders.len(), dead.len()), (60, bad));
@@ -884,12 +886,7 @@ fn kill_9_while_value_json_rounds_run_keeps_both_tables_exact() {
     let moto = MotoServer::start();
     let mut broker = Broker::start(s3_broker(&moto, "ice-json-kill"));
     let topic = unique_topic("ice-json-kill");
-    let configs = [
-        ("iceberg.mode", "value_json"),
-        ("iceberg.target.lag.ms", "1000"),
-        ("iceberg.value.schema", ORDERS),
-    ];
-    broker.create_topic(&topic, 2, &configs).unwrap();
+    broker.create_topic(&topic, 2, ORDERS_TABLE).unwrap();
     let mut rng = strata_tests::Rng::new(11);
     for wave in 0..4 {
         produce_orders(&broker, &topic, wave * 700, 700);
