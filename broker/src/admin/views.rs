@@ -152,7 +152,8 @@ pub fn topics(broker: &Broker, page: &PageQuery) -> Value {
             remote_bytes: t.partitions.iter().map(|p| remote_bytes(p)).sum(),
             local_bytes: (0..t.partitions.len() as i32)
                 .filter_map(|i| hosted.get(&t.name, i))
-                .map(|p| p.tier_stats().local_bytes)
+                // Every local segment, without the rest of `tier_stats` (pages are polled).
+                .map(|p| p.local_bytes_from(i64::MIN))
                 .sum(),
         })
         .collect();
