@@ -111,7 +111,8 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
         broker: b(),
         memory: Default::default(),
     });
-    s.add(periodic(
+    // In the background: partitions led elsewhere are asked of their leaders.
+    s.add(background(
         "lag",
         Duration::from_millis(cfg.lag_sample_interval_ms),
         b(),
@@ -120,7 +121,7 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
                 // Share groups' start offsets are their committed offsets here.
                 let mut committed = b.groups.committed();
                 committed.extend(b.shares.starts());
-                b.lag.sample(committed)
+                b.lag.sample(committed).await
             }
             .boxed()
         },

@@ -325,10 +325,20 @@ async fn serve(cfg: BrokerConfig, loggers: Loggers) -> Result<(), ServeError> {
     })
     .await
     .map_err(failed("cannot start the metadata quorum"))?;
+    // The admin port as the others reach it: bound to every interface, it is reached at the
+    // inter-broker listener's advertised host.
+    let admin_endpoint = match admin_addr.ip().is_unspecified() {
+        false => admin_addr.to_string(),
+        true => (endpoints.iter())
+            .find(|e| e.name == inter_broker_listener)
+            .map(|e| format!("{}:{}", e.host, admin_addr.port()))
+            .unwrap_or_else(|| admin_addr.to_string()),
+    };
     let node = Arc::new(Node::new(
         cfg.clone(),
         endpoints,
         inter_broker_listener,
+        Some(admin_endpoint),
         metadata.clone(),
         metrics,
         Clock::system(),

@@ -57,6 +57,7 @@ pub async fn register(node: &Node) -> Result<i64, SessionError> {
         port: inter_broker.port,
         rack: node.config.rack.clone(),
         listeners: node.endpoints.clone(),
+        admin: node.admin_endpoint.clone(),
     };
     match node.metadata.propose(cmd).await? {
         CommandResult::BrokerRegistered { epoch } => {

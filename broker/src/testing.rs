@@ -52,6 +52,7 @@ pub async fn single_node(clock: Clock, cfg: BrokerConfig) -> TestNode {
         cfg,
         endpoints,
         "PLAINTEXT".into(),
+        None,
         metadata,
         Metrics::new(),
         clock,

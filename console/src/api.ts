@@ -27,6 +27,13 @@ export async function get<T>(path: string): Promise<T> {
   return (await resp.json()) as T;
 }
 
+/// A broker a cluster-wide view asked for its part that did not answer: its figures are
+/// missing from the view.
+export interface Unanswered {
+  broker: number;
+  error: string;
+}
+
 export interface Broker {
   id: number;
   host: string;
@@ -46,6 +53,7 @@ export interface Overview {
   under_replicated: number;
   moving: number;
   groups: number;
+  unanswered: Unanswered[];
 }
 
 export interface TopicRow {
@@ -55,7 +63,8 @@ export interface TopicRow {
   under_replicated: number;
   offline: number;
   remote_bytes: number;
-  local_bytes: number;
+  /// On the leaders' disks; null while a leader did not answer.
+  local_bytes: number | null;
 }
 
 export interface GroupRow {
@@ -70,6 +79,7 @@ export interface Page<T> {
   total: number;
   offset: number;
   items: T[];
+  unanswered: Unanswered[];
 }
 
 export interface GroupPartition {
@@ -86,6 +96,7 @@ export interface GroupPartition {
 export interface GroupDetail {
   group: string;
   partitions: GroupPartition[];
+  unanswered: Unanswered[];
 }
 
 export interface TopicPartition {
@@ -93,7 +104,10 @@ export interface TopicPartition {
   leader: number | null;
   replicas: number[];
   isr: number[];
-  /// The log's offsets, from this broker when it hosts the partition.
+  /// Replicas a move is adding and removing.
+  adding: number[];
+  removing: number[];
+  /// The log's offsets, from the partition's leader (null when offline or not answering).
   log_start: number | null;
   high_watermark: number | null;
   local_bytes: number | null;
@@ -111,6 +125,7 @@ export interface TopicDetail {
   topic_id: string;
   partitions: TopicPartition[];
   configs: TopicConfig[];
+  unanswered: Unanswered[];
 }
 
 /// A key, value or header value: text (`json` when it parses as JSON) or hex.

@@ -13,6 +13,7 @@ import {
   Page,
   TopicDetail,
   TopicRow,
+  Unanswered,
 } from "./api";
 
 const REFRESH_MS = 5000;
@@ -62,6 +63,16 @@ function Failure({ error }: { error?: string }) {
   return error ? <p class="error" role="alert">{error}</p> : null;
 }
 
+/// Brokers that did not give their part of a view: what is missing, in words.
+function Missing({ brokers }: { brokers?: Unanswered[] }) {
+  if (!brokers || brokers.length === 0) return null;
+  return (
+    <p class="error" role="alert">
+      {brokers.map((b) => `Broker ${b.broker} did not answer (${b.error}): its figures are missing. `)}
+    </p>
+  );
+}
+
 function Stat({ label, value, warn }: { label: string; value: number | string; warn?: boolean }) {
   return (
     <div class={warn ? "stat warn" : "stat"}>
@@ -82,6 +93,7 @@ function OverviewPage() {
   return (
     <>
       <Failure error={o.error} />
+      <Missing brokers={d?.unanswered} />
       <section aria-label="cluster">
         <h1>Cluster</h1>
         {d ? (
@@ -124,6 +136,7 @@ function OverviewPage() {
       <section aria-label="topics">
         <h2>Topics {topics.data && <span class="muted">({topics.data.total})</span>}</h2>
         <Failure error={topics.error} />
+        <Missing brokers={topics.data?.unanswered} />
         <table id="topics">
           <thead>
             <tr><th>topic</th><th class="num">partitions</th><th class="num">replicas</th><th class="num">local</th><th class="num">remote</th><th>health</th></tr>
@@ -134,7 +147,7 @@ function OverviewPage() {
                 <td><a href={`/topics/${encodeURIComponent(t.name)}`}>{t.name}</a></td>
                 <td class="num">{t.partitions}</td>
                 <td class="num">{t.replication_factor}</td>
-                <td class="num">{bytes(t.local_bytes)}</td>
+                <td class="num">{t.local_bytes === null ? "—" : bytes(t.local_bytes)}</td>
                 <td class="num">{bytes(t.remote_bytes)}</td>
                 <td>{t.offline ? `${t.offline} offline` : t.under_replicated ? `${t.under_replicated} under-replicated` : "ok"}</td>
               </tr>
@@ -180,6 +193,7 @@ function GroupPage({ name }: { name: string }) {
       <p><a href="/">← overview</a></p>
       <h1>Group {name}</h1>
       <Failure error={g.error} />
+      <Missing brokers={g.data?.unanswered} />
       <table id="group-partitions">
         <thead>
           <tr><th>topic</th><th class="num">partition</th><th class="num">committed</th><th class="num">lag (records)</th><th class="num">lag (time)</th><th class="num">trend (records/s)</th><th>drain</th><th>risk</th></tr>
@@ -307,6 +321,7 @@ function TopicPage({ name }: { name: string }) {
       <p><a href="/">← overview</a></p>
       <h1>Topic {name}</h1>
       <Failure error={t.error} />
+      <Missing brokers={d?.unanswered} />
       <table id="topic-partitions">
         <thead>
           <tr><th class="num">partition</th><th class="num">leader</th><th>replicas</th><th>ISR</th><th class="num">log start</th><th class="num">high watermark</th><th class="num">local</th><th class="num">remote</th><th>remote ↔ local</th></tr>
@@ -316,7 +331,12 @@ function TopicPage({ name }: { name: string }) {
             <tr key={p.partition}>
               <td class="num">{p.partition}</td>
               <td class="num">{p.leader ?? "offline"}</td>
-              <td>{p.replicas.join(", ")}</td>
+              <td>
+                {p.replicas.join(", ")}
+                {p.adding.length + p.removing.length > 0 && (
+                  <span class="muted"> (moving: {[...p.adding.map((r) => `+${r}`), ...p.removing.map((r) => `−${r}`)].join(" ")})</span>
+                )}
+              </td>
               <td>{p.isr.join(", ")}</td>
               <td class="num">{p.log_start ?? "—"}</td>
               <td class="num">{p.high_watermark ?? "—"}</td>

@@ -38,6 +38,10 @@ pub enum Command {
         /// listener's). Empty in logs written before listeners existed.
         #[serde(default)]
         listeners: Vec<Endpoint>,
+        /// Its admin HTTP port's advertised `host:port`, where the others ask for its part of
+        /// a cluster-wide view. Absent in logs written before it was registered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        admin: Option<String>,
     },
     /// Fences the broker's registration `epoch` (missed heartbeats, or a clean shutdown): it
     /// leaves every ISR it is not the last member of, and its partitions get new leaders from

@@ -133,6 +133,7 @@ mod tests {
                 port: 1,
                 rack: None,
                 listeners: vec![],
+                admin: None,
             }) else {
                 panic!("register");
             };

@@ -31,6 +31,7 @@ impl ClusterState {
         port: u16,
         rack: &Option<String>,
         listeners: &[Endpoint],
+        admin: &Option<String>,
     ) -> CommandResult {
         if self.brokers.get(&node_id).is_some_and(|b| !b.fenced) {
             // The earlier incarnation is gone (or about to be): it leads nothing from now on.
@@ -55,6 +56,7 @@ impl ClusterState {
                 epoch,
                 fenced: true,
                 offline_log_dirs: Vec::new(),
+                admin: admin.clone(),
             },
         );
         CommandResult::BrokerRegistered { epoch }
@@ -400,6 +402,7 @@ mod tests {
             port: 1,
             rack: None,
             listeners: vec![],
+            admin: None,
         }) {
             CommandResult::BrokerRegistered { epoch } => epoch,
             other => panic!("{other:?}"),

@@ -236,6 +236,7 @@ mod tests {
                 port: 1,
                 rack: None,
                 listeners: vec![],
+                admin: None,
             }) else {
                 panic!("not registered");
             };

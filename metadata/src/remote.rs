@@ -197,6 +197,7 @@ mod tests {
             port: 1,
             rack: None,
             listeners: vec![],
+            admin: None,
         });
         let id = uuid::Uuid::new_v4();
         assert!(state

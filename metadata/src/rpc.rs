@@ -529,6 +529,7 @@ mod tests {
                 port: 9192,
                 rack: Some("a".into()),
                 listeners: vec![],
+                admin: None,
             }),
         };
         let requests = vec![

@@ -168,6 +168,9 @@ pub struct BrokerInfo {
     /// [`PartitionInfo::offline`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offline_log_dirs: Vec<String>,
+    /// Its admin HTTP port's advertised `host:port` (see [`Command::RegisterBroker`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<String>,
 }
 
 /// Who may do what, and how much of a broker a client may use; changed by
@@ -395,7 +398,8 @@ impl ClusterState {
                 port,
                 rack,
                 listeners,
-            } => self.register_broker(*node_id, host, *port, rack, listeners),
+                admin,
+            } => self.register_broker(*node_id, host, *port, rack, listeners, admin),
             Command::FenceBroker { node_id, epoch } => self.fence_broker(*node_id, *epoch),
             Command::UnfenceBroker { node_id, epoch } => self.unfence_broker(*node_id, *epoch),
             Command::ElectUncleanLeader {
@@ -768,6 +772,7 @@ mod tests {
             port: 9092,
             rack: None,
             listeners: vec![],
+            admin: None,
         });
         let CommandResult::BrokerRegistered { epoch } = result else {
             panic!("{result:?}");
@@ -830,6 +835,7 @@ mod tests {
             port: 19092,
             rack: Some("rack-a".to_string()),
             listeners: vec![],
+            admin: None,
         });
         assert_eq!(result, CommandResult::BrokerRegistered { epoch: 2 });
         assert_eq!(state.brokers.len(), 1);
@@ -841,6 +847,7 @@ mod tests {
                 port: 19092,
                 rack: Some("rack-a".to_string()),
                 listeners: vec![],
+                admin: None,
                 epoch: 2,
                 fenced: true,
                 offline_log_dirs: vec![],
@@ -1329,6 +1336,7 @@ mod tests {
                 port: 1,
                 rack: None,
                 listeners: vec![],
+                admin: None,
             },
             create_topic("x", vec![vec![1]]),
             Command::AllocateProducerIds { count: 7 },

@@ -321,6 +321,7 @@ mod tests {
             port: 9092,
             rack: None,
             listeners: vec![],
+            admin: None,
         }
     }
 

@@ -28,6 +28,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::console;
+use super::peers::AdminPeers;
 use super::views::{self, PageQuery};
 use crate::broker::Broker;
 use crate::config::listeners::SecurityProtocol;
@@ -48,6 +49,13 @@ pub async fn serve(
         .then(|| broker.security.tls_acceptor(SecurityProtocol::Ssl))
         .flatten();
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let peers = match AdminPeers::new(&broker.node.config) {
+        Ok(peers) => Arc::new(peers),
+        Err(e) => {
+            tracing::error!(error = %e, "the admin port cannot reach the other brokers' admin ports: not serving it");
+            return;
+        }
+    };
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -66,15 +74,16 @@ pub async fn serve(
         let broker = broker.clone();
         let ready = ready.clone();
         let tls = tls.clone();
+        let peers = peers.clone();
         tokio::spawn(async move {
             match tls {
-                None => connection(stream, broker, ready).await,
+                None => connection(stream, broker, ready, peers).await,
                 Some(acceptor) => {
                     let metrics = broker.security.metrics();
                     match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
                             metrics.tls_handshake("admin", "ok");
-                            connection(tls, broker, ready).await
+                            connection(tls, broker, ready, peers).await
                         }
                         Ok(Err(e)) => {
                             metrics.tls_handshake("admin", "failed");
@@ -90,14 +99,19 @@ pub async fn serve(
 }
 
 /// Serves HTTP/1.1 on one connection, plain or TLS.
-async fn connection<S>(stream: S, broker: Arc<Broker>, ready: Arc<AtomicBool>)
-where
+async fn connection<S>(
+    stream: S,
+    broker: Arc<Broker>,
+    ready: Arc<AtomicBool>,
+    peers: Arc<AdminPeers>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
         let broker = broker.clone();
         let ready = ready.clone();
-        async move { Ok::<_, Infallible>(respond(&req, &broker, &ready).await) }
+        let peers = peers.clone();
+        async move { Ok::<_, Infallible>(respond(&req, &broker, &ready, &peers).await) }
     });
     if let Err(e) = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -241,8 +255,21 @@ pub enum Route {
     Groups(PageQuery),
     /// `GET /v1/groups/<name>`: one group's lag by partition.
     Group(String),
+    /// `GET /v1/local/...`: this broker's part of a view, asked by the broker answering it
+    /// ([`super::peers`]).
+    Local(Local),
     /// A request this server refuses, with its status and the reason.
     Refused(StatusCode, String),
+}
+
+/// A view's part one broker answers from what it holds alone.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Local {
+    Topics,
+    Topic(String),
+    Messages(String, views::MessagesQuery),
+    Groups,
+    Group(String),
 }
 
 impl Route {
@@ -307,9 +334,16 @@ impl Route {
         }
     }
 
-    /// The JSON views (`/v1/overview`, `/v1/topics[/NAME]`, `/v1/groups[/NAME]`), `None` for
-    /// another path.
+    /// The JSON views (`/v1/overview`, `/v1/topics[/NAME]`, `/v1/groups[/NAME]`, and each
+    /// broker's part of them under `/v1/local`), `None` for another path.
     fn views(method: &hyper::Method, path: &str, query: &str) -> Option<Route> {
+        let (local, path) = match path.strip_prefix("/v1/local") {
+            Some(rest) if rest.starts_with("/topics") || rest.starts_with("/groups") => {
+                (true, format!("/v1{rest}"))
+            }
+            _ => (false, path.to_string()),
+        };
+        let path = path.as_str();
         let (list, rest) = match path {
             "/v1/overview" => ("overview", ""),
             "/v1/topics" | "/v1/groups" => (&path[4..], ""),
@@ -326,25 +360,43 @@ impl Route {
             ));
         }
         let refused = |why: String| Route::Refused(StatusCode::BAD_REQUEST, format!("{why}\n"));
+        // A group's name may hold any character, `/` included (sent as %2F).
+        let decoded = |rest: &str| match percent_encoding::percent_decode_str(rest).decode_utf8() {
+            Ok(n) if !n.is_empty() => Ok(n.into_owned()),
+            _ => Err(refused(format!("'{rest}' is no {list} name"))),
+        };
         if let Some(name) = rest.strip_suffix("/messages").filter(|_| list == "topics") {
+            let name = match decoded(name) {
+                Ok(name) => name,
+                Err(refusal) => return Some(refusal),
+            };
             return Some(match views::MessagesQuery::parse(query) {
-                Ok(q) => Route::Messages(name.to_string(), q),
+                Ok(q) if local => Route::Local(Local::Messages(name, q)),
+                Ok(q) => Route::Messages(name, q),
                 Err(why) => refused(why),
             });
         }
         if !rest.is_empty() {
-            let name = match percent_encoding::percent_decode_str(rest).decode_utf8() {
-                // A group's name may hold any character, `/` included (sent as %2F).
-                Ok(n) if !n.is_empty() => n.into_owned(),
-                _ => return Some(refused(format!("'{rest}' is no {list} name"))),
+            let name = match decoded(rest) {
+                Ok(name) => name,
+                Err(refusal) => return Some(refusal),
             };
-            return Some(match list {
-                "topics" => Route::Topic(name),
-                _ => Route::Group(name),
+            return Some(match (list, local) {
+                ("topics", false) => Route::Topic(name),
+                ("topics", true) => Route::Local(Local::Topic(name)),
+                (_, false) => Route::Group(name),
+                (_, true) => Route::Local(Local::Group(name)),
             });
         }
         if list == "overview" {
             return Some(Route::Overview);
+        }
+        if local {
+            return Some(match (list, query.is_empty()) {
+                ("topics", true) => Route::Local(Local::Topics),
+                (_, true) => Route::Local(Local::Groups),
+                (_, false) => refused("a broker's part is not paged: no parameters".into()),
+            });
         }
         Some(match PageQuery::parse(query) {
             Ok(page) if list == "topics" => Route::Topics(page),
@@ -430,10 +482,25 @@ async fn change_voters(add: Vec<u64>, remove: Vec<u64>, broker: &Broker) -> (Sta
     }
 }
 
+/// A partition's records, or why not, in words.
+fn messages(
+    answer: Result<serde_json::Value, views::Refusal>,
+) -> (StatusCode, &'static str, String) {
+    match answer {
+        Ok(v) => (StatusCode::OK, "application/json", v.to_string()),
+        Err((status, why)) => (
+            StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            "text/plain",
+            format!("{why}\n"),
+        ),
+    }
+}
+
 async fn respond(
     req: &Request<hyper::body::Incoming>,
     broker: &Broker,
     ready: &AtomicBool,
+    peers: &AdminPeers,
 ) -> Response<Full<Bytes>> {
     let route = Route::parse(req.method(), req.uri());
     if let Route::Console(asset) = route {
@@ -448,26 +515,28 @@ async fn respond(
     let (status, content_type, body) = match route {
         // Answered above, from the embedded files.
         Route::Console(_) => (StatusCode::NO_CONTENT, "text/plain", String::new()),
-        Route::Overview => json(views::overview(broker)),
-        Route::Topics(page) => json(views::topics(broker, &page)),
-        Route::Topic(name) => match views::topic(broker, &name) {
+        Route::Overview => json(views::overview(broker, peers).await),
+        Route::Topics(page) => json(views::topics(broker, peers, &page).await),
+        Route::Topic(name) => match views::topic(broker, peers, &name).await {
             Some(v) => json(v),
             None => not_found(format!("no topic {name}")),
         },
-        Route::Messages(topic, query) => match views::messages(broker, &topic, &query).await {
-            Ok(v) => json(v),
-            Err((status, why)) => (
-                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                "text/plain",
-                format!("{why}\n"),
-            ),
-        },
-        Route::Groups(page) => json(views::groups(broker, &page)),
-        Route::Group(name) => match views::group(broker, &name) {
+        Route::Messages(topic, query) => {
+            messages(views::messages(broker, peers, &topic, &query, false).await)
+        }
+        Route::Groups(page) => json(views::groups(broker, peers, &page).await),
+        Route::Group(name) => match views::group(broker, peers, &name).await {
             Some(v) => json(v),
-            None => not_found(format!(
-                "no group {name} with committed offsets on partitions hosted here"
-            )),
+            None => not_found(format!("no group {name} with committed offsets")),
+        },
+        Route::Local(part) => match part {
+            Local::Topics => json(views::local_topics(broker)),
+            Local::Groups => json(views::local_groups(broker)),
+            Local::Topic(name) => json(views::local_topic(broker, &name)),
+            Local::Group(name) => json(serde_json::json!(views::local_group(broker, &name))),
+            Local::Messages(topic, query) => {
+                messages(views::messages(broker, peers, &topic, &query, true).await)
+            }
         },
         Route::Cluster => {
             let leader_view = broker.node.metadata.leader_status().await.ok();
@@ -623,6 +692,48 @@ mod tests {
         assert!(matches!(
             parse("GET", "/v1/topics/orders/messages?limit=1000"),
             Route::Refused(StatusCode::BAD_REQUEST, _)
+        ));
+        // A broker's own part of a view, asked by another: names decoded as in the views.
+        assert_eq!(
+            parse("GET", "/v1/local/topics"),
+            Route::Local(Local::Topics)
+        );
+        assert_eq!(
+            parse("GET", "/v1/local/groups"),
+            Route::Local(Local::Groups)
+        );
+        assert_eq!(
+            parse("GET", "/v1/local/groups/a%2Fb"),
+            Route::Local(Local::Group("a/b".into()))
+        );
+        assert_eq!(
+            parse("GET", "/v1/local/topics/or%2Dders"),
+            Route::Local(Local::Topic("or-ders".into()))
+        );
+        assert!(matches!(
+            parse("GET", "/v1/local/topics/or%2Dders/messages?partition=2"),
+            Route::Local(Local::Messages(t, views::MessagesQuery { partition: 2, .. })) if t == "or-ders"
+        ));
+        assert!(matches!(
+            parse("GET", "/v1/topics/or%2Dders/messages"),
+            Route::Messages(t, _) if t == "or-ders"
+        ));
+        for bad in ["/v1/local/topics?limit=5", "/v1/local/topics/%ff/messages"] {
+            assert!(
+                matches!(
+                    parse("GET", bad),
+                    Route::Refused(StatusCode::BAD_REQUEST, _)
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            parse("POST", "/v1/local/groups"),
+            Route::Refused(StatusCode::METHOD_NOT_ALLOWED, _)
+        ));
+        assert!(matches!(
+            parse("GET", "/v1/localx"),
+            Route::Refused(StatusCode::NOT_FOUND, _)
         ));
         assert!(matches!(
             parse("GET", "/v1/topics?q=or&limit=2"),

@@ -1,21 +1,41 @@
 //! The JSON views of the cluster the console (`console/`) and scripts read on the admin port
-//! (`docs/admin-api.md`): an overview, the topics, one topic, the consumer groups with their
+//! (`docs/admin-api.json`): an overview, the topics, one topic, the consumer groups with their
 //! lag, one group. Lists are filtered by the server and then paged (at most [`MAX_LIMIT`]
 //! rows), so a cluster of 10,000 partitions answers with a page, never with itself.
 //!
-//! Topics, partitions, leaders and remote bytes are the metadata quorum's, the same on every
-//! broker; log offsets and local bytes are this broker's, for the partitions it hosts; lag is
-//! what this broker's last lag sample saw (`group/lag.rs`). A partition's records
-//! ([`messages`]) are read as a read_committed consumer reads them, from either tier, at most
-//! [`MAX_MESSAGES`] records and [`MESSAGES_READ_BYTES`] of log at a time.
+//! Whichever broker answers, the figures are the cluster's: topics, partitions, leaders and
+//! remote bytes are the metadata quorum's; log offsets and local bytes are each partition's
+//! leader's; a group's lag is what its coordinator's last lag sample saw (`group/lag.rs`). The
+//! answering broker computes its own part and asks the other live brokers for theirs
+//! ([`AdminPeers`], the `local_*` views here); a broker that did not answer is listed under
+//! `unanswered` with why, and its part is missing, never guessed. A partition's records
+//! ([`messages`]) are read as a read_committed consumer reads them, from either tier, where
+//! the partition is hosted, at most [`MAX_MESSAGES`] records and [`MESSAGES_READ_BYTES`] of log
+//! at a time.
 
 use serde::Serialize;
 use serde_json::{json, Value};
 use strata_metadata::PartitionInfo;
 
+use super::peers::{AdminPeers, Unanswered};
 use crate::broker::Broker;
 use crate::group::lag::PartitionLag;
 use crate::topic_config;
+
+/// The other live brokers: those a cluster-wide view asks for their part.
+fn others(broker: &Broker) -> Vec<u64> {
+    let me = broker.node.config.node_id;
+    let state = broker.node.metadata.state();
+    (state.brokers.values())
+        .filter(|b| !b.fenced && b.node_id != me)
+        .map(|b| b.node_id)
+        .collect()
+}
+
+/// A name as one segment of a path.
+fn segment(name: &str) -> String {
+    percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
 
 pub const DEFAULT_LIMIT: usize = 50;
 pub const MAX_LIMIT: usize = 500;
@@ -80,7 +100,7 @@ impl PageQuery {
 }
 
 /// The cluster at a glance.
-pub fn overview(broker: &Broker) -> Value {
+pub async fn overview(broker: &Broker, peers: &AdminPeers) -> Value {
     let quorum = broker.node.metadata.status();
     let state = broker.node.metadata.state();
     let (mut partitions, mut offline, mut under, mut moving) = (0usize, 0usize, 0usize, 0usize);
@@ -103,7 +123,7 @@ pub fn overview(broker: &Broker) -> Value {
             })
         })
         .collect();
-    let groups = groups_of(&broker.lag.last_sample()).len();
+    let (groups, unanswered) = all_groups(broker, peers).await;
     json!({
         "node_id": broker.node.config.node_id,
         "controller": quorum.leader,
@@ -114,7 +134,8 @@ pub fn overview(broker: &Broker) -> Value {
         "offline": offline,
         "under_replicated": under,
         "moving": moving,
-        "groups": groups,
+        "groups": groups.len(),
+        "unanswered": unanswered,
     })
 }
 
@@ -126,8 +147,8 @@ struct TopicRow {
     under_replicated: usize,
     offline: usize,
     remote_bytes: u64,
-    /// Of the partitions this broker hosts.
-    local_bytes: u64,
+    /// On the leaders' disks; `None` while a leader of one of its partitions did not answer.
+    local_bytes: Option<u64>,
 }
 
 /// The bytes of a partition's committed remote segments (the quorum's).
@@ -135,10 +156,40 @@ fn remote_bytes(p: &PartitionInfo) -> u64 {
     p.remote_segments().map(|s| s.size_bytes).sum()
 }
 
-/// The topics whose name contains the filter, by name.
-pub fn topics(broker: &Broker, page: &PageQuery) -> Value {
+/// This broker's part of [`topics`]: the local bytes of each topic's partitions led here.
+pub fn local_topics(broker: &Broker) -> Value {
+    let me = broker.node.config.node_id;
     let state = broker.node.metadata.state();
     let hosted = broker.node.partitions.hosted();
+    let mut sizes = serde_json::Map::new();
+    for t in state.topics.values() {
+        let led = (t.partitions.iter().enumerate())
+            .filter(|(_, p)| p.leader == Some(me))
+            // Every local segment, without the rest of `tier_stats` (pages are polled).
+            .filter_map(|(i, _)| hosted.get(&t.name, i as i32))
+            .map(|p| p.local_bytes_from(i64::MIN))
+            .sum::<u64>();
+        if t.partitions.iter().any(|p| p.leader == Some(me)) {
+            sizes.insert(t.name.clone(), led.into());
+        }
+    }
+    Value::Object(sizes)
+}
+
+/// The topics whose name contains the filter, by name.
+pub async fn topics(broker: &Broker, peers: &AdminPeers, page: &PageQuery) -> Value {
+    let me = broker.node.config.node_id;
+    let mut sizes: std::collections::HashMap<String, u64> = Default::default();
+    let (answers, unanswered) = peers
+        .ask(&broker.node, others(broker), "/v1/local/topics")
+        .await;
+    for (_, part) in std::iter::once((me, local_topics(broker))).chain(answers) {
+        for (topic, bytes) in part.as_object().into_iter().flatten() {
+            *sizes.entry(topic.clone()).or_default() += bytes.as_u64().unwrap_or(0);
+        }
+    }
+    let silent: std::collections::HashSet<u64> = unanswered.iter().map(|u| u.broker).collect();
+    let state = broker.node.metadata.state();
     let rows: Vec<TopicRow> = (state.topics.values())
         .filter(|t| page.matches(&t.name))
         .map(|t| TopicRow {
@@ -150,32 +201,76 @@ pub fn topics(broker: &Broker, page: &PageQuery) -> Value {
                 .count(),
             offline: t.partitions.iter().filter(|p| p.leader.is_none()).count(),
             remote_bytes: t.partitions.iter().map(|p| remote_bytes(p)).sum(),
-            local_bytes: (0..t.partitions.len() as i32)
-                .filter_map(|i| hosted.get(&t.name, i))
-                // Every local segment, without the rest of `tier_stats` (pages are polled).
-                .map(|p| p.local_bytes_from(i64::MIN))
-                .sum(),
+            local_bytes: (!(t.partitions.iter())
+                .any(|p| p.leader.is_some_and(|l| silent.contains(&l))))
+            .then(|| sizes.get(&t.name).copied().unwrap_or(0)),
         })
         .collect();
-    page.page(rows)
+    let mut v = page.page(rows);
+    v["unanswered"] = json!(unanswered);
+    v
 }
 
-/// One topic: its partitions and configs; `None` for an unknown topic.
-pub fn topic(broker: &Broker, name: &str) -> Option<Value> {
+/// This broker's part of [`topic`]: offsets and local bytes of the topic's partitions led
+/// here, by partition.
+pub fn local_topic(broker: &Broker, name: &str) -> Value {
+    let me = broker.node.config.node_id;
+    let state = broker.node.metadata.state();
+    let hosted = broker.node.partitions.hosted();
+    let mut out = serde_json::Map::new();
+    for (i, p) in state
+        .topic(name)
+        .into_iter()
+        .flat_map(|t| t.partitions.iter().enumerate())
+    {
+        let Some(here) = (p.leader == Some(me))
+            .then(|| hosted.get(name, i as i32))
+            .flatten()
+        else {
+            continue;
+        };
+        let o = here.offsets();
+        let figures = json!({
+            "log_start": o.log_start,
+            "high_watermark": o.high_watermark,
+            "local_bytes": here.local_bytes_from(i64::MIN),
+        });
+        out.insert(i.to_string(), figures);
+    }
+    Value::Object(out)
+}
+
+/// One topic: its partitions (offsets and local bytes from their leaders) and configs; `None`
+/// for an unknown topic.
+pub async fn topic(broker: &Broker, peers: &AdminPeers, name: &str) -> Option<Value> {
+    let me = broker.node.config.node_id;
     let state = broker.node.metadata.state();
     let t = state.topic(name)?;
-    let hosted = broker.node.partitions.hosted();
+    let leaders: std::collections::BTreeSet<u64> = (t.partitions.iter())
+        .filter_map(|p| p.leader)
+        .filter(|l| *l != me)
+        .collect();
+    let path = format!("/v1/local/topics/{}", segment(name));
+    let (answers, unanswered) = peers.ask(&broker.node, leaders, &path).await;
+    let mut figures: std::collections::HashMap<u64, Value> = answers.into_iter().collect();
+    figures.insert(me, local_topic(broker, name));
     let partitions: Vec<Value> = (t.partitions.iter().enumerate())
         .map(|(i, p)| {
-            let here = hosted.get(&t.name, i as i32).map(|p| p.tier_stats());
+            let led = p
+                .leader
+                .and_then(|l| figures.get(&l))
+                .map(|f| &f[i.to_string()]);
+            let figure = |k: &str| led.map(|f| f[k].clone()).unwrap_or(Value::Null);
             json!({
                 "partition": i,
                 "leader": p.leader,
                 "replicas": p.replicas,
                 "isr": p.isr,
-                "log_start": here.as_ref().map(|s| s.offsets.log_start),
-                "high_watermark": here.as_ref().map(|s| s.offsets.high_watermark),
-                "local_bytes": here.as_ref().map(|s| s.local_bytes),
+                "adding": p.adding,
+                "removing": p.removing,
+                "log_start": figure("log_start"),
+                "high_watermark": figure("high_watermark"),
+                "local_bytes": figure("local_bytes"),
                 "remote_bytes": remote_bytes(p),
             })
         })
@@ -191,10 +286,11 @@ pub fn topic(broker: &Broker, name: &str) -> Option<Value> {
         "topic_id": t.topic_id,
         "partitions": partitions,
         "configs": configs,
+        "unanswered": unanswered,
     }))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 struct GroupRow {
     group: String,
     partitions: usize,
@@ -227,20 +323,57 @@ fn groups_of(sample: &[PartitionLag]) -> Vec<GroupRow> {
     rows
 }
 
-/// The consumer groups with committed offsets whose name contains the filter, with their
-/// total lag, by name.
-pub fn groups(broker: &Broker, page: &PageQuery) -> Value {
-    let mut rows = groups_of(&broker.lag.last_sample());
-    rows.retain(|g| page.matches(&g.group));
-    page.page(rows)
+/// This broker's part of [`groups`]: the groups its last lag sample saw (those it
+/// coordinates).
+pub fn local_groups(broker: &Broker) -> Value {
+    json!(groups_of(&broker.lag.last_sample()))
 }
 
-/// One group's lag by partition; `None` for a group the last sample did not see.
-pub fn group(broker: &Broker, name: &str) -> Option<Value> {
-    let partitions: Vec<PartitionLag> = (broker.lag.last_sample().into_iter())
+/// Every broker's groups, by name (a group two brokers sampled — its coordinator just moved —
+/// is the first's), and the brokers that did not answer.
+async fn all_groups(broker: &Broker, peers: &AdminPeers) -> (Vec<GroupRow>, Vec<Unanswered>) {
+    let (answers, unanswered) = peers
+        .ask(&broker.node, others(broker), "/v1/local/groups")
+        .await;
+    let mut rows = groups_of(&broker.lag.last_sample());
+    for (_, part) in answers {
+        rows.extend(serde_json::from_value::<Vec<GroupRow>>(part).unwrap_or_default());
+    }
+    rows.sort_by(|a, b| a.group.cmp(&b.group));
+    rows.dedup_by(|b, a| a.group == b.group);
+    (rows, unanswered)
+}
+
+/// The consumer groups with committed offsets whose name contains the filter, with their
+/// total lag, by name.
+pub async fn groups(broker: &Broker, peers: &AdminPeers, page: &PageQuery) -> Value {
+    let (mut rows, unanswered) = all_groups(broker, peers).await;
+    rows.retain(|g| page.matches(&g.group));
+    let mut v = page.page(rows);
+    v["unanswered"] = json!(unanswered);
+    v
+}
+
+/// This broker's part of [`group`]: the group's partitions its last lag sample saw.
+pub fn local_group(broker: &Broker, name: &str) -> Vec<PartitionLag> {
+    (broker.lag.last_sample().into_iter())
         .filter(|p| p.group == name)
-        .collect();
-    (!partitions.is_empty()).then(|| json!({ "group": name, "partitions": partitions }))
+        .collect()
+}
+
+/// One group's lag by partition, from whichever broker coordinates it; `None` for a group no
+/// broker's last sample saw (and every broker answered).
+pub async fn group(broker: &Broker, peers: &AdminPeers, name: &str) -> Option<Value> {
+    let path = format!("/v1/local/groups/{}", segment(name));
+    let (answers, unanswered) = peers.ask(&broker.node, others(broker), &path).await;
+    let mut partitions = local_group(broker, name);
+    for (_, part) in answers {
+        partitions.extend(serde_json::from_value::<Vec<PartitionLag>>(part).unwrap_or_default());
+    }
+    partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    partitions.dedup_by(|b, a| (&a.topic, a.partition) == (&b.topic, b.partition));
+    (!partitions.is_empty() || !unanswered.is_empty())
+        .then(|| json!({ "group": name, "partitions": partitions, "unanswered": unanswered }))
 }
 
 /// Records shown at most per request, and by default.
@@ -309,6 +442,16 @@ impl MessagesQuery {
         }
         Ok(q)
     }
+
+    /// The query string [`MessagesQuery::parse`] reads back as `self`.
+    fn to_query(&self) -> String {
+        let start = match self.start {
+            Start::Offset(o) => format!("&offset={o}"),
+            Start::Timestamp(ts) => format!("&timestamp={ts}"),
+            Start::Latest => String::new(),
+        };
+        format!("partition={}&limit={}{start}", self.partition, self.limit)
+    }
 }
 
 /// Bytes as a person reads them: text when they are UTF-8 (`json` when they parse as JSON),
@@ -345,11 +488,14 @@ fn field(bytes: Option<&[u8]>) -> Value {
 pub type Refusal = (u16, String);
 
 /// Records of one partition as a read_committed consumer reads them (no control record, no
-/// aborted transaction), from `query`'s start.
+/// aborted transaction), from `query`'s start: read here when the partition is hosted here,
+/// else relayed from its leader (unless `local`, the leader's side of a relay).
 pub async fn messages(
     broker: &Broker,
+    peers: &AdminPeers,
     topic: &str,
     query: &MessagesQuery,
+    local: bool,
 ) -> Result<Value, Refusal> {
     use crate::log::{records, txn_index::AbortedFilter};
     if broker.node.config.authorizer_enable {
@@ -370,15 +516,33 @@ pub async fn messages(
             format!("topic {topic} has no partition {}", query.partition),
         ))?
         .leader;
-    let p = (broker.node.partitions.get(topic, query.partition)).ok_or_else(|| {
-        (
-            409,
-            format!(
-                "partition {} of {topic} is not on this broker; its leader is {leader:?}",
-                query.partition
-            ),
-        )
-    })?;
+    let Some(p) = broker.node.partitions.get(topic, query.partition) else {
+        let not_here = format!(
+            "partition {} of {topic} is not on this broker",
+            query.partition
+        );
+        let leader = match (leader, local) {
+            (Some(leader), false) => leader,
+            (None, _) => return Err((503, format!("{not_here} and has no leader now"))),
+            (Some(leader), true) => {
+                return Err((409, format!("{not_here}; its leader is {leader}")))
+            }
+        };
+        let path = format!(
+            "/v1/local/topics/{}/messages?{}",
+            segment(topic),
+            query.to_query()
+        );
+        return match peers.relay(&broker.node, leader, &path).await {
+            Ok((200, body)) => serde_json::from_str(&body)
+                .map_err(|e| (502, format!("broker {leader} answered no JSON: {e}"))),
+            Ok((status, body)) => Err((status, body.trim_end().to_string())),
+            Err(why) => Err((
+                502,
+                format!("broker {leader}, its leader, did not answer: {why}"),
+            )),
+        };
+    };
     let offsets = p.published_offsets();
     let from = match query.start {
         Start::Offset(o) => o.max(offsets.log_start),

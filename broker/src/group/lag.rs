@@ -9,7 +9,7 @@
 //! A group whose lag in seconds exceeds half of the topic's `retention.ms` is flagged (and
 //! logged once), because retention is about to delete records it has not read.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,8 +18,17 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
+use super::lag_leaders::{Answers, Leaders, Tp};
 use crate::node::Node;
 use crate::topic_config;
+
+/// What the leaders of partitions not hosted here answered for one sample.
+#[derive(Default)]
+struct Remote {
+    answers: Answers,
+    /// `(partition, offset)` → the timestamp of the record there.
+    at: HashMap<(Tp, i64), i64>,
+}
 
 type Key = (String, String, i32);
 
@@ -68,6 +77,8 @@ struct Series {
 
 pub struct LagTracker {
     node: Arc<Node>,
+    /// Asked for the figures of partitions not hosted here.
+    leaders: Leaders,
     /// Samples taken, and what they remember.
     history: Mutex<(u64, HashMap<Key, History>)>,
     gauges: LagGauges,
@@ -170,7 +181,7 @@ pub fn slope(points: impl Iterator<Item = (f64, f64)> + Clone) -> f64 {
 }
 
 /// One (group, topic, partition)'s lag as last sampled here (`/v1/groups`, the console).
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PartitionLag {
     pub group: String,
     pub topic: String,
@@ -240,6 +251,7 @@ impl LagTracker {
             );
         });
         LagTracker {
+            leaders: Leaders::new(node.config.node_id),
             node,
             history: Mutex::default(),
             gauges,
@@ -247,14 +259,48 @@ impl LagTracker {
     }
 
     /// Samples the lag of every committed offset, (group, topic, partition, offset), now and
-    /// publishes it on `/metrics`.
-    pub fn sample(&self, committed: Vec<(String, String, i32, i64)>) {
-        self.measure(committed);
+    /// publishes it on `/metrics`: from the replica where the partition is hosted here, from
+    /// its leader otherwise (`lag_leaders`).
+    pub async fn sample(&self, committed: Vec<(String, String, i32, i64)>) {
+        let node = &self.node;
+        let remote: BTreeSet<Tp> = (committed.iter())
+            .filter(|(_, t, p, _)| node.partitions.get(t, *p).is_none())
+            .map(|(_, t, p, _)| (t.clone(), *p))
+            .collect();
+        if remote.is_empty() {
+            self.measure(committed, &Remote::default());
+            return;
+        }
+        let answers = self.leaders.offsets(node, &remote).await;
+        // The timestamps the history does not hold already.
+        let mut wanted: BTreeSet<(Tp, i64)> = BTreeSet::new();
+        {
+            let guard = self.history.lock().unwrap_or_else(|p| p.into_inner());
+            for (group, topic, partition, committed) in &committed {
+                let tp = (topic.clone(), *partition);
+                let Some(o) = answers.offsets.get(&tp) else {
+                    continue;
+                };
+                let unread = (*committed).max(o.log_start);
+                let key = (group.clone(), topic.clone(), *partition);
+                let known = (guard.1.get(&key))
+                    .and_then(|h| h.oldest)
+                    .is_some_and(|(offset, _)| offset == unread);
+                if o.high_watermark > unread && !known {
+                    wanted.insert((tp, unread));
+                }
+            }
+        }
+        let remote = Remote {
+            at: self.leaders.timestamps(node, &wanted).await,
+            answers,
+        };
+        self.measure(committed, &remote);
     }
 
     /// The lag of every committed offset, published; series of the keys sampled last time
     /// but not now removed.
-    fn measure(&self, committed: Vec<(String, String, i32, i64)>) -> Vec<Lag> {
+    fn measure(&self, committed: Vec<(String, String, i32, i64)>, remote: &Remote) -> Vec<Lag> {
         let node = &self.node;
         let now = node.clock.instant();
         let wall = node.clock.now_ms();
@@ -268,13 +314,28 @@ impl LagTracker {
         let mut retention: std::collections::HashMap<String, i64> = Default::default();
         let settings = node.settings();
         for (group, topic, partition, committed) in committed {
-            let Some(part) = node.partitions.get(&topic, partition) else {
-                continue;
-            };
-            let o = part.offsets();
-            let unread = committed.max(o.log_start);
-            let records = (o.high_watermark - unread).max(0);
+            let part = node.partitions.get(&topic, partition);
+            // Only a partition hosted elsewhere is looked up by name among the answers.
+            let tp = part.is_none().then(|| (topic.clone(), partition));
+            let answer = tp.as_ref().and_then(|tp| remote.answers.offsets.get(tp));
             let key = (group, topic, partition);
+            let (log_start, high_watermark) = match (&part, answer) {
+                (Some(part), _) => {
+                    let o = part.offsets();
+                    (o.log_start, o.high_watermark)
+                }
+                (None, Some(o)) => (o.log_start, o.high_watermark),
+                (None, None) => {
+                    // A leader that did not answer: its partitions keep their last figures.
+                    let unanswered = tp.is_some_and(|tp| remote.answers.unanswered.contains(&tp));
+                    if let (true, Some(h)) = (unanswered, history.get_mut(&key)) {
+                        h.sampled = round;
+                    }
+                    continue;
+                }
+            };
+            let unread = committed.max(log_start);
+            let records = (high_watermark - unread).max(0);
             let h = match history.get_mut(&key) {
                 Some(h) => h,
                 None => history.entry(key.clone()).or_default(),
@@ -284,9 +345,10 @@ impl LagTracker {
             let seconds = if records == 0 {
                 0.0
             } else {
-                let ts = match h.oldest {
-                    Some((offset, ts)) if offset == unread => Some(ts),
-                    _ => part.timestamp_at(unread),
+                let ts = match (h.oldest, &part) {
+                    (Some((offset, ts)), _) if offset == unread => Some(ts),
+                    (_, Some(part)) => part.timestamp_at(unread),
+                    (_, None) => tp.and_then(|tp| remote.at.get(&(tp, unread)).copied()),
                 };
                 h.oldest = ts.map(|ts| (unread, ts));
                 match ts {
@@ -378,13 +440,13 @@ mod tests {
         let lag = LagTracker::new(t.node.clone());
         let committed = || vec![("g".to_string(), "orders".to_string(), 0, 4)];
         clock.advance(Duration::from_secs(30));
-        let first = lag.measure(committed());
+        let first = lag.measure(committed(), &Remote::default());
         assert_eq!((first[0].records, first[0].seconds), (6, 29.996));
         assert_eq!(first[0].trend, 0.0, "one point has no slope");
         // Ten more records in ten seconds while the group stands still: 1 record/s behind.
         clock.advance(Duration::from_secs(10));
         p.append(&batch(10, clock.now_ms())).unwrap();
-        let second = lag.measure(committed());
+        let second = lag.measure(committed(), &Remote::default());
         assert_eq!((second[0].records, second[0].seconds), (16, 39.996));
         assert!((second[0].trend - 1.0).abs() < 1e-9, "{}", second[0].trend);
         assert_eq!(second[0].drain_seconds, None, "not draining");
@@ -392,14 +454,17 @@ mod tests {
         // The group catches up to one record behind: draining, so a drain time is published; then its
         // offset is gone (the group deleted) and so are its series.
         clock.advance(Duration::from_secs(10));
-        let third = lag.measure(vec![("g".to_string(), "orders".to_string(), 0, 19)]);
+        let third = lag.measure(
+            vec![("g".to_string(), "orders".to_string(), 0, 19)],
+            &Remote::default(),
+        );
         assert!(third[0].drain_seconds.is_some());
         let text = t.node.metrics.render();
         let series =
             |name: &str| (text.lines()).any(|l| l.starts_with(name) && l.contains("group=\"g\""));
         assert!(series("strata_consumer_lag_records{"), "{text}");
         assert!(series("strata_consumer_lag_drain_seconds{"), "{text}");
-        lag.measure(Vec::new());
+        lag.measure(Vec::new(), &Remote::default());
         let text = t.node.metrics.render();
         assert!(!text.contains("group=\"g\""), "{text}");
     }

@@ -41,6 +41,8 @@ pub struct Node {
     pub endpoints: Vec<Endpoint>,
     /// The listener other brokers reach this one on.
     pub inter_broker_listener: String,
+    /// The admin HTTP port's address as the other brokers reach it (`host:port`).
+    pub admin_endpoint: Option<String>,
     pub metadata: Metadata,
     pub partitions: Arc<Partitions>,
     pub metrics: Metrics,
@@ -61,6 +63,7 @@ impl Node {
         config: BrokerConfig,
         endpoints: Vec<Endpoint>,
         inter_broker_listener: String,
+        admin_endpoint: Option<String>,
         metadata: Metadata,
         metrics: Metrics,
         clock: Clock,
@@ -80,6 +83,7 @@ impl Node {
             dynamic,
             endpoints,
             inter_broker_listener,
+            admin_endpoint,
             metadata,
             partitions,
             metrics,

@@ -124,6 +124,12 @@ pub fn client_security(cfg: &BrokerConfig) -> Result<ClientSecurity, SecurityErr
     Ok(ClientSecurity { tls, sasl })
 }
 
+/// A client of the other brokers' admin ports over HTTPS: it trusts `ssl_ca_location` and
+/// presents this broker's certificate, as a port requiring client certificates asks.
+pub fn admin_client_tls(cfg: &BrokerConfig) -> Result<Arc<rustls::ClientConfig>, SecurityError> {
+    Ok(tls::client_config(&files(cfg)?)?)
+}
+
 /// The raft port's TLS, if `raft_security_protocol = SSL`: the server configuration requires
 /// a client certificate `ssl_ca_location` signed, the client presents this broker's.
 pub fn raft_tls(cfg: &BrokerConfig) -> Option<strata_metadata::RaftTls> {

@@ -39,6 +39,7 @@ fn register(node_id: NodeId) -> Command {
         port: 9092,
         rack: None,
         listeners: vec![],
+        admin: None,
     }
 }
 

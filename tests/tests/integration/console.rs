@@ -8,11 +8,14 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
+use rdkafka::admin::TopicReplication;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 use strata_tests::groups::unique_group;
-use strata_tests::{repo_root, unique_topic, venv_python, wait_for_some, Broker, BrokerOpts};
+use strata_tests::{
+    repo_root, unique_topic, venv_python, wait_for_some, Broker, BrokerOpts, Cluster,
+};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -260,4 +263,213 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
             "{shot}"
         );
     }
+}
+
+/// What every member of a 3-node cluster answers for `path`, by member.
+fn from_each(cluster: &Cluster, path: &str) -> Vec<(u64, Value)> {
+    (1..=3)
+        .map(|id| (id, get_json(cluster.member(id), path)))
+        .collect()
+}
+
+#[test]
+fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() {
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let env = [
+        strata_tests::cluster::FAST,
+        &[
+            ("STRATA_LAG_SAMPLE_INTERVAL_MS", "250"),
+            ("STRATA_OBJECT_STORE", url.as_str()),
+            ("STRATA_REMOTE_LOG_MANAGER_TASK_INTERVAL_MS", "100"),
+            ("STRATA_REPLICA_MOVE_MAX_BYTES_PER_SECOND", "10000"),
+        ][..],
+    ]
+    .concat();
+    let mut cluster = Cluster::start(3, 3, &env);
+    cluster.wait_controller();
+    // One replica per partition, one partition per broker: whichever broker coordinates the
+    // group, two of its partitions live elsewhere.
+    let orders = unique_topic("console-c-orders");
+    cluster.create_replicated_topic(
+        &orders,
+        3,
+        TopicReplication::Variable(&[&[1], &[2], &[3]]),
+        &[
+            ("segment.bytes", "1048576"),
+            ("remote.storage.enable", "true"),
+        ],
+    );
+    let via = cluster.member(1);
+    // 1.2 MB per partition: a closed segment each, offloaded to the object store.
+    via.produce_to_each(&orders, 3, 1200, &"x".repeat(1000));
+    let group = unique_group("console-c-group");
+    let consumer: BaseConsumer = via.group_config(&group).create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset(&orders, p, Offset::Offset(100 * (p as i64 + 1)))
+            .unwrap();
+    }
+    consumer.commit(&tpl, CommitMode::Sync).unwrap();
+    let committed = via.committed(&group, &orders, &[0, 1, 2]).unwrap();
+    let watermarks: BTreeMap<i32, i64> =
+        (0..3).map(|p| (p, via.watermarks(&orders, p).1)).collect();
+    let kafka_lag: BTreeMap<i32, i64> = (0..3)
+        .map(|p| (p, watermarks[&p] - committed[&p].unwrap()))
+        .collect();
+
+    // A move in progress: a 300 kB partition copied to a second broker at 10 kB/s.
+    let moving = unique_topic("console-c-moving");
+    cluster.create_replicated_topic(&moving, 1, TopicReplication::Variable(&[&[1]]), &[]);
+    cluster
+        .member(1)
+        .produce_to_each(&moving, 1, 300, &"m".repeat(1000));
+    let mut conn = strata_tests::KafkaConn::connect(&cluster.member(2).kafka_addr).unwrap();
+    let started =
+        strata_tests::reassign::alter(&mut conn, &[(&moving, 0, Some(&[1, 2]))], true).unwrap();
+    assert_eq!(started[0].code, 0, "{started:?}");
+
+    // Every broker answers the same cluster-wide figures, equal to the Kafka APIs'.
+    for (id, view) in wait_for_some("every broker's view of the group", WAIT, || {
+        let views: Vec<(u64, Value)> = (1..=3)
+            .map(|id| {
+                let r = cluster
+                    .member(id)
+                    .admin_get(&format!("/v1/groups/{group}"))
+                    .ok()?;
+                (r.status == 200).then(|| (id, serde_json::from_str(&r.body).unwrap()))
+            })
+            .collect::<Option<_>>()?;
+        let complete = views.iter().all(|(_, v): &(u64, Value)| {
+            v["partitions"].as_array().is_some_and(|p| {
+                p.len() == 3 && p.iter().all(|p| p["lag_seconds"].as_f64() > Some(0.0))
+            })
+        });
+        complete.then_some(views)
+    }) {
+        let lag: BTreeMap<i32, i64> = (view["partitions"].as_array().unwrap().iter())
+            .map(|p| {
+                (
+                    p["partition"].as_i64().unwrap() as i32,
+                    p["lag_records"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(lag, kafka_lag, "broker {id}: {view}");
+        assert_eq!(
+            view["unanswered"],
+            Value::Array(vec![]),
+            "broker {id}: {view}"
+        );
+    }
+    for (id, topic) in from_each(&cluster, &format!("/v1/topics/{orders}")) {
+        for p in topic["partitions"].as_array().unwrap() {
+            let i = p["partition"].as_i64().unwrap() as i32;
+            assert_eq!(p["high_watermark"], watermarks[&i], "broker {id}: {p}");
+            assert_eq!(p["log_start"], 0, "broker {id}: {p}");
+            assert!(
+                p["local_bytes"].as_u64() > Some(1_000_000),
+                "broker {id}: {p}"
+            );
+        }
+    }
+    for (id, overview) in from_each(&cluster, "/v1/overview") {
+        assert_eq!(
+            overview["brokers"].as_array().unwrap().len(),
+            3,
+            "{overview}"
+        );
+        assert!(
+            overview["groups"].as_u64() >= Some(1),
+            "broker {id}: {overview}"
+        );
+        assert!(
+            overview["moving"].as_u64() >= Some(1),
+            "broker {id}: {overview}"
+        );
+        let page = get_json(cluster.member(id), &format!("/v1/groups?q={group}"));
+        assert_eq!(
+            page["items"][0]["lag_records"],
+            kafka_lag.values().sum::<i64>(),
+            "{page}"
+        );
+        let topics = get_json(cluster.member(id), &format!("/v1/topics?q={orders}"));
+        assert!(
+            topics["items"][0]["local_bytes"].as_u64() > Some(3_000_000),
+            "{topics}"
+        );
+    }
+    let move_view = get_json(cluster.member(3), &format!("/v1/topics/{moving}"));
+    assert_eq!(
+        move_view["partitions"][0]["adding"],
+        serde_json::json!([2]),
+        "{move_view}"
+    );
+    // Offloaded segments: the same remote bytes from every broker (the quorum's).
+    let remote = wait_for_some("segments offloaded", WAIT, || {
+        let t = get_json(cluster.member(1), &format!("/v1/topics/{orders}"));
+        let all = (t["partitions"].as_array().unwrap().iter())
+            .all(|p| p["remote_bytes"].as_u64() > Some(0));
+        all.then_some(t)
+    });
+    for (id, t) in from_each(&cluster, &format!("/v1/topics/{orders}")) {
+        for (a, b) in remote["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(t["partitions"].as_array().unwrap())
+        {
+            assert_eq!(a["remote_bytes"], b["remote_bytes"], "broker {id}");
+        }
+    }
+    // A partition's records through any broker: read where it is hosted.
+    for id in 1..=3 {
+        let m = get_json(
+            cluster.member(id),
+            &format!("/v1/topics/{orders}/messages?partition=2&offset=7&limit=2"),
+        );
+        let offsets: Vec<i64> = (m["records"].as_array().unwrap().iter())
+            .map(|r| r["offset"].as_i64().unwrap())
+            .collect();
+        assert_eq!(offsets, vec![7, 8], "broker {id}: {m}");
+        let value = m["records"][0]["value"]["text"].as_str().unwrap();
+        assert!(value.ends_with("-p2-7"), "broker {id}");
+    }
+
+    // The browser, on a broker that coordinates at most one of the group's partitions' hosts.
+    let shots = artifacts().join("cluster");
+    let out = Command::new(venv_python())
+        .arg(repo_root().join("tests/console_browser.py"))
+        .arg(format!("http://{}", cluster.member(3).admin_addr))
+        .arg(&shots)
+        .arg(&group)
+        .output()
+        .expect("run the browser");
+    assert!(
+        out.status.success(),
+        "browser: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["errors"], Value::Array(vec![]), "{seen}");
+    assert_eq!(
+        seen["overview"]["brokers"].as_array().unwrap().len(),
+        3,
+        "{seen}"
+    );
+    for r in seen["group"].as_array().unwrap() {
+        let p: i32 = r[1].as_str().unwrap().parse().unwrap();
+        assert_eq!(r[3].as_str().unwrap(), kafka_lag[&p].to_string(), "{r}");
+    }
+
+    // A broker that stops answering is named, and its part is missing, never made up.
+    cluster.node(3).kill9();
+    let topic = get_json(cluster.member(1), &format!("/v1/topics/{orders}"));
+    let p2 = &topic["partitions"][2];
+    let named = (topic["unanswered"].as_array().unwrap().iter())
+        .any(|u| u["broker"] == 3 && !u["error"].as_str().unwrap().is_empty());
+    assert!(
+        p2["high_watermark"].is_null() && (named || p2["leader"].is_null()),
+        "{topic}"
+    );
 }
