@@ -42,10 +42,13 @@ def main(url, shots, group):
         page.wait_for_selector("#topics tbody tr")
         page.wait_for_selector("#groups tbody tr")
         page.wait_for_selector("#brokers tbody tr")
+        page.wait_for_selector("#quorum tbody tr")
         out["overview"] = {
             "brokers": rows(page, "brokers"),
             "topics": rows(page, "topics"),
             "groups": rows(page, "groups"),
+            "quorum": rows(page, "quorum"),
+            "moves": rows(page, "moves"),
             "stats": page.eval_on_selector_all(
                 ".stat",
                 "s => Object.fromEntries(s.map(e => [e.querySelector('.label').innerText, e.querySelector('.value').innerText]))",

@@ -42,11 +42,44 @@ export interface Broker {
   state: string;
 }
 
+/// A node of the metadata quorum as its leader sees it.
+export interface QuorumNode {
+  id: number;
+  voter: boolean;
+  log_end: number;
+  /// Entries behind the leader's log end (null: unknown).
+  behind: number | null;
+  last_fetch_ms: number;
+}
+
+export interface Quorum {
+  leader: number | null;
+  term: number;
+  log_end: number;
+  nodes: QuorumNode[];
+}
+
+/// A partition being moved, with how far each follower has fetched (from its leader).
+export interface Move {
+  topic: string;
+  partition: number;
+  leader: number | null;
+  replicas: number[];
+  adding: number[];
+  removing: number[];
+  log_start: number | null;
+  high_watermark: number | null;
+  log_ends: Record<string, number> | null;
+}
+
 export interface Overview {
   node_id: number;
   controller: number | null;
   brokers: Broker[];
   voters: number[];
+  /// Null when the quorum has no leader that answered.
+  quorum: Quorum | null;
+  moves: Move[];
   topics: number;
   partitions: number;
   offline: number;

@@ -1,7 +1,7 @@
 // The console: pages over the admin API, live-updating (each page polls its endpoints), with
 // real links (`<a href>`) the broker also serves directly, so every page can be bookmarked.
 import { render } from "preact";
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import {
   ApiError,
   Field,
@@ -9,6 +9,8 @@ import {
   GroupDetail,
   GroupRow,
   Messages,
+  Move,
+  Quorum,
   Overview,
   Page,
   TopicDetail,
@@ -82,6 +84,71 @@ function Stat({ label, value, warn }: { label: string; value: number | string; w
   );
 }
 
+function QuorumTable({ q }: { q: Quorum }) {
+  const now = Date.now();
+  return (
+    <table id="quorum">
+      <thead>
+        <tr><th>node</th><th>role</th><th class="num">log end</th><th class="num">behind (entries)</th><th class="num">last contact</th></tr>
+      </thead>
+      <tbody>
+        {q.nodes.map((n) => (
+          <tr key={n.id}>
+            <td>{n.id}</td>
+            <td>{n.id === q.leader ? "leader" : n.voter ? "voter" : "observer"}</td>
+            <td class="num">{n.log_end < 0 ? "—" : n.log_end}</td>
+            <td class="num">{n.behind ?? "—"}</td>
+            <td class="num">{n.last_fetch_ms < 0 ? "—" : `${seconds(Math.max(0, now - n.last_fetch_ms) / 1000)} ago`}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+/// Moves in progress: how far each new replica has come, and when it should be done at the
+/// pace seen between the last two polls.
+function MovesTable({ moves }: { moves: Move[] }) {
+  const seen = useRef(new Map<string, { end: number; at: number }>());
+  const now = Date.now();
+  const rows = moves.flatMap((m) =>
+    (m.adding.length ? m.adding : [null]).map((r) => {
+      const key = `${m.topic}/${m.partition}/${r}`;
+      const end = r === null || !m.log_ends ? undefined : m.log_ends[String(r)];
+      const start = m.log_start ?? 0;
+      const hw = m.high_watermark;
+      const pct = end === undefined || hw === null ? undefined : hw <= start ? 100 : Math.max(0, Math.min(100, (100 * (Math.max(end, start) - start)) / (hw - start)));
+      let eta: string = "—";
+      const before = seen.current.get(key);
+      if (end !== undefined && hw !== null && before && end > before.end && now > before.at) {
+        const rate = (end - before.end) / ((now - before.at) / 1000);
+        eta = seconds(Math.max(0, hw - end) / rate);
+      }
+      if (end !== undefined && (!before || before.end !== end)) seen.current.set(key, { end, at: now });
+      return { m, r, end, pct, eta, key };
+    }),
+  );
+  return (
+    <table id="moves">
+      <thead>
+        <tr><th>partition</th><th>replicas</th><th>new replica</th><th>progress</th><th class="num">offsets</th><th class="num">done in</th></tr>
+      </thead>
+      <tbody>
+        {rows.map(({ m, r, end, pct, eta, key }) => (
+          <tr key={key}>
+            <td><a href={`/topics/${encodeURIComponent(m.topic)}`}>{m.topic}</a>-{m.partition}</td>
+            <td>{m.replicas.join(", ")}{m.removing.length > 0 && <span class="muted"> (leaving: {m.removing.join(", ")})</span>}</td>
+            <td>{r ?? "—"}</td>
+            <td>{pct === undefined ? "—" : <progress max={100} value={pct} aria-label={`${pct.toFixed(0)}%`} />} {pct !== undefined && `${pct.toFixed(0)}%`}</td>
+            <td class="num">{end === undefined ? "—" : `${end} / ${m.high_watermark}`}</td>
+            <td class="num">{eta}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
 function OverviewPage() {
   const o = usePoll<Overview>("/v1/overview");
   const [query, setQuery] = useState("");
@@ -127,6 +194,18 @@ function OverviewPage() {
               ))}
             </tbody>
           </table>
+        )}
+        {d && (
+          <>
+            <h2>Metadata quorum</h2>
+            {d.quorum ? <QuorumTable q={d.quorum} /> : <p class="error" role="alert">No quorum leader answered within 2 s.</p>}
+          </>
+        )}
+        {d && d.moves.length > 0 && (
+          <>
+            <h2>Moves in progress <span class="muted">({d.moving})</span></h2>
+            <MovesTable moves={d.moves} />
+          </>
         )}
       </section>
       <label class="filter">

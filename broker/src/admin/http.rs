@@ -266,6 +266,7 @@ pub enum Route {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Local {
     Topics,
+    Moves,
     Topic(String),
     Messages(String, views::MessagesQuery),
     Groups,
@@ -338,6 +339,9 @@ impl Route {
     /// broker's part of them under `/v1/local`), `None` for another path.
     fn views(method: &hyper::Method, path: &str, query: &str) -> Option<Route> {
         let (local, path) = match path.strip_prefix("/v1/local") {
+            Some("/moves") if *method == hyper::Method::GET => {
+                return Some(Route::Local(Local::Moves))
+            }
             Some(rest) if rest.starts_with("/topics") || rest.starts_with("/groups") => {
                 (true, format!("/v1{rest}"))
             }
@@ -531,6 +535,7 @@ async fn respond(
         },
         Route::Local(part) => match part {
             Local::Topics => json(views::local_topics(broker)),
+            Local::Moves => json(views::local_moves(broker)),
             Local::Groups => json(views::local_groups(broker)),
             Local::Topic(name) => json(views::local_topic(broker, &name)),
             Local::Group(name) => json(serde_json::json!(views::local_group(broker, &name))),
@@ -702,6 +707,7 @@ mod tests {
             parse("GET", "/v1/local/groups"),
             Route::Local(Local::Groups)
         );
+        assert_eq!(parse("GET", "/v1/local/moves"), Route::Local(Local::Moves));
         assert_eq!(
             parse("GET", "/v1/local/groups/a%2Fb"),
             Route::Local(Local::Group("a/b".into()))

@@ -99,9 +99,116 @@ impl PageQuery {
     }
 }
 
+/// Moves shown at most on the overview (the count says how many there are).
+const MAX_MOVES: usize = 100;
+/// How long the overview waits for the quorum leader's view of the voters.
+const QUORUM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// This broker's part of the overview's moves: each moving partition it leads, with its high
+/// watermark and how far each follower has fetched (its log end, as this leader last saw it).
+pub fn local_moves(broker: &Broker) -> Value {
+    let me = broker.node.config.node_id;
+    let state = broker.node.metadata.state();
+    let hosted = broker.node.partitions.hosted();
+    let mut out = Vec::new();
+    for t in state.topics.values() {
+        for (i, p) in t.partitions.iter().enumerate() {
+            if !p.is_moving() || p.leader != Some(me) {
+                continue;
+            }
+            let Some(here) = hosted.get(&t.name, i as i32) else {
+                continue;
+            };
+            let ends: serde_json::Map<String, Value> = (here.follower_log_ends().into_iter())
+                .map(|(id, end)| (id.to_string(), end.into()))
+                .collect();
+            out.push(json!({
+                "topic": t.name,
+                "partition": i,
+                "log_start": here.offsets().log_start,
+                "high_watermark": here.offsets().high_watermark,
+                "log_ends": ends,
+            }));
+        }
+    }
+    Value::Array(out)
+}
+
+/// The moves in progress (the first [`MAX_MOVES`] by topic and partition), each with how far
+/// its new replicas have come, from the partitions' leaders.
+async fn moves(broker: &Broker, peers: &AdminPeers) -> (Vec<Value>, Vec<Unanswered>) {
+    let me = broker.node.config.node_id;
+    let state = broker.node.metadata.state();
+    let moving: Vec<(&str, usize, &PartitionInfo)> = (state.topics.values())
+        .flat_map(|t| {
+            (t.partitions.iter().enumerate()).map(move |(i, p)| (t.name.as_str(), i, &**p))
+        })
+        .filter(|(_, _, p)| p.is_moving())
+        .take(MAX_MOVES)
+        .collect();
+    if moving.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let leaders: std::collections::BTreeSet<u64> = (moving.iter())
+        .filter_map(|(_, _, p)| p.leader)
+        .filter(|l| *l != me)
+        .collect();
+    let (answers, unanswered) = peers.ask(&broker.node, leaders, "/v1/local/moves").await;
+    let mut progress: std::collections::HashMap<(String, u64), Value> = Default::default();
+    for part in std::iter::once(local_moves(broker)).chain(answers.into_iter().map(|(_, v)| v)) {
+        for m in part.as_array().into_iter().flatten() {
+            let key = (
+                m["topic"].as_str().unwrap_or("").to_string(),
+                m["partition"].as_u64().unwrap_or(0),
+            );
+            progress.insert(key, m.clone());
+        }
+    }
+    let rows = (moving.into_iter())
+        .map(|(topic, i, p)| {
+            let led = progress.get(&(topic.to_string(), i as u64));
+            let figure = |k: &str| led.map(|m| m[k].clone()).unwrap_or(Value::Null);
+            json!({
+                "topic": topic,
+                "partition": i,
+                "leader": p.leader,
+                "replicas": p.replicas,
+                "adding": p.adding,
+                "removing": p.removing,
+                "log_start": figure("log_start"),
+                "high_watermark": figure("high_watermark"),
+                "log_ends": figure("log_ends"),
+            })
+        })
+        .collect();
+    (rows, unanswered)
+}
+
+/// The quorum's nodes as its leader sees them: how far behind its log each is, and when it
+/// last fetched; `None` when no leader answers within [`QUORUM_TIMEOUT`].
+async fn quorum(broker: &Broker) -> Option<Value> {
+    let leader = tokio::time::timeout(QUORUM_TIMEOUT, broker.node.metadata.leader_status())
+        .await
+        .ok()?
+        .ok()?;
+    let end = leader.last_log_index.map_or(0, |i| i as i64 + 1);
+    let nodes: Vec<Value> = (leader.replicas(broker.node.clock.now_ms()).into_iter())
+        .map(|r| {
+            json!({
+                "id": r.id,
+                "voter": r.voter,
+                "log_end": r.log_end,
+                "behind": (r.log_end >= 0).then(|| end - r.log_end),
+                "last_fetch_ms": r.last_fetch_ms,
+            })
+        })
+        .collect();
+    Some(json!({ "leader": leader.leader, "term": leader.term, "log_end": end, "nodes": nodes }))
+}
+
 /// The cluster at a glance.
 pub async fn overview(broker: &Broker, peers: &AdminPeers) -> Value {
-    let quorum = broker.node.metadata.status();
+    let quorum_status = broker.node.metadata.status();
     let state = broker.node.metadata.state();
     let (mut partitions, mut offline, mut under, mut moving) = (0usize, 0usize, 0usize, 0usize);
     for t in state.topics.values() {
@@ -123,11 +230,22 @@ pub async fn overview(broker: &Broker, peers: &AdminPeers) -> Value {
             })
         })
         .collect();
-    let (groups, unanswered) = all_groups(broker, peers).await;
+    let ((groups, mut unanswered), (moves, moves_unanswered), quorum) = tokio::join!(
+        all_groups(broker, peers),
+        moves(broker, peers),
+        quorum(broker)
+    );
+    for u in moves_unanswered {
+        if !unanswered.contains(&u) {
+            unanswered.push(u);
+        }
+    }
     json!({
         "node_id": broker.node.config.node_id,
-        "controller": quorum.leader,
-        "voters": quorum.voters.keys().collect::<Vec<_>>(),
+        "controller": quorum_status.leader,
+        "voters": quorum_status.voters.keys().collect::<Vec<_>>(),
+        "quorum": quorum,
+        "moves": moves,
         "brokers": brokers,
         "topics": state.topics.len(),
         "partitions": partitions,

@@ -125,6 +125,12 @@ pub struct Committing {
 }
 
 impl Partition {
+    /// As leader, each follower's log end as last seen (-1 before its first fetch): how far a
+    /// replica a move adds has come. Nothing when not leading.
+    pub fn follower_log_ends(&self) -> Vec<(u64, i64)> {
+        self.replication.follower_log_ends()
+    }
+
     /// The first half of a produce to this partition as its leader, with Kafka's `acks`: for
     /// acks=all, refuses while the ISR is smaller than `min.insync.replicas`; appends (validating
     /// the batches, see [`Partition::append`]; `appended` sees what was written). Returns the

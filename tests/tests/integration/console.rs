@@ -399,6 +399,22 @@ fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() 
             "{topics}"
         );
     }
+    // The quorum as its leader sees it, and the move with how far its new replica has come.
+    for (id, overview) in from_each(&cluster, "/v1/overview") {
+        let nodes = overview["quorum"]["nodes"].as_array().unwrap();
+        assert_eq!(nodes.len(), 3, "broker {id}: {overview}");
+        assert!(nodes
+            .iter()
+            .all(|n| n["voter"] == true && n["behind"].as_i64() >= Some(0)));
+        let m = (overview["moves"].as_array().unwrap().iter())
+            .find(|m| m["topic"] == moving.as_str())
+            .unwrap_or_else(|| panic!("broker {id}: no move of {moving}: {overview}"));
+        assert_eq!(m["adding"], serde_json::json!([2]), "{m}");
+        let hw = m["high_watermark"].as_i64().unwrap();
+        assert_eq!(hw, 300, "{m}");
+        let copied = m["log_ends"]["2"].as_i64().unwrap();
+        assert!((-1..=hw).contains(&copied), "{m}");
+    }
     let move_view = get_json(cluster.member(3), &format!("/v1/topics/{moving}"));
     assert_eq!(
         move_view["partitions"][0]["adding"],
@@ -456,6 +472,19 @@ fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() 
         seen["overview"]["brokers"].as_array().unwrap().len(),
         3,
         "{seen}"
+    );
+    assert_eq!(
+        seen["overview"]["quorum"].as_array().unwrap().len(),
+        3,
+        "{seen}"
+    );
+    let move_row = (seen["overview"]["moves"].as_array().unwrap().iter())
+        .find(|r| r[0].as_str().unwrap().starts_with(moving.as_str()))
+        .unwrap_or_else(|| panic!("no move shown: {seen}"));
+    assert_eq!(move_row[2], "2", "{move_row}");
+    assert!(
+        move_row[4].as_str().unwrap().ends_with("/ 300"),
+        "{move_row}"
     );
     for r in seen["group"].as_array().unwrap() {
         let p: i32 = r[1].as_str().unwrap().parse().unwrap();
