@@ -2,12 +2,17 @@
 prints what a person would see, as one JSON object, for `tests/tests/integration/console.rs`
 to compare with the Kafka APIs' answers:
 
-    console_browser.py <console url> <screenshot dir> <group>
+    console_browser.py <console url> <screenshot dir> <group> [<changes>]
 
 It opens the overview, reads the brokers, topics and groups tables, follows the group's link
 (a real `<a href>`) and reads its page, then follows a topic link from there. Every page's
 browser console errors (a refused script, a content security policy violation, a failed
 request) are collected; screenshots are saved per page.
+
+With `<changes>` (JSON: `{"create": topic, "alter": topic, "cancel": topic, "delete": topic}`)
+it then makes those changes through the console's forms (create a topic, set a config, cancel
+a move, delete the created topic) and reports what each answered; without, it reports whether
+the read-only console offers any change at all.
 """
 
 import json
@@ -26,7 +31,43 @@ def rows(page, table):
     )
 
 
-def main(url, shots, group):
+def changes(page, url, shots, asked, out):
+    """Makes `asked`'s changes through the forms; each answer as the page shows it."""
+    said = {}
+
+    def answer():
+        # The outcome of the last change: a status in words, or an alert.
+        done = page.locator(".ok, section[aria-label=changes] .error, #create-topic .error")
+        done.first.wait_for()
+        return done.first.inner_text()
+
+    page.goto(url + "/")
+    page.wait_for_selector("#create-topic")
+    page.fill("#new-topic-name", asked["create"])
+    page.fill("#new-topic-partitions", "2")
+    page.click("#create-topic button[type=submit]")
+    said["create"] = answer()
+    page.goto(url + "/topics/" + asked["alter"])
+    page.wait_for_selector("#set-config")
+    page.fill("#config-name", "retention.ms")
+    page.fill("#config-value", "3600000")
+    page.click("#set-config button[type=submit]")
+    said["alter"] = answer()
+    page.goto(url + "/topics/" + asked["cancel"])
+    page.get_by_role("button", name="Cancel its move").click()
+    said["cancel"] = answer()
+    page.screenshot(path=os.path.join(shots, "changes.png"), full_page=True)
+    page.goto(url + "/topics/" + asked["delete"])
+    page.wait_for_selector("#delete-topic")
+    # Deleting is offered only once the name is typed again.
+    said["delete_enabled_before"] = page.locator("#delete-topic button").is_enabled()
+    page.fill("#delete-confirm", asked["delete"])
+    page.click("#delete-topic button")
+    said["delete"] = answer()
+    out["changes"] = said
+
+
+def main(url, shots, group, asked=None):
     os.makedirs(shots, exist_ok=True)
     out = {"errors": []}
     with sync_playwright() as p:
@@ -86,6 +127,9 @@ def main(url, shots, group):
         expect(page.locator("#messages tbody tr").first.locator("td").first).to_have_text("3")
         out["messages_from_3"] = rows(page, "messages")
         page.screenshot(path=os.path.join(shots, "topic.png"), full_page=True)
+        out["change_forms"] = page.locator("section[aria-label=changes]").count()
+        if asked:
+            changes(page, url, shots, json.loads(asked), out)
         browser.close()
     print(json.dumps(out))
 

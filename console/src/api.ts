@@ -34,6 +34,33 @@ export interface Unanswered {
   error: string;
 }
 
+/// A change (`console_actions_enable`): `body` as JSON; the answer, or why not in words.
+export async function act(method: string, path: string, body?: unknown): Promise<string> {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), 35000);
+  let resp: Response;
+  try {
+    resp = await fetch(path, {
+      method,
+      signal: ctl.signal,
+      headers: { "x-strata-action": "1", "content-type": "application/json", accept: "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new ApiError(ctl.signal.aborted ? `the broker did not answer within 35 s` : `the broker cannot be reached (${String(e)})`);
+  } finally {
+    clearTimeout(timer);
+  }
+  let answer: { done?: string; error?: string; message?: string } = {};
+  try {
+    answer = await resp.json();
+  } catch {
+    // An answer that is not JSON: its status says enough.
+  }
+  if (!resp.ok) throw new ApiError(`${answer.message ?? resp.statusText} (${answer.error ?? resp.status})`);
+  return answer.done ?? "done";
+}
+
 export interface Broker {
   id: number;
   host: string;
@@ -74,6 +101,8 @@ export interface Move {
 
 export interface Overview {
   node_id: number;
+  /// Whether changes may be made (`console_actions_enable`).
+  actions: boolean;
   controller: number | null;
   brokers: Broker[];
   voters: number[];
@@ -158,6 +187,8 @@ export interface TopicDetail {
   topic_id: string;
   partitions: TopicPartition[];
   configs: TopicConfig[];
+  /// Whether changes may be made (`console_actions_enable`).
+  actions: boolean;
   unanswered: Unanswered[];
 }
 

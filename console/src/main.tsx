@@ -3,6 +3,7 @@
 import { render } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import {
+  act,
   ApiError,
   Field,
   get,
@@ -149,6 +150,49 @@ function MovesTable({ moves }: { moves: Move[] }) {
   );
 }
 
+/// The outcome of the last change made on a page, in words.
+function useAction(): [(run: () => Promise<string>) => Promise<boolean>, { ok?: string; error?: string }] {
+  const [state, setState] = useState<{ ok?: string; error?: string }>({});
+  const run = async (f: () => Promise<string>) => {
+    try {
+      setState({ ok: await f() });
+      return true;
+    } catch (e) {
+      setState({ error: e instanceof ApiError ? e.message : String(e) });
+      return false;
+    }
+  };
+  return [run, state];
+}
+
+function Outcome({ state }: { state: { ok?: string; error?: string } }) {
+  if (state.error) return <p class="error" role="alert">{state.error}</p>;
+  if (state.ok) return <p class="ok" role="status">{state.ok}</p>;
+  return null;
+}
+
+function CreateTopic() {
+  const [name, setName] = useState("");
+  const [partitions, setPartitions] = useState("1");
+  const [replication, setReplication] = useState("");
+  const [run, state] = useAction();
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    const body: Record<string, unknown> = { name: name.trim(), partitions: Number(partitions) };
+    if (replication.trim() !== "") body.replication_factor = Number(replication);
+    if (await run(() => act("POST", "/v1/topics", body))) setName("");
+  };
+  return (
+    <form id="create-topic" class="find" onSubmit={submit}>
+      <label>New topic <input id="new-topic-name" value={name} required onInput={(e) => setName(e.currentTarget.value)} /></label>
+      <label>Partitions <input id="new-topic-partitions" type="number" min={1} value={partitions} onInput={(e) => setPartitions(e.currentTarget.value)} /></label>
+      <label>Replicas <input id="new-topic-replicas" type="number" min={1} placeholder="default" value={replication} onInput={(e) => setReplication(e.currentTarget.value)} /></label>
+      <button type="submit">Create</button>
+      <Outcome state={state} />
+    </form>
+  );
+}
+
 function OverviewPage() {
   const o = usePoll<Overview>("/v1/overview");
   const [query, setQuery] = useState("");
@@ -214,6 +258,7 @@ function OverviewPage() {
       </label>
       <section aria-label="topics">
         <h2>Topics {topics.data && <span class="muted">({topics.data.total})</span>}</h2>
+        {d?.actions && <CreateTopic />}
         <Failure error={topics.error} />
         <Missing brokers={topics.data?.unanswered} />
         <table id="topics">
@@ -392,6 +437,39 @@ function MessagesView({ topic, partitions }: { topic: string; partitions: number
   );
 }
 
+/// A topic's changes: a config set or back to its default, its moves cancelled, the topic
+/// deleted once its name is typed again.
+function TopicActions({ name, d }: { name: string; d: TopicDetail }) {
+  const [run, state] = useAction();
+  const [key, setKey] = useState("");
+  const [value, setValue] = useState("");
+  const [confirm, setConfirm] = useState("");
+  const path = `/v1/topics/${encodeURIComponent(name)}`;
+  const moving = d.partitions.filter((p) => p.adding.length + p.removing.length > 0);
+  return (
+    <section aria-label="changes">
+      <h2>Changes</h2>
+      <form id="set-config" class="find" onSubmit={(e) => { e.preventDefault(); run(() => act("POST", `${path}/configs`, { set: { [key.trim()]: value } })); }}>
+        <label>Config <input id="config-name" value={key} required placeholder="retention.ms" onInput={(e) => setKey(e.currentTarget.value)} /></label>
+        <label>Value <input id="config-value" value={value} onInput={(e) => setValue(e.currentTarget.value)} /></label>
+        <button type="submit">Set</button>
+        <button type="button" disabled={key.trim() === ""} onClick={() => run(() => act("POST", `${path}/configs`, { delete: [key.trim()] }))}>Back to default</button>
+      </form>
+      {moving.map((p) => (
+        <p key={p.partition}>
+          Partition {p.partition} is moving.{" "}
+          <button type="button" onClick={() => run(() => act("DELETE", `${path}/partitions/${p.partition}/move`))}>Cancel its move</button>
+        </p>
+      ))}
+      <form id="delete-topic" class="find" onSubmit={(e) => { e.preventDefault(); run(() => act("DELETE", path)); }}>
+        <label>Type <strong>{name}</strong> to delete it <input id="delete-confirm" value={confirm} onInput={(e) => setConfirm(e.currentTarget.value)} /></label>
+        <button type="submit" disabled={confirm !== name}>Delete topic</button>
+      </form>
+      <Outcome state={state} />
+    </section>
+  );
+}
+
 function TopicPage({ name }: { name: string }) {
   const t = usePoll<TopicDetail>(`/v1/topics/${encodeURIComponent(name)}`);
   const d = t.data;
@@ -427,6 +505,7 @@ function TopicPage({ name }: { name: string }) {
         </tbody>
       </table>
       {d && <MessagesView topic={name} partitions={d.partitions.length} />}
+      {d?.actions && <TopicActions name={name} d={d} />}
       <h2>Configs</h2>
       <table id="topic-configs">
         <thead><tr><th>name</th><th>value</th><th>source</th></tr></thead>

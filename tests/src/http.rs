@@ -35,12 +35,26 @@ pub fn http_get(addr: &str, path: &str) -> Result<HttpResponse> {
 
 /// `method path` with `body` on `addr` with HTTP/1.0, reading until the server closes.
 pub fn http_request(addr: &str, method: &str, path: &str, body: &str) -> Result<HttpResponse> {
+    http_request_with(addr, method, path, &[], body)
+}
+
+/// [`http_request`] with more headers (`name`, `value`).
+pub fn http_request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<HttpResponse> {
     let mut stream = TcpStream::connect(addr).with_context(|| format!("connect {addr}"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_read_timeout(Some(Duration::from_secs(40)))?;
     stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+    let extra: String = (headers.iter())
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     write!(
         stream,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\nAccept: */*\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\nAccept: */*\r\n{extra}Content-Length: {}\r\n\r\n{body}",
         body.len()
     )?;
     let mut raw = Vec::new();

@@ -31,7 +31,7 @@ pub use clients::{
     block_on, by_partition, read_to_end, ConsumedRecord, Delivery, TrackingProducer,
 };
 pub use cluster::Cluster;
-pub use http::{http_get, http_request, parse_prometheus, HttpResponse, Sample};
+pub use http::{http_get, http_request, http_request_with, parse_prometheus, HttpResponse, Sample};
 pub use netsplit::NetSplit;
 pub use proxy::FaultProxy;
 pub use raw::{encode_batch, topic_name, Idempotence, KafkaConn, QuorumAnswer, RawRecord};

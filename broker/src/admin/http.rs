@@ -7,7 +7,8 @@
 //! ([`crate::iceberg::rest`]). `docs/admin-api.json` documents them (OpenAPI).
 //!
 //! Requests are parsed into a [`Route`] before anything runs (the admin fuzz target drives
-//! [`Route::parse`]); no handler reads a request body. At most [`MAX_CONNECTIONS`] connections
+//! [`Route::parse`]); only an action ([`actions`], off by default) reads a request body, at most
+//! [`actions::MAX_BODY`] of it. At most [`MAX_CONNECTIONS`] connections
 //! are served at once, and a request's headers must arrive within [`HEADER_TIMEOUT`].
 //!
 //! With `admin_security_protocol = "SSL"` the port speaks HTTPS only: the TLS handshake (with
@@ -27,11 +28,13 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::actions::{self, Action};
 use super::console;
 use super::peers::AdminPeers;
 use super::views::{self, PageQuery};
 use crate::broker::Broker;
 use crate::config::listeners::SecurityProtocol;
+use crate::security::Principal;
 
 /// Admin connections served at once (Prometheus, probes and operators need a handful).
 const MAX_CONNECTIONS: usize = 64;
@@ -50,16 +53,21 @@ pub async fn serve(
         .flatten();
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let peers = match AdminPeers::new(&broker.node.config) {
-        Ok(peers) => Arc::new(peers),
+        Ok(peers) => peers,
         Err(e) => {
             tracing::error!(error = %e, "the admin port cannot reach the other brokers' admin ports: not serving it");
             return;
         }
     };
+    let server = Arc::new(Server {
+        broker,
+        ready,
+        peers,
+    });
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(error = %e, "admin accept failed");
                     continue;
@@ -71,19 +79,30 @@ pub async fn serve(
             tracing::warn!("admin connection refused: {MAX_CONNECTIONS} open");
             continue;
         };
-        let broker = broker.clone();
-        let ready = ready.clone();
+        let server = server.clone();
         let tls = tls.clone();
-        let peers = peers.clone();
         tokio::spawn(async move {
+            let host: Arc<str> = peer.ip().to_string().into();
             match tls {
-                None => connection(stream, broker, ready, peers).await,
+                None => {
+                    let caller = Caller {
+                        principal: Ok(Principal::anonymous()),
+                        host,
+                    };
+                    connection(stream, server, Arc::new(caller)).await
+                }
                 Some(acceptor) => {
-                    let metrics = broker.security.metrics();
+                    let metrics = server.broker.security.metrics();
                     match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
                             metrics.tls_handshake("admin", "ok");
-                            connection(tls, broker, ready, peers).await
+                            // A verified client certificate names who changes things.
+                            let certificate = tls.get_ref().1.peer_certificates();
+                            let principal = (server.broker.security)
+                                .certificate_principal(certificate.and_then(|c| c.first()))
+                                .map(|p| p.unwrap_or_else(Principal::anonymous));
+                            let caller = Caller { principal, host };
+                            connection(tls, server, Arc::new(caller)).await
                         }
                         Ok(Err(e)) => {
                             metrics.tls_handshake("admin", "failed");
@@ -98,20 +117,31 @@ pub async fn serve(
     }
 }
 
-/// Serves HTTP/1.1 on one connection, plain or TLS.
-async fn connection<S>(
-    stream: S,
+/// What every connection of the port shares.
+struct Server {
     broker: Arc<Broker>,
+    /// Metadata loaded and the Kafka listener accepting (`/readyz`).
     ready: Arc<AtomicBool>,
-    peers: Arc<AdminPeers>,
-) where
+    peers: AdminPeers,
+}
+
+/// Who is on the other end of one connection: its address, and the principal its actions are
+/// authorized and audited as (`Err`: a client certificate no mapping rule names, which may
+/// change nothing).
+struct Caller {
+    principal: Result<Principal, String>,
+    host: Arc<str>,
+}
+
+/// Serves HTTP/1.1 on one connection, plain or TLS.
+async fn connection<S>(stream: S, server: Arc<Server>, caller: Arc<Caller>)
+where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-        let broker = broker.clone();
-        let ready = ready.clone();
-        let peers = peers.clone();
-        async move { Ok::<_, Infallible>(respond(&req, &broker, &ready, &peers).await) }
+        let server = server.clone();
+        let caller = caller.clone();
+        async move { Ok::<_, Infallible>(respond(req, &server, &caller).await) }
     });
     if let Err(e) = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -258,6 +288,9 @@ pub enum Route {
     /// `GET /v1/local/...`: this broker's part of a view, asked by the broker answering it
     /// ([`super::peers`]).
     Local(Local),
+    /// A change (`console_actions_enable`): create or delete a topic, alter its configs,
+    /// cancel a move ([`actions`]).
+    Action(Action),
     /// A request this server refuses, with its status and the reason.
     Refused(StatusCode, String),
 }
@@ -281,6 +314,11 @@ impl Route {
                 true => Route::Console(asset),
                 false => Route::Refused(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into()),
             };
+        }
+        match Action::parse(method, uri.path()) {
+            Some(Ok(action)) => return Route::Action(action),
+            Some(Err(why)) => return Route::Refused(StatusCode::BAD_REQUEST, format!("{why}\n")),
+            None => {}
         }
         if let Some(route) = Self::views(method, uri.path(), query) {
             return route;
@@ -500,12 +538,53 @@ fn messages(
     }
 }
 
+/// An action's answer: checked, then its body read (bounded), then run as the caller's.
+async fn act(
+    req: Request<hyper::body::Incoming>,
+    action: Action,
+    server: &Server,
+    caller: &Caller,
+) -> (StatusCode, serde_json::Value) {
+    use http_body_util::BodyExt;
+    let refused = |status, error: &str, message: String| {
+        (
+            status,
+            serde_json::json!({ "error": error, "message": message }),
+        )
+    };
+    if let Err((status, why)) = actions::admit(&server.broker, &action, req.headers()) {
+        return refused(status, "REFUSED", why);
+    }
+    let principal = match &caller.principal {
+        Ok(p) => p.clone(),
+        Err(why) => return refused(StatusCode::FORBIDDEN, "REFUSED", why.clone()),
+    };
+    let body = match http_body_util::Limited::new(req.into_body(), actions::MAX_BODY)
+        .collect()
+        .await
+    {
+        Ok(body) => body.to_bytes(),
+        Err(e) => {
+            let why = match e.downcast_ref::<http_body_util::LengthLimitError>() {
+                Some(_) => format!("a body over {} bytes", actions::MAX_BODY),
+                None => format!("the body did not arrive: {e}"),
+            };
+            return refused(StatusCode::PAYLOAD_TOO_LARGE, "REFUSED", why);
+        }
+    };
+    let caller = actions::Caller {
+        principal,
+        host: caller.host.clone(),
+    };
+    actions::run(&server.broker, action, &body, &caller).await
+}
+
 async fn respond(
-    req: &Request<hyper::body::Incoming>,
-    broker: &Broker,
-    ready: &AtomicBool,
-    peers: &AdminPeers,
+    req: Request<hyper::body::Incoming>,
+    server: &Server,
+    caller: &Caller,
 ) -> Response<Full<Bytes>> {
+    let (broker, ready, peers) = (&server.broker, &*server.ready, &server.peers);
     let route = Route::parse(req.method(), req.uri());
     if let Route::Console(asset) = route {
         return reply(
@@ -514,11 +593,17 @@ async fn respond(
             Bytes::from_static(asset.body),
         );
     }
+    if let Route::Action(action) = route {
+        let (status, body) = act(req, action, server, caller).await;
+        return reply(status, "application/json", Bytes::from(body.to_string()));
+    }
     let json = |v: serde_json::Value| (StatusCode::OK, "application/json", v.to_string());
     let not_found = |what: String| (StatusCode::NOT_FOUND, "text/plain", format!("{what}\n"));
     let (status, content_type, body) = match route {
-        // Answered above, from the embedded files.
-        Route::Console(_) => (StatusCode::NO_CONTENT, "text/plain", String::new()),
+        // Answered above: from the embedded files, and by `act`.
+        Route::Console(_) | Route::Action(_) => {
+            (StatusCode::NO_CONTENT, "text/plain", String::new())
+        }
         Route::Overview => json(views::overview(broker, peers).await),
         Route::Topics(page) => json(views::topics(broker, peers, &page).await),
         Route::Topic(name) => match views::topic(broker, peers, &name).await {
@@ -651,7 +736,10 @@ mod tests {
             serde_json::from_str(include_str!("../../../docs/admin-api.json")).unwrap();
         let paths = doc["paths"].as_object().unwrap();
         for (path, ops) in paths {
-            let concrete = path.replace("{name}", "x").replace("{topic}", "x");
+            let concrete = path
+                .replace("{name}", "x")
+                .replace("{topic}", "x")
+                .replace("{partition}", "0");
             for method in ops.as_object().unwrap().keys() {
                 let route = parse(&method.to_uppercase(), &concrete);
                 let missing = matches!(&route, Route::Refused(s, _) if *s == StatusCode::NOT_FOUND || *s == StatusCode::METHOD_NOT_ALLOWED);
@@ -755,8 +843,17 @@ mod tests {
             );
         }
         assert!(matches!(
-            parse("DELETE", "/v1/topics/x"),
+            parse("PUT", "/v1/topics/x"),
             Route::Refused(StatusCode::METHOD_NOT_ALLOWED, _)
+        ));
+        // Changes are routed as actions (whether they may run is decided when they arrive).
+        assert_eq!(
+            parse("DELETE", "/v1/topics/x"),
+            Route::Action(Action::DeleteTopic("x".into()))
+        );
+        assert!(matches!(
+            parse("DELETE", "/v1/topics/x/partitions/z/move"),
+            Route::Refused(StatusCode::BAD_REQUEST, _)
         ));
     }
 

@@ -2,6 +2,7 @@
 //! views of the cluster ([`views`]), built from every broker's part ([`peers`]), and the
 //! console that shows them ([`console`]).
 
+pub mod actions;
 pub mod console;
 pub mod http;
 pub mod peers;

@@ -242,6 +242,7 @@ pub async fn overview(broker: &Broker, peers: &AdminPeers) -> Value {
     }
     json!({
         "node_id": broker.node.config.node_id,
+        "actions": broker.node.config.console_actions_enable,
         "controller": quorum_status.leader,
         "voters": quorum_status.voters.keys().collect::<Vec<_>>(),
         "quorum": quorum,
@@ -404,6 +405,7 @@ pub async fn topic(broker: &Broker, peers: &AdminPeers, name: &str) -> Option<Va
         "topic_id": t.topic_id,
         "partitions": partitions,
         "configs": configs,
+        "actions": broker.node.config.console_actions_enable,
         "unanswered": unanswered,
     }))
 }

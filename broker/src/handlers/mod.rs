@@ -94,6 +94,32 @@ pub enum Handled {
     ThenClose(Response),
 }
 
+/// The administrative requests the admin port's actions submit (`admin/actions.rs`) for a
+/// caller of their own: handled by the same code as on the Kafka port, so validated,
+/// authorized and audited alike. `None` for any other request.
+pub async fn administer(
+    broker: &Arc<Broker>,
+    body: RequestKind,
+    version: i16,
+    access: &crate::security::Access,
+) -> Option<ResponseKind> {
+    Some(match body {
+        RequestKind::CreateTopics(r) => {
+            ResponseKind::CreateTopics(create_topics::handle(broker, r, version, access).await)
+        }
+        RequestKind::DeleteTopics(r) => {
+            ResponseKind::DeleteTopics(delete_topics::handle(broker, r, version, access).await)
+        }
+        RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
+            incremental_alter_configs::handle(broker, r, access).await,
+        ),
+        RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
+            alter_partition_reassignments::handle(broker, r, version, access).await,
+        ),
+        _ => return None,
+    })
+}
+
 /// Handles one request of connection `conn`.
 pub async fn handle(broker: &Arc<Broker>, req: Request, conn: &mut Connection) -> Handled {
     let v = req.header.request_api_version;

@@ -179,7 +179,9 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
     let long = format!("/v1/topics?q={}", "x".repeat(300));
     assert_eq!(broker.admin_get(&long).unwrap().status, 400);
     let post = strata_tests::http_request(&broker.admin_addr, "POST", "/v1/topics", "").unwrap();
-    assert_eq!(post.status, 405);
+    assert_eq!(post.status, 403, "read-only: {}", post.body);
+    let put = strata_tests::http_request(&broker.admin_addr, "PUT", "/v1/topics/x", "").unwrap();
+    assert_eq!(put.status, 405);
 
     // The page itself: from the binary, with a policy that allows only its own files.
     let page = broker.admin_get("/").unwrap();
@@ -257,6 +259,7 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
         row(&seen["topic_configs"], "retention.ms")[1..],
         ["7200000", "topic"]
     );
+    assert_eq!(seen["change_forms"], 0, "read-only: no change is offered");
     for shot in ["overview.png", "group.png", "topic.png"] {
         assert!(
             shots.join(shot).metadata().is_ok_and(|m| m.len() > 1000),
@@ -283,6 +286,8 @@ fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() 
             ("STRATA_OBJECT_STORE", url.as_str()),
             ("STRATA_REMOTE_LOG_MANAGER_TASK_INTERVAL_MS", "100"),
             ("STRATA_REPLICA_MOVE_MAX_BYTES_PER_SECOND", "10000"),
+            ("STRATA_CONSOLE_ACTIONS_ENABLE", "true"),
+            ("STRATA_AUDIT_LOG", "audit.log"),
         ][..],
     ]
     .concat();
@@ -454,11 +459,16 @@ fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() 
 
     // The browser, on a broker that coordinates at most one of the group's partitions' hosts.
     let shots = artifacts().join("cluster");
+    let made = unique_topic("console-c-made");
+    let asked = serde_json::json!({
+        "create": made, "alter": made, "cancel": moving, "delete": made,
+    });
     let out = Command::new(venv_python())
         .arg(repo_root().join("tests/console_browser.py"))
         .arg(format!("http://{}", cluster.member(3).admin_addr))
         .arg(&shots)
         .arg(&group)
+        .arg(asked.to_string())
         .output()
         .expect("run the browser");
     assert!(
@@ -486,6 +496,38 @@ fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() 
         move_row[4].as_str().unwrap().ends_with("/ 300"),
         "{move_row}"
     );
+    // The changes made through the console's forms: done, as the Kafka APIs then answer, and
+    // audited as the caller's by the broker that served them.
+    let said = &seen["changes"];
+    for (change, word) in [
+        ("create", "created"),
+        ("alter", "altered"),
+        ("cancel", "cancelled"),
+        ("delete", "deleted"),
+    ] {
+        assert!(said[change].as_str().unwrap().contains(word), "{said}");
+    }
+    assert_eq!(said["delete_enabled_before"], false, "{said}");
+    wait_for_some("the move cancelled", WAIT, || {
+        (cluster.replicas(&moving) == vec![vec![1]]).then_some(())
+    });
+    wait_for_some("the made topic deleted", WAIT, || {
+        topic_exists(cluster.member(1), &made)
+            .is_none()
+            .then_some(())
+    });
+    let events = audit_events(cluster.member(3));
+    for event in [
+        "topic_created",
+        "config_altered",
+        "reassignment",
+        "topic_deleted",
+    ] {
+        let e = (events.iter())
+            .find(|e| e["event"] == event)
+            .unwrap_or_else(|| panic!("no {event} in {events:?}"));
+        assert_eq!(e["principal"], "User:ANONYMOUS", "{e}");
+    }
     for r in seen["group"].as_array().unwrap() {
         let p: i32 = r[1].as_str().unwrap().parse().unwrap();
         assert_eq!(r[3].as_str().unwrap(), kafka_lag[&p].to_string(), "{r}");
@@ -500,5 +542,162 @@ fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() 
     assert!(
         p2["high_watermark"].is_null() && (named || p2["leader"].is_null()),
         "{topic}"
+    );
+}
+
+/// The audit log's events (one JSON object per line) in a broker's data directory.
+fn audit_events(broker: &Broker) -> Vec<Value> {
+    std::fs::read_to_string(broker.data_dir().join("audit.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn topic_exists(broker: &Broker, topic: &str) -> Option<usize> {
+    let c: BaseConsumer = broker.consumer_config().create().unwrap();
+    let md = c.fetch_metadata(None, Duration::from_secs(10)).unwrap();
+    let t = md.topics().iter().find(|t| t.name() == topic)?;
+    (t.error().is_none()).then(|| t.partitions().len())
+}
+
+/// The value of `name` in `topic`'s configs, as Kafka's DescribeConfigs answers it.
+fn kafka_config(broker: &Broker, topic: &str, name: &str) -> (String, bool) {
+    use rdkafka::admin::{AdminOptions, ResourceSpecifier};
+    let admin = broker.admin();
+    let got = strata_tests::block_on(
+        admin.describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new()),
+    )
+    .unwrap();
+    let resource = got[0].as_ref().unwrap();
+    let entry = resource.get(name).unwrap();
+    (entry.value.clone().unwrap_or_default(), entry.is_default)
+}
+
+const ACTION: [(&str, &str); 2] = [
+    ("X-Strata-Action", "1"),
+    ("Content-Type", "application/json"),
+];
+
+#[test]
+fn changes_are_refused_read_only_and_when_enabled_are_the_kafka_apis_audited() {
+    // Read-only, the default: nothing changes, whatever is asked.
+    let read_only = Broker::start(BrokerOpts::new());
+    let topic = unique_topic("console-made");
+    let create = format!(r#"{{"name":"{topic}","partitions":3}}"#);
+    let r = strata_tests::http_request_with(
+        &read_only.admin_addr,
+        "POST",
+        "/v1/topics",
+        &ACTION,
+        &create,
+    )
+    .unwrap();
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("read-only"), "{}", r.body);
+    assert_eq!(topic_exists(&read_only, &topic), None);
+    drop(read_only);
+
+    let broker = Broker::start(
+        BrokerOpts::new()
+            .env("STRATA_CONSOLE_ACTIONS_ENABLE", "true")
+            .env("STRATA_AUDIT_LOG", "audit.log"),
+    );
+    let send = |method: &str, path: &str, headers: &[(&str, &str)], body: &str| {
+        strata_tests::http_request_with(&broker.admin_addr, method, path, headers, body).unwrap()
+    };
+    // What another site, a form or a careless script sends is refused before anything runs.
+    let evil = [ACTION[0], ACTION[1], ("Origin", "http://evil.example")];
+    let plain = [ACTION[0], ("Content-Type", "text/plain")];
+    let huge = format!(r#"{{"name":"{}"}}"#, "x".repeat(70_000));
+    for (headers, body, status) in [
+        (&ACTION[1..], create.as_str(), 403),
+        (&evil[..], create.as_str(), 403),
+        (&plain[..], create.as_str(), 415),
+        (&ACTION[..], huge.as_str(), 413),
+        (&ACTION[..], "{not json", 400),
+        (&ACTION[..], r#"{"name":"x","partitions":"three"}"#, 400),
+        (&ACTION[..], r#"{"name":"bad name!"}"#, 400),
+    ] {
+        let r = send("POST", "/v1/topics", headers, body);
+        assert_eq!(
+            r.status,
+            status,
+            "{headers:?} {}: {}",
+            &body[..body.len().min(60)],
+            r.body
+        );
+        let answer: Value = serde_json::from_str(&r.body).unwrap();
+        assert!(!answer["message"].as_str().unwrap().is_empty(), "{answer}");
+    }
+    assert_eq!(topic_exists(&broker, &topic), None);
+
+    // Create, alter, delete: what the Kafka APIs then answer.
+    let r = send("POST", "/v1/topics", &ACTION, &create);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(topic_exists(&broker, &topic), Some(3));
+    let again = send("POST", "/v1/topics", &ACTION, &create);
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.body.contains("TopicAlreadyExists"), "{}", again.body);
+    let configs = format!("/v1/topics/{topic}/configs");
+    let r = send(
+        "POST",
+        &configs,
+        &ACTION,
+        r#"{"set":{"retention.ms":"3600000"}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        kafka_config(&broker, &topic, "retention.ms"),
+        ("3600000".into(), false)
+    );
+    let bad = send(
+        "POST",
+        &configs,
+        &ACTION,
+        r#"{"set":{"retention.ms":"soon"}}"#,
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let r = send("POST", &configs, &ACTION, r#"{"delete":["retention.ms"]}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        kafka_config(&broker, &topic, "retention.ms").1,
+        "back to the default"
+    );
+    let unknown = send(
+        "DELETE",
+        "/v1/topics/console-no-such-topic",
+        &ACTION[..1],
+        "",
+    );
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    let no_move = send(
+        "DELETE",
+        &format!("/v1/topics/{topic}/partitions/0/move"),
+        &ACTION[..1],
+        "",
+    );
+    assert_eq!(no_move.status, 404, "{}", no_move.body);
+    let r = send("DELETE", &format!("/v1/topics/{topic}"), &ACTION[..1], "");
+    assert_eq!(r.status, 200, "{}", r.body);
+    wait_for_some("the topic gone", WAIT, || {
+        topic_exists(&broker, &topic).is_none().then_some(())
+    });
+
+    // Each change is in the audit log as the caller's, as from a Kafka client.
+    let events = audit_events(&broker);
+    for event in ["topic_created", "config_altered", "topic_deleted"] {
+        let e = (events.iter())
+            .find(|e| e["event"] == event)
+            .unwrap_or_else(|| panic!("no {event} in {events:?}"));
+        assert_eq!(e["principal"], "User:ANONYMOUS", "{e}");
+        assert_eq!(e["client"], "127.0.0.1", "{e}");
+    }
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["event"] == "topic_created")
+            .count(),
+        1
     );
 }
