@@ -126,6 +126,72 @@ impl Certs {
         rustls::StreamOwned::new(conn, sock)
     }
 
+    /// `method path` over HTTPS at `addr` (trusting our CA), presenting `client` (a certificate
+    /// and key path) when given, with more `headers`: the status and body, or why the
+    /// exchange failed (a refused handshake reads as an error, not a status).
+    pub fn https_request(
+        &self,
+        addr: &str,
+        client: Option<(&Path, &Path)>,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> std::io::Result<(u16, String)> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(&self.ca_cert).expect("CA") {
+            roots.add(c.expect("CA pem")).expect("CA root");
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots);
+        let config = match client {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => {
+                let chain: Vec<_> = (CertificateDer::pem_file_iter(cert).expect("client cert"))
+                    .map(|c| c.expect("client cert pem"))
+                    .collect();
+                let key = PrivateKeyDer::from_pem_file(key).expect("client key");
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .expect("client auth")
+            }
+        };
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+        let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
+        let sock = TcpStream::connect(addr)?;
+        sock.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+        let mut tls = rustls::StreamOwned::new(conn, sock);
+        let extra: String = (headers.iter())
+            .map(|(k, v)| format!("{k}: {v}\r\n"))
+            .collect();
+        write!(
+            tls,
+            "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )?;
+        tls.flush()?;
+        let mut raw = Vec::new();
+        match tls.read_to_end(&mut raw) {
+            Ok(_) => {}
+            // Servers may close without a close_notify once the answer is sent.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+            Err(e) => return Err(e),
+        }
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| std::io::Error::other(format!("no HTTP answer: {text:?}")))?;
+        let status = (head.split_whitespace().nth(1))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("bad status line: {head:?}")))?;
+        Ok((status, body.to_string()))
+    }
+
     /// The DER of the certificate a TLS server at `addr` presents (verified against our CA).
     pub fn served_certificate(&self, addr: &str) -> Vec<u8> {
         let mut tls = self.tls_client(addr);

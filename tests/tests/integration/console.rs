@@ -701,3 +701,84 @@ fn changes_are_refused_read_only_and_when_enabled_are_the_kafka_apis_audited() {
         1
     );
 }
+
+#[test]
+fn over_mtls_the_console_needs_a_certificate_and_changes_are_its_principals() {
+    use strata_tests::certs::Certs;
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certs::generate(dir.path());
+    let broker = Broker::start(
+        BrokerOpts::new()
+            .env("STRATA_ADMIN_SECURITY_PROTOCOL", "SSL")
+            .env(
+                "STRATA_SSL_CERTIFICATE_LOCATION",
+                certs.server_cert.display(),
+            )
+            .env("STRATA_SSL_KEY_LOCATION", certs.server_key.display())
+            .env("STRATA_SSL_CA_LOCATION", certs.ca_cert.display())
+            .env("STRATA_SSL_CLIENT_AUTH", "required")
+            .env(
+                "STRATA_SSL_PRINCIPAL_MAPPING_RULES",
+                "RULE:^CN=([^,]*),O=strata-tests$/$1/L,DEFAULT",
+            )
+            .env("STRATA_AUTHORIZER_ENABLE", "true")
+            // The Kafka port stays PLAINTEXT for the test's own clients.
+            .env("STRATA_SUPER_USERS", "User:operator;User:ANONYMOUS")
+            .env("STRATA_CONSOLE_ACTIONS_ENABLE", "true")
+            .env("STRATA_AUDIT_LOG", "audit.log"),
+    );
+    let topic = unique_topic("console-tls");
+    broker.create_topic(&topic, 1, &[]).unwrap();
+    broker.produce_to_each(&topic, 1, 3, "secret");
+    let operator = certs.client("operator");
+    let viewer = certs.client("viewer");
+    let as_ = |who: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+               method: &str,
+               path: &str,
+               headers: &[(&str, &str)],
+               body: &str| {
+        let client = who.map(|(c, k)| (c.as_path(), k.as_path()));
+        certs.https_request(&broker.admin_addr, client, method, path, headers, body)
+    };
+
+    // No certificate, no console: the handshake is refused before any request is read.
+    assert!(
+        as_(None, "GET", "/", &[], "").is_err(),
+        "the console without a certificate"
+    );
+    // With one, the page and its policy; no records while the authorizer is on.
+    let (status, page) = as_(Some(&viewer), "GET", "/", &[], "").unwrap();
+    assert_eq!(status, 200);
+    assert!(page.contains("<main id=\"app\""), "{page}");
+    let (status, body) = as_(
+        Some(&viewer),
+        "GET",
+        &format!("/v1/topics/{topic}/messages?partition=0&offset=0"),
+        &[],
+        "",
+    )
+    .unwrap();
+    assert_eq!(status, 403, "{body}");
+    assert!(!body.contains("secret-p0"), "{body}");
+
+    // A change is its certificate's principal's: refused by the authorizer for one without
+    // rights, done for the operator, and audited under each name.
+    let made = unique_topic("console-tls-made");
+    let create = format!(r#"{{"name":"{made}","partitions":1}}"#);
+    let (status, body) = as_(Some(&viewer), "POST", "/v1/topics", &ACTION, &create).unwrap();
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("TopicAuthorizationFailed"), "{body}");
+    assert_eq!(topic_exists(&broker, &made), None);
+    let (status, body) = as_(Some(&operator), "POST", "/v1/topics", &ACTION, &create).unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(topic_exists(&broker, &made), Some(1));
+    let events = audit_events(&broker);
+    let denied = (events.iter())
+        .find(|e| e["event"] == "authorization_denied" && e["principal"] == "User:viewer")
+        .unwrap_or_else(|| panic!("no denial of viewer in {events:?}"));
+    assert_eq!(denied["client"], "127.0.0.1", "{denied}");
+    let created = (events.iter())
+        .find(|e| e["event"] == "topic_created" && e["topic"] == made.as_str())
+        .unwrap_or_else(|| panic!("no topic_created in {events:?}"));
+    assert_eq!(created["principal"], "User:operator", "{created}");
+}
