@@ -126,6 +126,10 @@ def main(url, shots, group, asked=None):
         page.press("#message-start", "Enter")
         expect(page.locator("#messages tbody tr").first.locator("td").first).to_have_text("3")
         out["messages_from_3"] = rows(page, "messages")
+        # Older records: the page before offset 3 starts at the log's start.
+        page.get_by_role("button", name="Older").click()
+        expect(page.locator("#messages tbody tr").first.locator("td").first).to_have_text("0")
+        out["older_messages"] = rows(page, "messages")
         page.screenshot(path=os.path.join(shots, "topic.png"), full_page=True)
         out["change_forms"] = page.locator("section[aria-label=changes]").count()
         if asked:

@@ -185,6 +185,9 @@ export interface TopicConfig {
 export interface TopicDetail {
   name: string;
   topic_id: string;
+  /// The topic's partition count; `partitions` is the page from `partitions_offset`.
+  partitions_total: number;
+  partitions_offset: number;
   partitions: TopicPartition[];
   configs: TopicConfig[];
   /// Whether changes may be made (`console_actions_enable`).

@@ -396,17 +396,24 @@ function MessagesView({ topic, partitions }: { topic: string; partitions: number
       <form class="find" onSubmit={find}>
         <label>
           Partition{" "}
-          <select value={partition} onChange={(e) => setPartition(Number(e.currentTarget.value))}>
-            {Array.from({ length: partitions }, (_, i) => (
-              <option value={i}>{i}</option>
-            ))}
-          </select>
+          {partitions <= 100 ? (
+            <select id="message-partition" value={partition} onChange={(e) => setPartition(Number(e.currentTarget.value))}>
+              {Array.from({ length: partitions }, (_, i) => (
+                <option value={i}>{i}</option>
+              ))}
+            </select>
+          ) : (
+            <input id="message-partition" type="number" min={0} max={partitions - 1} value={partition} onChange={(e) => setPartition(Math.max(0, Math.min(partitions - 1, Number(e.currentTarget.value))))} />
+          )}
         </label>
         <label>
           From offset or time{" "}
           <input id="message-start" value={start} placeholder="latest, 1200, 2026-12-07T10:00:00Z" onInput={(e) => setStart(e.currentTarget.value)} />
         </label>
         <button type="submit">Show</button>
+        {data && data.from > data.log_start && (
+          <button type="button" onClick={() => load(`&offset=${Math.max(data.log_start, data.from - MESSAGES_PAGE)}`)}>Older</button>
+        )}
         {data && data.next < data.last_stable_offset && (
           <button type="button" onClick={() => load(`&offset=${data.next}`)}>Newer</button>
         )}
@@ -470,8 +477,13 @@ function TopicActions({ name, d }: { name: string; d: TopicDetail }) {
   );
 }
 
+const PARTITIONS_PAGE = 100;
+/// Records per messages page (the server's default).
+const MESSAGES_PAGE = 20;
+
 function TopicPage({ name }: { name: string }) {
-  const t = usePoll<TopicDetail>(`/v1/topics/${encodeURIComponent(name)}`);
+  const [offset, setOffset] = useState(0);
+  const t = usePoll<TopicDetail>(`/v1/topics/${encodeURIComponent(name)}?offset=${offset}&limit=${PARTITIONS_PAGE}`);
   const d = t.data;
   return (
     <section aria-label="topic">
@@ -504,7 +516,14 @@ function TopicPage({ name }: { name: string }) {
           ))}
         </tbody>
       </table>
-      {d && <MessagesView topic={name} partitions={d.partitions.length} />}
+      {d && d.partitions_total > PARTITIONS_PAGE && (
+        <nav class="pager">
+          <button disabled={offset === 0} onClick={() => setOffset(Math.max(0, offset - PARTITIONS_PAGE))}>previous</button>
+          <span>partitions {offset}–{Math.min(offset + PARTITIONS_PAGE, d.partitions_total) - 1} of {d.partitions_total}</span>
+          <button disabled={offset + PARTITIONS_PAGE >= d.partitions_total} onClick={() => setOffset(offset + PARTITIONS_PAGE)}>next</button>
+        </nav>
+      )}
+      {d && <MessagesView topic={name} partitions={d.partitions_total} />}
       {d?.actions && <TopicActions name={name} d={d} />}
       <h2>Configs</h2>
       <table id="topic-configs">

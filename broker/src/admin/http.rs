@@ -277,8 +277,8 @@ pub enum Route {
     Overview,
     /// `GET /v1/topics?q=&offset=&limit=`: a page of topics.
     Topics(PageQuery),
-    /// `GET /v1/topics/<name>`: one topic's partitions and configs.
-    Topic(String),
+    /// `GET /v1/topics/<name>?offset=&limit=`: one topic's partitions (a page) and configs.
+    Topic(String, PageQuery),
     /// `GET /v1/topics/<name>/messages?partition=&offset=|timestamp=&limit=`: records.
     Messages(String, views::MessagesQuery),
     /// `GET /v1/groups?q=&offset=&limit=`: a page of consumer groups with their lag.
@@ -300,7 +300,7 @@ pub enum Route {
 pub enum Local {
     Topics,
     Moves,
-    Topic(String),
+    Topic(String, PageQuery),
     Messages(String, views::MessagesQuery),
     Groups,
     Group(String),
@@ -423,9 +423,14 @@ impl Route {
                 Ok(name) => name,
                 Err(refusal) => return Some(refusal),
             };
+            if list == "topics" {
+                return Some(match PageQuery::parse_partitions(query) {
+                    Ok(page) if local => Route::Local(Local::Topic(name, page)),
+                    Ok(page) => Route::Topic(name, page),
+                    Err(why) => refused(why),
+                });
+            }
             return Some(match (list, local) {
-                ("topics", false) => Route::Topic(name),
-                ("topics", true) => Route::Local(Local::Topic(name)),
                 (_, false) => Route::Group(name),
                 (_, true) => Route::Local(Local::Group(name)),
             });
@@ -606,7 +611,7 @@ async fn respond(
         }
         Route::Overview => json(views::overview(broker, peers).await),
         Route::Topics(page) => json(views::topics(broker, peers, &page).await),
-        Route::Topic(name) => match views::topic(broker, peers, &name).await {
+        Route::Topic(name, page) => match views::topic(broker, peers, &name, &page).await {
             Some(v) => json(v),
             None => not_found(format!("no topic {name}")),
         },
@@ -622,7 +627,7 @@ async fn respond(
             Local::Topics => json(views::local_topics(broker)),
             Local::Moves => json(views::local_moves(broker)),
             Local::Groups => json(views::local_groups(broker)),
-            Local::Topic(name) => json(views::local_topic(broker, &name)),
+            Local::Topic(name, page) => json(views::local_topic(broker, &name, &page)),
             Local::Group(name) => json(serde_json::json!(views::local_group(broker, &name))),
             Local::Messages(topic, query) => {
                 messages(views::messages(broker, peers, &topic, &query, true).await)
@@ -776,7 +781,7 @@ mod tests {
         assert_eq!(parse("GET", "/v1/groups/a%20b"), Route::Group("a b".into()));
         assert_eq!(
             parse("GET", "/v1/topics/orders"),
-            Route::Topic("orders".into())
+            Route::Topic("orders".into(), PageQuery::parse_partitions("").unwrap())
         );
         assert!(matches!(
             parse("GET", "/v1/topics/orders/messages?partition=1&offset=5"),
@@ -802,7 +807,10 @@ mod tests {
         );
         assert_eq!(
             parse("GET", "/v1/local/topics/or%2Dders"),
-            Route::Local(Local::Topic("or-ders".into()))
+            Route::Local(Local::Topic(
+                "or-ders".into(),
+                PageQuery::parse_partitions("").unwrap()
+            ))
         );
         assert!(matches!(
             parse("GET", "/v1/local/topics/or%2Dders/messages?partition=2"),

@@ -38,6 +38,8 @@ fn segment(name: &str) -> String {
 }
 
 pub const DEFAULT_LIMIT: usize = 50;
+/// A topic's partitions shown per page by default.
+pub const DEFAULT_PARTITIONS: usize = 100;
 pub const MAX_LIMIT: usize = 500;
 /// The longest filter accepted, in bytes.
 const MAX_FILTER: usize = 256;
@@ -81,6 +83,25 @@ impl PageQuery {
             }
         }
         Ok(page)
+    }
+
+    /// A page of a topic's partitions (`offset`, `limit`; no filter), by default the first
+    /// [`DEFAULT_PARTITIONS`].
+    pub fn parse_partitions(query: &str) -> Result<PageQuery, String> {
+        let mut page = PageQuery::parse(query)?;
+        if !page.filter.is_empty() {
+            return Err("q: a topic's partitions are not filtered (offset, limit)".into());
+        }
+        if !form_urlencoded::parse(query.as_bytes()).any(|(k, _)| k == "limit") {
+            page.limit = DEFAULT_PARTITIONS;
+        }
+        Ok(page)
+    }
+
+    /// The page's part of `0..total`.
+    fn range(&self, total: usize) -> std::ops::Range<usize> {
+        let start = self.offset.min(total);
+        start..start.saturating_add(self.limit).min(total)
     }
 
     fn matches(&self, name: &str) -> bool {
@@ -330,18 +351,18 @@ pub async fn topics(broker: &Broker, peers: &AdminPeers, page: &PageQuery) -> Va
     v
 }
 
-/// This broker's part of [`topic`]: offsets and local bytes of the topic's partitions led
+/// This broker's part of [`topic`]: offsets and local bytes of the page's partitions led
 /// here, by partition.
-pub fn local_topic(broker: &Broker, name: &str) -> Value {
+pub fn local_topic(broker: &Broker, name: &str, page: &PageQuery) -> Value {
     let me = broker.node.config.node_id;
     let state = broker.node.metadata.state();
     let hosted = broker.node.partitions.hosted();
     let mut out = serde_json::Map::new();
-    for (i, p) in state
-        .topic(name)
-        .into_iter()
-        .flat_map(|t| t.partitions.iter().enumerate())
-    {
+    let Some(t) = state.topic(name) else {
+        return Value::Object(out);
+    };
+    for i in page.range(t.partitions.len()) {
+        let p = &t.partitions[i];
         let Some(here) = (p.leader == Some(me))
             .then(|| hosted.get(name, i as i32))
             .flatten()
@@ -359,21 +380,33 @@ pub fn local_topic(broker: &Broker, name: &str) -> Value {
     Value::Object(out)
 }
 
-/// One topic: its partitions (offsets and local bytes from their leaders) and configs; `None`
-/// for an unknown topic.
-pub async fn topic(broker: &Broker, peers: &AdminPeers, name: &str) -> Option<Value> {
+/// One topic: a page of its partitions (offsets and local bytes from their leaders) and its
+/// configs; `None` for an unknown topic.
+pub async fn topic(
+    broker: &Broker,
+    peers: &AdminPeers,
+    name: &str,
+    page: &PageQuery,
+) -> Option<Value> {
     let me = broker.node.config.node_id;
     let state = broker.node.metadata.state();
     let t = state.topic(name)?;
-    let leaders: std::collections::BTreeSet<u64> = (t.partitions.iter())
+    let shown = page.range(t.partitions.len());
+    let leaders: std::collections::BTreeSet<u64> = (t.partitions[shown.clone()].iter())
         .filter_map(|p| p.leader)
         .filter(|l| *l != me)
         .collect();
-    let path = format!("/v1/local/topics/{}", segment(name));
+    let path = format!(
+        "/v1/local/topics/{}?offset={}&limit={}",
+        segment(name),
+        page.offset,
+        page.limit
+    );
     let (answers, unanswered) = peers.ask(&broker.node, leaders, &path).await;
     let mut figures: std::collections::HashMap<u64, Value> = answers.into_iter().collect();
-    figures.insert(me, local_topic(broker, name));
-    let partitions: Vec<Value> = (t.partitions.iter().enumerate())
+    figures.insert(me, local_topic(broker, name, page));
+    let partitions: Vec<Value> = (t.partitions[shown].iter().enumerate())
+        .map(|(i, p)| (i + page.offset.min(t.partitions.len()), p))
         .map(|(i, p)| {
             let led = p
                 .leader
@@ -403,6 +436,8 @@ pub async fn topic(broker: &Broker, peers: &AdminPeers, name: &str) -> Option<Va
     Some(json!({
         "name": t.name,
         "topic_id": t.topic_id,
+        "partitions_total": t.partitions.len(),
+        "partitions_offset": page.offset,
         "partitions": partitions,
         "configs": configs,
         "actions": broker.node.config.console_actions_enable,
@@ -766,6 +801,21 @@ mod tests {
         let v = page.page(vec![1, 2, 3]);
         assert_eq!(v["total"], 3);
         assert_eq!(v["items"], json!([]));
+    }
+
+    #[test]
+    fn a_topics_partitions_are_paged_and_never_filtered() {
+        let page = PageQuery::parse_partitions("").unwrap();
+        assert_eq!((page.offset, page.limit), (0, DEFAULT_PARTITIONS));
+        assert_eq!(page.range(10_000), 0..100);
+        assert_eq!(page.range(3), 0..3);
+        let page = PageQuery::parse_partitions("offset=9950&limit=500").unwrap();
+        assert_eq!(page.range(10_000), 9950..10_000);
+        assert_eq!(page.range(10), 10..10);
+        let far = PageQuery::parse_partitions(&format!("offset={}", usize::MAX)).unwrap();
+        assert_eq!(far.range(5), 5..5);
+        assert!(PageQuery::parse_partitions("q=x").is_err());
+        assert!(PageQuery::parse_partitions("limit=501").is_err());
     }
 
     #[test]
