@@ -14,6 +14,10 @@ await build({
   jsxImportSource: "preact",
   outfile: "dist/app.js",
   legalComments: "none",
+  // The bundled libraries' notices, which their MIT licenses ask copies to keep.
+  banner: {
+    js: "/*! Strata console. Bundles Preact (MIT License, Copyright (c) 2015-present Jason Miller) and uPlot (MIT License, Copyright (c) 2025 Leon Sorokin). */",
+  },
   logLevel: "info",
 });
 await build({

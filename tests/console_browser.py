@@ -132,6 +132,14 @@ def main(url, shots, group, asked=None):
         out["older_messages"] = rows(page, "messages")
         page.screenshot(path=os.path.join(shots, "topic.png"), full_page=True)
         out["change_forms"] = page.locator("section[aria-label=changes]").count()
+        if os.environ.get("CHARTS_OF"):
+            # A broker's last hour, as charts (their captions say the figures in words).
+            page.goto(url + "/brokers/" + os.environ["CHARTS_OF"])
+            expect(page.locator("#charts figure canvas")).to_have_count(5)
+            out["charts"] = page.eval_on_selector_all(
+                "#charts figcaption", "cs => cs.map(c => c.innerText)"
+            )
+            page.screenshot(path=os.path.join(shots, "broker.png"), full_page=True)
         if asked:
             changes(page, url, shots, json.loads(asked), out)
         browser.close()

@@ -12,7 +12,8 @@
 //! | `internal_topics` | 1 s | on the controller: internal topics grown to their replication factor |
 //! | `leader_pins` | 1 s | on the controller: partitions of topics with `leaders.preference` led from their pinned racks (see `node/leader_pins.rs`) |
 //! | `auto_balance` | `auto_balance_interval_ms` | the automatic balancer |
-//! | `lag` | `lag_sample_interval_ms` | consumer lag sampled (share groups' from their share partitions' start offsets) |
+//! | `lag` | `lag_sample_interval_ms` | consumer lag sampled (share groups' from their share partitions' start offsets); partitions led elsewhere asked of their leaders (off the round) |
+//! | `metrics_history` | 10 s | the console's charts: a sample of the series `metrics/history.rs` keeps for an hour |
 //! | `log_sweep` | 100 ms | a slice of the partitions, each once per `log_retention_check_interval_ms`: retention, `segment.ms` rolls of idle segments (see `partition::activity`) |
 //! | `flush` | 100 ms | partitions written since: `flush.ms` flushes, and fsyncs of rolled segments off the runtime |
 //! | `log_dirs` | 1 s | the log directories probed (see `node/log_dirs.rs`) |
@@ -125,6 +126,14 @@ pub fn scheduler(broker: &Arc<Broker>) -> Scheduler {
             }
             .boxed()
         },
+    ));
+    // The baseline the first point is measured from, taken before the Kafka listener accepts.
+    (broker.node.metrics.history()).sample(broker.node.clock.now_ms());
+    s.add(periodic(
+        "metrics_history",
+        crate::metrics::history::INTERVAL,
+        b(),
+        |b, tick| async move { b.node.metrics.history().sample(tick.now_ms) }.boxed(),
     ));
     s.add(LogSweep {
         broker: b(),

@@ -220,3 +220,23 @@ export interface Messages {
   next: number;
   records: Message[];
 }
+
+/// One interval of a broker's figures (rates per second over the interval ending at t_ms).
+export interface HistoryPoint {
+  t_ms: number;
+  bytes_in_per_s: number;
+  fetched_bytes_per_s: number;
+  produce_per_s: number;
+  fetch_per_s: number;
+  produce_p99_ms: number | null;
+  fetch_p99_ms: number | null;
+  cache_hit_ratio: number | null;
+  object_store_requests_per_s: number;
+  object_store_errors_per_s: number;
+}
+
+export interface History {
+  broker: number;
+  interval_s: number;
+  points: HistoryPoint[];
+}

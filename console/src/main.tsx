@@ -1,6 +1,7 @@
 // The console: pages over the admin API, live-updating (each page polls its endpoints), with
 // real links (`<a href>`) the broker also serves directly, so every page can be bookmarked.
 import { render } from "preact";
+import uPlot from "uplot";
 import { useEffect, useRef, useState } from "preact/hooks";
 import {
   act,
@@ -9,6 +10,8 @@ import {
   get,
   GroupDetail,
   GroupRow,
+  History,
+  HistoryPoint,
   Messages,
   Move,
   Quorum,
@@ -229,7 +232,7 @@ function OverviewPage() {
             <tbody>
               {d.brokers.map((b) => (
                 <tr key={b.id}>
-                  <td>{b.id}</td>
+                  <td><a href={`/brokers/${b.id}`}>{b.id}</a></td>
                   <td>{b.host}:{b.port}</td>
                   <td>{b.rack ?? "—"}</td>
                   <td>{b.state}</td>
@@ -538,8 +541,101 @@ function TopicPage({ name }: { name: string }) {
   );
 }
 
+interface Line {
+  label: string;
+  value: (p: HistoryPoint) => number | null;
+  color: string;
+}
+
+/// A chart of the last hour (uPlot, on a canvas), with its latest and peak values in words
+/// for those who do not see it.
+function Chart({ title, unit, points, lines, format }: { title: string; unit: string; points: HistoryPoint[]; lines: Line[]; format: (v: number) => string }) {
+  const el = useRef<HTMLDivElement>(null);
+  const plot = useRef<uPlot | null>(null);
+  useEffect(() => {
+    const data: uPlot.AlignedData = [points.map((p) => p.t_ms / 1000), ...lines.map((l) => points.map(l.value))];
+    if (!el.current) return;
+    if (!plot.current) {
+      plot.current = new uPlot(
+        {
+          width: 560,
+          height: 180,
+          series: [{}, ...lines.map((l) => ({ label: l.label, stroke: l.color, width: 1.5, spanGaps: false, value: (_: uPlot, v: number | null) => (v === null ? "—" : format(v)) }))],
+          axes: [{}, { values: (_: uPlot, ticks: number[]) => ticks.map(format), size: 90 }],
+          scales: {
+            // The last hour, whatever the points cover; from zero up.
+            x: { time: true, range: () => [Date.now() / 1000 - 3600, Date.now() / 1000] },
+            y: { range: (_: uPlot, _min: number, max: number) => [0, max > 0 ? max * 1.1 : 1] },
+          },
+        },
+        data,
+        el.current,
+      );
+    } else {
+      plot.current.setData(data);
+    }
+  }, [points]);
+  useEffect(() => () => plot.current?.destroy(), []);
+  const summary = lines.map((l) => {
+    const values = points.map(l.value).filter((v): v is number => v !== null);
+    const last = values.length ? format(values[values.length - 1]) : "—";
+    const peak = values.length ? format(Math.max(...values)) : "—";
+    return `${l.label}: ${last} now, ${peak} at most`;
+  });
+  return (
+    <figure>
+      <figcaption>{title} <span class="muted">({unit}; {summary.join("; ")})</span></figcaption>
+      <div ref={el} />
+    </figure>
+  );
+}
+
+const rate = (v: number) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
+const perSecond = (v: number) => `${bytes(v)}/s`;
+const ms = (v: number) => `${v >= 10 ? v.toFixed(0) : v.toFixed(2)} ms`;
+const percent = (v: number) => `${(100 * v).toFixed(1)}%`;
+
+/// A broker's own figures over the last hour.
+function BrokerPage({ id }: { id: string }) {
+  const h = usePoll<History>(`/v1/brokers/${encodeURIComponent(id)}/history`);
+  const points = h.data?.points ?? [];
+  return (
+    <section aria-label="broker">
+      <p><a href="/">← overview</a></p>
+      <h1>Broker {id}</h1>
+      <Failure error={h.error} />
+      {h.data && points.length === 0 && <p class="muted">No figures yet: the first arrive {h.data.interval_s} s after the broker starts, one every {h.data.interval_s} s.</p>}
+      {points.length > 0 && (
+        <div class="charts" id="charts">
+          <Chart title="Throughput" unit="per second" points={points} format={perSecond} lines={[
+            { label: "bytes in", value: (p) => p.bytes_in_per_s, color: "#1f5fbf" },
+            { label: "records fetched", value: (p) => p.fetched_bytes_per_s, color: "#c2571a" },
+          ]} />
+          <Chart title="Requests" unit="per second" points={points} format={rate} lines={[
+            { label: "produce", value: (p) => p.produce_per_s, color: "#1f5fbf" },
+            { label: "fetch", value: (p) => p.fetch_per_s, color: "#c2571a" },
+          ]} />
+          <Chart title="p99 latency" unit="ms, upper bucket bound" points={points} format={ms} lines={[
+            { label: "produce", value: (p) => p.produce_p99_ms, color: "#1f5fbf" },
+            { label: "fetch (long polls included)", value: (p) => p.fetch_p99_ms, color: "#c2571a" },
+          ]} />
+          <Chart title="Remote cache hit ratio" unit="blocks found in memory or on disk" points={points} format={percent} lines={[
+            { label: "hits", value: (p) => p.cache_hit_ratio, color: "#1e6b34" },
+          ]} />
+          <Chart title="Object store" unit="per second" points={points} format={rate} lines={[
+            { label: "requests", value: (p) => p.object_store_requests_per_s, color: "#1f5fbf" },
+            { label: "errors", value: (p) => p.object_store_errors_per_s, color: "#b3261e" },
+          ]} />
+        </div>
+      )}
+    </section>
+  );
+}
+
 function App() {
   const path = location.pathname;
+  const broker = path.match(/^\/brokers\/(.+)$/);
+  if (broker) return <BrokerPage id={decodeURIComponent(broker[1])} />;
   const group = path.match(/^\/groups\/(.+)$/);
   if (group) return <GroupPage name={decodeURIComponent(group[1])} />;
   const topic = path.match(/^\/topics\/(.+)$/);

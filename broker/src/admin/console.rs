@@ -51,7 +51,7 @@ pub fn asset(path: &str) -> Option<&'static Asset> {
         // Browsers ask for it whatever the page names.
         "/console/icon.svg" | "/favicon.ico" => Some(&ICON),
         _ => {
-            let page = ["/topics/", "/groups/"]
+            let page = ["/topics/", "/groups/", "/brokers/"]
                 .iter()
                 .any(|p| path.strip_prefix(p).is_some_and(|rest| !rest.is_empty()));
             page.then_some(&PAGE)
@@ -65,7 +65,7 @@ mod tests {
 
     #[test]
     fn pages_have_addresses_and_the_files_are_built() {
-        for path in ["/", "/topics/orders", "/groups/a%20b"] {
+        for path in ["/", "/topics/orders", "/groups/a%20b", "/brokers/2"] {
             assert_eq!(
                 asset(path).map(|a| a.content_type),
                 Some(PAGE.content_type),

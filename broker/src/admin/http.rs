@@ -285,6 +285,9 @@ pub enum Route {
     Groups(PageQuery),
     /// `GET /v1/groups/<name>`: one group's lag by partition.
     Group(String),
+    /// `GET /v1/brokers/<id>/history`: a broker's last hour of figures (charts), asked of it
+    /// when it is another.
+    History(u64),
     /// `GET /v1/local/...`: this broker's part of a view, asked by the broker answering it
     /// ([`super::peers`]).
     Local(Local),
@@ -300,6 +303,7 @@ pub enum Route {
 pub enum Local {
     Topics,
     Moves,
+    History,
     Topic(String, PageQuery),
     Messages(String, views::MessagesQuery),
     Groups,
@@ -333,6 +337,17 @@ impl Route {
             if let Some(rest) = uri.path().strip_prefix("/v1/iceberg") {
                 return Self::iceberg(method, rest);
             }
+        }
+        if let Some(id) =
+            (uri.path().strip_prefix("/v1/brokers/")).and_then(|r| r.strip_suffix("/history"))
+        {
+            return match (id.parse(), *method == hyper::Method::GET) {
+                (Ok(id), true) => Route::History(id),
+                (Err(_), _) => {
+                    Route::Refused(StatusCode::BAD_REQUEST, format!("'{id}' is no broker id\n"))
+                }
+                (_, false) => Route::Refused(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into()),
+            };
         }
         match uri.path() {
             "/v1/cluster" => Route::Cluster,
@@ -379,6 +394,9 @@ impl Route {
         let (local, path) = match path.strip_prefix("/v1/local") {
             Some("/moves") if *method == hyper::Method::GET => {
                 return Some(Route::Local(Local::Moves))
+            }
+            Some("/history") if *method == hyper::Method::GET => {
+                return Some(Route::Local(Local::History))
             }
             Some(rest) if rest.starts_with("/topics") || rest.starts_with("/groups") => {
                 (true, format!("/v1{rest}"))
@@ -626,12 +644,30 @@ async fn respond(
         Route::Local(part) => match part {
             Local::Topics => json(views::local_topics(broker)),
             Local::Moves => json(views::local_moves(broker)),
+            Local::History => json(views::history(broker)),
             Local::Groups => json(views::local_groups(broker)),
             Local::Topic(name, page) => json(views::local_topic(broker, &name, &page)),
             Local::Group(name) => json(serde_json::json!(views::local_group(broker, &name))),
             Local::Messages(topic, query) => {
                 messages(views::messages(broker, peers, &topic, &query, true).await)
             }
+        },
+        Route::History(id) if id == broker.node.config.node_id => json(views::history(broker)),
+        Route::History(id) => match peers.relay(&broker.node, id, "/v1/local/history").await {
+            Ok((status, body)) => (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                if status == 200 {
+                    "application/json"
+                } else {
+                    "text/plain"
+                },
+                body,
+            ),
+            Err(why) => (
+                StatusCode::BAD_GATEWAY,
+                "text/plain",
+                format!("broker {id} did not answer: {why}\n"),
+            ),
         },
         Route::Cluster => {
             let leader_view = broker.node.metadata.leader_status().await.ok();
@@ -744,7 +780,8 @@ mod tests {
             let concrete = path
                 .replace("{name}", "x")
                 .replace("{topic}", "x")
-                .replace("{partition}", "0");
+                .replace("{partition}", "0")
+                .replace("{id}", "1");
             for method in ops.as_object().unwrap().keys() {
                 let route = parse(&method.to_uppercase(), &concrete);
                 let missing = matches!(&route, Route::Refused(s, _) if *s == StatusCode::NOT_FOUND || *s == StatusCode::METHOD_NOT_ALLOWED);
@@ -801,6 +838,15 @@ mod tests {
             Route::Local(Local::Groups)
         );
         assert_eq!(parse("GET", "/v1/local/moves"), Route::Local(Local::Moves));
+        assert_eq!(
+            parse("GET", "/v1/local/history"),
+            Route::Local(Local::History)
+        );
+        assert_eq!(parse("GET", "/v1/brokers/3/history"), Route::History(3));
+        assert!(matches!(
+            parse("GET", "/v1/brokers/x/history"),
+            Route::Refused(StatusCode::BAD_REQUEST, _)
+        ));
         assert_eq!(
             parse("GET", "/v1/local/groups/a%2Fb"),
             Route::Local(Local::Group("a/b".into()))

@@ -120,6 +120,15 @@ impl PageQuery {
     }
 }
 
+/// This broker's last hour of figures for the console's charts (`metrics/history.rs`).
+pub fn history(broker: &Broker) -> Value {
+    json!({
+        "broker": broker.node.config.node_id,
+        "interval_s": crate::metrics::history::INTERVAL.as_secs(),
+        "points": broker.node.metrics.history().points(),
+    })
+}
+
 /// Moves shown at most on the overview (the count says how many there are).
 const MAX_MOVES: usize = 100;
 /// How long the overview waits for the quorum leader's view of the voters.

@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use crate::error::ErrorCode;
 
 mod disk;
+pub mod history;
 
 mod process;
 
@@ -229,6 +230,8 @@ pub struct Metrics {
     produce_errors: Family<ErrorLabels, Counter>,
     fetched_bytes: Counter,
     cluster: Arc<ClusterMetrics>,
+    /// The last hour of a few of these, for the console's charts.
+    history: history::History,
 }
 
 fn latency_histogram() -> Histogram {
@@ -282,7 +285,14 @@ impl Metrics {
             }),
             registry: Mutex::new(Registry::default()),
             on_scrape: Mutex::new(Vec::new()),
+            history: history::History::default(),
         };
+        m.history.register(|r| {
+            r.register("requests", "", m.requests.clone());
+            r.register("request_duration_seconds", "", m.latency.clone());
+            r.register("network_received_bytes", "", m.bytes_in.clone());
+            r.register("fetched_bytes", "", m.fetched_bytes.clone());
+        });
         m.cluster.register(&mut registry);
         // Both series exist from the start, so `increase()` sees a broker's first change.
         for change in ["shrink", "expand"] {
@@ -401,6 +411,11 @@ impl Metrics {
     /// Adds a subsystem's metrics to the registry (names get the `strata_` prefix).
     pub fn register(&self, add: impl FnOnce(&mut Registry)) {
         add(&mut self.registry());
+    }
+
+    /// The last hour of the series the console charts ([`history`]).
+    pub fn history(&self) -> &history::History {
+        &self.history
     }
 
     /// Runs `hook` before every `/metrics` encoding, to refresh gauges read from live state.

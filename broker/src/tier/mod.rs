@@ -133,6 +133,10 @@ impl Tier {
             tier_metrics.register(registry);
             cache.metrics().register(registry);
         });
+        metrics.history().register(|registry| {
+            store.metrics().register(registry);
+            cache.metrics().register(registry);
+        });
         Ok(Tier {
             store,
             cache,

@@ -458,6 +458,16 @@ fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() 
     }
 
     // The browser, on a broker that coordinates at most one of the group's partitions' hosts.
+    // Broker 1's last hour, asked of broker 3: the produce requests it served are in it.
+    let history = wait_for_some("a point of broker 1's history", WAIT, || {
+        let h = get_json(cluster.member(3), "/v1/brokers/1/history");
+        let produced: f64 = (h["points"].as_array().unwrap().iter())
+            .map(|p| p["produce_per_s"].as_f64().unwrap())
+            .sum();
+        (produced > 0.0).then_some(h)
+    });
+    assert_eq!(history["broker"], 1, "{history}");
+    assert_eq!(history["interval_s"], 10, "{history}");
     let shots = artifacts().join("cluster");
     let made = unique_topic("console-c-made");
     let asked = serde_json::json!({
@@ -469,6 +479,7 @@ fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() 
         .arg(&shots)
         .arg(&group)
         .arg(asked.to_string())
+        .env("CHARTS_OF", "1")
         .output()
         .expect("run the browser");
     assert!(
@@ -495,6 +506,12 @@ fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() 
     assert!(
         move_row[4].as_str().unwrap().ends_with("/ 300"),
         "{move_row}"
+    );
+    let charts = seen["charts"].as_array().unwrap();
+    assert_eq!(charts.len(), 5, "{seen}");
+    assert!(
+        charts[1].as_str().unwrap().starts_with("Requests"),
+        "{seen}"
     );
     // The changes made through the console's forms: done, as the Kafka APIs then answer, and
     // audited as the caller's by the broker that served them.
