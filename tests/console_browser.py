@@ -112,6 +112,11 @@ def main(url, shots, group, asked=None):
         page.wait_for_selector("#group-partitions tbody tr")
         out["group_url"] = page.url
         out["group"] = rows(page, "group-partitions")
+        expect(page.locator("#lag-charts figure canvas")).to_have_count(2)
+        out["group_totals"] = page.eval_on_selector_all(
+            "#group-totals .stat",
+            "s => Object.fromEntries(s.map(e => [e.querySelector('.label').innerText, e.querySelector('.value').innerText]))",
+        )
         page.screenshot(path=os.path.join(shots, "group.png"), full_page=True)
         with page.expect_navigation():
             page.locator("#group-partitions a").first.click()

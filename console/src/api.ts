@@ -155,9 +155,17 @@ export interface GroupPartition {
   retention_risk: boolean;
 }
 
+/// A group's total lag at one sample of its coordinator (a point per 30 s, an hour kept).
+export interface GroupPoint {
+  t_ms: number;
+  lag_records: number;
+  lag_seconds: number;
+}
+
 export interface GroupDetail {
   group: string;
   partitions: GroupPartition[];
+  history: GroupPoint[];
   unanswered: Unanswered[];
 }
 

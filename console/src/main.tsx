@@ -9,6 +9,7 @@ import {
   Field,
   get,
   GroupDetail,
+  GroupPoint,
   GroupRow,
   History,
   HistoryPoint,
@@ -315,12 +316,35 @@ function OverviewPage() {
 
 function GroupPage({ name }: { name: string }) {
   const g = usePoll<GroupDetail>(`/v1/groups/${encodeURIComponent(name)}`);
+  const parts = g.data?.partitions ?? [];
+  const total = parts.reduce((n, p) => n + p.lag_records, 0);
+  const oldest = parts.reduce((s, p) => Math.max(s, p.lag_seconds), 0);
+  const trend = parts.reduce((t, p) => t + p.trend_records_per_second, 0);
+  const history: GroupPoint[] = g.data?.history ?? [];
   return (
     <section aria-label="group">
       <p><a href="/">← overview</a></p>
       <h1>Group {name}</h1>
       <Failure error={g.error} />
       <Missing brokers={g.data?.unanswered} />
+      {g.data && (
+        <div class="stats" id="group-totals">
+          <Stat label="lag (records)" value={total} />
+          <Stat label="lag (time)" value={seconds(oldest)} />
+          <Stat label="trend (records/s)" value={trend.toFixed(1)} warn={trend > 0} />
+          <Stat label={trend < 0 ? "drained in" : "draining"} value={trend < 0 && total > 0 ? seconds(total / -trend) : trend > 0 ? "no: falling behind" : "—"} />
+        </div>
+      )}
+      {history.length > 0 && (
+        <div class="charts" id="lag-charts">
+          <Chart title="Lag over the last hour" unit="records" points={history} format={(v) => String(Math.round(v))} lines={[
+            { label: "records", value: (p) => p.lag_records, color: "#1f5fbf" },
+          ]} />
+          <Chart title="Oldest unread record's age" unit="time" points={history} format={seconds} lines={[
+            { label: "age", value: (p) => p.lag_seconds, color: "#c2571a" },
+          ]} />
+        </div>
+      )}
       <table id="group-partitions">
         <thead>
           <tr><th>topic</th><th class="num">partition</th><th class="num">committed</th><th class="num">lag (records)</th><th class="num">lag (time)</th><th class="num">trend (records/s)</th><th>drain</th><th>risk</th></tr>
@@ -541,15 +565,15 @@ function TopicPage({ name }: { name: string }) {
   );
 }
 
-interface Line {
+interface Line<T> {
   label: string;
-  value: (p: HistoryPoint) => number | null;
+  value: (p: T) => number | null;
   color: string;
 }
 
 /// A chart of the last hour (uPlot, on a canvas), with its latest and peak values in words
 /// for those who do not see it.
-function Chart({ title, unit, points, lines, format }: { title: string; unit: string; points: HistoryPoint[]; lines: Line[]; format: (v: number) => string }) {
+function Chart<T extends { t_ms: number }>({ title, unit, points, lines, format }: { title: string; unit: string; points: T[]; lines: Line<T>[]; format: (v: number) => string }) {
   const el = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   useEffect(() => {

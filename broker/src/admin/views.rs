@@ -19,7 +19,7 @@ use strata_metadata::PartitionInfo;
 
 use super::peers::{AdminPeers, Unanswered};
 use crate::broker::Broker;
-use crate::group::lag::PartitionLag;
+use crate::group::lag::{GroupPoint, PartitionLag};
 use crate::topic_config;
 
 /// The other live brokers: those a cluster-wide view asks for their part.
@@ -518,11 +518,21 @@ pub async fn groups(broker: &Broker, peers: &AdminPeers, page: &PageQuery) -> Va
     v
 }
 
-/// This broker's part of [`group`]: the group's partitions its last lag sample saw.
-pub fn local_group(broker: &Broker, name: &str) -> Vec<PartitionLag> {
-    (broker.lag.last_sample().into_iter())
-        .filter(|p| p.group == name)
-        .collect()
+/// This broker's part of [`group`]: the group's partitions its last lag sample saw, and the
+/// group's total lag over the last hour as it sampled it.
+#[derive(Serialize, serde::Deserialize, Default)]
+pub struct GroupPart {
+    partitions: Vec<PartitionLag>,
+    history: Vec<GroupPoint>,
+}
+
+pub fn local_group(broker: &Broker, name: &str) -> GroupPart {
+    GroupPart {
+        partitions: (broker.lag.last_sample().into_iter())
+            .filter(|p| p.group == name)
+            .collect(),
+        history: broker.lag.group_history(name),
+    }
 }
 
 /// One group's lag by partition, from whichever broker coordinates it; `None` for a group no
@@ -530,14 +540,28 @@ pub fn local_group(broker: &Broker, name: &str) -> Vec<PartitionLag> {
 pub async fn group(broker: &Broker, peers: &AdminPeers, name: &str) -> Option<Value> {
     let path = format!("/v1/local/groups/{}", segment(name));
     let (answers, unanswered) = peers.ask(&broker.node, others(broker), &path).await;
-    let mut partitions = local_group(broker, name);
+    let GroupPart {
+        mut partitions,
+        mut history,
+    } = local_group(broker, name);
     for (_, part) in answers {
-        partitions.extend(serde_json::from_value::<Vec<PartitionLag>>(part).unwrap_or_default());
+        let part = serde_json::from_value::<GroupPart>(part).unwrap_or_default();
+        partitions.extend(part.partitions);
+        // The coordinator's, which has sampled the group longest.
+        if part.history.len() > history.len() {
+            history = part.history;
+        }
     }
     partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
     partitions.dedup_by(|b, a| (&a.topic, a.partition) == (&b.topic, b.partition));
-    (!partitions.is_empty() || !unanswered.is_empty())
-        .then(|| json!({ "group": name, "partitions": partitions, "unanswered": unanswered }))
+    (!partitions.is_empty() || !unanswered.is_empty()).then(|| {
+        json!({
+            "group": name,
+            "partitions": partitions,
+            "history": history,
+            "unanswered": unanswered,
+        })
+    })
 }
 
 /// Records shown at most per request, and by default.

@@ -81,7 +81,22 @@ pub struct LagTracker {
     leaders: Leaders,
     /// Samples taken, and what they remember.
     history: Mutex<(u64, HashMap<Key, History>)>,
+    /// Each group's total lag over the last hour, a point per [`GROUP_POINT_EVERY`].
+    groups: Mutex<HashMap<String, VecDeque<GroupPoint>>>,
     gauges: LagGauges,
+}
+
+/// Between two points of a group's lag history, and how many are kept (an hour).
+const GROUP_POINT_EVERY_MS: i64 = 30_000;
+const GROUP_POINTS: usize = 120;
+
+/// A group's lag at one sample: records over its partitions, and the oldest unread record's
+/// age over them.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GroupPoint {
+    pub t_ms: i64,
+    pub lag_records: i64,
+    pub lag_seconds: f64,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -254,7 +269,53 @@ impl LagTracker {
             leaders: Leaders::new(node.config.node_id),
             node,
             history: Mutex::default(),
+            groups: Mutex::default(),
             gauges,
+        }
+    }
+
+    /// `group`'s total lag over the last hour, oldest first (empty for a group not sampled
+    /// here).
+    pub fn group_history(&self, group: &str) -> Vec<GroupPoint> {
+        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        groups
+            .get(group)
+            .map(|h| h.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Adds this sample's totals to each group's history (at most a point per
+    /// [`GROUP_POINT_EVERY_MS`]); groups no longer sampled are forgotten.
+    fn record_groups(&self, history: &HashMap<Key, History>, now_ms: i64) {
+        let mut totals: HashMap<&str, (i64, f64)> = HashMap::new();
+        for ((group, _, _), h) in history {
+            if let Some((_, lag)) = &h.last {
+                let t = totals.entry(group.as_str()).or_default();
+                t.0 += lag.records;
+                t.1 = t.1.max(lag.seconds);
+            }
+        }
+        let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        groups.retain(|g, _| totals.contains_key(g.as_str()));
+        for (group, (lag_records, lag_seconds)) in totals {
+            let points = match groups.get_mut(group) {
+                Some(points) => points,
+                None => groups.entry(group.to_string()).or_default(),
+            };
+            if points
+                .back()
+                .is_some_and(|p| now_ms - p.t_ms < GROUP_POINT_EVERY_MS)
+            {
+                continue;
+            }
+            points.push_back(GroupPoint {
+                t_ms: now_ms,
+                lag_records,
+                lag_seconds,
+            });
+            while points.len() > GROUP_POINTS {
+                points.pop_front();
+            }
         }
     }
 
@@ -402,6 +463,7 @@ impl LagTracker {
             }
             kept
         });
+        self.record_groups(history, wall);
         out
     }
 }
@@ -464,8 +526,25 @@ mod tests {
             |name: &str| (text.lines()).any(|l| l.starts_with(name) && l.contains("group=\"g\""));
         assert!(series("strata_consumer_lag_records{"), "{text}");
         assert!(series("strata_consumer_lag_drain_seconds{"), "{text}");
+        // A point per 30 s of the group's total: the first sample made one; the second and
+        // third, 10 and 20 s after it, none.
+        let points = lag.group_history("g");
+        assert_eq!(points.len(), 1, "{points:?}");
+        assert_eq!((points[0].lag_records, points[0].lag_seconds), (6, 29.996));
+        clock.advance(Duration::from_secs(30));
+        lag.measure(
+            vec![("g".to_string(), "orders".to_string(), 0, 19)],
+            &Remote::default(),
+        );
+        let points = lag.group_history("g");
+        assert_eq!(points.len(), 2, "{points:?}");
+        assert_eq!(points[1].lag_records, 1);
         lag.measure(Vec::new(), &Remote::default());
         let text = t.node.metrics.render();
         assert!(!text.contains("group=\"g\""), "{text}");
+        assert!(
+            lag.group_history("g").is_empty(),
+            "a group gone is forgotten"
+        );
     }
 }

@@ -239,6 +239,7 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
         .ends_with(&format!("/groups/{group}")));
     let group_rows = seen["group"].as_array().unwrap();
     assert_eq!(group_rows.len(), 3);
+    assert_eq!(seen["group_totals"]["lag (records)"], "45", "{seen}");
     for r in group_rows {
         let p: i32 = r[1].as_str().unwrap().parse().unwrap();
         assert_eq!(r[3].as_str().unwrap(), kafka_lag[&p].to_string(), "{r}");
