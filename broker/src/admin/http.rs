@@ -547,6 +547,13 @@ async fn change_voters(add: Vec<u64>, remove: Vec<u64>, broker: &Broker) -> (Sta
     }
 }
 
+/// What the caller may do, for the views that show records; `None` for a client certificate
+/// no mapping rule names.
+fn access(broker: &Broker, caller: &Caller) -> Option<crate::security::Access> {
+    let principal = caller.principal.as_ref().ok()?;
+    Some(broker.security.authorizer().access(principal, &caller.host))
+}
+
 /// A partition's records, or why not, in words.
 fn messages(
     answer: Result<serde_json::Value, views::Refusal>,
@@ -634,7 +641,9 @@ async fn respond(
             None => not_found(format!("no topic {name}")),
         },
         Route::Messages(topic, query) => {
-            messages(views::messages(broker, peers, &topic, &query, false).await)
+            let access = access(broker, caller);
+            let answer = views::messages(broker, peers, &topic, &query, false, access.as_ref());
+            messages(answer.await)
         }
         Route::Groups(page) => json(views::groups(broker, peers, &page).await),
         Route::Group(name) => match views::group(broker, peers, &name).await {
@@ -649,7 +658,9 @@ async fn respond(
             Local::Topic(name, page) => json(views::local_topic(broker, &name, &page)),
             Local::Group(name) => json(serde_json::json!(views::local_group(broker, &name))),
             Local::Messages(topic, query) => {
-                messages(views::messages(broker, peers, &topic, &query, true).await)
+                let access = access(broker, caller);
+                let answer = views::messages(broker, peers, &topic, &query, true, access.as_ref());
+                messages(answer.await)
             }
         },
         Route::History(id) if id == broker.node.config.node_id => json(views::history(broker)),

@@ -677,22 +677,35 @@ pub type Refusal = (u16, String);
 
 /// Records of one partition as a read_committed consumer reads them (no control record, no
 /// aborted transaction), from `query`'s start: read here when the partition is hosted here,
-/// else relayed from its leader (unless `local`, the leader's side of a relay).
+/// else relayed from its leader (unless `local`, the leader's side of a relay). While the
+/// authorizer is on, only for a caller whose principal may READ the topic (`access`; `None`:
+/// a client certificate no rule maps), a refusal audited as the Kafka port's are.
 pub async fn messages(
     broker: &Broker,
     peers: &AdminPeers,
     topic: &str,
     query: &MessagesQuery,
     local: bool,
+    access: Option<&crate::security::Access>,
 ) -> Result<Value, Refusal> {
     use crate::log::{records, txn_index::AbortedFilter};
+    use strata_metadata::acl::AclOperation;
     if broker.node.config.authorizer_enable {
-        return Err((
-            403,
-            "the authorizer is on: the admin port has no principal to authorize a read with, \
-             so it shows no records (use a Kafka client)"
-                .into(),
-        ));
+        match access {
+            None => {
+                return Err((
+                    403,
+                    "the authorizer is on and the client certificate maps to no principal".into(),
+                ))
+            }
+            Some(a) if !a.topic(AclOperation::Read, topic) => {
+                return Err((
+                    403,
+                    format!("the authorizer is on: this principal may not read topic {topic}"),
+                ))
+            }
+            Some(_) => {}
+        }
     }
     let state = broker.node.metadata.state();
     let info = state

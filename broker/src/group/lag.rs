@@ -4,8 +4,11 @@
 //! means the group is falling behind, shrinking means it is draining (with an estimated drain
 //! time).
 //!
-//! Sampled every `lag_sample_interval_ms` (by `serve.rs` housekeeping); the trend is the
-//! least-squares slope over the last `lag_window_ms`.
+//! Sampled every `lag_sample_interval_ms` (by `serve.rs` housekeeping) on each group's
+//! coordinator, for every partition the group committed an offset for: read from the replica
+//! where the partition is hosted here, asked of its leader otherwise (`lag_leaders.rs`). The
+//! trend is the least-squares slope over the last `lag_window_ms`; each group's total is kept
+//! for an hour (a point per 30 s) for the console's chart.
 //! A group whose lag in seconds exceeds half of the topic's `retention.ms` is flagged (and
 //! logged once), because retention is about to delete records it has not read.
 
@@ -81,7 +84,7 @@ pub struct LagTracker {
     leaders: Leaders,
     /// Samples taken, and what they remember.
     history: Mutex<(u64, HashMap<Key, History>)>,
-    /// Each group's total lag over the last hour, a point per [`GROUP_POINT_EVERY`].
+    /// Each group's total lag over the last hour, a point per [`GROUP_POINT_EVERY_MS`].
     groups: Mutex<HashMap<String, VecDeque<GroupPoint>>>,
     gauges: LagGauges,
 }

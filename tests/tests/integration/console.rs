@@ -778,6 +778,27 @@ fn over_mtls_the_console_needs_a_certificate_and_changes_are_its_principals() {
     .unwrap();
     assert_eq!(status, 403, "{body}");
     assert!(!body.contains("secret-p0"), "{body}");
+    // Granted READ on the topic, the same principal reads its records.
+    broker.cli_ok(&[
+        "acl",
+        "add",
+        "--allow-principal",
+        "User:viewer",
+        "--operation",
+        "Read",
+        "--topic",
+        &topic,
+    ]);
+    let (status, body) = as_(
+        Some(&viewer),
+        "GET",
+        &format!("/v1/topics/{topic}/messages?partition=0&offset=0"),
+        &[],
+        "",
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("secret-p0-0"), "{body}");
 
     // A change is its certificate's principal's: refused by the authorizer for one without
     // rights, done for the operator, and audited under each name.
