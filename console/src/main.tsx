@@ -201,9 +201,11 @@ function OverviewPage() {
   const o = usePoll<Overview>("/v1/overview");
   const [query, setQuery] = useState("");
   const [offset, setOffset] = useState(0);
+  const [topicSort, setTopicSort] = useState("name");
+  const [groupSort, setGroupSort] = useState("name");
   const q = encodeURIComponent(query);
-  const topics = usePoll<Page<TopicRow>>(`/v1/topics?q=${q}&offset=${offset}&limit=${PAGE}`);
-  const groups = usePoll<Page<GroupRow>>(`/v1/groups?q=${q}&limit=${PAGE}`);
+  const topics = usePoll<Page<TopicRow>>(`/v1/topics?q=${q}&offset=${offset}&limit=${PAGE}&sort=${topicSort}`);
+  const groups = usePoll<Page<GroupRow>>(`/v1/groups?q=${q}&limit=${PAGE}&sort=${groupSort}`);
   const d = o.data;
   return (
     <>
@@ -262,6 +264,14 @@ function OverviewPage() {
       </label>
       <section aria-label="topics">
         <h2>Topics {topics.data && <span class="muted">({topics.data.total})</span>}</h2>
+        <label class="filter">
+          Sort by{" "}
+          <select id="topic-sort" value={topicSort} onChange={(e) => { setTopicSort(e.currentTarget.value); setOffset(0); }}>
+            <option value="name">name</option>
+            <option value="size">size (local + remote)</option>
+            <option value="partitions">partitions</option>
+          </select>
+        </label>
         {d?.actions && <CreateTopic />}
         <Failure error={topics.error} />
         <Missing brokers={topics.data?.unanswered} />
@@ -292,6 +302,14 @@ function OverviewPage() {
       </section>
       <section aria-label="groups">
         <h2>Consumer groups {groups.data && <span class="muted">({groups.data.total})</span>}</h2>
+        <label class="filter">
+          Sort by{" "}
+          <select id="group-sort" value={groupSort} onChange={(e) => setGroupSort(e.currentTarget.value)}>
+            <option value="name">name</option>
+            <option value="lag">lag (records)</option>
+            <option value="lag_time">lag (time)</option>
+          </select>
+        </label>
         <Failure error={groups.error} />
         <table id="groups">
           <thead>

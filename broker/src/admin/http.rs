@@ -463,7 +463,11 @@ impl Route {
                 (_, false) => refused("a broker's part is not paged: no parameters".into()),
             });
         }
-        Some(match PageQuery::parse(query) {
+        let sorts = match list {
+            "topics" => views::TOPIC_SORTS,
+            _ => views::GROUP_SORTS,
+        };
+        Some(match PageQuery::parse_sorted(query, sorts) {
             Ok(page) if list == "topics" => Route::Topics(page),
             Ok(page) => Route::Groups(page),
             Err(why) => refused(why),

@@ -44,24 +44,42 @@ pub const MAX_LIMIT: usize = 500;
 /// The longest filter accepted, in bytes.
 const MAX_FILTER: usize = 256;
 
-/// A page of a list: rows whose name contains `filter`, from `offset`, at most `limit`.
+/// The orders `/v1/topics` and `/v1/groups` sort by (`sort=`), by name when not asked;
+/// figures sort largest first.
+pub const TOPIC_SORTS: &[&str] = &["name", "size", "partitions"];
+pub const GROUP_SORTS: &[&str] = &["name", "lag", "lag_time"];
+
+/// A page of a list: rows whose name contains `filter`, in `sort`'s order, from `offset`, at
+/// most `limit`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageQuery {
     pub filter: String,
     pub offset: usize,
     pub limit: usize,
+    /// One of the list's sorts; `None`: by name.
+    pub sort: Option<&'static str>,
 }
 
 impl PageQuery {
     /// From a query string (`q`, `offset`, `limit`); a value out of bounds is refused in words.
     pub fn parse(query: &str) -> Result<PageQuery, String> {
+        PageQuery::parse_sorted(query, &[])
+    }
+
+    /// [`PageQuery::parse`], with `sort` one of `sorts`.
+    pub fn parse_sorted(query: &str, sorts: &[&'static str]) -> Result<PageQuery, String> {
         let mut page = PageQuery {
             filter: String::new(),
             offset: 0,
             limit: DEFAULT_LIMIT,
+            sort: None,
         };
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
             match k.as_ref() {
+                "sort" if !sorts.is_empty() => match sorts.iter().find(|s| **s == v) {
+                    Some(s) => page.sort = Some(*s),
+                    None => return Err(format!("sort: '{v}' is not one of {}", sorts.join(", "))),
+                },
                 "q" if v.len() > MAX_FILTER => {
                     return Err(format!("q: at most {MAX_FILTER} bytes"));
                 }
@@ -79,7 +97,14 @@ impl PageQuery {
                         ))
                     }
                 },
-                other => return Err(format!("unknown parameter '{other}' (q, offset, limit)")),
+                other if sorts.is_empty() => {
+                    return Err(format!("unknown parameter '{other}' (q, offset, limit)"))
+                }
+                other => {
+                    return Err(format!(
+                        "unknown parameter '{other}' (q, offset, limit, sort)"
+                    ))
+                }
             }
         }
         Ok(page)
@@ -339,7 +364,7 @@ pub async fn topics(broker: &Broker, peers: &AdminPeers, page: &PageQuery) -> Va
     }
     let silent: std::collections::HashSet<u64> = unanswered.iter().map(|u| u.broker).collect();
     let state = broker.node.metadata.state();
-    let rows: Vec<TopicRow> = (state.topics.values())
+    let mut rows: Vec<TopicRow> = (state.topics.values())
         .filter(|t| page.matches(&t.name))
         .map(|t| TopicRow {
             name: t.name.clone(),
@@ -355,6 +380,14 @@ pub async fn topics(broker: &Broker, peers: &AdminPeers, page: &PageQuery) -> Va
             .then(|| sizes.get(&t.name).copied().unwrap_or(0)),
         })
         .collect();
+    // Stable sorts of rows already by name: ties stay in name order.
+    match page.sort {
+        Some("size") => {
+            rows.sort_by_key(|t| std::cmp::Reverse(t.remote_bytes + t.local_bytes.unwrap_or(0)))
+        }
+        Some("partitions") => rows.sort_by_key(|t| std::cmp::Reverse(t.partitions)),
+        _ => {}
+    }
     let mut v = page.page(rows);
     v["unanswered"] = json!(unanswered);
     v
@@ -513,6 +546,11 @@ async fn all_groups(broker: &Broker, peers: &AdminPeers) -> (Vec<GroupRow>, Vec<
 pub async fn groups(broker: &Broker, peers: &AdminPeers, page: &PageQuery) -> Value {
     let (mut rows, unanswered) = all_groups(broker, peers).await;
     rows.retain(|g| page.matches(&g.group));
+    match page.sort {
+        Some("lag") => rows.sort_by_key(|g| std::cmp::Reverse(g.lag_records)),
+        Some("lag_time") => rows.sort_by(|a, b| b.lag_seconds.total_cmp(&a.lag_seconds)),
+        _ => {}
+    }
     let mut v = page.page(rows);
     v["unanswered"] = json!(unanswered);
     v
@@ -826,7 +864,8 @@ mod tests {
             PageQuery {
                 filter: "ord ers".into(),
                 offset: 100,
-                limit: 500
+                limit: 500,
+                sort: None,
             }
         );
         assert_eq!(PageQuery::parse("").unwrap().limit, DEFAULT_LIMIT);
@@ -840,6 +879,11 @@ mod tests {
         ] {
             assert!(PageQuery::parse(bad).is_err(), "{bad}");
         }
+        // A list's own sorts, and no other.
+        let sorted = PageQuery::parse_sorted("sort=size", TOPIC_SORTS).unwrap();
+        assert_eq!(sorted.sort, Some("size"));
+        assert!(PageQuery::parse_sorted("sort=lag", TOPIC_SORTS).is_err());
+        assert!(PageQuery::parse_sorted("sort=lag", GROUP_SORTS).is_ok());
         let long = format!("q={}", "a".repeat(MAX_FILTER + 1));
         assert!(PageQuery::parse(&long).unwrap_err().contains("at most"));
         // An offset past the end is an empty page, not an error.

@@ -106,6 +106,15 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
         (Some(2), 1)
     );
     let second = get_json(&broker, "/v1/topics?q=console-&limit=1&offset=1");
+    // Largest first: the 3-partition topic of 60 records before the 1-partition one of 4.
+    for sort in ["size", "partitions"] {
+        let sorted = get_json(&broker, &format!("/v1/topics?q=console-&sort={sort}"));
+        assert_eq!(
+            sorted["items"][0]["name"],
+            orders.as_str(),
+            "{sort}: {sorted}"
+        );
+    }
     assert_ne!(first["items"][0]["name"], second["items"][0]["name"]);
     let topic = get_json(&broker, &format!("/v1/topics/{orders}"));
     for p in topic["partitions"].as_array().unwrap() {
@@ -164,7 +173,8 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
         ("/v1/topics?limit=0", 400),
         ("/v1/topics?limit=100000", 400),
         ("/v1/topics?offset=-3", 400),
-        ("/v1/groups?sort=lag", 400),
+        ("/v1/groups?sort=size", 400),
+        ("/v1/topics?sort=lag", 400),
         ("/v1/topics/no-such-topic", 404),
         ("/v1/groups/no-such-group", 404),
         ("/v1/topics/%ff%fe", 400),
