@@ -177,11 +177,12 @@ pub fn local_moves(broker: &Broker) -> Value {
             let ends: serde_json::Map<String, Value> = (here.follower_log_ends().into_iter())
                 .map(|(id, end)| (id.to_string(), end.into()))
                 .collect();
+            let offsets = here.offsets();
             out.push(json!({
                 "topic": t.name,
                 "partition": i,
-                "log_start": here.offsets().log_start,
-                "high_watermark": here.offsets().high_watermark,
+                "log_start": offsets.log_start,
+                "high_watermark": offsets.high_watermark,
                 "log_ends": ends,
             }));
         }

@@ -10,13 +10,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::log::batch::BatchHeader;
+use crate::log::records::timestamp_at;
 use crate::node::Node;
 use crate::security::inter_broker::Peers;
 
@@ -261,21 +260,10 @@ fn by_leader<T>(node: &Node, items: impl Iterator<Item = (Tp, T)>) -> BTreeMap<u
     out
 }
 
-/// The timestamp of the record at `offset` in the first batch of `records` (a Fetch's answer),
-/// as the local lookup (`Partition::timestamp_at`) reads it.
-fn timestamp_at(records: &Bytes, offset: i64) -> Option<i64> {
-    let header = BatchHeader::parse(records).ok()?;
-    if header.is_log_append_time() {
-        return Some(header.max_timestamp);
-    }
-    crate::log::records::first(records, &header, |r| r.offset >= offset)
-        .ok()?
-        .map(|(_, timestamp)| timestamp)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     #[test]
     fn a_timestamp_is_read_from_the_first_batch_of_an_answer() {

@@ -205,6 +205,19 @@ pub fn batches(data: &Bytes) -> impl Iterator<Item = Result<(BatchHeader, Bytes)
     })
 }
 
+/// The timestamp of the record at `offset` in the first batch of `bytes` (a log read or a
+/// Fetch's answer): the batch's for log-append time, else the record's. `None` when the bytes
+/// hold no readable batch there, never a wrong time (for lag in seconds).
+pub fn timestamp_at(bytes: &Bytes, offset: i64) -> Option<i64> {
+    let header = BatchHeader::parse(bytes).ok()?;
+    if header.is_log_append_time() {
+        return Some(header.max_timestamp);
+    }
+    first(bytes, &header, |r| r.offset >= offset)
+        .ok()?
+        .map(|(_, timestamp)| timestamp)
+}
+
 /// `(offset, timestamp)` of the first record of a whole batch that `pred` accepts. The walk
 /// stops there: a lag sample or a timestamp lookup in a batch of a thousand records reads
 /// on average half of them, not all.

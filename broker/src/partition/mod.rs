@@ -255,13 +255,7 @@ impl Partition {
     /// Timestamp of the record at `offset` (for lag in seconds), if it is readable.
     pub fn timestamp_at(&self, offset: i64) -> Option<i64> {
         let bytes = self.log().read(offset, 1, i64::MAX).ok()?.bytes;
-        let header = crate::log::batch::BatchHeader::parse(&bytes).ok()?;
-        if header.is_log_append_time() {
-            return Some(header.max_timestamp);
-        }
-        crate::log::records::first(&bytes, &header, |r| r.offset >= offset)
-            .ok()?
-            .map(|(_, timestamp)| timestamp)
+        crate::log::records::timestamp_at(&bytes, offset)
     }
 
     pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {

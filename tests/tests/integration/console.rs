@@ -25,6 +25,16 @@ fn get_json(broker: &Broker, path: &str) -> Value {
     serde_json::from_str(&r.body).unwrap_or_else(|e| panic!("GET {path}: {e}: {}", r.body))
 }
 
+/// A group view's lag in records, by partition.
+fn lag_by_partition(view: &Value) -> BTreeMap<i32, i64> {
+    (view["partitions"].as_array().unwrap().iter())
+        .map(|p| {
+            let partition = p["partition"].as_i64().unwrap() as i32;
+            (partition, p["lag_records"].as_i64().unwrap())
+        })
+        .collect()
+}
+
 /// Where the browser's screenshots are kept (test artifacts).
 fn artifacts() -> std::path::PathBuf {
     std::env::var("STRATA_TEST_ARTIFACTS")
@@ -65,15 +75,7 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
         let r = broker.admin_get(&format!("/v1/groups/{group}")).ok()?;
         (r.status == 200).then(|| serde_json::from_str::<Value>(&r.body).unwrap())
     });
-    let lag: BTreeMap<i32, i64> = (group_view["partitions"].as_array().unwrap().iter())
-        .map(|p| {
-            (
-                p["partition"].as_i64().unwrap() as i32,
-                p["lag_records"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(lag, kafka_lag, "{group_view}");
+    assert_eq!(lag_by_partition(&group_view), kafka_lag, "{group_view}");
     let metadata = {
         let c: BaseConsumer = broker.consumer_config().create().unwrap();
         c.fetch_metadata(None, Duration::from_secs(10)).unwrap()
@@ -363,15 +365,7 @@ fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() 
         });
         complete.then_some(views)
     }) {
-        let lag: BTreeMap<i32, i64> = (view["partitions"].as_array().unwrap().iter())
-            .map(|p| {
-                (
-                    p["partition"].as_i64().unwrap() as i32,
-                    p["lag_records"].as_i64().unwrap(),
-                )
-            })
-            .collect();
-        assert_eq!(lag, kafka_lag, "broker {id}: {view}");
+        assert_eq!(lag_by_partition(&view), kafka_lag, "broker {id}: {view}");
         assert_eq!(
             view["unanswered"],
             Value::Array(vec![]),
