@@ -140,7 +140,7 @@ def main(url, shots, group, asked=None):
         if os.environ.get("CHARTS_OF"):
             # A broker's last hour, as charts (their captions say the figures in words).
             page.goto(url + "/brokers/" + os.environ["CHARTS_OF"])
-            expect(page.locator("#charts figure canvas")).to_have_count(5)
+            expect(page.locator("#charts figure canvas")).to_have_count(6)
             out["charts"] = page.eval_on_selector_all(
                 "#charts figcaption", "cs => cs.map(c => c.innerText)"
             )

@@ -109,6 +109,14 @@ pub enum Crossing {
     Regional = 3,
 }
 
+/// The streams [`Zones::crossings`] sums: each zone crossing counted once, by the broker
+/// that sent it or took it from a client.
+const BILLED: [(Direction, Kind); 3] = [
+    (Direction::Out, Kind::Replication),
+    (Direction::In, Kind::Produce),
+    (Direction::Out, Kind::Fetch),
+];
+
 const DIRECTIONS: [&str; 2] = ["in", "out"];
 const KINDS: [&str; 4] = ["produce", "fetch", "replication", "object_store"];
 const CROSSINGS: [&str; 4] = ["same", "cross", "unknown", "regional"];
@@ -149,12 +157,25 @@ impl Zones {
                 }
             }
         }
-        metrics.register(|r| {
-            r.register(
-                "zone_bytes",
-                "Bytes this broker sent (out) and received (in), by kind (produce, fetch, replication, object_store) and by whether the other end is in this broker's zone (same), another (cross), unknown, or a regional service (regional)",
-                family,
-            )
+        let help = "Bytes this broker sent (out) and received (in), by kind (produce, fetch, replication, object_store) and by whether the other end is in this broker's zone (same), another (cross), unknown, or a regional service (regional)";
+        metrics.register(|r| r.register("zone_bytes", help, family));
+        // The console's charts read the streams `crossings` sums, same and cross, as
+        // `strata_zone_billed_<kind>_<direction>_total{zone}` (clones of these counters).
+        metrics.history().register(|r| {
+            for crossing in [Crossing::Same, Crossing::Cross] {
+                let r =
+                    r.sub_registry_with_label(("zone".into(), CROSSINGS[crossing as usize].into()));
+                for (d, k) in BILLED {
+                    r.register(
+                        format!(
+                            "zone_billed_{}_{}",
+                            KINDS[k as usize], DIRECTIONS[d as usize]
+                        ),
+                        help,
+                        counters[at(d, k, crossing)].clone(),
+                    );
+                }
+            }
         });
         Zones {
             zone: zone.filter(|z| !z.is_empty()),
@@ -206,12 +227,7 @@ impl Zones {
     /// is every broker-side zone crossing, what a cloud bills at its inter-zone rate in each
     /// direction. Bytes to or from a peer of unknown zone are in neither.
     pub fn crossings(&self) -> (u64, u64) {
-        let streams = [
-            (Direction::Out, Kind::Replication),
-            (Direction::In, Kind::Produce),
-            (Direction::Out, Kind::Fetch),
-        ];
-        let sum = |c: Crossing| (streams.iter()).map(|(d, k)| self.counted(*d, *k, c)).sum();
+        let sum = |c: Crossing| (BILLED.iter()).map(|(d, k)| self.counted(*d, *k, c)).sum();
         (sum(Crossing::Same), sum(Crossing::Cross))
     }
 

@@ -127,6 +127,8 @@ export interface TopicRow {
   remote_bytes: number;
   /// On the leaders' disks; null while a leader did not answer.
   local_bytes: number | null;
+  /// Bytes appended per second over the leaders' last 10 s.
+  bytes_in_per_s: number;
 }
 
 export interface GroupRow {
@@ -135,6 +137,8 @@ export interface GroupRow {
   lag_records: number;
   lag_seconds: number;
   retention_risk: boolean;
+  /// "classic", "consumer" (KIP-848) or "share" (KIP-932); null when unknown.
+  kind: string | null;
 }
 
 export interface Page<T> {
@@ -162,11 +166,121 @@ export interface GroupPoint {
   lag_seconds: number;
 }
 
+export interface Member {
+  member_id: string;
+  instance_id?: string | null;
+  client_id: string;
+  host: string;
+  assignment: { topic: string; partitions: number[] }[];
+}
+
+/// The group as its coordinator describes it, or why it may not be shown.
+export interface Members {
+  kind: string;
+  state?: string;
+  refused?: string;
+  members?: Member[];
+}
+
+/// A share partition: from its start offset to the last record handed out, by state.
+export interface SharePartition {
+  topic: string;
+  partition: number;
+  start: number;
+  end: number;
+  available: number;
+  acquired: number;
+  acknowledged: number;
+  archived: number;
+  dead_lettering: number;
+}
+
 export interface GroupDetail {
   group: string;
+  /// Null when the coordinator did not answer.
+  members: Members | null;
+  share_partitions: SharePartition[];
+  dead_letter_topic: string | null;
   partitions: GroupPartition[];
   history: GroupPoint[];
+  actions: boolean;
   unanswered: Unanswered[];
+}
+
+/// A transactional id with an open transaction, from its coordinator.
+export interface Coordinated {
+  transactional_id: string;
+  coordinator: number;
+  state: string;
+  producer_id: number;
+  producer_epoch: number;
+  start_ms: number;
+  timeout_ms: number;
+  partitions: [string, number][];
+}
+
+/// A producer's transaction open in a partition, from the partition's leader.
+export interface OpenTxn {
+  topic: string;
+  partition: number;
+  leader: number;
+  producer_id: number;
+  producer_epoch: number;
+  coordinator_epoch: number;
+  first_offset: number;
+  last_timestamp: number;
+  last_stable: number;
+  high_watermark: number;
+  /// Null: unknown while a broker did not answer.
+  hanging: boolean | null;
+}
+
+export interface Transactions {
+  now_ms: number;
+  actions: boolean;
+  transaction_max_timeout_ms: number;
+  coordinated_total: number;
+  open_total: number;
+  hanging: number;
+  coordinated: Coordinated[];
+  open: OpenTxn[];
+  unanswered: Unanswered[];
+}
+
+/// A list the caller may see, or why not.
+export interface Listed<T> {
+  refused?: string;
+  total?: number;
+  items?: T[];
+}
+
+export interface Acl {
+  principal: string;
+  host: string;
+  resource_type: string;
+  resource_name: string;
+  pattern_type: string;
+  operation: string;
+  permission: string;
+}
+
+export interface ScramUser {
+  user: string;
+  credentials: { mechanism: string; iterations: number }[];
+}
+
+export interface Quota {
+  user: string | null;
+  client_id: string | null;
+  values: Record<string, number>;
+}
+
+export interface Security {
+  authorizer: boolean;
+  super_users: string[];
+  acls: Listed<Acl>;
+  users: Listed<ScramUser>;
+  quotas: Listed<Quota>;
 }
 
 export interface TopicPartition {
@@ -241,6 +355,8 @@ export interface HistoryPoint {
   cache_hit_ratio: number | null;
   object_store_requests_per_s: number;
   object_store_errors_per_s: number;
+  same_zone_bytes_per_s: number;
+  cross_zone_bytes_per_s: number;
 }
 
 export interface History {

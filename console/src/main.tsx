@@ -11,13 +11,18 @@ import {
   GroupDetail,
   GroupPoint,
   GroupRow,
+  Members,
   History,
   HistoryPoint,
   Messages,
   Move,
   Quorum,
   Overview,
+  OpenTxn,
   Page,
+  Security,
+  SharePartition,
+  Transactions,
   TopicDetail,
   TopicRow,
   Unanswered,
@@ -270,6 +275,7 @@ function OverviewPage() {
             <option value="name">name</option>
             <option value="size">size (local + remote)</option>
             <option value="partitions">partitions</option>
+            <option value="throughput">throughput (bytes in)</option>
           </select>
         </label>
         {d?.actions && <CreateTopic />}
@@ -277,7 +283,7 @@ function OverviewPage() {
         <Missing brokers={topics.data?.unanswered} />
         <table id="topics">
           <thead>
-            <tr><th>topic</th><th class="num">partitions</th><th class="num">replicas</th><th class="num">local</th><th class="num">remote</th><th>health</th></tr>
+            <tr><th>topic</th><th class="num">partitions</th><th class="num">replicas</th><th class="num">local</th><th class="num">remote</th><th class="num">bytes in</th><th>health</th></tr>
           </thead>
           <tbody>
             {topics.data?.items.map((t) => (
@@ -287,6 +293,7 @@ function OverviewPage() {
                 <td class="num">{t.replication_factor}</td>
                 <td class="num">{t.local_bytes === null ? "—" : bytes(t.local_bytes)}</td>
                 <td class="num">{bytes(t.remote_bytes)}</td>
+                <td class="num">{perSecond(t.bytes_in_per_s ?? 0)}</td>
                 <td>{t.offline ? `${t.offline} offline` : t.under_replicated ? `${t.under_replicated} under-replicated` : "ok"}</td>
               </tr>
             ))}
@@ -301,7 +308,7 @@ function OverviewPage() {
         )}
       </section>
       <section aria-label="groups">
-        <h2>Consumer groups {groups.data && <span class="muted">({groups.data.total})</span>}</h2>
+        <h2>Consumer and share groups {groups.data && <span class="muted">({groups.data.total})</span>}</h2>
         <label class="filter">
           Sort by{" "}
           <select id="group-sort" value={groupSort} onChange={(e) => setGroupSort(e.currentTarget.value)}>
@@ -313,12 +320,13 @@ function OverviewPage() {
         <Failure error={groups.error} />
         <table id="groups">
           <thead>
-            <tr><th>group</th><th class="num">partitions</th><th class="num">lag (records)</th><th class="num">lag (time)</th><th>risk</th></tr>
+            <tr><th>group</th><th>kind</th><th class="num">partitions</th><th class="num">lag (records)</th><th class="num">lag (time)</th><th>risk</th></tr>
           </thead>
           <tbody>
             {groups.data?.items.map((g) => (
               <tr key={g.group}>
                 <td><a href={`/groups/${encodeURIComponent(g.group)}`}>{g.group}</a></td>
+                <td>{g.kind ?? "—"}</td>
                 <td class="num">{g.partitions}</td>
                 <td class="num">{g.lag_records}</td>
                 <td class="num">{seconds(g.lag_seconds)}</td>
@@ -349,13 +357,15 @@ function GroupPage({ name }: { name: string }) {
         <div class="stats" id="group-totals">
           <Stat label="lag (records)" value={total} />
           <Stat label="lag (time)" value={seconds(oldest)} />
-          <Stat label="trend (records/s)" value={trend.toFixed(1)} warn={trend > 0} />
+          <Stat label="trend (records/s)" value={(Math.abs(trend) < 0.05 ? 0 : trend).toFixed(1)} warn={trend > 0} />
           <Stat label={trend < 0 ? "drained in" : "draining"} value={trend < 0 && total > 0 ? seconds(total / -trend) : trend > 0 ? "no: falling behind" : "—"} />
         </div>
       )}
+      {g.data && <MembersView m={g.data.members} />}
+      {g.data && g.data.share_partitions.length > 0 && <ShareTable parts={g.data.share_partitions} dlq={g.data.dead_letter_topic} />}
       {history.length > 0 && (
         <div class="charts" id="lag-charts">
-          <Chart title="Lag over the last hour" unit="records" points={history} format={(v) => String(Math.round(v))} lines={[
+          <Chart title="Lag over the last hour" unit="records" points={history} format={(v) => (Number.isInteger(v) ? String(v) : v.toFixed(1))} lines={[
             { label: "records", value: (p) => p.lag_records, color: "#1f5fbf" },
           ]} />
           <Chart title="Oldest unread record's age" unit="time" points={history} format={seconds} lines={[
@@ -382,6 +392,243 @@ function GroupPage({ name }: { name: string }) {
           ))}
         </tbody>
       </table>
+      {g.data?.actions && <ResetOffsets group={name} topics={[...new Set(parts.map((p) => p.topic))]} />}
+    </section>
+  );
+}
+
+/// A group's members and what each is assigned, as its coordinator describes them.
+function MembersView({ m }: { m: Members | null }) {
+  if (m === null) return <p class="muted">The group's coordinator did not describe it (see above).</p>;
+  if (m.refused) return <p class="muted">Members: {m.refused}.</p>;
+  const members = m.members ?? [];
+  return (
+    <>
+      <h2>Members <span class="muted">({m.kind} group, {m.state}; {members.length})</span></h2>
+      {members.length === 0 ? (
+        <p class="muted">No members: nothing consumes for this group now.</p>
+      ) : (
+        <table id="group-members">
+          <thead><tr><th>member</th><th>client</th><th>host</th><th>assigned</th></tr></thead>
+          <tbody>
+            {members.map((x) => (
+              <tr key={x.member_id}>
+                <td>{x.instance_id ? `${x.instance_id} (${x.member_id})` : x.member_id}</td>
+                <td>{x.client_id}</td>
+                <td>{x.host}</td>
+                <td class="value">{x.assignment.map((a) => `${a.topic}: ${a.partitions.join(", ")}`).join("; ") || "—"}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </>
+  );
+}
+
+/// A share group's partitions: records in flight by state, and where its dead letters go.
+function ShareTable({ parts, dlq }: { parts: SharePartition[]; dlq: string | null }) {
+  return (
+    <>
+      <h2>Share partitions</h2>
+      <p>
+        Dead letters go to{" "}
+        {dlq ? <a id="dead-letter-topic" href={`/topics/${encodeURIComponent(dlq)}`}>{dlq}</a> : <span class="muted">no topic: records past their delivery limit are archived</span>}.
+      </p>
+      <table id="share-partitions">
+        <thead>
+          <tr><th>topic</th><th class="num">partition</th><th class="num">start</th><th class="num">end</th><th class="num">available</th><th class="num">acquired</th><th class="num">acknowledged</th><th class="num">archived</th><th class="num">dead-lettering</th></tr>
+        </thead>
+        <tbody>
+          {parts.map((p) => (
+            <tr key={`${p.topic}-${p.partition}`}>
+              <td><a href={`/topics/${encodeURIComponent(p.topic)}`}>{p.topic}</a></td>
+              <td class="num">{p.partition}</td>
+              <td class="num">{p.start}</td>
+              <td class="num">{p.end}</td>
+              <td class="num">{p.available}</td>
+              <td class="num">{p.acquired}</td>
+              <td class="num">{p.acknowledged}</td>
+              <td class="num">{p.archived}</td>
+              <td class="num">{p.dead_lettering}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </>
+  );
+}
+
+/// Moves a group's committed offsets (only while it has no members), as
+/// `kafka-consumer-groups --reset-offsets` does.
+function ResetOffsets({ group, topics }: { group: string; topics: string[] }) {
+  const [run, state] = useAction();
+  const [topic, setTopic] = useState(topics[0] ?? "");
+  const [to, setTo] = useState("earliest");
+  const [value, setValue] = useState("");
+  const submit = (e: Event) => {
+    e.preventDefault();
+    const body: Record<string, unknown> = { topic: topic.trim(), to };
+    if (to === "offset") body.value = Number(value);
+    if (to === "timestamp") body.value = Date.parse(value);
+    run(() => act("POST", `/v1/groups/${encodeURIComponent(group)}/offsets`, body));
+  };
+  return (
+    <section aria-label="changes">
+      <h2>Changes</h2>
+      <form id="reset-offsets" class="find" onSubmit={submit}>
+        <label>Reset offsets of topic <input id="reset-topic" list="reset-topics" value={topic} required onInput={(e) => setTopic(e.currentTarget.value)} /></label>
+        <datalist id="reset-topics">{topics.map((t) => <option value={t} />)}</datalist>
+        <label>to{" "}
+          <select id="reset-to" value={to} onChange={(e) => setTo(e.currentTarget.value)}>
+            <option value="earliest">earliest</option>
+            <option value="latest">latest</option>
+            <option value="timestamp">time</option>
+            <option value="offset">offset</option>
+          </select>
+        </label>
+        {(to === "offset" || to === "timestamp") && (
+          <label>{to === "offset" ? "Offset" : "Time"} <input id="reset-value" value={value} required placeholder={to === "offset" ? "1200" : "2026-12-07T10:00:00Z"} onInput={(e) => setValue(e.currentTarget.value)} /></label>
+        )}
+        <button type="submit">Reset (group must be empty)</button>
+      </form>
+      <Outcome state={state} />
+    </section>
+  );
+}
+
+/// Open transactions, the coordinators' and the partitions', and the hanging ones.
+function TransactionsPage() {
+  const t = usePoll<Transactions>("/v1/transactions");
+  const d = t.data;
+  const [run, state] = useAction();
+  const [confirming, setConfirming] = useState<string | null>(null);
+  const key = (o: OpenTxn) => `${o.topic}-${o.partition}-${o.producer_id}`;
+  const abort = (o: OpenTxn) =>
+    run(() =>
+      act("POST", `/v1/topics/${encodeURIComponent(o.topic)}/partitions/${o.partition}/abort-transaction`, {
+        producer_id: o.producer_id,
+        producer_epoch: o.producer_epoch,
+        coordinator_epoch: o.coordinator_epoch,
+      }),
+    ).then(() => setConfirming(null));
+  return (
+    <section aria-label="transactions">
+      <h1>Transactions</h1>
+      <Failure error={t.error} />
+      <Missing brokers={d?.unanswered} />
+      {d && (
+        <div class="stats" id="transaction-totals">
+          <Stat label="open (coordinators)" value={d.coordinated_total} />
+          <Stat label="open in partitions" value={d.open_total} />
+          <Stat label="hanging" value={d.hanging} warn={d.hanging > 0} />
+        </div>
+      )}
+      <h2>Open transactions <span class="muted">(by their coordinators)</span></h2>
+      <table id="transactions">
+        <thead>
+          <tr><th>transactional id</th><th>state</th><th class="num">coordinator</th><th class="num">producer</th><th class="num">open for</th><th class="num">timeout</th><th>partitions</th></tr>
+        </thead>
+        <tbody>
+          {d?.coordinated.map((c) => (
+            <tr key={c.transactional_id}>
+              <td>{c.transactional_id}</td>
+              <td>{c.state}</td>
+              <td class="num">{c.coordinator}</td>
+              <td class="num">{c.producer_id} (epoch {c.producer_epoch})</td>
+              <td class="num">{c.start_ms < 0 ? "—" : seconds(Math.max(0, d.now_ms - c.start_ms) / 1000)}</td>
+              <td class="num">{seconds(c.timeout_ms / 1000)}</td>
+              <td class="value">{c.partitions.map(([tp, p]) => `${tp}-${p}`).join(", ")}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {d && d.coordinated.length === 0 && <p class="muted">No transaction is open.</p>}
+      <h2>Open in partitions <span class="muted">(by the partitions' leaders; hanging: open over {d ? seconds(d.transaction_max_timeout_ms / 1000) : "—"} and no coordinator holds it)</span></h2>
+      <table id="open-transactions">
+        <thead>
+          <tr><th>partition</th><th class="num">leader</th><th class="num">producer</th><th class="num">first offset</th><th class="num">held back (records)</th><th class="num">last write</th><th>hanging</th>{d?.actions && <th>change</th>}</tr>
+        </thead>
+        <tbody>
+          {d?.open.map((o) => (
+            <tr key={key(o)} class={o.hanging ? "warn" : ""}>
+              <td><a href={`/topics/${encodeURIComponent(o.topic)}`}>{o.topic}</a>-{o.partition}</td>
+              <td class="num">{o.leader}</td>
+              <td class="num">{o.producer_id} (epoch {o.producer_epoch})</td>
+              <td class="num">{o.first_offset}</td>
+              <td class="num">{Math.max(0, o.high_watermark - o.last_stable)}</td>
+              <td class="num">{seconds(Math.max(0, d.now_ms - o.last_timestamp) / 1000)} ago</td>
+              <td>{o.hanging === null ? "unknown" : o.hanging ? "hanging" : "no"}</td>
+              {d.actions && (
+                <td>
+                  {confirming === key(o) ? (
+                    <button type="button" class="abort-confirm" onClick={() => abort(o)}>Abort it: read_committed readers move on</button>
+                  ) : (
+                    <button type="button" class="abort" onClick={() => setConfirming(key(o))}>Abort…</button>
+                  )}
+                </td>
+              )}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {d && d.open.length === 0 && <p class="muted">No partition has an open transaction.</p>}
+      <Outcome state={state} />
+    </section>
+  );
+}
+
+/// A list the caller may see, or why not.
+function Listing<T>({ id, title, l, head, row }: { id: string; title: string; l: { refused?: string; total?: number; items?: T[] }; head: string[]; row: (x: T) => preact.JSX.Element }) {
+  return (
+    <>
+      <h2>{title} {l.total !== undefined && <span class="muted">({l.total})</span>}</h2>
+      {l.refused ? (
+        <p class="muted">{l.refused}.</p>
+      ) : l.total === 0 ? (
+        <p class="muted">None.</p>
+      ) : (
+        <table id={id}>
+          <thead><tr>{head.map((h) => <th>{h}</th>)}</tr></thead>
+          <tbody>{l.items?.map(row)}</tbody>
+        </table>
+      )}
+    </>
+  );
+}
+
+/// ACLs, SCRAM users and quotas, read-only (no secret is ever sent).
+function SecurityPage() {
+  const [query, setQuery] = useState("");
+  const s = usePoll<Security>(`/v1/security?q=${encodeURIComponent(query)}`);
+  const d = s.data;
+  return (
+    <section aria-label="security">
+      <h1>Security</h1>
+      <Failure error={s.error} />
+      {d && (
+        <p id="authorizer">
+          The authorizer is <strong>{d.authorizer ? "on" : "off"}</strong>
+          {d.authorizer ? ": a request needs an ACL that allows it" : ": every principal may do everything (and ACLs cannot be created)"}. Super users:{" "}
+          {d.super_users.length ? d.super_users.join(", ") : "none"}.
+        </p>
+      )}
+      <label class="filter">
+        Filter by principal, user or resource <input type="search" value={query} onInput={(e) => setQuery(e.currentTarget.value)} />
+      </label>
+      {d && (
+        <>
+          <Listing id="acls" title="ACLs" l={d.acls} head={["principal", "host", "resource", "pattern", "operation", "permission"]} row={(a) => (
+            <tr><td>{a.principal}</td><td>{a.host}</td><td>{a.resource_type} {a.resource_name}</td><td>{a.pattern_type}</td><td>{a.operation}</td><td>{a.permission}</td></tr>
+          )} />
+          <Listing id="users" title="SCRAM users" l={d.users} head={["user", "credentials"]} row={(u) => (
+            <tr><td>{u.user}</td><td>{u.credentials.map((c) => `${c.mechanism} (${c.iterations} iterations)`).join(", ")}</td></tr>
+          )} />
+          <Listing id="quotas" title="Client quotas" l={d.quotas} head={["user", "client id", "quotas"]} row={(q) => (
+            <tr><td>{q.user ?? "—"}</td><td>{q.client_id ?? "—"}</td><td>{Object.entries(q.values).map(([k, v]) => `${k} = ${v}`).join(", ")}</td></tr>
+          )} />
+        </>
+      )}
     </section>
   );
 }
@@ -668,6 +915,10 @@ function BrokerPage({ id }: { id: string }) {
             { label: "requests", value: (p) => p.object_store_requests_per_s, color: "#1f5fbf" },
             { label: "errors", value: (p) => p.object_store_errors_per_s, color: "#b3261e" },
           ]} />
+          <Chart title="Zones" unit="bytes per second; cross-zone bytes are what a cloud bills" points={points} format={perSecond} lines={[
+            { label: "within its zone", value: (p) => p.same_zone_bytes_per_s ?? null, color: "#1e6b34" },
+            { label: "across zones", value: (p) => p.cross_zone_bytes_per_s ?? null, color: "#b3261e" },
+          ]} />
         </div>
       )}
     </section>
@@ -682,6 +933,8 @@ function App() {
   if (group) return <GroupPage name={decodeURIComponent(group[1])} />;
   const topic = path.match(/^\/topics\/(.+)$/);
   if (topic) return <TopicPage name={decodeURIComponent(topic[1])} />;
+  if (path === "/transactions") return <TransactionsPage />;
+  if (path === "/security") return <SecurityPage />;
   return <OverviewPage />;
 }
 

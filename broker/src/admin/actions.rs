@@ -1,10 +1,14 @@
 //! Changes made from the console, and by scripts, on the admin port: create and delete a
-//! topic, alter a topic's configs, cancel a partition's move. Each is submitted as the Kafka
-//! request a Kafka admin client would send (CreateTopics, DeleteTopics,
-//! IncrementalAlterConfigs, AlterPartitionReassignments) and handled by the same code
-//! (`handlers::administer`), so it is validated, authorized and written to the audit log
-//! exactly as on the Kafka port, as its caller's: the principal of the client certificate the
-//! admin port verified (mapped by `ssl_principal_mapping_rules`), else `User:ANONYMOUS`.
+//! topic, alter a topic's configs, cancel a partition's move, reset a group's offsets
+//! (`offsets.rs`), abort a hanging transaction (`transactions.rs`). The first four are
+//! submitted as the Kafka request a Kafka admin client would send (CreateTopics,
+//! DeleteTopics, IncrementalAlterConfigs, AlterPartitionReassignments) and handled by the same
+//! code (`handlers::administer`), so they are validated, authorized and written to the audit
+//! log exactly as on the Kafka port; the last two need other brokers (a group's coordinator, a
+//! partition's leader) and are authorized and audited here, then sent as a Kafka admin client
+//! would send them (OffsetCommit, WriteTxnMarkers). All run as their caller's: the principal
+//! of the client certificate the admin port verified (mapped by `ssl_principal_mapping_rules`),
+//! else `User:ANONYMOUS`.
 //!
 //! Invariants:
 //! - nothing changes unless `console_actions_enable` is set (read-only is the default); a
@@ -66,6 +70,11 @@ pub enum Action {
     AlterConfigs(String),
     /// `DELETE /v1/topics/<name>/partitions/<p>/move`: cancel the partition's move.
     CancelMove(String, i32),
+    /// `POST /v1/groups/<name>/offsets` with a reset (`offsets.rs`).
+    ResetOffsets(String),
+    /// `POST /v1/topics/<name>/partitions/<p>/abort-transaction` with the producer
+    /// (`transactions.rs`).
+    AbortTransaction(String, i32),
 }
 
 impl Action {
@@ -75,26 +84,38 @@ impl Action {
         if *method == Method::POST && path == "/v1/topics" {
             return Some(Ok(Action::CreateTopic));
         }
-        let rest = path.strip_prefix("/v1/topics/")?;
-        let parts: Vec<&str> = rest.split('/').collect();
         let name = |raw: &str| match percent_encoding::percent_decode_str(raw).decode_utf8() {
             Ok(n) if !n.is_empty() => Ok(n.into_owned()),
-            _ => Err(format!("'{raw}' is no topic name")),
+            _ => Err(format!("'{raw}' is no name")),
+        };
+        if let Some(group) = path.strip_prefix("/v1/groups/") {
+            return match (method, group.strip_suffix("/offsets")) {
+                (&Method::POST, Some(group)) => Some(name(group).map(Action::ResetOffsets)),
+                _ => None,
+            };
+        }
+        let rest = path.strip_prefix("/v1/topics/")?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        let partition = |p: &str| match p.parse::<i32>() {
+            Ok(p) if p >= 0 => Ok(p),
+            _ => Err(format!("'{p}' is no partition")),
         };
         let action = match (method, parts.as_slice()) {
             (&Method::DELETE, [topic]) => name(topic).map(Action::DeleteTopic),
             (&Method::POST, [topic, "configs"]) => name(topic).map(Action::AlterConfigs),
-            (&Method::DELETE, [topic, "partitions", p, "move"]) => match p.parse::<i32>() {
-                Ok(p) if p >= 0 => name(topic).map(|t| Action::CancelMove(t, p)),
-                _ => Err(format!("'{p}' is no partition")),
-            },
+            (&Method::DELETE, [topic, "partitions", p, "move"]) => {
+                partition(p).and_then(|p| name(topic).map(|t| Action::CancelMove(t, p)))
+            }
+            (&Method::POST, [topic, "partitions", p, "abort-transaction"]) => {
+                partition(p).and_then(|p| name(topic).map(|t| Action::AbortTransaction(t, p)))
+            }
             _ => return None,
         };
         Some(action)
     }
 
     fn has_body(&self) -> bool {
-        matches!(self, Action::CreateTopic | Action::AlterConfigs(_))
+        !matches!(self, Action::DeleteTopic(_) | Action::CancelMove(..))
     }
 }
 
@@ -248,6 +269,8 @@ fn describe(action: &Action) -> String {
         Action::DeleteTopic(t) => format!("topic {t} deleted"),
         Action::AlterConfigs(t) => format!("configs of {t} altered"),
         Action::CancelMove(t, p) => format!("the move of {t}-{p} cancelled"),
+        Action::ResetOffsets(g) => format!("offsets of {g} reset"),
+        Action::AbortTransaction(t, p) => format!("a transaction in {t}-{p} aborted"),
     }
 }
 
@@ -336,6 +359,11 @@ fn request(action: &Action, body: &[u8]) -> Result<(RequestKind, i16), String> {
                 REASSIGNMENTS_VERSION,
             )
         }
+        Action::ResetOffsets(_) | Action::AbortTransaction(..) => {
+            return Err(
+                "not a request of one Kafka API: run by offsets.rs or transactions.rs".into(),
+            )
+        }
     })
 }
 
@@ -396,6 +424,20 @@ mod tests {
             parse(Method::DELETE, "/v1/topics/%ff"),
             Some(Err(_))
         ));
+        assert_eq!(
+            parse(Method::POST, "/v1/groups/g%2F1/offsets"),
+            Some(Ok(Action::ResetOffsets("g/1".into())))
+        );
+        assert_eq!(
+            parse(Method::POST, "/v1/topics/t/partitions/2/abort-transaction"),
+            Some(Ok(Action::AbortTransaction("t".into(), 2)))
+        );
+        assert!(matches!(
+            parse(Method::POST, "/v1/topics/t/partitions/x/abort-transaction"),
+            Some(Err(_))
+        ));
+        assert_eq!(parse(Method::GET, "/v1/groups/g/offsets"), None);
+        assert_eq!(parse(Method::POST, "/v1/groups/g"), None);
         // Views and anything else are not actions.
         assert_eq!(parse(Method::GET, "/v1/topics/t"), None);
         assert_eq!(parse(Method::PUT, "/v1/topics/t"), None);

@@ -45,7 +45,7 @@ pub const SECURITY_HEADERS: [(&str, &str); 3] = [
 /// The console file for a path: the page for `/` and its pages' addresses.
 pub fn asset(path: &str) -> Option<&'static Asset> {
     match path {
-        "/" => Some(&PAGE),
+        "/" | "/transactions" | "/security" => Some(&PAGE),
         "/console/app.js" => Some(&SCRIPT),
         "/console/app.css" => Some(&STYLE),
         // Browsers ask for it whatever the page names.
@@ -65,7 +65,14 @@ mod tests {
 
     #[test]
     fn pages_have_addresses_and_the_files_are_built() {
-        for path in ["/", "/topics/orders", "/groups/a%20b", "/brokers/2"] {
+        for path in [
+            "/",
+            "/topics/orders",
+            "/groups/a%20b",
+            "/brokers/2",
+            "/transactions",
+            "/security",
+        ] {
             assert_eq!(
                 asset(path).map(|a| a.content_type),
                 Some(PAGE.content_type),

@@ -29,11 +29,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::actions::{self, Action};
-use super::console;
 use super::peers::AdminPeers;
 use super::views::{self, PageQuery};
+use super::{console, offsets, security_view, transactions};
 use crate::broker::Broker;
 use crate::config::listeners::SecurityProtocol;
+use crate::group::lag_leaders::Leaders;
 use crate::security::Principal;
 
 /// Admin connections served at once (Prometheus, probes and operators need a handful).
@@ -59,10 +60,12 @@ pub async fn serve(
             return;
         }
     };
+    let leaders = Leaders::new(broker.node.config.node_id);
     let server = Arc::new(Server {
         broker,
         ready,
         peers,
+        leaders,
     });
     loop {
         let (stream, peer) = tokio::select! {
@@ -123,6 +126,8 @@ struct Server {
     /// Metadata loaded and the Kafka listener accepting (`/readyz`).
     ready: Arc<AtomicBool>,
     peers: AdminPeers,
+    /// Kafka requests to partition leaders and group coordinators (offset resets).
+    leaders: Leaders,
 }
 
 /// Who is on the other end of one connection: its address, and the principal its actions are
@@ -288,6 +293,11 @@ pub enum Route {
     /// `GET /v1/brokers/<id>/history`: a broker's last hour of figures (charts), asked of it
     /// when it is another.
     History(u64),
+    /// `GET /v1/transactions`: open transactions, coordinators' and partitions', and the
+    /// hanging ones ([`transactions`]).
+    Transactions,
+    /// `GET /v1/security?q=`: ACLs, SCRAM users and quotas, read-only ([`security_view`]).
+    Security(String),
     /// `GET /v1/local/...`: this broker's part of a view, asked by the broker answering it
     /// ([`super::peers`]).
     Local(Local),
@@ -304,6 +314,7 @@ pub enum Local {
     Topics,
     Moves,
     History,
+    Transactions,
     Topic(String, PageQuery),
     Messages(String, views::MessagesQuery),
     Groups,
@@ -350,6 +361,20 @@ impl Route {
             };
         }
         match uri.path() {
+            "/v1/transactions" | "/v1/security" if *method != hyper::Method::GET => {
+                Route::Refused(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into())
+            }
+            "/v1/transactions" => Route::Transactions,
+            "/v1/security" => match PageQuery::parse(query) {
+                Ok(page) if page.offset == 0 && page.limit == views::DEFAULT_LIMIT => {
+                    Route::Security(page.filter)
+                }
+                Ok(_) => Route::Refused(
+                    StatusCode::BAD_REQUEST,
+                    "the security view is not paged: q= only\n".into(),
+                ),
+                Err(why) => Route::Refused(StatusCode::BAD_REQUEST, format!("{why}\n")),
+            },
             "/v1/cluster" => Route::Cluster,
             "/v1/cluster/voters" => Self::voters(method, query),
             "/metrics" => Route::Metrics,
@@ -397,6 +422,9 @@ impl Route {
             }
             Some("/history") if *method == hyper::Method::GET => {
                 return Some(Route::Local(Local::History))
+            }
+            Some("/transactions") if *method == hyper::Method::GET => {
+                return Some(Route::Local(Local::Transactions))
             }
             Some(rest) if rest.starts_with("/topics") || rest.starts_with("/groups") => {
                 (true, format!("/v1{rest}"))
@@ -610,7 +638,16 @@ async fn act(
         principal,
         host: caller.host.clone(),
     };
-    actions::run(&server.broker, action, &body, &caller).await
+    match action {
+        Action::ResetOffsets(group) => {
+            offsets::reset(&server.broker, &server.leaders, &group, &body, &caller).await
+        }
+        Action::AbortTransaction(topic, partition) => {
+            let peers = &server.peers;
+            transactions::abort(&server.broker, peers, &topic, partition, &body, &caller).await
+        }
+        action => actions::run(&server.broker, action, &body, &caller).await,
+    }
 }
 
 async fn respond(
@@ -633,6 +670,13 @@ async fn respond(
     }
     let json = |v: serde_json::Value| (StatusCode::OK, "application/json", v.to_string());
     let not_found = |what: String| (StatusCode::NOT_FOUND, "text/plain", format!("{what}\n"));
+    let unmapped = || {
+        (
+            StatusCode::FORBIDDEN,
+            "text/plain",
+            "the client certificate maps to no principal\n".to_string(),
+        )
+    };
     let (status, content_type, body) = match route {
         // Answered above: from the embedded files, and by `act`.
         Route::Console(_) | Route::Action(_) => {
@@ -650,17 +694,37 @@ async fn respond(
             messages(answer.await)
         }
         Route::Groups(page) => json(views::groups(broker, peers, &page).await),
-        Route::Group(name) => match views::group(broker, peers, &name).await {
-            Some(v) => json(v),
-            None => not_found(format!("no group {name} with committed offsets")),
+        Route::Transactions => match access(broker, caller) {
+            Some(access) => json(transactions::view(broker, peers, &access).await),
+            None => unmapped(),
+        },
+        Route::Security(filter) => match access(broker, caller) {
+            Some(access) => json(security_view::view(broker, &access, &filter)),
+            None => unmapped(),
+        },
+        Route::Group(name) => match access(broker, caller) {
+            None => unmapped(),
+            Some(access) => match views::group(broker, peers, &name, &access).await {
+                Some(v) => json(v),
+                None => not_found(format!("no group {name}")),
+            },
         },
         Route::Local(part) => match part {
             Local::Topics => json(views::local_topics(broker)),
             Local::Moves => json(views::local_moves(broker)),
             Local::History => json(views::history(broker)),
+            Local::Transactions => match access(broker, caller) {
+                Some(access) => json(serde_json::json!(transactions::local(broker, &access))),
+                None => unmapped(),
+            },
             Local::Groups => json(views::local_groups(broker)),
             Local::Topic(name, page) => json(views::local_topic(broker, &name, &page)),
-            Local::Group(name) => json(serde_json::json!(views::local_group(broker, &name))),
+            Local::Group(name) => match access(broker, caller) {
+                Some(access) => json(serde_json::json!(
+                    views::local_group(broker, &name, &access).await
+                )),
+                None => unmapped(),
+            },
             Local::Messages(topic, query) => {
                 let access = access(broker, caller);
                 let answer = views::messages(broker, peers, &topic, &query, true, access.as_ref());

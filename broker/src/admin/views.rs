@@ -13,6 +13,8 @@
 //! the partition is hosted, at most [`MAX_MESSAGES`] records and [`MESSAGES_READ_BYTES`] of log
 //! at a time.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::{json, Value};
 use strata_metadata::PartitionInfo;
@@ -23,7 +25,7 @@ use crate::group::lag::{GroupPoint, PartitionLag};
 use crate::topic_config;
 
 /// The other live brokers: those a cluster-wide view asks for their part.
-fn others(broker: &Broker) -> Vec<u64> {
+pub(super) fn others(broker: &Broker) -> Vec<u64> {
     let me = broker.node.config.node_id;
     let state = broker.node.metadata.state();
     (state.brokers.values())
@@ -46,7 +48,7 @@ const MAX_FILTER: usize = 256;
 
 /// The orders `/v1/topics` and `/v1/groups` sort by (`sort=`), by name when not asked;
 /// figures sort largest first.
-pub const TOPIC_SORTS: &[&str] = &["name", "size", "partitions"];
+pub const TOPIC_SORTS: &[&str] = &["name", "size", "partitions", "throughput"];
 pub const GROUP_SORTS: &[&str] = &["name", "lag", "lag_time"];
 
 /// A page of a list: rows whose name contains `filter`, in `sort`'s order, from `offset`, at
@@ -324,6 +326,8 @@ struct TopicRow {
     remote_bytes: u64,
     /// On the leaders' disks; `None` while a leader of one of its partitions did not answer.
     local_bytes: Option<u64>,
+    /// Bytes appended per second over the leaders' last 10 s sample (`metrics/history.rs`).
+    bytes_in_per_s: f64,
 }
 
 /// The bytes of a partition's committed remote segments (the quorum's).
@@ -336,6 +340,7 @@ pub fn local_topics(broker: &Broker) -> Value {
     let me = broker.node.config.node_id;
     let state = broker.node.metadata.state();
     let hosted = broker.node.partitions.hosted();
+    let rates = broker.node.metrics.history().topic_rates();
     let mut sizes = serde_json::Map::new();
     for t in state.topics.values() {
         let led = (t.partitions.iter().enumerate())
@@ -345,7 +350,11 @@ pub fn local_topics(broker: &Broker) -> Value {
             .map(|p| p.local_bytes_from(i64::MIN))
             .sum::<u64>();
         if t.partitions.iter().any(|p| p.leader == Some(me)) {
-            sizes.insert(t.name.clone(), led.into());
+            let rate = rates.get(&t.name).copied().unwrap_or(0.0);
+            sizes.insert(
+                t.name.clone(),
+                json!({ "local_bytes": led, "bytes_in_per_s": rate }),
+            );
         }
     }
     Value::Object(sizes)
@@ -354,13 +363,18 @@ pub fn local_topics(broker: &Broker) -> Value {
 /// The topics whose name contains the filter, by name.
 pub async fn topics(broker: &Broker, peers: &AdminPeers, page: &PageQuery) -> Value {
     let me = broker.node.config.node_id;
-    let mut sizes: std::collections::HashMap<String, u64> = Default::default();
+    let mut sizes: std::collections::HashMap<String, (u64, f64)> = Default::default();
     let (answers, unanswered) = peers
         .ask(&broker.node, others(broker), "/v1/local/topics")
         .await;
     for (_, part) in std::iter::once((me, local_topics(broker))).chain(answers) {
-        for (topic, bytes) in part.as_object().into_iter().flatten() {
-            *sizes.entry(topic.clone()).or_default() += bytes.as_u64().unwrap_or(0);
+        for (topic, figures) in part.as_object().into_iter().flatten() {
+            let size = sizes.entry(topic.clone()).or_default();
+            // A broker of the release before answers its bytes alone.
+            size.0 += (figures.as_u64())
+                .or_else(|| figures["local_bytes"].as_u64())
+                .unwrap_or(0);
+            size.1 += figures["bytes_in_per_s"].as_f64().unwrap_or(0.0);
         }
     }
     let silent: std::collections::HashSet<u64> = unanswered.iter().map(|u| u.broker).collect();
@@ -378,7 +392,8 @@ pub async fn topics(broker: &Broker, peers: &AdminPeers, page: &PageQuery) -> Va
             remote_bytes: t.partitions.iter().map(|p| remote_bytes(p)).sum(),
             local_bytes: (!(t.partitions.iter())
                 .any(|p| p.leader.is_some_and(|l| silent.contains(&l))))
-            .then(|| sizes.get(&t.name).copied().unwrap_or(0)),
+            .then(|| sizes.get(&t.name).map_or(0, |s| s.0)),
+            bytes_in_per_s: sizes.get(&t.name).map_or(0.0, |s| s.1),
         })
         .collect();
     // Stable sorts of rows already by name: ties stay in name order.
@@ -387,6 +402,7 @@ pub async fn topics(broker: &Broker, peers: &AdminPeers, page: &PageQuery) -> Va
             rows.sort_by_key(|t| std::cmp::Reverse(t.remote_bytes + t.local_bytes.unwrap_or(0)))
         }
         Some("partitions") => rows.sort_by_key(|t| std::cmp::Reverse(t.partitions)),
+        Some("throughput") => rows.sort_by(|a, b| b.bytes_in_per_s.total_cmp(&a.bytes_in_per_s)),
         _ => {}
     }
     let mut v = page.page(rows);
@@ -496,6 +512,22 @@ struct GroupRow {
     /// The oldest unconsumed record's age, over its partitions.
     lag_seconds: f64,
     retention_risk: bool,
+    /// "classic", "consumer" (KIP-848) or "share" (KIP-932), as the coordinator lists it.
+    #[serde(default)]
+    kind: Option<String>,
+}
+
+/// The groups of this broker's last lag sample (those it coordinates), by name, each with its
+/// kind.
+fn sampled_groups(broker: &Broker) -> Vec<GroupRow> {
+    let mut rows = groups_of(&broker.lag.last_sample());
+    let kinds: std::collections::HashMap<String, &str> = (broker.groups.list().into_iter())
+        .map(|g| (g.id, g.kind))
+        .collect();
+    for row in &mut rows {
+        row.kind = kinds.get(&row.group).map(|k| k.to_string());
+    }
+    rows
 }
 
 /// The groups of a lag sample, by name.
@@ -509,6 +541,7 @@ fn groups_of(sample: &[PartitionLag]) -> Vec<GroupRow> {
                 lag_records: 0,
                 lag_seconds: 0.0,
                 retention_risk: false,
+                kind: None,
             });
         }
         if let Some(g) = rows.last_mut() {
@@ -524,7 +557,7 @@ fn groups_of(sample: &[PartitionLag]) -> Vec<GroupRow> {
 /// This broker's part of [`groups`]: the groups its last lag sample saw (those it
 /// coordinates).
 pub fn local_groups(broker: &Broker) -> Value {
-    json!(groups_of(&broker.lag.last_sample()))
+    json!(sampled_groups(broker))
 }
 
 /// Every broker's groups, by name (a group two brokers sampled — its coordinator just moved —
@@ -533,7 +566,7 @@ async fn all_groups(broker: &Broker, peers: &AdminPeers) -> (Vec<GroupRow>, Vec<
     let (answers, unanswered) = peers
         .ask(&broker.node, others(broker), "/v1/local/groups")
         .await;
-    let mut rows = groups_of(&broker.lag.last_sample());
+    let mut rows = sampled_groups(broker);
     for (_, part) in answers {
         rows.extend(serde_json::from_value::<Vec<GroupRow>>(part).unwrap_or_default());
     }
@@ -557,32 +590,54 @@ pub async fn groups(broker: &Broker, peers: &AdminPeers, page: &PageQuery) -> Va
     v
 }
 
-/// This broker's part of [`group`]: the group's partitions its last lag sample saw, and the
-/// group's total lag over the last hour as it sampled it.
+/// This broker's part of [`group`]: the group's partitions its last lag sample saw, the
+/// group's total lag over the last hour as it sampled it, and its members when it
+/// coordinates it (`members.rs`).
 #[derive(Serialize, serde::Deserialize, Default)]
 pub struct GroupPart {
     partitions: Vec<PartitionLag>,
     history: Vec<GroupPoint>,
+    #[serde(default)]
+    members: Option<Value>,
+    /// A share group's partitions led here (`share/mod.rs`).
+    #[serde(default)]
+    share_partitions: Vec<crate::share::ShareView>,
 }
 
-pub fn local_group(broker: &Broker, name: &str) -> GroupPart {
+pub async fn local_group(
+    broker: &Arc<Broker>,
+    name: &str,
+    access: &crate::security::Access,
+) -> GroupPart {
     GroupPart {
         partitions: (broker.lag.last_sample().into_iter())
             .filter(|p| p.group == name)
             .collect(),
         history: broker.lag.group_history(name),
+        members: super::members::local(broker, name, access).await,
+        share_partitions: broker.shares.views(name),
     }
 }
 
-/// One group's lag by partition, from whichever broker coordinates it; `None` for a group no
-/// broker's last sample saw (and every broker answered).
-pub async fn group(broker: &Broker, peers: &AdminPeers, name: &str) -> Option<Value> {
+/// One group's lag by partition and its members, from whichever broker coordinates it;
+/// `None` for a group no broker knows (and every broker answered). The members are shown to
+/// a caller that may DESCRIBE the group (`access`; relayed parts were read as the relaying
+/// broker).
+pub async fn group(
+    broker: &Arc<Broker>,
+    peers: &AdminPeers,
+    name: &str,
+    access: &crate::security::Access,
+) -> Option<Value> {
+    use strata_metadata::acl::AclOperation;
     let path = format!("/v1/local/groups/{}", segment(name));
     let (answers, unanswered) = peers.ask(&broker.node, others(broker), &path).await;
     let GroupPart {
         mut partitions,
         mut history,
-    } = local_group(broker, name);
+        mut members,
+        mut share_partitions,
+    } = local_group(broker, name, access).await;
     for (_, part) in answers {
         let part = serde_json::from_value::<GroupPart>(part).unwrap_or_default();
         partitions.extend(part.partitions);
@@ -590,12 +645,25 @@ pub async fn group(broker: &Broker, peers: &AdminPeers, name: &str) -> Option<Va
         if part.history.len() > history.len() {
             history = part.history;
         }
+        members = members.or(part.members);
+        share_partitions.extend(part.share_partitions);
+    }
+    share_partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    let dead_letter_topic = broker.shares.dead_letter_topic(name);
+    if !access.group(AclOperation::Describe, name) {
+        members = members.map(
+            |m| json!({ "kind": m["kind"], "refused": "DESCRIBE on the group is not authorized" }),
+        );
     }
     partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
     partitions.dedup_by(|b, a| (&a.topic, a.partition) == (&b.topic, b.partition));
-    (!partitions.is_empty() || !unanswered.is_empty()).then(|| {
+    (!partitions.is_empty() || members.is_some() || !unanswered.is_empty()).then(|| {
         json!({
             "group": name,
+            "members": members,
+            "share_partitions": share_partitions,
+            "dead_letter_topic": dead_letter_topic,
+            "actions": broker.node.config.console_actions_enable,
             "partitions": partitions,
             "history": history,
             "unanswered": unanswered,

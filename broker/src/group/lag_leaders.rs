@@ -28,8 +28,8 @@ const FETCH_MAX_BYTES: i32 = 4 << 20;
 const LIST_OFFSETS_VERSION: i16 = 8;
 const FETCH_VERSION: i16 = 12;
 /// Kafka's ListOffsets special timestamps.
-const EARLIEST: i64 = -2;
-const LATEST: i64 = -1;
+pub const EARLIEST: i64 = -2;
+pub const LATEST: i64 = -1;
 
 pub type Tp = (String, i32);
 
@@ -125,8 +125,9 @@ impl Leaders {
         out
     }
 
-    /// `partition → offset` from one ListOffsets call at `timestamp` (EARLIEST or LATEST).
-    async fn list_offsets(
+    /// `partition → offset` from one ListOffsets call to `leader` at `timestamp` (EARLIEST,
+    /// LATEST, or a time in ms: the first offset stamped at or after it, -1 for none).
+    pub async fn list_offsets(
         &self,
         node: &Node,
         leader: u64,
@@ -220,7 +221,9 @@ impl Leaders {
         out
     }
 
-    async fn call<R: kafka_protocol::protocol::Request>(
+    /// `req` to broker `leader`'s Kafka port, as this broker (the admin port's offset resets
+    /// send OffsetCommit to a group's coordinator, the leader of its offsets partition).
+    pub async fn call<R: kafka_protocol::protocol::Request>(
         &self,
         node: &Node,
         leader: u64,

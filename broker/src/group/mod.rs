@@ -47,7 +47,7 @@ pub mod consumer;
 mod consumer_membership;
 mod consumer_store;
 pub mod lag;
-mod lag_leaders;
+pub mod lag_leaders;
 mod listing;
 mod load;
 mod membership;

@@ -94,9 +94,10 @@ pub enum Handled {
     ThenClose(Response),
 }
 
-/// The administrative requests the admin port's actions submit (`admin/actions.rs`) for a
-/// caller of their own: handled by the same code as on the Kafka port, so validated,
-/// authorized and audited alike. `None` for any other request.
+/// The administrative requests the admin port submits for a caller of its own — its actions'
+/// (`admin/actions.rs`) and the group descriptions its group view shows (`admin/views.rs`):
+/// handled by the same code as on the Kafka port, so validated, authorized and audited alike.
+/// `None` for any other request.
 pub async fn administer(
     broker: &Arc<Broker>,
     body: RequestKind,
@@ -116,6 +117,15 @@ pub async fn administer(
         RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
             alter_partition_reassignments::handle(broker, r, version, access).await,
         ),
+        RequestKind::DescribeGroups(r) => {
+            ResponseKind::DescribeGroups(describe_groups::handle(broker, r, version, access).await)
+        }
+        RequestKind::ConsumerGroupDescribe(r) => ResponseKind::ConsumerGroupDescribe(
+            consumer_group_describe::handle(broker, r, access).await,
+        ),
+        RequestKind::ShareGroupDescribe(r) => {
+            ResponseKind::ShareGroupDescribe(share_group_describe::handle(broker, r, access).await)
+        }
         _ => return None,
     })
 }

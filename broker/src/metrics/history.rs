@@ -1,7 +1,8 @@
 //! The broker's own figures over the last hour, for the console's charts: every
 //! [`INTERVAL`] a sample of the few series they draw — bytes in and records out per second,
 //! produce and fetch requests per second and their p99 latency, the remote cache's hit ratio,
-//! object-store requests and errors per second — kept for [`POINTS`] samples (an hour).
+//! object-store requests and errors per second, bytes within and across zones — kept for
+//! [`POINTS`] samples (an hour).
 //!
 //! The series are read from a registry of their own ([`History::register`]) holding clones of
 //! the counters and histograms `/metrics` shows, encoded and read back: a sample costs the
@@ -34,6 +35,10 @@ pub struct Point {
     pub cache_hit_ratio: Option<f64>,
     pub object_store_requests_per_s: f64,
     pub object_store_errors_per_s: f64,
+    /// Bytes that stayed in this broker's zone, and that crossed to another (what a cloud
+    /// bills), as `/v1/process` counts them (`zones.rs`).
+    pub same_zone_bytes_per_s: f64,
+    pub cross_zone_bytes_per_s: f64,
 }
 
 /// Totals of every series at one sample: `name{labels}` → value.
@@ -50,6 +55,9 @@ struct State {
     /// When the last sample was taken, and its totals.
     last: Option<(i64, Totals)>,
     points: VecDeque<Point>,
+    /// Bytes appended per second to each topic's partitions led here over the last interval
+    /// (topics that had appends since the broker started; the console sorts by it).
+    topic_rates: HashMap<String, f64>,
 }
 
 impl History {
@@ -71,15 +79,26 @@ impl History {
         }
         let totals = parse(&text);
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let State { last, points } = &mut *state;
+        let State {
+            last,
+            points,
+            topic_rates,
+        } = &mut *state;
         if let Some((then, before)) = last.as_ref().filter(|(then, _)| now_ms > *then) {
             let seconds = (now_ms - then) as f64 / 1000.0;
             points.push_back(point(now_ms, seconds, before, &totals));
+            *topic_rates = rates_by_topic(seconds, before, &totals);
             while points.len() > POINTS {
                 points.pop_front();
             }
         }
         *last = Some((now_ms, totals));
+    }
+
+    /// Bytes appended per second to each topic here over the last interval.
+    pub fn topic_rates(&self) -> HashMap<String, f64> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.topic_rates.clone()
     }
 
     /// The points of the last hour, oldest first.
@@ -155,6 +174,17 @@ fn p99_ms(before: &Totals, now: &Totals, api: &str) -> Option<f64> {
     Some(le * 1000.0)
 }
 
+/// `strata_produced_bytes_total{topic}`'s growth per second, by topic.
+fn rates_by_topic(seconds: f64, before: &Totals, now: &Totals) -> HashMap<String, f64> {
+    (now.iter())
+        .filter(|(s, _)| name(s) == "strata_produced_bytes_total")
+        .filter_map(|(s, v)| {
+            let grew = (v - before.get(s).copied().unwrap_or(0.0)).max(0.0);
+            Some((label(s, "topic")?.to_string(), grew / seconds))
+        })
+        .collect()
+}
+
 fn point(t_ms: i64, seconds: f64, before: &Totals, now: &Totals) -> Point {
     let rate = |pick: &dyn Fn(&str) -> bool| grew(before, now, pick) / seconds;
     let requests = |api: &str| {
@@ -168,6 +198,12 @@ fn point(t_ms: i64, seconds: f64, before: &Totals, now: &Totals) -> Point {
         })
     };
     let all = lookups(None);
+    let zone = |zone: &str| {
+        let zone = zone.to_string();
+        rate(&move |s| {
+            name(s).starts_with("strata_zone_billed_") && label(s, "zone") == Some(&zone)
+        })
+    };
     Point {
         t_ms,
         bytes_in_per_s: rate(&|s| name(s) == "strata_network_received_bytes_total"),
@@ -179,6 +215,8 @@ fn point(t_ms: i64, seconds: f64, before: &Totals, now: &Totals) -> Point {
         cache_hit_ratio: (all > 0.0).then(|| 1.0 - lookups(Some("miss")) / all),
         object_store_requests_per_s: rate(&|s| name(s) == "strata_object_store_requests_total"),
         object_store_errors_per_s: rate(&|s| name(s) == "strata_object_store_errors_total"),
+        same_zone_bytes_per_s: zone("same"),
+        cross_zone_bytes_per_s: zone("cross"),
     }
 }
 

@@ -292,6 +292,7 @@ impl Metrics {
             r.register("request_duration_seconds", "", m.latency.clone());
             r.register("network_received_bytes", "", m.bytes_in.clone());
             r.register("fetched_bytes", "", m.fetched_bytes.clone());
+            r.register("produced_bytes", "", m.produced_bytes.clone());
         });
         m.cluster.register(&mut registry);
         // Both series exist from the start, so `increase()` sees a broker's first change.

@@ -558,6 +558,60 @@ impl Shares {
             .collect()
     }
 
+    /// `group`'s share partitions led here, for the console's group page: where each starts
+    /// and ends and its records in flight by state. One an operator reset since it was loaded
+    /// is shown as it will be loaded again: from the reset's offset, nothing in flight (left
+    /// out when the reset deleted its state: where it starts is decided when it is loaded).
+    pub fn views(&self, group: &str) -> Vec<ShareView> {
+        let state = self.node.metadata.state();
+        let slots: Vec<(Key, Arc<Slot>)> = (self.lock().iter())
+            .filter(|(k, _)| &*k.0 == group)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut out: Vec<ShareView> = (slots.into_iter())
+            .filter_map(|(key, slot)| {
+                let topic = state.topic_by_id(&key.1)?.name.clone();
+                let s = lock(&slot.state);
+                let reset = (state.share_reset(&key.0, &key.1, key.2))
+                    .filter(|r| r.state_epoch > s.state_epoch);
+                if let Some(r) = reset {
+                    let start = r.start_offset?;
+                    return Some(ShareView {
+                        topic,
+                        partition: key.2,
+                        start,
+                        end: start,
+                        available: 0,
+                        acquired: 0,
+                        acknowledged: 0,
+                        archived: 0,
+                        dead_lettering: 0,
+                    });
+                }
+                let c = s.sp.counts();
+                Some(ShareView {
+                    topic,
+                    partition: key.2,
+                    start: s.sp.start(),
+                    end: s.sp.end(),
+                    available: c.available,
+                    acquired: c.acquired,
+                    acknowledged: c.acknowledged,
+                    archived: c.archived,
+                    dead_lettering: c.dead_lettering,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        out
+    }
+
+    /// The topic `group`'s dead letters go to, if it has one (`errors.deadletterqueue.topic.name`).
+    pub fn dead_letter_topic(&self, group: &str) -> Option<String> {
+        let state = self.node.metadata.state();
+        self.configs(&state, group).dead_letter_topic()
+    }
+
     /// Resolves when records come back, for a share fetch waiting for any.
     pub fn released(&self) -> tokio::sync::futures::Notified<'_> {
         self.released.notified()
@@ -713,4 +767,19 @@ fn covering(bytes: &Bytes, acquired: &[Acquired]) -> Bytes {
         Some(f) if to > f => bytes.slice(f..to),
         _ => Bytes::new(),
     }
+}
+
+/// A share partition as the console's group page shows it: from its start offset to the last
+/// record handed out (`end`), records in flight by state.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ShareView {
+    pub topic: String,
+    pub partition: i32,
+    pub start: i64,
+    pub end: i64,
+    pub available: i64,
+    pub acquired: i64,
+    pub acknowledged: i64,
+    pub archived: i64,
+    pub dead_lettering: i64,
 }

@@ -97,6 +97,26 @@ impl TxnCoordinator {
         codes
     }
 
+    /// An operator's abort of one partition's open transaction (Kafka's
+    /// `Admin.abortTransaction`, for a hanging one): the abort marker written once by the
+    /// partition's current leader, here or through WriteTxnMarkers.
+    pub async fn abort_in(&self, spec: &MarkerSpec, topic: &str, partition: i32) -> ErrorCode {
+        let leader = (self.node.metadata.state().partition(topic, partition)).map(|p| p.leader);
+        let list = [(topic.to_string(), partition)];
+        let codes = match leader {
+            None => return ErrorCode::UnknownTopicOrPartition,
+            Some(None) => return ErrorCode::LeaderNotAvailable,
+            Some(Some(l)) if l == self.node.config.node_id => {
+                self.write_markers_here(spec, &list).await
+            }
+            Some(Some(l)) => send(&self.node, l, spec, &list).await,
+        };
+        codes
+            .first()
+            .copied()
+            .unwrap_or(ErrorCode::UnknownServerError)
+    }
+
     /// The coordinator's second phase: the markers into every partition of the transaction,
     /// through each one's current leader, retried (with backoff) until all are settled. Returns
     /// false when `coordinating` turns false first (a new coordinator takes over).

@@ -5,11 +5,12 @@
 //! offsets). The JSON views behind it are checked directly, with bad input.
 
 use std::collections::BTreeMap;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use rdkafka::admin::TopicReplication;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 use strata_tests::groups::unique_group;
@@ -241,7 +242,8 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
     let o = &seen["overview"];
     assert_eq!(row(&o["topics"], &orders)[1], "3");
     assert_eq!(row(&o["topics"], &audit)[1], "1");
-    assert_eq!(row(&o["groups"], &group)[2], "45", "{o}");
+    assert_eq!(row(&o["groups"], &group)[1], "classic", "{o}");
+    assert_eq!(row(&o["groups"], &group)[3], "45", "{o}");
     assert_eq!(o["stats"]["topics"], metadata.topics().len().to_string());
     assert_eq!(o["stats"]["partitions"], partitions.to_string());
     assert_eq!(seen["filtered_topics"], Value::Array(vec![]));
@@ -513,7 +515,7 @@ fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() 
         "{move_row}"
     );
     let charts = seen["charts"].as_array().unwrap();
-    assert_eq!(charts.len(), 5, "{seen}");
+    assert_eq!(charts.len(), 6, "{seen}");
     assert!(
         charts[1].as_str().unwrap().starts_with("Requests"),
         "{seen}"
@@ -824,4 +826,343 @@ fn over_mtls_the_console_needs_a_certificate_and_changes_are_its_principals() {
         .find(|e| e["event"] == "topic_created" && e["topic"] == made.as_str())
         .unwrap_or_else(|| panic!("no topic_created in {events:?}"));
     assert_eq!(created["principal"], "User:operator", "{created}");
+}
+
+/// A share consumer process (`tests/share_consumer.py`, confluent-kafka's ShareConsumer) that
+/// stays a member until `stop` exists.
+fn share_member(bootstrap: &str, group: &str, topic: &str, stop: &std::path::Path) -> Child {
+    Command::new(venv_python())
+        .arg(repo_root().join("tests/share_consumer.py"))
+        .args(["--bootstrap", bootstrap, "--group", group, "--topic", topic])
+        .args(["--idle", "120", "--seconds", "120", "--stop-file"])
+        .arg(stop)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the share consumer (python with confluent-kafka)")
+}
+
+#[test]
+fn a_clusters_transactions_members_and_security_are_shown_and_offsets_reset_and_aborts_made() {
+    let env = [
+        strata_tests::cluster::FAST,
+        &[
+            ("STRATA_LAG_SAMPLE_INTERVAL_MS", "250"),
+            ("STRATA_CONSOLE_ACTIONS_ENABLE", "true"),
+            ("STRATA_AUDIT_LOG", "audit.log"),
+        ][..],
+    ]
+    .concat();
+    let mut cluster = Cluster::start(3, 3, &env);
+    cluster.wait_controller();
+    let topic = unique_topic("console-x");
+    cluster.create_replicated_topic(
+        &topic,
+        3,
+        TopicReplication::Variable(&[&[1], &[2], &[3]]),
+        &[],
+    );
+    let via = cluster.member(1);
+    via.produce_to_each(&topic, 3, 10, "v");
+
+    // A transaction left open over the three partitions.
+    let txn_id = unique_group("console-txn");
+    let producer: BaseProducer = via
+        .producer_config()
+        .set("transactional.id", &txn_id)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("transaction.timeout.ms", "300000")
+        .create()
+        .unwrap();
+    producer.init_transactions(WAIT).unwrap();
+    producer.begin_transaction().unwrap();
+    for p in 0..3 {
+        producer
+            .send(BaseRecord::to(&topic).partition(p).key("k").payload("open"))
+            .unwrap();
+    }
+    producer.flush(WAIT).unwrap();
+    for id in 1..=3 {
+        let t = wait_for_some("the open transaction on every side", WAIT, || {
+            let t = get_json(cluster.member(id), "/v1/transactions");
+            (t["open_total"] == 3 && t["coordinated_total"] == 1).then_some(t)
+        });
+        let c = &t["coordinated"][0];
+        assert_eq!(c["transactional_id"], txn_id.as_str(), "broker {id}: {t}");
+        assert_eq!(c["state"], "Ongoing", "{c}");
+        assert_eq!(c["partitions"].as_array().unwrap().len(), 3, "{c}");
+        for o in t["open"].as_array().unwrap() {
+            assert_eq!(o["producer_id"], c["producer_id"], "{o}");
+            assert_eq!(o["first_offset"], 10, "{o}");
+            assert_eq!(o["last_stable"], 10, "{o}");
+            assert_eq!(o["high_watermark"], 11, "{o}");
+            assert_eq!(o["hanging"], false, "held by its coordinator: {o}");
+        }
+        assert_eq!(t["unanswered"], Value::Array(vec![]), "{t}");
+    }
+
+    // A classic group with a live member and committed offsets.
+    let group = unique_group("console-x-group");
+    let consumer: BaseConsumer = via.group_config(&group).create().unwrap();
+    consumer.subscribe(&[&topic]).unwrap();
+    wait_for_some("the member's assignment", WAIT, || {
+        let _ = consumer.poll(Duration::from_millis(100));
+        (consumer.assignment().unwrap().count() == 3).then_some(())
+    });
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset(&topic, p, Offset::Offset(5))
+            .unwrap();
+    }
+    consumer.commit(&tpl, CommitMode::Sync).unwrap();
+    for id in 1..=3 {
+        let g = wait_for_some("the group's member", WAIT, || {
+            let g = get_json(cluster.member(id), &format!("/v1/groups/{group}"));
+            (g["members"]["members"].as_array().map(Vec::len) == Some(1)).then_some(g)
+        });
+        let m = &g["members"];
+        assert_eq!(m["kind"], "classic", "broker {id}: {g}");
+        assert_eq!(m["state"], "Stable", "{m}");
+        let assigned = &m["members"][0]["assignment"][0];
+        assert_eq!(assigned["topic"], topic.as_str(), "{m}");
+        assert_eq!(assigned["partitions"], serde_json::json!([0, 1, 2]), "{m}");
+    }
+
+    // A share group with a member.
+    let share_group = unique_group("console-x-share");
+    let stop = std::env::temp_dir().join(format!("{share_group}.stop"));
+    let mut member = share_member(&via.kafka_addr, &share_group, &topic, &stop);
+    let share = wait_for_some("the share group's member and partitions", WAIT, || {
+        let g = cluster
+            .member(2)
+            .admin_get(&format!("/v1/groups/{share_group}"))
+            .ok()?;
+        let g: Value = serde_json::from_str(&g.body).ok()?;
+        let members = g["members"]["members"].as_array().map(Vec::len);
+        (members == Some(1) && g["share_partitions"].as_array()?.len() == 3).then_some(g)
+    });
+    assert_eq!(share["members"]["kind"], "share", "{share}");
+    assert_eq!(share["dead_letter_topic"], Value::Null, "{share}");
+
+    // A SCRAM user and a quota, shown without a secret.
+    via.cli_ok(&[
+        "user",
+        "create",
+        "console-alice",
+        "--password",
+        "not-shown-anywhere",
+    ]);
+    via.cli_ok(&[
+        "quota",
+        "alter",
+        "--user",
+        "console-alice",
+        "--add",
+        "producer_byte_rate=1048576",
+    ]);
+    let security = wait_for_some("the user on every broker", WAIT, || {
+        let s = get_json(cluster.member(3), "/v1/security?q=console-alice");
+        (s["users"]["total"] == 1 && s["quotas"]["total"] == 1).then_some(s)
+    });
+    assert_eq!(security["authorizer"], false, "{security}");
+    assert_eq!(security["acls"]["total"], 0, "{security}");
+    let creds = &security["users"]["items"][0]["credentials"][0];
+    assert_eq!(creds["mechanism"], "SCRAM-SHA-256", "{security}");
+    assert!(creds["iterations"].as_u64() >= Some(4096), "{security}");
+    assert_eq!(
+        security["quotas"]["items"][0]["values"]["producer_byte_rate"], 1048576.0,
+        "{security}"
+    );
+    let text = security.to_string();
+    for secret in ["salt", "stored_key", "server_key", "not-shown"] {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
+
+    // The browser, on broker 2: the pages, then an abort through the transactions page.
+    let shots = artifacts().join("pages");
+    let out = Command::new(venv_python())
+        .arg(repo_root().join("tests/console_pages.py"))
+        .arg(format!("http://{}", cluster.member(2).admin_addr))
+        .arg(&shots)
+        .arg(&group)
+        .arg(&share_group)
+        .arg("abort")
+        .output()
+        .expect("run the browser");
+    assert!(
+        out.status.success(),
+        "browser: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["errors"], Value::Array(vec![]), "{seen}");
+    assert!(seen["transactions_url"]
+        .as_str()
+        .unwrap()
+        .ends_with("/transactions"));
+    assert_eq!(seen["transactions"][0][0], txn_id.as_str(), "{seen}");
+    assert_eq!(seen["open"].as_array().unwrap().len(), 3, "{seen}");
+    assert!(
+        seen["aborted"].as_str().unwrap().contains("aborted"),
+        "{seen}"
+    );
+    assert_eq!(seen["open_after"].as_array().unwrap().len(), 2, "{seen}");
+    assert!(
+        seen["authorizer"].as_str().unwrap().contains("off"),
+        "{seen}"
+    );
+    assert!(
+        (seen["users"].as_array().unwrap().iter()).any(|u| u[0] == "console-alice"),
+        "{seen}"
+    );
+    assert!(!seen["security_text"]
+        .as_str()
+        .unwrap()
+        .contains("not-shown"));
+    assert_eq!(seen["members"][0][3], format!("{topic}: 0, 1, 2"), "{seen}");
+    assert_eq!(seen["reset_form"], 1, "{seen}");
+    assert_eq!(
+        seen["share_partitions"].as_array().unwrap().len(),
+        3,
+        "{seen}"
+    );
+    assert!(
+        seen["share_heading"]
+            .as_str()
+            .unwrap()
+            .contains("share group"),
+        "{seen}"
+    );
+    // The aborted partition's records are readable by read_committed consumers now: its last
+    // stable offset passed the transaction, and the abort is the caller's in the audit log.
+    let aborted = wait_for_some("an aborted partition", WAIT, || {
+        (0..3).find(|p| {
+            let m = get_json(
+                cluster.member(1),
+                &format!("/v1/topics/{topic}/messages?partition={p}&offset=0"),
+            );
+            m["last_stable_offset"].as_i64() > Some(10)
+        })
+    });
+    let events = audit_events(cluster.member(2));
+    let e = (events.iter())
+        .find(|e| e["event"] == "transaction_aborted")
+        .unwrap_or_else(|| panic!("no transaction_aborted in {events:?}"));
+    assert_eq!(e["partition"], aborted, "{e}");
+    assert_eq!(e["principal"], "User:ANONYMOUS", "{e}");
+
+    // An abort of what is not open, or of nothing, is refused in words.
+    let send = |method: &str, path: &str, body: &str| {
+        let r = strata_tests::http_request_with(
+            &cluster.member(3).admin_addr,
+            method,
+            path,
+            &ACTION,
+            body,
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+        (r.status, v)
+    };
+    let abort = |p: i32| format!("/v1/topics/{topic}/partitions/{p}/abort-transaction");
+    let body = r#"{"producer_id":999999,"producer_epoch":0,"coordinator_epoch":0}"#;
+    for (path, body, status) in [
+        (abort(aborted as i32), body, 409),
+        (abort(7), body, 404),
+        (abort(0), "{}", 400),
+        (
+            format!("/v1/topics/no-such-{topic}/partitions/0/abort-transaction"),
+            body,
+            404,
+        ),
+    ] {
+        let (got, answer) = send("POST", &path, body);
+        assert_eq!(got, status, "{path} {body}: {answer}");
+        assert!(!answer["message"].as_str().unwrap().is_empty(), "{answer}");
+    }
+    producer.abort_transaction(WAIT).ok();
+
+    // Offsets are reset only while the group is empty; then to where asked, as Kafka sees it.
+    let reset = |body: &str| send("POST", &format!("/v1/groups/{group}/offsets"), body);
+    let (status, answer) = reset(&format!(r#"{{"topic":"{topic}","to":"earliest"}}"#));
+    assert_eq!(status, 409, "{answer}");
+    assert!(answer["message"]
+        .as_str()
+        .unwrap()
+        .contains("active members"));
+    drop(consumer);
+    let committed = || via.committed(&group, &topic, &[0, 1, 2]).unwrap();
+    wait_for_some("the group empty", WAIT, || {
+        let (status, answer) = reset(&format!(r#"{{"topic":"{topic}","to":"earliest"}}"#));
+        (status == 200).then_some(answer)
+    });
+    assert!(
+        committed().values().all(|o| *o == Some(0)),
+        "{:?}",
+        committed()
+    );
+    let (status, answer) = reset(&format!(
+        r#"{{"topic":"{topic}","partitions":[1],"to":"offset","value":7}}"#
+    ));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(committed()[&1], Some(7));
+    let (status, answer) = reset(&format!(
+        r#"{{"topic":"{topic}","to":"latest","dry_run":true}}"#
+    ));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(committed()[&0], Some(0), "a dry run commits nothing");
+    // Past the log: brought to its end. A time after every record: the end too.
+    let (status, _) = reset(&format!(
+        r#"{{"topic":"{topic}","partitions":[2],"to":"offset","value":1000000}}"#
+    ));
+    assert_eq!(status, 200);
+    let far = 4_000_000_000_000i64;
+    let (status, _) = reset(&format!(
+        r#"{{"topic":"{topic}","partitions":[0],"to":"timestamp","value":{far}}}"#
+    ));
+    assert_eq!(status, 200);
+    let ends: BTreeMap<i32, i64> = (0..3).map(|p| (p, via.watermarks(&topic, p).1)).collect();
+    assert_eq!(committed()[&2], Some(ends[&2]));
+    assert_eq!(committed()[&0], Some(ends[&0]));
+    for (body, status) in [
+        (format!(r#"{{"topic":"{topic}","to":"soon"}}"#), 400),
+        (format!(r#"{{"topic":"{topic}","to":"offset"}}"#), 400),
+        (
+            format!(r#"{{"topic":"{topic}","partitions":[9],"to":"latest"}}"#),
+            404,
+        ),
+        (
+            r#"{"topic":"no-such-topic-here","to":"latest"}"#.to_string(),
+            404,
+        ),
+    ] {
+        let (got, answer) = reset(&body);
+        assert_eq!(got, status, "{body}: {answer}");
+    }
+    let events = audit_events(cluster.member(3));
+    let e = (events.iter())
+        .find(|e| e["event"] == "offsets_reset")
+        .unwrap_or_else(|| panic!("no offsets_reset in {events:?}"));
+    assert_eq!(e["group"], group.as_str(), "{e}");
+
+    // A share group's start offsets: refused while its member runs, then reset.
+    let share_reset = |body: &str| send("POST", &format!("/v1/groups/{share_group}/offsets"), body);
+    let earliest = format!(r#"{{"topic":"{topic}","to":"earliest"}}"#);
+    let (status, answer) = share_reset(&earliest);
+    assert_eq!(status, 409, "{answer}");
+    std::fs::write(&stop, b"").unwrap();
+    let _ = member.wait();
+    let _ = std::fs::remove_file(&stop);
+    wait_for_some("the share group empty", WAIT, || {
+        let (status, answer) = share_reset(&earliest);
+        (status == 200).then_some(answer)
+    });
+    wait_for_some("the share partitions start at 0", WAIT, || {
+        let g = get_json(cluster.member(1), &format!("/v1/groups/{share_group}"));
+        let starts: Vec<i64> = (g["share_partitions"].as_array()?.iter())
+            .map(|p| p["start"].as_i64().unwrap())
+            .collect();
+        (starts.len() == 3 && starts.iter().all(|s| *s == 0)).then_some(())
+    });
 }
