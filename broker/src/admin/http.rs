@@ -873,6 +873,10 @@ mod tests {
             "/v1/topics/{name}",
             "/v1/groups",
             "/v1/groups/{name}",
+            "/v1/groups/{name}/offsets",
+            "/v1/transactions",
+            "/v1/security",
+            "/v1/topics/{name}/partitions/{partition}/abort-transaction",
         ] {
             assert!(
                 paths.contains_key(path),
@@ -922,6 +926,32 @@ mod tests {
             Route::Local(Local::History)
         );
         assert_eq!(parse("GET", "/v1/brokers/3/history"), Route::History(3));
+        assert_eq!(parse("GET", "/v1/transactions"), Route::Transactions);
+        assert_eq!(
+            parse("GET", "/v1/local/transactions"),
+            Route::Local(Local::Transactions)
+        );
+        assert_eq!(
+            parse("GET", "/v1/security?q=alice"),
+            Route::Security("alice".into())
+        );
+        for (method, uri, status) in [
+            ("POST", "/v1/transactions", StatusCode::METHOD_NOT_ALLOWED),
+            ("DELETE", "/v1/security", StatusCode::METHOD_NOT_ALLOWED),
+            ("GET", "/v1/security?offset=5", StatusCode::BAD_REQUEST),
+            (
+                "GET",
+                &format!("/v1/security?q={}", "x".repeat(300)),
+                StatusCode::BAD_REQUEST,
+            ),
+        ] {
+            assert!(
+                matches!(parse(method, uri), Route::Refused(s, _) if s == status),
+                "{method} {uri}"
+            );
+        }
+        assert!(matches!(parse("GET", "/transactions"), Route::Console(_)));
+        assert!(matches!(parse("GET", "/security"), Route::Console(_)));
         assert!(matches!(
             parse("GET", "/v1/brokers/x/history"),
             Route::Refused(StatusCode::BAD_REQUEST, _)

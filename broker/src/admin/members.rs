@@ -68,9 +68,10 @@ pub async fn local(broker: &Arc<Broker>, group: &str, access: &Access) -> Option
             let consumer = g.protocol_type.as_str() == "consumer";
             let members: Vec<Value> = (g.members.into_iter())
                 .map(|m| {
-                    let assigned = consumer
-                        .then(|| assignment(&m.member_assignment))
-                        .unwrap_or_default();
+                    let assigned = match consumer {
+                        true => assignment(&m.member_assignment),
+                        false => Vec::new(),
+                    };
                     json!({
                         "member_id": m.member_id.as_str(),
                         "instance_id": m.group_instance_id.as_ref().map(|i| i.as_str()),

@@ -143,9 +143,8 @@ fn mark_hanging(part: &mut Part, now_ms: i64, max_timeout_ms: i64, complete: boo
         .collect();
     let hanging: Vec<Option<bool>> = (part.open.iter())
         .map(|o| {
-            if held.contains(&(o.producer_id, o.topic.as_str(), o.partition)) {
-                Some(false)
-            } else if now_ms - o.last_timestamp <= max_timeout_ms {
+            let held = held.contains(&(o.producer_id, o.topic.as_str(), o.partition));
+            if held || now_ms - o.last_timestamp <= max_timeout_ms {
                 Some(false)
             } else {
                 complete.then_some(true)

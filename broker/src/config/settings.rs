@@ -273,7 +273,7 @@ settings! {
         "`SSL`: the admin port speaks HTTPS only, with the broker's certificate, asking for client certificates as `ssl_client_auth` says";
     console_actions_enable: bool = false,
         "console.actions.enable", Bool, static, "`false` (read-only)", ANY,
-        "let the console and the admin port's action endpoints change the cluster (create and delete topics, alter topic configs, cancel moves), as the caller's principal (its client certificate's, else `User:ANONYMOUS`), authorized and audited as the Kafka APIs are";
+        "let the console and the admin port's action endpoints change the cluster (create and delete topics, alter topic configs, cancel moves, reset group offsets, abort transactions), as the caller's principal (its client certificate's, else `User:ANONYMOUS`), authorized and audited as the Kafka APIs are";
     raft_addr: SocketAddr = "127.0.0.1:9093".parse().expect("literal"),
         "raft.addr", Str, static, "`127.0.0.1:9093`", ANY,
         "listener for the other nodes (metadata quorum)";

@@ -806,6 +806,56 @@ fn over_mtls_the_console_needs_a_certificate_and_changes_are_its_principals() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("secret-p0-0"), "{body}");
 
+    // The security view: ACLs and users for a principal that may DESCRIBE the cluster only,
+    // never a secret.
+    broker.cli_ok(&[
+        "user",
+        "create",
+        "tls-bob",
+        "--password",
+        "hunter2-never-shown",
+    ]);
+    let (status, body) = as_(Some(&viewer), "GET", "/v1/security", &[], "").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["acls"]["refused"].as_str().is_some(), "{v}");
+    assert!(v["users"]["refused"].as_str().is_some(), "{v}");
+    assert!(v["acls"]["items"].is_null(), "{v}");
+    let (status, body) = as_(Some(&operator), "GET", "/v1/security", &[], "").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["authorizer"], true, "{v}");
+    let acl = &v["acls"]["items"][0];
+    assert_eq!(
+        (&acl["principal"], &acl["operation"], &acl["resource_name"]),
+        (
+            &Value::from("User:viewer"),
+            &Value::from("Read"),
+            &Value::from(topic.as_str())
+        ),
+        "{v}"
+    );
+    assert_eq!(v["users"]["items"][0]["user"], "tls-bob", "{v}");
+    for secret in ["hunter2", "salt", "stored_key", "server_key"] {
+        assert!(!body.contains(secret), "{secret} in {body}");
+    }
+    // An abort is WriteTxnMarkers: CLUSTER_ACTION, which the viewer lacks; audited.
+    let (status, body) = as_(
+        Some(&viewer),
+        "POST",
+        &format!("/v1/topics/{topic}/partitions/0/abort-transaction"),
+        &ACTION,
+        r#"{"producer_id":1,"producer_epoch":0,"coordinator_epoch":0}"#,
+    )
+    .unwrap();
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("ClusterAuthorizationFailed"), "{body}");
+    assert!(
+        (audit_events(&broker).iter())
+            .any(|e| e["event"] == "transaction_abort_refused" && e["principal"] == "User:viewer"),
+        "the refused abort is audited"
+    );
+
     // A change is its certificate's principal's: refused by the authorizer for one without
     // rights, done for the operator, and audited under each name.
     let made = unique_topic("console-tls-made");
