@@ -42,7 +42,8 @@ for scenario in $SCENARIOS; do
     echo "== $partitions partitions in $topics topic(s) of $per" >&2
     t0=$(date +%s)
     for i in $(seq -w 1 "$topics"); do
-        "$BIN" topic create "bench-$i" --partitions "$per" -b "$KAFKA" >/dev/null
+        "$BIN" topic create "bench-$i" --partitions "$per" -b "$KAFKA" \
+            --request-timeout-ms 120000 -X socket.timeout.ms=120000 >/dev/null
         [ $(( 10#$i % 100 )) -eq 0 ] && echo "   $i topics created ($(( $(date +%s) - t0 )) s)" >&2
     done
     first="bench-$(printf "%0${#topics}d" 1)"

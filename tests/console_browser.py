@@ -135,6 +135,12 @@ def main(url, shots, group, asked=None):
         page.get_by_role("button", name="Older").click()
         expect(page.locator("#messages tbody tr").first.locator("td").first).to_have_text("0")
         out["older_messages"] = rows(page, "messages")
+        # From a date and time typed in: the record at offset 3's, then the first at or after it.
+        stamp = out["messages_from_3"][0][1]
+        page.fill("#message-start", stamp)
+        page.press("#message-start", "Enter")
+        expect(page.locator("#messages tbody tr").first.locator("td").nth(1)).to_have_text(stamp)
+        out["messages_at_time"] = rows(page, "messages")
         page.screenshot(path=os.path.join(shots, "topic.png"), full_page=True)
         out["change_forms"] = page.locator("section[aria-label=changes]").count()
         if os.environ.get("CHARTS_OF"):

@@ -108,8 +108,8 @@ pub fn local(broker: &Broker, access: &Access) -> Part {
         if !p.replication().is_leader() || !access.topic(AclOperation::Read, &p.tp.topic) {
             continue;
         }
-        let producers = p.producers();
-        if producers.iter().all(|v| v.txn_first_offset.is_none()) {
+        let producers = p.open_transactions();
+        if producers.is_empty() {
             continue;
         }
         let offsets = p.offsets();

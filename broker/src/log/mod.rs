@@ -445,6 +445,17 @@ impl Log {
         self.producers.views()
     }
 
+    /// The producers with a transaction open here; nothing built when none is (the common
+    /// case, checked in O(1)).
+    pub fn open_transactions(&self) -> Vec<producer_state::ProducerView> {
+        if self.producers.first_unstable_offset().is_none() {
+            return Vec::new();
+        }
+        let mut views = self.producers.views();
+        views.retain(|v| v.txn_first_offset.is_some());
+        views
+    }
+
     /// Whether `producer_id` has a transaction open here at `epoch` (one open at an older
     /// epoch is a transaction whose markers have not arrived yet).
     pub fn has_ongoing_txn(&self, producer_id: i64, epoch: i16) -> bool {

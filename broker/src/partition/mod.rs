@@ -209,6 +209,11 @@ impl Partition {
         self.log().producer_views()
     }
 
+    /// The producers with a transaction open in this partition (the console's transactions).
+    pub fn open_transactions(&self) -> Vec<crate::log::producer_state::ProducerView> {
+        self.log().open_transactions()
+    }
+
     /// Whether `producer_id` has a transaction open in this partition at `epoch`.
     pub fn has_ongoing_txn(&self, producer_id: i64, epoch: i16) -> bool {
         self.log().has_ongoing_txn(producer_id, epoch)

@@ -274,6 +274,12 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
         row(&seen["topic_configs"], "retention.ms")[1..],
         ["7200000", "topic"]
     );
+    // Found by a time typed in: the first record at or after the time of offset 3.
+    let from_3 = &seen["messages_from_3"][0];
+    let at_time = &seen["messages_at_time"][0];
+    assert_eq!(at_time[1], from_3[1], "{seen}");
+    let first: i64 = at_time[0].as_str().unwrap().parse().unwrap();
+    assert!(first <= 3, "{seen}");
     assert_eq!(seen["change_forms"], 0, "read-only: no change is offered");
     for shot in ["overview.png", "group.png", "topic.png"] {
         assert!(
