@@ -972,6 +972,9 @@ fn a_clusters_transactions_members_and_security_are_shown_and_offsets_reset_and_
             .unwrap();
     }
     consumer.commit(&tpl, CommitMode::Sync).unwrap();
+    // The member as Kafka's DescribeGroups answers (librdkafka's group list).
+    let listed = consumer.fetch_group_list(Some(&group), WAIT).unwrap();
+    let kafka_member = listed.groups()[0].members()[0].id().to_string();
     for id in 1..=3 {
         let g = wait_for_some("the group's member", WAIT, || {
             let g = get_json(cluster.member(id), &format!("/v1/groups/{group}"));
@@ -980,6 +983,7 @@ fn a_clusters_transactions_members_and_security_are_shown_and_offsets_reset_and_
         let m = &g["members"];
         assert_eq!(m["kind"], "classic", "broker {id}: {g}");
         assert_eq!(m["state"], "Stable", "{m}");
+        assert_eq!(m["members"][0]["member_id"], kafka_member.as_str(), "{m}");
         let assigned = &m["members"][0]["assignment"][0];
         assert_eq!(assigned["topic"], topic.as_str(), "{m}");
         assert_eq!(assigned["partitions"], serde_json::json!([0, 1, 2]), "{m}");
