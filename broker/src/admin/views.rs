@@ -520,38 +520,19 @@ struct GroupRow {
 /// The groups of this broker's last lag sample (those it coordinates), by name, each with its
 /// kind.
 fn sampled_groups(broker: &Broker) -> Vec<GroupRow> {
-    let mut rows = groups_of(&broker.lag.last_sample());
     let kinds: std::collections::HashMap<String, &str> = (broker.groups.list().into_iter())
         .map(|g| (g.id, g.kind))
         .collect();
-    for row in &mut rows {
-        row.kind = kinds.get(&row.group).map(|k| k.to_string());
-    }
-    rows
-}
-
-/// The groups of a lag sample, by name.
-fn groups_of(sample: &[PartitionLag]) -> Vec<GroupRow> {
-    let mut rows: Vec<GroupRow> = Vec::new();
-    for p in sample {
-        if rows.last().is_none_or(|g| g.group != p.group) {
-            rows.push(GroupRow {
-                group: p.group.clone(),
-                partitions: 0,
-                lag_records: 0,
-                lag_seconds: 0.0,
-                retention_risk: false,
-                kind: None,
-            });
-        }
-        if let Some(g) = rows.last_mut() {
-            g.partitions += 1;
-            g.lag_records += p.lag_records;
-            g.lag_seconds = g.lag_seconds.max(p.lag_seconds);
-            g.retention_risk |= p.retention_risk;
-        }
-    }
-    rows
+    (broker.lag.group_totals().into_iter())
+        .map(|t| GroupRow {
+            kind: kinds.get(&t.group).map(|k| k.to_string()),
+            group: t.group,
+            partitions: t.partitions,
+            lag_records: t.lag_records,
+            lag_seconds: t.lag_seconds,
+            retention_risk: t.retention_risk,
+        })
+        .collect()
 }
 
 /// This broker's part of [`groups`]: the groups its last lag sample saw (those it
@@ -610,9 +591,7 @@ pub async fn local_group(
     access: &crate::security::Access,
 ) -> GroupPart {
     GroupPart {
-        partitions: (broker.lag.last_sample().into_iter())
-            .filter(|p| p.group == name)
-            .collect(),
+        partitions: broker.lag.group_sample(name),
         history: broker.lag.group_history(name),
         members: super::members::local(broker, name, access).await,
         share_partitions: broker.shares.views(name),
@@ -1007,29 +986,5 @@ mod tests {
             (Some(true), Some(FIELD_BYTES as u64 + 5))
         );
         assert_eq!(f["text"].as_str().unwrap().len(), FIELD_BYTES);
-    }
-
-    #[test]
-    fn groups_sum_their_partitions_lag() {
-        let lag = |group: &str, partition, records, seconds, risk| PartitionLag {
-            group: group.into(),
-            topic: "t".into(),
-            partition,
-            committed: 0,
-            lag_records: records,
-            lag_seconds: seconds,
-            trend_records_per_second: 0.0,
-            drain_seconds: None,
-            retention_risk: risk,
-        };
-        let rows = groups_of(&[
-            lag("a", 0, 5, 1.0, false),
-            lag("a", 1, 7, 3.5, true),
-            lag("b", 0, 0, 0.0, false),
-        ]);
-        assert_eq!(rows.len(), 2);
-        assert_eq!((rows[0].partitions, rows[0].lag_records), (2, 12));
-        assert_eq!(rows[0].lag_seconds, 3.5);
-        assert!(rows[0].retention_risk && !rows[1].retention_risk);
     }
 }

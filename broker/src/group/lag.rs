@@ -12,7 +12,7 @@
 //! A group whose lag in seconds exceeds half of the topic's `retention.ms` is flagged (and
 //! logged once), because retention is about to delete records it has not read.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -212,12 +212,58 @@ pub struct PartitionLag {
     pub retention_risk: bool,
 }
 
+/// A group's totals over its partitions in the last sample.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupTotal {
+    pub group: String,
+    pub partitions: usize,
+    pub lag_records: i64,
+    /// The oldest unconsumed record's age, over its partitions.
+    pub lag_seconds: f64,
+    pub retention_risk: bool,
+}
+
+/// Totals by group of `(group, lag records, lag seconds, retention risk)` per partition, by
+/// group name.
+fn totals<'a>(partitions: impl Iterator<Item = (&'a str, i64, f64, bool)>) -> Vec<GroupTotal> {
+    let mut totals: BTreeMap<&str, GroupTotal> = BTreeMap::new();
+    for (group, records, seconds, risk) in partitions {
+        let t = totals.entry(group).or_insert_with(|| GroupTotal {
+            group: group.to_string(),
+            partitions: 0,
+            lag_records: 0,
+            lag_seconds: 0.0,
+            retention_risk: false,
+        });
+        t.partitions += 1;
+        t.lag_records += records;
+        t.lag_seconds = t.lag_seconds.max(seconds);
+        t.retention_risk |= risk;
+    }
+    totals.into_values().collect()
+}
+
 impl LagTracker {
-    /// The lag of every (group, topic, partition) the last sample saw (partitions hosted
-    /// here), sorted by group, topic and partition.
-    pub fn last_sample(&self) -> Vec<PartitionLag> {
+    /// The lag of each of `group`'s partitions the last sample saw (its coordinator's sample),
+    /// sorted by topic and partition: only its partitions are copied out.
+    pub fn group_sample(&self, group: &str) -> Vec<PartitionLag> {
+        self.sample_of(|g| g == group)
+    }
+
+    /// Each group's totals in the last sample, by name: per group, not per partition, copied
+    /// out (the console's lists of groups).
+    pub fn group_totals(&self) -> Vec<GroupTotal> {
+        let guard = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        totals((guard.1.iter()).filter_map(|((group, _, _), h)| {
+            let (_, lag) = h.last?;
+            Some((group.as_str(), lag.records, lag.seconds, lag.retention_risk))
+        }))
+    }
+
+    fn sample_of(&self, wanted: impl Fn(&str) -> bool) -> Vec<PartitionLag> {
         let guard = self.history.lock().unwrap_or_else(|p| p.into_inner());
         let mut out: Vec<PartitionLag> = (guard.1.iter())
+            .filter(|((group, _, _), _)| wanted(group))
             .filter_map(|((group, topic, partition), h)| {
                 let (committed, lag) = h.last?;
                 Some(PartitionLag {
@@ -549,5 +595,22 @@ mod tests {
             lag.group_history("g").is_empty(),
             "a group gone is forgotten"
         );
+    }
+
+    #[test]
+    fn group_totals_sum_records_and_take_the_oldest_age() {
+        let rows = totals(
+            [
+                ("b", 0, 0.0, false),
+                ("a", 5, 1.0, false),
+                ("a", 7, 3.5, true),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].group, "a");
+        assert_eq!((rows[0].partitions, rows[0].lag_records), (2, 12));
+        assert_eq!(rows[0].lag_seconds, 3.5);
+        assert!(rows[0].retention_risk && !rows[1].retention_risk);
     }
 }
