@@ -54,93 +54,110 @@ pub async fn local(broker: &Arc<Broker>, group: &str, access: &Access) -> Option
             ),
         })
     };
-    let topics = |tps: Vec<(String, Vec<i32>)>| -> Vec<Value> {
-        (tps.into_iter())
-            .map(|(topic, partitions)| json!({ "topic": topic, "partitions": partitions }))
-            .collect()
+    // One member as shown, whichever API described it.
+    let member = |id: &str, instance: Option<&str>, client: &str, host: &str, assigned| {
+        let assignment: Vec<Value> = (Vec::into_iter(assigned))
+            .map(|(topic, partitions): (String, Vec<i32>)| {
+                json!({ "topic": topic, "partitions": partitions })
+            })
+            .collect();
+        json!({
+            "member_id": id,
+            "instance_id": instance,
+            "client_id": client,
+            "host": host,
+            "assignment": assignment,
+        })
     };
-    Some(match response {
+    let (state, extra, members) = match response {
         ResponseKind::DescribeGroups(r) => {
             let g = r.groups.into_iter().next()?;
             if g.error_code != 0 {
                 return Some(refused(g.error_code, &g.error_message));
             }
             let consumer = g.protocol_type.as_str() == "consumer";
-            let members: Vec<Value> = (g.members.into_iter())
+            let members: Vec<Value> = (g.members.iter())
                 .map(|m| {
                     let assigned = match consumer {
                         true => assignment(&m.member_assignment),
                         false => Vec::new(),
                     };
-                    json!({
-                        "member_id": m.member_id.as_str(),
-                        "instance_id": m.group_instance_id.as_ref().map(|i| i.as_str()),
-                        "client_id": m.client_id.as_str(),
-                        "host": m.client_host.as_str(),
-                        "assignment": topics(assigned),
-                    })
+                    let instance = m.group_instance_id.as_ref().map(|i| i.as_str());
+                    member(
+                        &m.member_id,
+                        instance,
+                        &m.client_id,
+                        &m.client_host,
+                        assigned,
+                    )
                 })
                 .collect();
-            json!({
-                "kind": listed.kind,
-                "state": g.group_state.as_str(),
-                "protocol": g.protocol_data.as_str(),
-                "members": members,
-            })
+            let protocol = ("protocol", json!(g.protocol_data.as_str()));
+            (g.group_state.to_string(), protocol, members)
         }
         ResponseKind::ConsumerGroupDescribe(r) => {
             let g = r.groups.into_iter().next()?;
             if g.error_code != 0 {
                 return Some(refused(g.error_code, &g.error_message));
             }
-            let members: Vec<Value> = (g.members.into_iter())
+            let members: Vec<Value> = (g.members.iter())
                 .map(|m| {
-                    let assigned = (m.assignment.topic_partitions.into_iter())
-                        .map(|t| (t.topic_name.0.to_string(), t.partitions))
-                        .collect();
-                    json!({
-                        "member_id": m.member_id.as_str(),
-                        "instance_id": m.instance_id.as_ref().map(|i| i.as_str()),
-                        "client_id": m.client_id.as_str(),
-                        "host": m.client_host.as_str(),
-                        "assignment": topics(assigned),
-                    })
+                    let instance = m.instance_id.as_ref().map(|i| i.as_str());
+                    let assigned = topics_of(&m.assignment.topic_partitions, |t| {
+                        (&t.topic_name.0, &t.partitions)
+                    });
+                    member(
+                        &m.member_id,
+                        instance,
+                        &m.client_id,
+                        &m.client_host,
+                        assigned,
+                    )
                 })
                 .collect();
-            json!({
-                "kind": listed.kind,
-                "state": g.group_state.as_str(),
-                "epoch": g.group_epoch,
-                "members": members,
-            })
+            (
+                g.group_state.to_string(),
+                ("epoch", json!(g.group_epoch)),
+                members,
+            )
         }
         ResponseKind::ShareGroupDescribe(r) => {
             let g = r.groups.into_iter().next()?;
             if g.error_code != 0 {
                 return Some(refused(g.error_code, &g.error_message));
             }
-            let members: Vec<Value> = (g.members.into_iter())
+            let members: Vec<Value> = (g.members.iter())
                 .map(|m| {
-                    let assigned = (m.assignment.topic_partitions.into_iter())
-                        .map(|t| (t.topic_name.0.to_string(), t.partitions))
-                        .collect();
-                    json!({
-                        "member_id": m.member_id.as_str(),
-                        "client_id": m.client_id.as_str(),
-                        "host": m.client_host.as_str(),
-                        "assignment": topics(assigned),
-                    })
+                    let assigned = topics_of(&m.assignment.topic_partitions, |t| {
+                        (&t.topic_name.0, &t.partitions)
+                    });
+                    member(&m.member_id, None, &m.client_id, &m.client_host, assigned)
                 })
                 .collect();
-            json!({
-                "kind": listed.kind,
-                "state": g.group_state.as_str(),
-                "epoch": g.group_epoch,
-                "members": members,
-            })
+            (
+                g.group_state.to_string(),
+                ("epoch", json!(g.group_epoch)),
+                members,
+            )
         }
         _ => return None,
-    })
+    };
+    let mut out = json!({ "kind": listed.kind, "state": state, "members": members });
+    out[extra.0] = extra.1;
+    Some(out)
+}
+
+/// A KIP-848 or KIP-932 assignment's topics and partitions.
+fn topics_of<T>(
+    tps: &[T],
+    parts: impl Fn(&T) -> (&StrBytes, &Vec<i32>),
+) -> Vec<(String, Vec<i32>)> {
+    (tps.iter())
+        .map(|t| {
+            let (topic, partitions) = parts(t);
+            (topic.to_string(), partitions.clone())
+        })
+        .collect()
 }
 
 /// A classic consumer's assignment (ConsumerProtocolAssignment) as topics and partitions;
