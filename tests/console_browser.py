@@ -31,6 +31,20 @@ def rows(page, table):
     )
 
 
+def open_page(p, out):
+    """Chromium and a laptop-sized page whose console errors, script errors and failed
+    requests are collected in `out["errors"]`."""
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    page.on(
+        "console",
+        lambda m: out["errors"].append(m.text) if m.type == "error" else None,
+    )
+    page.on("pageerror", lambda e: out["errors"].append(str(e)))
+    page.on("requestfailed", lambda r: out["errors"].append(f"{r.url}: {r.failure}"))
+    return browser, page
+
+
 def changes(page, url, shots, asked, out):
     """Makes `asked`'s changes through the forms; each answer as the page shows it."""
     said = {}
@@ -71,14 +85,7 @@ def main(url, shots, group, asked=None):
     os.makedirs(shots, exist_ok=True)
     out = {"errors": []}
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1366, "height": 900})
-        page.on(
-            "console",
-            lambda m: out["errors"].append(m.text) if m.type == "error" else None,
-        )
-        page.on("pageerror", lambda e: out["errors"].append(str(e)))
-        page.on("requestfailed", lambda r: out["errors"].append(f"{r.url}: {r.failure}"))
+        browser, page = open_page(p, out)
         page.goto(url + "/")
         page.wait_for_selector("#topics tbody tr")
         page.wait_for_selector("#groups tbody tr")

@@ -17,28 +17,14 @@ import sys
 
 from playwright.sync_api import expect, sync_playwright
 
-CHROMIUM = os.environ.get("STRATA_CHROMIUM", "/usr/bin/chromium")
-
-
-def rows(page, table):
-    return page.eval_on_selector_all(
-        f"#{table} tbody tr",
-        "trs => trs.map(tr => Array.from(tr.cells).map(td => td.innerText.trim()))",
-    )
+from console_browser import open_page, rows
 
 
 def main(url, shots, group, share_group, abort=None):
     os.makedirs(shots, exist_ok=True)
     out = {"errors": []}
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1366, "height": 900})
-        page.on(
-            "console",
-            lambda m: out["errors"].append(m.text) if m.type == "error" else None,
-        )
-        page.on("pageerror", lambda e: out["errors"].append(str(e)))
-        page.on("requestfailed", lambda r: out["errors"].append(f"{r.url}: {r.failure}"))
+        browser, page = open_page(p, out)
         page.goto(url + "/")
         page.wait_for_selector("#brokers tbody tr")
         with page.expect_navigation():

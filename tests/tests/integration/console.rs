@@ -289,6 +289,20 @@ fn the_console_shows_the_true_figures_and_its_links_lead_to_a_group_and_a_topic(
     }
 }
 
+/// Three brokers sampling lag every 250 ms, with changes enabled and an audit log, and `extra`
+/// settings; its controller elected.
+fn console_cluster(extra: &[(&str, &str)]) -> Cluster {
+    let own = [
+        ("STRATA_LAG_SAMPLE_INTERVAL_MS", "250"),
+        ("STRATA_CONSOLE_ACTIONS_ENABLE", "true"),
+        ("STRATA_AUDIT_LOG", "audit.log"),
+    ];
+    let env = [strata_tests::cluster::FAST, &own[..], extra].concat();
+    let mut cluster = Cluster::start(3, 3, &env);
+    cluster.wait_controller();
+    cluster
+}
+
 /// What every member of a 3-node cluster answers for `path`, by member.
 fn from_each(cluster: &Cluster, path: &str) -> Vec<(u64, Value)> {
     (1..=3)
@@ -300,20 +314,11 @@ fn from_each(cluster: &Cluster, path: &str) -> Vec<(u64, Value)> {
 fn every_broker_of_a_cluster_shows_the_clusters_figures_lag_offsets_and_moves() {
     let store = tempfile::tempdir().unwrap();
     let url = format!("file://{}", store.path().display());
-    let env = [
-        strata_tests::cluster::FAST,
-        &[
-            ("STRATA_LAG_SAMPLE_INTERVAL_MS", "250"),
-            ("STRATA_OBJECT_STORE", url.as_str()),
-            ("STRATA_REMOTE_LOG_MANAGER_TASK_INTERVAL_MS", "100"),
-            ("STRATA_REPLICA_MOVE_MAX_BYTES_PER_SECOND", "10000"),
-            ("STRATA_CONSOLE_ACTIONS_ENABLE", "true"),
-            ("STRATA_AUDIT_LOG", "audit.log"),
-        ][..],
-    ]
-    .concat();
-    let mut cluster = Cluster::start(3, 3, &env);
-    cluster.wait_controller();
+    let mut cluster = console_cluster(&[
+        ("STRATA_OBJECT_STORE", url.as_str()),
+        ("STRATA_REMOTE_LOG_MANAGER_TASK_INTERVAL_MS", "100"),
+        ("STRATA_REPLICA_MOVE_MAX_BYTES_PER_SECOND", "10000"),
+    ]);
     // One replica per partition, one partition per broker: whichever broker coordinates the
     // group, two of its partitions live elsewhere.
     let orders = unique_topic("console-c-orders");
@@ -900,17 +905,7 @@ fn share_member(bootstrap: &str, group: &str, topic: &str, stop: &std::path::Pat
 
 #[test]
 fn a_clusters_transactions_members_and_security_are_shown_and_offsets_reset_and_aborts_made() {
-    let env = [
-        strata_tests::cluster::FAST,
-        &[
-            ("STRATA_LAG_SAMPLE_INTERVAL_MS", "250"),
-            ("STRATA_CONSOLE_ACTIONS_ENABLE", "true"),
-            ("STRATA_AUDIT_LOG", "audit.log"),
-        ][..],
-    ]
-    .concat();
-    let mut cluster = Cluster::start(3, 3, &env);
-    cluster.wait_controller();
+    let mut cluster = console_cluster(&[]);
     let topic = unique_topic("console-x");
     cluster.create_replicated_topic(
         &topic,
